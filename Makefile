@@ -1,0 +1,26 @@
+# One set-up path for a fresh machine: .venv from nothing, torch (CPU wheel) first, then the project
+# pinned by constraints.txt so nothing can pull another torch.
+PYTHON ?= python3.11
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup test bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -c constraints.txt torch==2.13.0
+	$(PY) -m pip install -c constraints.txt -e '.[test]'
+	$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0') and not torch.cuda.is_available(), torch.__version__"
+	touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest
+
+bench: setup
+	$(PY) bench/quantize.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
