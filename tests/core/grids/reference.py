@@ -273,14 +273,14 @@ def block_weight_tile(xs: list[float], ue8m0: bool) -> tuple[float, list[int]]:
     floor = round_f32(from_float(1e-4))
     if a.kind == "fin" and a.frac() < floor.frac():
         a = floor
-    sf = div_f32(a, from_float(448.0))
-    if ue8m0:
+    sf = Val("inf") if a.kind == "inf" else div_f32(a, from_float(448.0))
+    if ue8m0:  # exponent field (255 for Inf) rounded up, clamped to [1, 254]
         b = encode(sf, F32, False)
-        exp = (b >> 23) + (1 if b & 0x7FFFFF else 0)
+        exp = (b >> 23) + (1 if b & 0x7FFFFF and sf.kind == "fin" else 0)
         sf = decode(min(max(exp, 1), 254) << 23, F32)
-    inv = div_f32(from_float(1.0), sf)
+    inv = Val("fin", 0, 0, 0) if sf.kind == "inf" else div_f32(from_float(1.0), sf)
     codes = [encode(round_f32(mul(from_float(x), inv)), E4M3, saturate=True) for x in xs]
-    return float(sf.frac()), codes
+    return (float("inf") if sf.kind == "inf" else float(sf.frac())), codes
 
 
 def block_act_group(xs: list[float], ue8m0: bool) -> tuple[float, list[int]]:
