@@ -149,7 +149,8 @@ def _mx_blocks_impl(xb: torch.Tensor, fmt: FP8Format, rule: str, nan: str) -> tu
 @functools.lru_cache(maxsize=None)
 def _compiled(fmt: FP8Format, rule: str, nan: str) -> Callable:
     fn = functools.partial(_mx_blocks_impl, fmt=fmt, rule=rule, nan=nan)
-    return torch.compile(fn, dynamic=True)
+    # static block width (32: full-vector inner loops); the block count is marked dynamic per call
+    return torch.compile(fn, dynamic=False)
 
 
 _compile_broken = False
@@ -175,7 +176,9 @@ def mx_quantize_blocks(
         raise ValueError(f"expected blocks of shape [n, {BLOCK}], got {tuple(xb.shape)}")
     if _use_compiled(xb.numel(), compiled) and xb.shape[0] > 1:
         try:
-            return _compiled(fmt, rule, nan)(xb.contiguous())
+            xb = xb.contiguous()
+            torch._dynamo.mark_dynamic(xb, 0)  # one kernel for every number of blocks
+            return _compiled(fmt, rule, nan)(xb)
         except Exception as exc:  # no C++ compiler, unsupported platform, ...
             if compiled:
                 raise

@@ -1,0 +1,9 @@
+"""Test-wide settings: hypothesis is derandomized in CI (CI=true) so a run is reproducible."""
+
+import os
+
+from hypothesis import settings
+
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
