@@ -1,7 +1,7 @@
 """MXFP8 E4M3 RCEIL rowwise quantization throughput: fp8rl vs torchao ``to_mx`` on the same tensor.
 
 A 256 MB bf16 tensor, 2 threads. First checks that both produce the same bytes (data and scales),
-then times each (best of N) and prints GB/s of bf16 input; a plain memory copy of the tensor is
+then times each (best of N, the same N for both) and prints GB/s of bf16 input; a plain memory copy of the tensor is
 printed as the ceiling. The last line is ``ratio_vs_torchao=<fp8rl GB/s / torchao GB/s>``.
 
     .venv/bin/python bench/quantize.py [--mb 256] [--threads 2] [--repeats 5]
@@ -62,7 +62,7 @@ def main() -> int:
 
     t_copy = best_of(lambda: x.clone(), args.repeats)
     t_ours = best_of(lambda: quantize(x, "mxfp8-e4m3-rceil"), args.repeats)
-    t_ao = best_of(lambda: to_mx(x, torch.float8_e4m3fn, 32, ScaleCalculationMode.RCEIL), max(1, args.repeats // 2))
+    t_ao = best_of(lambda: to_mx(x, torch.float8_e4m3fn, 32, ScaleCalculationMode.RCEIL), args.repeats)
     for name, t in [("memory copy (ceiling)", t_copy), ("fp8rl quantize", t_ours), ("torchao to_mx", t_ao)]:
         print(f"{name:24s} {t * 1e3:9.1f} ms  {gb / t:7.2f} GB/s")
     print(f"ratio_vs_torchao={t_ao / t_ours:.2f}")
