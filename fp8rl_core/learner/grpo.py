@@ -1,0 +1,295 @@
+"""The GRPO step: group-relative advantages, a PPO-style clipped objective, token-budget micro-batches.
+
+What one step does (Shao et al. 2024, "DeepSeekMath", section 4.1; the loss as verl/DAPO write it)
+----------------------------------------------------------------------------------------------
+Input: G sampled completions for each prompt (rows ``g·G … g·G+G−1`` form group g), their rewards
+and the sampler's log-probs of the sampled tokens (from any sampler: only tensors come in).
+
+1. Advantages, one per sequence, broadcast over its tokens::
+
+       A_i = (r_i − mean_group(r)) / (std_group(r) + eps)     (``scale_rewards=True``, GRPO)
+       A_i =  r_i − mean_group(r)                              (``scale_rewards=False``, Dr. GRPO)
+
+   No critic, no KL-to-reference term (``kl_coef`` is fixed at 0: the experiments measure the
+   train–rollout mismatch, which a reference penalty would blur).
+2. Learner log-probs ``log π_θ(y_t | x, y_<t)`` recomputed on exactly the sampled tokens.
+3. Clipped surrogate with ratio ``ρ_t = exp(log π_θ − log π_old)``::
+
+       L = − Σ_t mask_t · min(ρ_t A, clip(ρ_t, 1−ε_low, 1+ε_high) A) / Σ_t mask_t   (token-mean)
+
+   ``old_logprobs="learner"`` (default): π_old is the learner itself before this update (one update per
+   batch, so ρ = 1 in value and the gradient is the policy gradient); ``"sampler"``: π_old is the
+   sampler's log-probs, i.e. the importance ratio corrects for the train–rollout mismatch.
+4. Micro-batches by a token budget: sequences (prompt + completion, in their original order) are
+   packed greedily so that each micro-batch's padded size ``rows × max_len`` stays within
+   ``tokens_per_microbatch`` (a single longer sequence still forms its own micro-batch). The split
+   depends only on lengths and the budget — never on the precision — so BF16 and MXFP8 runs do
+   identical work. Gradients accumulate over micro-batches with each micro-batch's loss weighted by
+   its share of the step's tokens, so the result equals the full-batch token-mean loss.
+5. Clip the global gradient norm, optimizer step (AdamW on fp32 master weights), version += 1.
+
+Timing: every micro-batch is timed (wall clock) with the MXFP8 layers reporting their quantization
+and GEMM seconds into a :class:`~fp8rl_core.learner.timers.Timers`; ``other`` is the remainder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Literal
+
+import torch
+import torch.nn.functional as F
+
+from .timers import Timers
+
+__all__ = [
+    "GRPOConfig",
+    "RolloutBatch",
+    "StepResult",
+    "MicroBatchTiming",
+    "group_advantages",
+    "plan_microbatches",
+    "completion_logprobs",
+    "grpo_step",
+]
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    """Settings of one GRPO update (validated on construction)."""
+
+    group_size: int = 4
+    clip_eps_low: float = 0.2
+    clip_eps_high: float = 0.2
+    scale_rewards: bool = True
+    old_logprobs: Literal["learner", "sampler"] = "learner"
+    tokens_per_microbatch: int = 4096
+    max_grad_norm: float = 1.0
+    adv_eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.group_size < 2:
+            problems.append(f"group_size must be at least 2 (advantages are relative to the group), got {self.group_size}")
+        if not (0 < self.clip_eps_low < 1) or not (0 < self.clip_eps_high):
+            problems.append(f"clip_eps_low must be in (0, 1) and clip_eps_high > 0, got {self.clip_eps_low}, {self.clip_eps_high}")
+        if self.old_logprobs not in ("learner", "sampler"):
+            problems.append(f"old_logprobs must be 'learner' or 'sampler', got {self.old_logprobs!r}")
+        if self.tokens_per_microbatch < 1:
+            problems.append(f"tokens_per_microbatch must be positive, got {self.tokens_per_microbatch}")
+        if self.max_grad_norm <= 0:
+            problems.append(f"max_grad_norm must be positive, got {self.max_grad_norm}")
+        if problems:
+            raise ValueError("invalid GRPO settings: " + "; ".join(problems))
+
+
+@dataclass
+class RolloutBatch:
+    """What a sampler hands the learner: token ids, masks, rewards and the sampler's log-probs.
+
+    ``prompt_ids`` [B, P] (left-aligned prompts of equal length), ``completion_ids`` [B, T] padded with
+    any id where ``completion_mask`` is 0, ``completion_mask`` [B, T] (1 on sampled tokens, EOS
+    included), ``rewards`` [B], ``sampler_logprobs`` [B, T] (log-prob under the sampler of each sampled
+    token; ignored where the mask is 0), ``version``: the weight version the sampler used.
+    Rows are grouped: rows ``g·G … g·G+G−1`` are the G samples of prompt g.
+    """
+
+    prompt_ids: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    rewards: torch.Tensor
+    sampler_logprobs: torch.Tensor
+    version: int = 0
+
+    def validate(self, group_size: int) -> None:
+        b, t = self.completion_ids.shape
+        checks = {
+            "prompt_ids": (self.prompt_ids.dim() == 2 and self.prompt_ids.shape[0] == b, f"[{b}, P]"),
+            "completion_mask": (tuple(self.completion_mask.shape) == (b, t), f"[{b}, {t}]"),
+            "rewards": (tuple(self.rewards.shape) == (b,), f"[{b}]"),
+            "sampler_logprobs": (tuple(self.sampler_logprobs.shape) == (b, t), f"[{b}, {t}]"),
+        }
+        for name, (ok, want) in checks.items():
+            if not ok:
+                raise ValueError(f"RolloutBatch.{name} has shape {tuple(getattr(self, name).shape)}, expected {want}")
+        if b % group_size:
+            raise ValueError(f"RolloutBatch has {b} rows, not a multiple of group_size={group_size}")
+        if not torch.isfinite(self.rewards).all():
+            raise ValueError("RolloutBatch.rewards contains NaN or Inf")
+        if (self.completion_mask.sum(-1) == 0).any():
+            raise ValueError("RolloutBatch has a row with an empty completion (mask all zero)")
+
+
+@dataclass(frozen=True)
+class MicroBatchTiming:
+    rows: int
+    tokens: int  # padded tokens processed (rows × max length)
+    real_tokens: int  # prompt + completion tokens that are not padding
+    seconds: float
+    quantize_s: float
+    gemm_s: float
+
+    @property
+    def other_s(self) -> float:
+        return max(self.seconds - self.quantize_s - self.gemm_s, 0.0)
+
+
+@dataclass
+class StepResult:
+    """Everything a step produced; tensors are detached fp32 on CPU."""
+
+    loss: float
+    learner_logprobs: torch.Tensor  # [B, T], 0 where the mask is 0
+    advantages: torch.Tensor  # [B]
+    grad_norm: float  # before clipping
+    grad_norms: dict[str, float]  # per parameter, before clipping
+    microbatches: list[MicroBatchTiming]
+    seconds: float  # whole step incl. optimizer
+    optimizer_s: float
+    version: int  # the new weight version
+    clip_fraction: float
+    mean_reward: float
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True, eps: float = 1e-6) -> torch.Tensor:
+    """Group-relative advantages: reward minus its group's mean, optionally over the group's std."""
+    r = rewards.to(torch.float32).reshape(-1, group_size)
+    adv = r - r.mean(dim=1, keepdim=True)
+    if scale:
+        adv = adv / (r.std(dim=1, keepdim=True, unbiased=True) + eps)
+    return adv.reshape(-1)
+
+
+def plan_microbatches(lengths: list[int], tokens_per_microbatch: int) -> list[list[int]]:
+    """Greedy in-order packing of rows so that ``len(mb) · max(len in mb) ≤ budget`` (see module doc)."""
+    plan: list[list[int]] = []
+    cur: list[int] = []
+    cur_max = 0
+    for i, n in enumerate(lengths):
+        new_max = max(cur_max, n)
+        if cur and (len(cur) + 1) * new_max > tokens_per_microbatch:
+            plan.append(cur)
+            cur, new_max = [], n
+        cur.append(i)
+        cur_max = new_max
+    if cur:
+        plan.append(cur)
+    return plan
+
+
+def completion_logprobs(model: torch.nn.Module, prompt_ids: torch.Tensor, completion_ids: torch.Tensor,
+                        completion_mask: torch.Tensor) -> torch.Tensor:
+    """log π(y_t | x, y_<t) of each completion token under ``model`` (fp32 log-softmax), 0 where masked.
+
+    Sequences are ``prompt ‖ completion`` trimmed to the longest unmasked completion in the batch; the
+    attention mask hides completion padding, which only ever follows the real tokens (causal), so the
+    padding changes nothing before it.
+    """
+    p = prompt_ids.shape[1]
+    t_used = int(completion_mask.sum(-1).max())
+    comp = completion_ids[:, :t_used]
+    mask = completion_mask[:, :t_used]
+    ids = torch.cat([prompt_ids, comp], dim=1)
+    attn = torch.cat([torch.ones_like(prompt_ids), mask.to(prompt_ids.dtype)], dim=1)
+    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
+    pred = logits[:, p - 1 : p - 1 + t_used].float()
+    logp = torch.log_softmax(pred, dim=-1).gather(-1, comp.unsqueeze(-1)).squeeze(-1)
+    out = torch.zeros(completion_ids.shape, dtype=torch.float32)
+    out[:, :t_used] = logp * mask
+    return out
+
+
+@contextlib.contextmanager
+def _maybe_profile(trace_path: Path | None) -> Iterator[None]:
+    if trace_path is None:
+        yield
+        return
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        yield
+    trace_path.parent.mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(trace_path))
+
+
+def grpo_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: RolloutBatch,
+    cfg: GRPOConfig,
+    *,
+    version: int,
+    autocast: contextlib.AbstractContextManager | None = None,
+    trace_path: Path | None = None,
+) -> StepResult:
+    """One GRPO update of ``model`` on ``batch``; returns the new version ``version + 1`` and metrics.
+
+    ``autocast`` is entered around every forward (the learner passes its BF16 autocast so off-grid layers
+    compute in BF16); ``trace_path`` records a torch.profiler Chrome trace of the step there.
+    """
+    batch.validate(cfg.group_size)
+    t_step = time.perf_counter()
+    model.train()
+    adv = group_advantages(batch.rewards, cfg.group_size, cfg.scale_rewards, cfg.adv_eps)
+    mask = batch.completion_mask.to(torch.float32)
+    total_tokens = float(mask.sum())
+    lengths = (batch.prompt_ids.shape[1] + batch.completion_mask.sum(-1)).tolist()
+    plan = plan_microbatches([int(n) for n in lengths], cfg.tokens_per_microbatch)
+
+    optimizer.zero_grad(set_to_none=True)
+    learner_lp = torch.zeros_like(mask)
+    timings: list[MicroBatchTiming] = []
+    loss_total = 0.0
+    clipped = 0.0
+    with _maybe_profile(trace_path):
+        for rows in plan:
+            idx = torch.tensor(rows)
+            timers = Timers()
+            t0 = time.perf_counter()
+            with timers.active(), (autocast if autocast is not None else contextlib.nullcontext()):
+                lp = completion_logprobs(model, batch.prompt_ids[idx], batch.completion_ids[idx], batch.completion_mask[idx])
+            m = mask[idx]
+            old = lp.detach() if cfg.old_logprobs == "learner" else batch.sampler_logprobs[idx].to(torch.float32) * m
+            ratio = torch.exp(lp - old)
+            a = adv[idx].unsqueeze(-1)
+            surr = torch.minimum(ratio * a, torch.clamp(ratio, 1 - cfg.clip_eps_low, 1 + cfg.clip_eps_high) * a)
+            loss = -(surr * m).sum() / total_tokens  # this micro-batch's share of the token-mean loss
+            with timers.active():
+                loss.backward()
+            seconds = time.perf_counter() - t0
+            learner_lp[idx] = lp.detach() * m
+            loss_total += float(loss.detach())
+            clipped += float((((ratio - 1).abs() > cfg.clip_eps_low).float() * m).sum())
+            n_max = int(max(lengths[i] for i in rows))
+            timings.append(MicroBatchTiming(
+                rows=len(rows), tokens=len(rows) * n_max, real_tokens=int(sum(lengths[i] for i in rows)),
+                seconds=seconds, quantize_s=timers.seconds.get("quantize", 0.0), gemm_s=timers.seconds.get("gemm", 0.0),
+            ))
+        t_opt = time.perf_counter()
+        params = [p for p in model.parameters() if p.requires_grad]
+        grad_norms = {n: float(p.grad.norm()) for n, p in model.named_parameters() if p.grad is not None}
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+        if not math.isfinite(loss_total) or not math.isfinite(grad_norm):
+            optimizer.zero_grad(set_to_none=True)  # leave the weights as they were
+            raise FloatingPointError(f"GRPO step {version + 1}: non-finite loss {loss_total} or grad norm {grad_norm}")
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        optimizer_s = time.perf_counter() - t_opt
+    return StepResult(
+        loss=loss_total,
+        learner_logprobs=learner_lp,
+        advantages=adv,
+        grad_norm=grad_norm,
+        grad_norms=grad_norms,
+        microbatches=timings,
+        seconds=time.perf_counter() - t_step,
+        optimizer_s=optimizer_s,
+        version=version + 1,
+        clip_fraction=clipped / max(total_tokens, 1.0),
+        mean_reward=float(batch.rewards.float().mean()),
+    )

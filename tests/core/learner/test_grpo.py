@@ -1,0 +1,166 @@
+"""GRPO step mechanics on a tiny Qwen3: advantages, micro-batch planning, log-probs, accumulation."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from fp8rl_core.learner.grpo import (
+    GRPOConfig,
+    RolloutBatch,
+    completion_logprobs,
+    group_advantages,
+    grpo_step,
+    plan_microbatches,
+)
+from fp8rl_core.learner.rollout import sample_completions
+
+EOS = 2
+
+
+def tiny_model(seed: int = 0) -> Qwen3ForCausalLM:
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=8, max_position_embeddings=64, attn_implementation="eager")
+    return Qwen3ForCausalLM(cfg)
+
+
+def rollout(model, groups: int = 3, g: int = 4, seed: int = 0) -> RolloutBatch:
+    gen = torch.Generator().manual_seed(seed)
+    prompts = torch.randint(5, 64, (groups, 6), generator=gen).repeat_interleave(g, 0)
+    ids, mask, lp = sample_completions(model, prompts, 8, eos_id=EOS, seed=seed)
+    rewards = (ids[:, 0] % 2).float()  # a deterministic, learnable reward on the first token
+    return RolloutBatch(prompts, ids, mask, rewards, lp, version=0)
+
+
+def test_group_advantages_values():
+    r = torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 1])
+    adv = group_advantages(r, 4)
+    assert torch.allclose(adv[:4], torch.tensor([1.5, -0.5, -0.5, -0.5]), atol=1e-5)
+    assert torch.equal(adv[4:], torch.zeros(4))  # equal rewards: no signal
+    assert torch.allclose(group_advantages(r, 4, scale=False)[:4], torch.tensor([0.75, -0.25, -0.25, -0.25]))
+
+
+@pytest.mark.parametrize(
+    "lengths, budget, plan",
+    [
+        ([10, 10, 10, 10], 25, [[0, 1], [2, 3]]),
+        ([10, 10, 10, 10], 40, [[0, 1, 2, 3]]),
+        ([10, 10, 10, 10], 5, [[0], [1], [2], [3]]),  # one long sequence still gets a micro-batch
+        ([4, 12, 4, 4], 24, [[0, 1], [2, 3]]),  # padded size counts: 2 × 12 = 24
+        ([4, 4, 4, 12], 16, [[0, 1, 2], [3]]),
+    ],
+)
+def test_plan_microbatches(lengths, budget, plan):
+    assert plan_microbatches(lengths, budget) == plan
+    for mb in plan_microbatches(lengths, budget):
+        assert len(mb) == 1 or len(mb) * max(lengths[i] for i in mb) <= budget
+
+
+def test_completion_logprobs_ignore_padding():
+    model = tiny_model().eval()
+    batch = rollout(model)
+    lp = completion_logprobs(model, batch.prompt_ids, batch.completion_ids, batch.completion_mask)
+    for i in range(batch.prompt_ids.shape[0]):  # one row at a time, with no padding at all
+        n = int(batch.completion_mask[i].sum())
+        one = completion_logprobs(model, batch.prompt_ids[i : i + 1], batch.completion_ids[i : i + 1, :n],
+                                  batch.completion_mask[i : i + 1, :n])
+        assert torch.allclose(lp[i, :n], one[0], atol=1e-5)
+        assert (lp[i, n:] == 0).all()
+    # the sampler here is the same fp32 model: its log-probs are the learner's
+    assert torch.allclose(lp, batch.sampler_logprobs, atol=1e-4)
+
+
+def test_microbatching_gives_the_full_batch_update():
+    base = tiny_model()
+    batch = rollout(base)
+    results = {}
+    for budget in (10_000, 20):
+        model = copy.deepcopy(base)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        res = grpo_step(model, opt, batch, GRPOConfig(tokens_per_microbatch=budget, max_grad_norm=1e9), version=3)
+        results[budget] = (res, {n: p.detach().clone() for n, p in model.named_parameters()})
+    (one, w1), (many, w2) = results[10_000], results[20]
+    assert len(one.microbatches) == 1 and len(many.microbatches) > 3
+    assert many.version == one.version == 4
+    assert math.isclose(one.loss, many.loss, rel_tol=1e-5, abs_tol=1e-7)
+    assert math.isclose(one.grad_norm, many.grad_norm, rel_tol=1e-4)
+    for n in w1:
+        assert torch.allclose(w1[n], w2[n], atol=1e-6), n
+    changed = [n for n, p in base.named_parameters() if not torch.equal(p, w1[n])]
+    assert len(changed) == len(w1)  # every trainable tensor moved
+    t = many.microbatches[0]
+    assert t.seconds > 0 and t.tokens >= t.real_tokens > 0 and t.other_s >= 0
+
+
+def test_sampler_old_logprobs_are_an_importance_ratio():
+    model = tiny_model()
+    batch = rollout(model)
+    batch.sampler_logprobs = batch.sampler_logprobs - 0.5 * batch.completion_mask  # a mismatched sampler
+    res = grpo_step(model, torch.optim.SGD(model.parameters(), lr=0.0), batch,
+                    GRPOConfig(old_logprobs="sampler"), version=0)
+    assert res.clip_fraction == pytest.approx(1.0)  # ρ = e^0.5 > 1.2 on every token
+    res2 = grpo_step(model, torch.optim.SGD(model.parameters(), lr=0.0), batch, GRPOConfig(), version=0)
+    assert res2.clip_fraction == 0.0
+
+
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        ("rewards", torch.zeros(5), "RolloutBatch.rewards has shape (5,), expected [12]"),
+        ("completion_mask", torch.ones(12, 3), "RolloutBatch.completion_mask has shape (12, 3)"),
+        ("rewards", torch.full((12,), float("nan")), "rewards contains NaN"),
+    ],
+)
+def test_bad_batches_are_named(field, value, words):
+    model = tiny_model()
+    batch = rollout(model)
+    setattr(batch, field, value)
+    with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
+        grpo_step(model, torch.optim.SGD(model.parameters(), lr=0.1), batch, GRPOConfig(), version=0)
+
+
+def test_bad_settings_are_named():
+    with pytest.raises(ValueError, match="group_size must be at least 2"):
+        GRPOConfig(group_size=1)
+    with pytest.raises(ValueError, match="old_logprobs must be 'learner' or 'sampler'"):
+        GRPOConfig(old_logprobs="ref")
+
+
+def test_non_finite_step_leaves_weights_untouched():
+    model = tiny_model()
+    batch = rollout(model)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    with torch.no_grad():
+        model.lm_head.weight[0, 0] = float("inf")
+    before["lm_head.weight"][0, 0] = float("inf")
+    with pytest.raises(FloatingPointError, match="non-finite"):
+        grpo_step(model, torch.optim.SGD(model.parameters(), lr=0.1), batch, GRPOConfig(), version=7)
+    for n, p in model.named_parameters():
+        assert torch.equal(p, before[n]), n
+
+
+def test_profiler_trace_is_written(tmp_path):
+    model = tiny_model()
+    path = tmp_path / "trace" / "step.json"
+    grpo_step(model, torch.optim.SGD(model.parameters(), lr=0.1), rollout(model), GRPOConfig(), version=0, trace_path=path)
+    trace = json.loads(path.read_text())
+    assert any(ev.get("name", "").startswith("aten::") for ev in trace["traceEvents"])
+
+
+def test_sampling_is_deterministic_and_stops_at_eos():
+    model = tiny_model()
+    prompts = torch.randint(5, 64, (4, 6), generator=torch.Generator().manual_seed(1))
+    a = sample_completions(model, prompts, 10, eos_id=EOS, seed=5)
+    b = sample_completions(model, prompts, 10, eos_id=EOS, seed=5)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    ids, mask, _ = a
+    for i in range(4):
+        n = int(mask[i].sum())
+        assert (mask[i, :n] == 1).all() and (mask[i, n:] == 0).all()
+        assert EOS not in ids[i, : n - 1].tolist()
