@@ -1,0 +1,98 @@
+"""The learner: a policy model, its precision (BF16 baseline or emulated MXFP8), an optimizer and a
+weight version — one object that takes rollout batches and produces GRPO updates.
+
+Precision
+---------
+``bf16`` — the baseline: every layer off-grid; forwards run under CPU autocast to bfloat16 (what a
+    Megatron BF16 learner computes), fp32 master weights and AdamW state.
+``mxfp8`` — the layers selected by ``layers`` (a preset ``none``/``all``/``half`` or name patterns, see
+    :mod:`.patterns`) are swapped for the Transformer-Engine-faithful MXFP8 emulation of
+    :mod:`.mxfp8` (fprop/dgrad/wgrad operands quantized to MXFP8); the rest stays BF16 as above.
+
+The learner's weights as the sampler must receive them (DESIGN.md, W2/W4):
+:meth:`Learner.forward_weights` — the rowwise MXFP8 QuantizedTensor of every on-grid layer's master
+weight, exactly the forward GEMM's operand; :meth:`Learner.bf16_view` — every other parameter as the
+round-to-nearest-even BF16 of its fp32 master.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from ..grids import QuantizedTensor, bf16_view
+from .grpo import GRPOConfig, RolloutBatch, StepResult, completion_logprobs, grpo_step
+from .mxfp8 import Recipe, apply_recipe, bf16_autocast, forward_weights
+from .patterns import resolve_layers
+
+__all__ = ["LearnerConfig", "Learner"]
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    precision: Literal["bf16", "mxfp8"] = "mxfp8"
+    layers: str | tuple[str, ...] = "all"
+    recipe: Recipe = field(default_factory=Recipe)
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+
+    def __post_init__(self) -> None:
+        if self.precision not in ("bf16", "mxfp8"):
+            raise ValueError(f"learner precision must be 'bf16' or 'mxfp8', got {self.precision!r}")
+        if self.lr <= 0:
+            raise ValueError(f"learner lr must be positive, got {self.lr}")
+
+
+class Learner:
+    """Owns the policy's fp32 master weights, the optimizer and the weight version."""
+
+    def __init__(self, model: torch.nn.Module, cfg: LearnerConfig) -> None:
+        self.model = model
+        self.cfg = cfg
+        if cfg.precision == "mxfp8":
+            sel = cfg.layers if isinstance(cfg.layers, str) else list(cfg.layers)
+            self.layers: list[str] = apply_recipe(model, resolve_layers(model, sel), cfg.recipe)
+        else:
+            self.layers = []
+        self.optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
+        )
+        self.version = 0
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        return bf16_autocast()
+
+    def step(self, batch: RolloutBatch, *, trace_path: Path | None = None) -> StepResult:
+        """One GRPO update; the version advances by one."""
+        res = grpo_step(self.model, self.optimizer, batch, self.cfg.grpo, version=self.version,
+                        autocast=self.autocast(), trace_path=trace_path)
+        self.version = res.version
+        return res
+
+    @torch.no_grad()
+    def logprobs(self, prompt_ids: torch.Tensor, completion_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The learner's log-probs of given completions at the current weights (the train side of KL)."""
+        self.model.eval()
+        with self.autocast():
+            return completion_logprobs(self.model, prompt_ids, completion_ids, mask)
+
+    def forward_weights(self) -> dict[str, QuantizedTensor]:
+        """Rowwise MXFP8 operands of every on-grid layer at the current master weights."""
+        return forward_weights(self.model)
+
+    def bf16_view(self) -> dict[str, torch.Tensor]:
+        """Every parameter not covered by :meth:`forward_weights`, as RNE BF16 of its fp32 master."""
+        on_grid = {n for n in self.layers}
+        out = {}
+        for name, p in self.model.named_parameters():
+            owner = name.rsplit(".", 1)[0] if name.endswith((".weight", ".bias")) else name
+            if owner in on_grid and name.endswith(".weight") or name in on_grid:
+                continue
+            out[name] = bf16_view(p.detach())
+        return out
