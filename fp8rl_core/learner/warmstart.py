@@ -75,8 +75,13 @@ _REQUIRED = ("config.json", "model.safetensors", METRICS_FILE)
 
 
 class WarmStartConfig(BaseModel):
-    """Settings of the supervised warm start. The defaults bring ``qwen3-dense-tiny`` to ≥ 0.9 held-out
-    exact-match accuracy on 3-digit addition (see the module docstring for how each is used)."""
+    """Settings of the supervised warm start (see the module docstring for how each is used).
+
+    Measured with these defaults on 3-digit addition (2 cores): ``qwen3-dense-tiny`` seed 0 reaches
+    held-out exact-match 0.95–1.0 (entropy ≤ 0.04 nats) in ~190 s, but seeds 1 and 2 stall on the
+    plateau near 0.1 (entropy ≈ 0.46); ``qwen3-moe-tiny`` seed 0 stalls near 0.05–0.1. Always check
+    ``WarmStartResult.accuracy`` before using a checkpoint; the tests use a smaller model on 2-digit
+    addition, which reaches ≥ 0.85 for every seed tried."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
