@@ -10,13 +10,23 @@ and back (an id outside the task vocabulary is spelled ``[id]``, which :func:`en
 Prompt and answer for ``a + b`` with ``digits = D`` (operands padded with leading zeros, so every
 prompt has the same length ``P = 2·D + 3`` and every answer the same length ``A = D + 2``)::
 
-    prompt  ^ a_{D-1} … a_0 + b_{D-1} … b_0 =        e.g. D=3, 7+95:  ^007+095=
-    answer  s_0 s_1 … s_D $      (reverse_answer=True, least significant digit first)   2010$
-            s_D … s_1 s_0 $      (reverse_answer=False, most significant first)        0102$
+    prompt  ^ a_0 … a_{D-1} + b_0 … b_{D-1} =   (reverse_operands=True, default)   e.g. D=3, 7+95:  ^700+590=
+            ^ a_{D-1} … a_0 + b_{D-1} … b_0 =   (reverse_operands=False, written order)             ^007+095=
+    answer  s_0 s_1 … s_D $                     (reverse_answer=True, default)                      2010$
+            s_D … s_1 s_0 $                     (reverse_answer=False, written order)               0102$
 
-``reverse_answer=True`` (default) emits the sum least-significant digit first — the order in which
-carries propagate — so each answer digit depends only on the operand digits at that position and the
-carry from the digits already emitted; tiny models learn it far faster than the written order.
+(digit ``x_i`` is the coefficient of 10^i; the padding zeros are written last when reversed.)
+
+Why little-endian by default — both choices make the task learnable by tiny RoPE models in a short warm
+start. ``reverse_answer``: the sum is emitted in the order carries propagate, so each answer digit depends
+on the operand digits at its position and the carry out of digits already emitted. ``reverse_operands``:
+answer digit ``s_i`` is predicted at position ``2·D + 2 + i`` and needs ``a_i`` (position ``1 + i``) and
+``b_i`` (position ``D + 2 + i``); with little-endian operands these lie at the *same* relative offsets
+(``2·D + 1`` and ``D`` back) for every ``i`` — a RoPE attention score depends on relative position, so
+one learned pattern serves every answer position. In written order the offsets change with ``i``; measured on
+3-digit addition with the default warm start, ``qwen3-dense-tiny`` seed 1 then never learned the tens
+digit (at chance; 9 % exact after 1200 steps) and ``qwen3-moe-tiny`` seed 0 reached 10 %, while with
+little-endian operands both reached 100 %.
 
 Reward (:meth:`AdditionTask.reward`), per row, on the completion up to and including its first EOS
 (anything after the first EOS is ignored; a completion shorter than ``A`` counts as PAD-extended):
@@ -124,6 +134,7 @@ class AdditionTask(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     digits: int = Field(default=3, ge=1, le=9)
+    reverse_operands: bool = True
     reverse_answer: bool = True
     eval_fraction: float = Field(default=0.1, ge=0.001, le=0.5)
 
@@ -163,6 +174,8 @@ class AdditionTask(BaseModel):
         n = a.numel()
         col = lambda v: torch.full((n, 1), v, dtype=torch.int64)  # noqa: E731
         da, db = self._digits_msb_first(a, self.digits), self._digits_msb_first(b, self.digits)
+        if self.reverse_operands:
+            da, db = da.flip(1), db.flip(1)
         prompt = torch.cat([col(BOS), da + DIGIT0, col(PLUS), db + DIGIT0, col(EQUALS)], dim=1)
         s = self._digits_msb_first(a + b, self.digits + 1)
         if self.reverse_answer:

@@ -31,23 +31,31 @@ def test_encode_rejects_unknown_characters():
 
 
 @pytest.mark.parametrize(
-    "digits, reverse, a, b, prompt, answer",
+    "digits, rev_ops, rev_ans, a, b, prompt, answer",
     [
-        (3, True, 7, 95, "^007+095=", "2010$"),  # 102, least significant digit first
-        (3, False, 7, 95, "^007+095=", "0102$"),
-        (3, True, 999, 999, "^999+999=", "8991$"),  # 1998
-        (2, True, 0, 0, "^00+00=", "000$"),
-        (1, True, 9, 8, "^9+8=", "71$"),
-        (5, True, 12345, 99999, "^12345+99999=", "443211$"),  # 112344
+        (3, True, True, 7, 95, "^700+590=", "2010$"),  # 102; every number least significant digit first
+        (3, False, True, 7, 95, "^007+095=", "2010$"),  # operands in written order
+        (3, False, False, 7, 95, "^007+095=", "0102$"),  # everything in written order
+        (3, True, False, 7, 95, "^700+590=", "0102$"),
+        (3, True, True, 999, 999, "^999+999=", "8991$"),  # 1998
+        (2, True, True, 12, 34, "^21+43=", "640$"),
+        (2, True, True, 0, 0, "^00+00=", "000$"),
+        (1, True, True, 9, 8, "^9+8=", "71$"),
+        (5, True, True, 12345, 99999, "^54321+99999=", "443211$"),  # 112344
     ],
 )
-def test_make_spells_prompt_and_answer(digits, reverse, a, b, prompt, answer):
-    task = AdditionTask(digits=digits, reverse_answer=reverse)
+def test_make_spells_prompt_and_answer(digits, rev_ops, rev_ans, a, b, prompt, answer):
+    task = AdditionTask(digits=digits, reverse_operands=rev_ops, reverse_answer=rev_ans)
     p = task.make([a], [b])
     assert decode(p.prompt_ids[0]) == prompt and decode(p.answer_ids[0]) == answer
     assert p.prompt_ids.shape == (1, task.prompt_len) == (1, 2 * digits + 3)
     assert p.answer_ids.shape == (1, task.answer_len) == (1, digits + 2)
     assert decode(p.sequences[0]) == prompt + answer
+
+
+def test_defaults_are_little_endian_three_digit():
+    task = AdditionTask()
+    assert (task.digits, task.reverse_operands, task.reverse_answer, task.eval_fraction) == (3, True, True, 0.1)
 
 
 def test_make_rejects_operands_out_of_range():
@@ -63,14 +71,17 @@ def test_prompts_are_deterministic_and_correct(digits):
     assert torch.equal(torch.get_rng_state(), rng)  # local generator only
     q = task.prompts(300, seed=5)
     r = task.prompts(300, seed=6)
-    assert all(torch.equal(x, y) for x, y in zip((p.prompt_ids, p.answer_ids, p.a, p.b), (q.prompt_ids, q.answer_ids, q.a, q.b)))
+    fields = ("prompt_ids", "answer_ids", "a", "b")
+    assert all(torch.equal(getattr(p, f), getattr(q, f)) for f in fields)
     assert not torch.equal(p.prompt_ids, r.prompt_ids)
     assert p.prompt_ids.shape == (300, 2 * digits + 3) and p.answer_ids.shape == (300, digits + 2)
     assert p.prompt_ids.dtype == p.answer_ids.dtype == torch.long
     assert ((p.a >= 0) & (p.a < 10**digits) & (p.b >= 0) & (p.b < 10**digits)).all()
-    # reading the answer digits back (least significant first) gives a + b
-    d = p.answer_ids[:, :-1] - 5
-    assert torch.equal((d * 10 ** torch.arange(digits + 1)).sum(1), p.a + p.b)
+    # reading the digits back (least significant first) gives a, b and a + b
+    value = lambda ids: ((ids - 5) * 10 ** torch.arange(ids.shape[1])).sum(1)  # noqa: E731
+    assert torch.equal(value(p.prompt_ids[:, 1 : 1 + digits]), p.a)
+    assert torch.equal(value(p.prompt_ids[:, digits + 2 : 2 * digits + 2]), p.b)
+    assert torch.equal(value(p.answer_ids[:, :-1]), p.a + p.b)
     assert (p.answer_ids[:, -1] == EOS).all()
     assert len(p) == 300
 
@@ -80,7 +91,7 @@ def test_repeat_interleave_groups_rows():
     assert p.a.tolist() == [1, 1, 1, 2, 2, 2] and decode(p.answer_ids[4]) == "600$"
 
 
-# answer of 7 + 95 with digits=3 is "2010$"
+# answer of 7 + 95 with digits=3 is "2010$" (the prompt "^700+590=")
 @pytest.mark.parametrize(
     "completion, reward",
     [
@@ -162,13 +173,15 @@ def test_eval_fraction_is_respected(digits, fraction):
 
 def test_empty_split_is_an_error():
     task = AdditionTask(digits=1, eval_fraction=0.001)
-    with pytest.raises(ValueError, match="the eval split of 1-digit addition with eval_fraction=0.001 holds no operand pairs"):
+    msg = "the eval split of 1-digit addition with eval_fraction=0.001 holds no operand pairs"
+    with pytest.raises(ValueError, match=msg):
         task.prompts(4, seed=0, split="eval")
 
 
 @pytest.mark.parametrize(
     "kwargs, fragment",
-    [({"digits": 0}, "digits"), ({"digits": 10}, "digits"), ({"eval_fraction": 0.9}, "eval_fraction"), ({"dig": 3}, "dig")],
+    [({"digits": 0}, "digits"), ({"digits": 10}, "digits"), ({"eval_fraction": 0.9}, "eval_fraction"),
+     ({"dig": 3}, "dig"), ({"reverse_operands": "sideways"}, "reverse_operands")],
 )
 def test_task_validation(kwargs, fragment):
     with pytest.raises(ValueError, match=fragment):

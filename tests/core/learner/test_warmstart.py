@@ -32,16 +32,17 @@ SPEC = ModelSpec(
     name="qwen3-dense-test", kind="dense", vocab_size=1024, hidden_size=128, intermediate_size=384,
     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=64,
 )
-# 2-digit addition, 600 steps (the last 180 decaying). Measured held-out exact-match accuracy / mean entropy
-# (nats) with these settings for seeds 0-4: MEASURED_PLACEHOLDER. The thresholds below hold for all five
-# with a margin (the test runs seed 0).
+# 2-digit addition (default little-endian format), 600 steps, the last 180 decaying. Measured held-out
+# exact-match accuracy / mean entropy (nats) / final loss for seeds 0-4: 0.977/0.12/0.04, 0.965/0.36/0.18,
+# 0.996/0.02/0.01, 0.984/0.17/0.08, 0.977/0.33/0.15. The thresholds below hold for all five with a margin
+# (the test runs seed 0).
 TEST_CFG = WarmStartConfig(
     steps=600, batch_size=64, lr=3e-3, weight_decay=0.1, warmup=30, seed=0, eval_prompts=256,
     task=AdditionTask(digits=2),
 )
-ACCURACY_THRESHOLD = 0.95
-ENTROPY_CEILING = 0.25  # nats; the untrained model is at ≈ ln(1024) = 6.93, the pre-learning plateau ≈ 1.16
-LOSS_CEILING = 0.1
+ACCURACY_THRESHOLD = 0.9
+ENTROPY_CEILING = 0.5  # nats; the untrained model is at ≈ ln(1024) = 6.93, the pre-learning plateau ≈ 1.16
+LOSS_CEILING = 0.3
 
 # A few steps only: for the write/reuse/atomicity mechanics, where accuracy does not matter.
 QUICK_CFG = WarmStartConfig(steps=3, batch_size=8, warmup=1, eval_prompts=8, task=AdditionTask(digits=1))
@@ -98,9 +99,10 @@ def test_untrained_model_is_not_peaked(trained):
 
 def test_greedy_matches_hf_generate_and_a_cache_free_argmax(trained):
     model = load_policy(trained[1].path)
-    fresh = build_model(SPEC, seed=3)  # an untrained model too: its argmax is not peaked, rows end at different times
+    fresh = build_model(SPEC, seed=3)  # untrained models too: their argmax is not peaked, rows end at different times
+    moe = build_model(load_model_spec(CONFIGS / "qwen3-moe-tiny.yaml"), seed=3)
     prompts = TEST_CFG.task.prompts(16, seed=1, split="eval").prompt_ids
-    for m in (model, fresh):
+    for m in (model, fresh, moe):
         ours = greedy_generate(m, prompts, 6)
         hf = m.generate(prompts, attention_mask=torch.ones_like(prompts), do_sample=False, max_new_tokens=6,
                         eos_token_id=EOS, pad_token_id=PAD)[:, prompts.shape[1]:]
@@ -126,16 +128,18 @@ def test_greedy_restores_training_mode_and_checks_shapes():
         greedy_generate(m, torch.ones(3, dtype=torch.long), 2)
 
 
-def test_training_is_deterministic(tmp_path):
-    a = warm_start(SPEC, QUICK_CFG, tmp_path / "a")
-    b = warm_start(SPEC, QUICK_CFG, tmp_path / "b")
+@pytest.mark.parametrize("spec", [SPEC, load_model_spec(CONFIGS / "qwen3-moe-tiny.yaml")], ids=["dense", "moe"])
+def test_training_is_deterministic(tmp_path, spec):
+    a = warm_start(spec, QUICK_CFG, tmp_path / "a")
+    b = warm_start(spec, QUICK_CFG, tmp_path / "b")
     wa = load_file(str(a.path / "model.safetensors"))
     wb = load_file(str(b.path / "model.safetensors"))
     assert a.key == b.key and not a.reused and not b.reused
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     assert (a.accuracy, a.mean_entropy, a.final_loss) == (b.accuracy, b.mean_entropy, b.final_loss)
-    fresh = build_model(SPEC, seed=QUICK_CFG.seed).state_dict()
-    assert not torch.equal(wa["model.layers.0.mlp.up_proj.weight"], fresh["model.layers.0.mlp.up_proj.weight"])
+    fresh = build_model(spec, seed=QUICK_CFG.seed).state_dict()
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(wa[q], fresh[q])  # it did train
 
 
 def test_a_failed_save_leaves_no_complete_looking_directory(tmp_path, monkeypatch):
@@ -176,6 +180,7 @@ def test_key_depends_on_what_determines_the_weights():
         (SPEC, QUICK_CFG.model_copy(update={"lr": 1e-3})),
         (SPEC, QUICK_CFG.model_copy(update={"seed": 1})),
         (SPEC, QUICK_CFG.model_copy(update={"task": AdditionTask(digits=1, reverse_answer=False)})),
+        (SPEC, QUICK_CFG.model_copy(update={"task": AdditionTask(digits=1, reverse_operands=False)})),
         (SPEC.model_copy(update={"rope_theta": 1e4}), QUICK_CFG),
         (SPEC.model_copy(update={"tie_word_embeddings": True}), QUICK_CFG),
         (load_model_spec(CONFIGS / "qwen3-dense-tiny.yaml"), QUICK_CFG),
@@ -197,7 +202,9 @@ def test_lr_schedule(step, factor):
 @pytest.mark.parametrize(
     "kwargs, fragment",
     [
-        ({"steps": 10, "warmup": 20}, "warmup (20) plus the decay phase (decay_fraction 0.3 of 10 = 3 steps) exceeds steps (10); lower warmup to at most 7"),
+        ({"steps": 10, "warmup": 20},
+         "warmup (20) plus the decay phase (decay_fraction 0.3 of 10 = 3 steps) exceeds steps (10); "
+         "lower warmup to at most 7"),
         ({"decay_fraction": 1.5}, "decay_fraction"),
         ({"lr": 0}, "lr"),
         ({"momentum": 0.9}, "momentum"),
