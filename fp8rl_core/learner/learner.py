@@ -82,6 +82,30 @@ class Learner:
         with self.autocast():
             return completion_logprobs(self.model, prompt_ids, completion_ids, mask)
 
+    @torch.no_grad()
+    def probe_logprobs(self, sequences: torch.Tensor, *, full: bool = False) -> torch.Tensor:
+        """Log-probs of each token of ``sequences`` [B, T] given its prefix, [B, T-1] (``full``: over the
+        vocabulary, [B, T-1, V]) — computed in fp32, without autocast, on the weights exactly as a synced
+        sampler holds them: on-grid layers through their MXFP8 forward operands (as always), every other
+        parameter as its BF16 view. This is the learner side of the exact behaviour check (DESIGN W7)
+        against a float32 sampler engine; the fp32 master weights are restored afterwards."""
+        self.model.eval()
+        views = self.bf16_view()
+        params = dict(self.model.named_parameters())
+        saved = {n: params[n].detach().clone() for n in views}
+        try:
+            for n, v in views.items():
+                params[n].copy_(v.to(params[n].dtype))
+            with torch.autocast("cpu", enabled=False):
+                logits = self.model(input_ids=sequences).logits[:, :-1].float()
+            logp = torch.log_softmax(logits, dim=-1)
+        finally:
+            for n, t in saved.items():
+                params[n].copy_(t)
+        if full:
+            return logp
+        return logp.gather(-1, sequences[:, 1:].unsqueeze(-1)).squeeze(-1)
+
     def forward_weights(self) -> dict[str, QuantizedTensor]:
         """Rowwise MXFP8 operands of every on-grid layer at the current master weights."""
         return forward_weights(self.model)

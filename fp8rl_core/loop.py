@@ -1,0 +1,143 @@
+"""The RL loop end to end: rollout on the vLLM sampler → GRPO step on the learner → weight sync → next.
+
+:func:`start_pipeline` builds the two sides of one run from a warm-start checkpoint and a preset
+(:mod:`fp8rl_core.sampler.presets`): the learner (BF16 or MXFP8 layers) and a live sampler engine
+loaded with the learner's current weights in the sampler's layout (reusing a running engine with
+the same identity, see :func:`fp8rl_core.sampler.engine.acquire`). :func:`run_rl` then runs N steps::
+
+    for step in 1..N:
+        rollout  = sampler.generate(prompts, n=G)                 # tagged with the engine's version v
+        result   = learner.step(rollout)                          # learner log-probs at v, same tokens
+        tensors  = export_weights(learner …)                      # version v+1, sampler layout
+        sampler.sync(tensors, v+1)                                # transport, in-place load, cache reset
+
+and returns a per-step table (tokens, rewards, loss, timings: generate, learner, export, transport,
+load, reset, total; the version) and a per-token table (sampler and learner log-probs of every sampled
+token, same tokens, same weight version). Before every rollout the sampler's version must equal the
+learner's — a rollout on other weights than the learner believes is refused (DESIGN W5).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from fp8rl_core.learner.grpo import GRPOConfig, RolloutBatch
+from fp8rl_core.learner.learner import Learner, LearnerConfig
+from fp8rl_core.learner.mxfp8 import Recipe
+from fp8rl_core.learner.patterns import gemm_layers
+from fp8rl_core.learner.task import EOS, PAD, AdditionTask
+from fp8rl_core.learner.warmstart import load_policy
+from fp8rl_core.sampler.engine import Sampler, SamplerConfig, acquire
+from fp8rl_core.sampler.presets import PRESETS, Preset, sampler_schemes
+from fp8rl_core.sync.export import export_weights
+
+__all__ = ["LoopResult", "Pipeline", "run_rl", "start_pipeline"]
+
+
+@dataclass
+class Pipeline:
+    preset: Preset
+    learner: Learner
+    sampler: Sampler
+    schemes: dict[str, str]
+
+    def export(self) -> dict[str, torch.Tensor]:
+        """The learner's current weights in the sampler's names, layout and grid."""
+        return export_weights(self.learner.model, self.learner.forward_weights(), self.schemes)
+
+
+def start_pipeline(
+    checkpoint: str | Path,
+    preset: str | Preset,
+    *,
+    sampler_cfg: SamplerConfig = SamplerConfig(),
+    rule: str = "rceil",
+    lr: float = 1e-5,
+    grpo: GRPOConfig = GRPOConfig(),
+    work_root: str | Path | None = None,
+) -> Pipeline:
+    """Learner + live sampler for ``preset`` on the warm-start ``checkpoint`` (both at version 0)."""
+    if isinstance(preset, str):
+        if preset not in PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+        preset = PRESETS[preset]
+    model = load_policy(checkpoint)
+    recipe = Recipe(rule=rule)
+    learner = Learner(model, LearnerConfig(precision=preset.learner_precision, layers=preset.learner_layers,
+                                           recipe=recipe, lr=lr, grpo=grpo))
+    schemes = sampler_schemes(gemm_layers(model), preset.sampler_layers, preset.sampler_grid)
+    tensors = export_weights(model, learner.forward_weights(), schemes)
+    sampler, _ = acquire(checkpoint, schemes, tensors, sampler_cfg, version=learner.version,
+                         mx_grid=recipe.fwd_grid, work_root=work_root)
+    return Pipeline(preset, learner, sampler, schemes)
+
+
+@dataclass
+class LoopResult:
+    steps: list[dict] = field(default_factory=list)
+    tokens: list[dict] = field(default_factory=list)
+
+
+def run_rl(
+    pipe: Pipeline,
+    task: AdditionTask,
+    steps: int,
+    *,
+    prompts_per_step: int = 8,
+    seed: int = 0,
+    max_new_tokens: int | None = None,
+    on_step: Callable[[dict], None] | None = None,
+) -> LoopResult:
+    """Run ``steps`` RL steps (see the module docstring); ``on_step`` sees each step's row as it lands."""
+    learner, sampler = pipe.learner, pipe.sampler
+    g = learner.cfg.grpo.group_size
+    max_new = max_new_tokens or task.answer_len + 1
+    result = LoopResult()
+    for step in range(1, steps + 1):
+        if sampler.version != learner.version:
+            raise RuntimeError(
+                f"step {step}: the sampler holds weight version {sampler.version}, the learner is at "
+                f"{learner.version}; a rollout must run on the learner's current weights (W5)"
+            )
+        t_step = time.perf_counter()
+        prompts = task.prompts(prompts_per_step, seed=seed * 1_000_003 + step, split="train")
+        roll = sampler.generate(prompts.prompt_ids, g, max_new, seed=seed * 7919 + step * 104729, eos_id=EOS, pad_id=PAD)
+        rewards = task.reward(prompts.repeat_interleave(g), roll.completion_ids * roll.completion_mask)
+        batch = RolloutBatch(roll.prompt_ids, roll.completion_ids, roll.completion_mask, rewards,
+                             roll.sampler_logprobs, version=roll.version)
+        t0 = time.perf_counter()
+        res = learner.step(batch)
+        learner_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        tensors = pipe.export()
+        export_s = time.perf_counter() - t0
+        sync = sampler.sync(tensors, learner.version, export_s=export_s)
+        mask = roll.completion_mask.bool()
+        d = (roll.sampler_logprobs - res.learner_logprobs)[mask]
+        row = {
+            "step": step, "version": roll.version, "new_version": learner.version,
+            "sequences": int(mask.shape[0]), "tokens": int(mask.sum()), "cached_tokens": roll.cached_tokens,
+            "mean_reward": float(rewards.mean()), "loss": res.loss, "grad_norm": res.grad_norm,
+            "clip_fraction": res.clip_fraction, "mean_abs_logprob_diff": float(d.abs().mean()),
+            "max_abs_logprob_diff": float(d.abs().max()),
+            "generate_s": roll.seconds, "learner_s": learner_s, "export_s": export_s,
+            "transport_s": sync.transport_s, "load_s": sync.load_s, "reset_s": sync.reset_s,
+            "sync_bytes": sync.bytes, "total_s": time.perf_counter() - t_step,
+        }
+        result.steps.append(row)
+        rows, cols = torch.nonzero(mask, as_tuple=True)
+        for r, c in zip(rows.tolist(), cols.tolist()):
+            result.tokens.append({
+                "step": step, "version": roll.version, "sequence": r, "position": c,
+                "token": int(roll.completion_ids[r, c]),
+                "sampler_logprob": float(roll.sampler_logprobs[r, c]),
+                "learner_logprob": float(res.learner_logprobs[r, c]),
+            })
+        if on_step is not None:
+            on_step(row)
+    return result

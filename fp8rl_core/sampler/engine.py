@@ -1,0 +1,398 @@
+"""The sampler: vLLM's offline engine on the learner's checkpoint, with per-layer grids and weight syncs.
+
+``Sampler`` wraps ``vllm.LLM``. vLLM runs the model in processes of its own (an engine-core process and
+a worker process, spawned), so the learner and the sampler never share a Python heap: weights cross
+as files (:mod:`fp8rl_core.sync.transport`) and control as ``collective_rpc`` calls into the worker
+extension (:mod:`.worker`). Create samplers from a script guarded by ``if __name__ == "__main__":``
+(vLLM spawns processes that re-import the main module).
+
+Engine directory. vLLM reads a Hugging Face directory: :func:`prepare_engine_dir` writes one per engine
+— the warm-start checkpoint's ``config.json`` with ``quantization_config = {"quant_method": "fp8rl",
+"layers": {vLLM prefix: scheme}}`` (see :mod:`.plugin`) and the initial sync tensors in checkpoint
+format, so the first load goes through vLLM's own loaders exactly like every later sync.
+
+Engine reuse. The engine's identity (:attr:`Sampler.key`) is what vLLM builds at start: the model
+config, the per-layer schemes, dtype, KV-cache dtype, lengths and memory. Anything else — which learner
+the weights come from (BF16 or MXFP8), the sampling seed — is per sync or per request, so several
+sampler configurations with one key reuse one engine (:func:`acquire`); a test proves that an engine
+re-synced to weights A after serving weights B generates exactly what a freshly started engine on A
+generates.
+
+Log-probs. Generation returns, per sampled token, the log-probability vLLM's sampler reports
+(``logprobs_mode="raw_logprobs"``: log-softmax of the model's logits, before temperature — what the
+learner computes). The probe path returns prompt log-probs (``prompt_logprobs``; such requests bypass
+the prefix cache) and, for exact KL, the full-vocabulary log-probs of a probe batch (``-1``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from safetensors.torch import load_file, save_file
+
+from fp8rl_core.sampler.layout import ModelLayout, to_checkpoint
+from fp8rl_core.sync.transport import SyncHandle, default_root, write_sync
+
+__all__ = [
+    "KV_CACHE_DTYPES",
+    "Rollout",
+    "Sampler",
+    "SamplerConfig",
+    "SamplerError",
+    "SyncTiming",
+    "acquire",
+    "cpu_fp8_kv_support",
+    "prepare_engine_dir",
+    "release_all",
+]
+
+KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2")
+WORKER_EXTENSION = "fp8rl_core.sampler.worker.Fp8rlWorkerExtension"
+
+
+class SamplerError(RuntimeError):
+    """The sampler cannot be created or used as configured (the message says what to change)."""
+
+
+class SamplerConfig(BaseModel):
+    """How the vLLM engine is built (engine identity) and how it samples."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dtype: Literal["bfloat16", "float32"] = Field(
+        "bfloat16", description="engine compute dtype; float32 is the exact probe mode (W7)")
+    kv_cache_dtype: Literal["auto", "fp8_e4m3", "fp8_e5m2"] = Field(
+        "auto", description="auto = the model dtype (BF16); fp8_* = FP8 KV cache with per-tensor scales")
+    max_model_len: int = Field(128, ge=16, description="prompt + completion tokens per sequence")
+    max_num_seqs: int = Field(256, ge=1, description="sequences the scheduler runs at once")
+    kv_cache_gib: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE: whole GiB of RAM for the KV cache")
+    memory_fraction: float = Field(0.1, gt=0, le=1, description="gpu_memory_utilization (a fraction of RAM on CPU)")
+    block_size: int = Field(32, ge=16, description="KV block size; CPU attention needs a multiple of 32")
+    enable_prefix_caching: bool = True
+    temperature: float = Field(1.0, gt=0)
+    bucket_mb: float = Field(64.0, gt=0, description="sync bucket size in MiB")
+    threads: int | None = Field(None, ge=1, description="OMP threads of the worker (None: vLLM's default)")
+
+    @field_validator("block_size")
+    @classmethod
+    def _block_multiple_of_32(cls, v: int) -> int:
+        if v % 32:
+            raise ValueError(f"block_size must be a multiple of 32 (vLLM's CPU attention), got {v}")
+        return v
+
+
+def cpu_fp8_kv_support() -> tuple[bool, str]:
+    """Whether this CPU can run vLLM's FP8 KV cache (its CPU attention needs AVX-512 or AMX)."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        flags = set()
+    has = sorted(f for f in flags if f.startswith(("avx512f", "amx_")))
+    if has:
+        return True, f"CPU flags {', '.join(has)}"
+    return False, "this CPU has neither AVX-512 (avx512f) nor AMX, which vLLM's CPU attention needs for an FP8 KV cache"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Engine directory
+# ----------------------------------------------------------------------------------------------------
+def _architecture(cfg: Mapping) -> str:
+    return "Qwen3MoeForCausalLM" if cfg.get("num_experts") else "Qwen3ForCausalLM"
+
+
+def engine_config(checkpoint: str | Path, schemes: Mapping[str, str], mx_grid: str) -> dict:
+    """The warm-start checkpoint's config.json plus the fp8rl quantization_config."""
+    path = Path(checkpoint) / "config.json"
+    if not path.is_file():
+        raise SamplerError(f"{path}: no config.json; the sampler needs the learner's warm-start checkpoint directory")
+    cfg = json.loads(path.read_text())
+    cfg["architectures"] = cfg.get("architectures") or [_architecture(cfg)]
+    cfg["quantization_config"] = {"quant_method": "fp8rl", "layers": dict(sorted(schemes.items())), "mx_grid": mx_grid}
+    return cfg
+
+
+def prepare_engine_dir(cfg: Mapping, initial: Mapping[str, torch.Tensor], root: str | Path) -> Path:
+    """A fresh HF directory under ``root`` with ``cfg`` and the initial sync tensors in checkpoint format."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="fp8rl-engine-", dir=root))
+    (folder / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True))
+    layout = ModelLayout.from_hf_config(cfg)
+    shards = {n: t.contiguous() for name, tensor in initial.items() for n, t in to_checkpoint(name, tensor, layout)}
+    save_file(shards, str(folder / "model.safetensors"))
+    return folder
+
+
+# ----------------------------------------------------------------------------------------------------
+# Results
+# ----------------------------------------------------------------------------------------------------
+@dataclass
+class Rollout:
+    """Completions of a batch of prompts (``n`` samples each, rows grouped per prompt)."""
+
+    prompt_ids: torch.Tensor  # [B, P] (each prompt repeated n times)
+    completion_ids: torch.Tensor  # [B, T] padded with pad_id
+    completion_mask: torch.Tensor  # [B, T] 1 on sampled tokens (EOS included)
+    sampler_logprobs: torch.Tensor  # [B, T] 0 where the mask is 0
+    version: int  # the weight version every token was generated with
+    seconds: float
+    cached_tokens: int  # prompt tokens served from the prefix cache
+
+    @property
+    def tokens(self) -> int:
+        return int(self.completion_mask.sum())
+
+
+@dataclass
+class SyncTiming:
+    version: int
+    export_s: float = 0.0
+    transport_s: float = 0.0
+    load_s: float = 0.0
+    reset_s: float = 0.0
+    bytes: int = 0
+    buckets: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def total_s(self) -> float:
+        return self.export_s + self.transport_s + self.load_s + self.reset_s
+
+
+# ----------------------------------------------------------------------------------------------------
+# The sampler
+# ----------------------------------------------------------------------------------------------------
+class Sampler:
+    """One live vLLM engine for one model and one set of per-layer schemes (see the module docstring)."""
+
+    def __init__(
+        self,
+        checkpoint: str | Path,
+        schemes: Mapping[str, str],
+        initial: Mapping[str, torch.Tensor],
+        cfg: SamplerConfig = SamplerConfig(),
+        *,
+        version: int = 0,
+        mx_grid: str = "mxfp8-e4m3-rceil",
+        work_root: str | Path | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.cfg = cfg
+        self.schemes = dict(schemes)
+        self.mx_grid = mx_grid
+        if cfg.kv_cache_dtype != "auto":
+            ok, why = cpu_fp8_kv_support()
+            if not ok and not torch.cuda.is_available():
+                raise SamplerError(f"kv_cache_dtype={cfg.kv_cache_dtype!r} is not available here: {why}; use kv_cache_dtype='auto'")
+        self.model_cfg = engine_config(checkpoint, schemes, mx_grid)
+        self.key = engine_key(self.model_cfg, cfg)
+        self.work_root = Path(work_root) if work_root is not None else default_root() / "fp8rl"
+        self.dir = prepare_engine_dir(self.model_cfg, initial, self.work_root)
+        self.vocab_size = int(self.model_cfg["vocab_size"])
+        env = {"VLLM_CPU_KVCACHE_SPACE": str(cfg.kv_cache_gib)}
+        if cfg.threads is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+            env["OMP_NUM_THREADS"] = str(cfg.threads)
+        old_env = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        t0 = time.perf_counter()
+        try:
+            from vllm import LLM
+
+            self.llm = LLM(
+                model=str(self.dir),
+                skip_tokenizer_init=True,
+                dtype=cfg.dtype,
+                kv_cache_dtype=cfg.kv_cache_dtype,
+                seed=seed,
+                max_model_len=cfg.max_model_len,
+                max_num_seqs=cfg.max_num_seqs,
+                enable_prefix_caching=cfg.enable_prefix_caching,
+                gpu_memory_utilization=cfg.memory_fraction,
+                block_size=cfg.block_size,
+                enforce_eager=True,
+                worker_extension_cls=WORKER_EXTENSION,
+                max_logprobs=-1,
+                logprobs_mode="raw_logprobs",
+            )
+        except Exception as e:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise SamplerError(f"vLLM could not start the sampler engine for {checkpoint}: {e}") from e
+        finally:
+            for k, v in old_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        self.startup_s = time.perf_counter() - t0
+        self.version = self._rpc("fp8rl_set_version", version)[0]
+        self.syncs = 0
+
+    # -- control ------------------------------------------------------------------------------------
+    def _rpc(self, method: str, *args) -> list:
+        return self.llm.collective_rpc(method, args=args)
+
+    def engine_version(self) -> list[int]:
+        """The version every worker (rank) of the engine reports."""
+        return [int(v) for v in self._rpc("fp8rl_version")]
+
+    def layers(self) -> dict[str, dict]:
+        """Per vLLM layer: scheme, post-load processing count, module type (from the worker)."""
+        return self._rpc("fp8rl_layers")[0]
+
+    def prefix_cache_blocks(self) -> int:
+        """Blocks the engine's prefix cache can currently hit (0 right after a reset)."""
+        return int(self.llm.llm_engine.engine_core.call_utility("fp8rl_prefix_cache_blocks"))
+
+    def reset_prefix_cache(self) -> bool:
+        return bool(self.llm.reset_prefix_cache())
+
+    # -- weights ------------------------------------------------------------------------------------
+    def sync(self, tensors: Mapping[str, torch.Tensor], version: int, *, reset_prefix_cache: bool = True,
+             export_s: float = 0.0) -> SyncTiming:
+        """Write ``tensors`` (sync names, see :mod:`.layout`) as buckets, load them in place, reset the
+        prefix cache (``reset_prefix_cache=False`` exists only to prove the reset is needed)."""
+        timing = SyncTiming(version=version, export_s=export_s)
+        t0 = time.perf_counter()
+        handle: SyncHandle = write_sync(tensors, version, bucket_bytes=int(self.cfg.bucket_mb * 2**20),
+                                        root=self.work_root / "sync")
+        timing.transport_s = time.perf_counter() - t0
+        timing.bytes, timing.buckets = handle.total_bytes, handle.buckets
+        try:
+            t0 = time.perf_counter()
+            results = self._rpc("fp8rl_load", str(handle.manifest))
+            timing.load_s = time.perf_counter() - t0
+        finally:
+            handle.remove()
+        versions = {int(r["version"]) for r in results}
+        if versions != {version}:
+            raise SamplerError(f"sync to version {version}: workers report versions {sorted(versions)}")
+        if reset_prefix_cache:
+            t0 = time.perf_counter()
+            if not self.reset_prefix_cache():
+                raise SamplerError("the prefix cache could not be reset after a sync (requests still running?)")
+            timing.reset_s = time.perf_counter() - t0
+        self.version = version
+        self.syncs += 1
+        return timing
+
+    def read_back(self, names: Sequence[str] | None = None, *, effective: bool = False) -> dict[str, torch.Tensor]:
+        """What the live engine computes with, by sync-tensor name (see :mod:`.worker`)."""
+        folder = Path(tempfile.mkdtemp(prefix="fp8rl-readback-", dir=self.work_root))
+        try:
+            path = folder / "readback.safetensors"
+            self._rpc("fp8rl_read", str(path), None if names is None else list(names), effective)
+            return load_file(str(path))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    # -- generation ---------------------------------------------------------------------------------
+    def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int,
+                 pad_id: int = 0, temperature: float | None = None) -> Rollout:
+        """``n`` completions per prompt row (rows grouped per prompt), with per-token log-probs."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        temperature = self.cfg.temperature if temperature is None else temperature
+        prompts = [TokensPrompt(prompt_token_ids=[int(t) for t in row]) for row in prompt_ids.tolist()]
+        params = [SamplingParams(n=n, max_tokens=max_tokens, temperature=temperature, seed=seed + i,
+                                 logprobs=0, stop_token_ids=[eos_id], detokenize=False, skip_special_tokens=False)
+                  for i in range(len(prompts))]
+        version = self.version
+        t0 = time.perf_counter()
+        outs = self.llm.generate(prompts, params, use_tqdm=False)
+        seconds = time.perf_counter() - t0
+        b = len(prompts) * n
+        ids = torch.full((b, max_tokens), pad_id, dtype=torch.long)
+        mask = torch.zeros((b, max_tokens), dtype=torch.long)
+        logps = torch.zeros((b, max_tokens), dtype=torch.float32)
+        cached = 0
+        for i, out in enumerate(outs):
+            cached += int(out.num_cached_tokens or 0)
+            for j, comp in enumerate(sorted(out.outputs, key=lambda c: c.index)):
+                row = i * n + j
+                toks = list(comp.token_ids)
+                ids[row, : len(toks)] = torch.tensor(toks, dtype=torch.long)
+                mask[row, : len(toks)] = 1
+                logps[row, : len(toks)] = torch.tensor([lp[t].logprob for lp, t in zip(comp.logprobs, toks)])
+        return Rollout(prompt_ids.repeat_interleave(n, dim=0), ids, mask, logps, version, seconds, cached)
+
+    def prompt_logprobs(self, sequences: torch.Tensor, *, full: bool = False) -> torch.Tensor:
+        """Log-probs of each token of ``sequences`` [B, T] given its prefix: [B, T-1] (``full``: the whole
+        vocabulary, [B, T-1, V], for exact KL). Prompt-logprob requests bypass the prefix cache."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        rows = sequences.tolist()
+        k = -1 if full else 0
+        params = SamplingParams(max_tokens=1, prompt_logprobs=k, detokenize=False, temperature=1.0)
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=[int(t) for t in r]) for r in rows], params, use_tqdm=False)
+        t = len(rows[0]) - 1
+        if full:
+            res = torch.full((len(rows), t, self.vocab_size), -math.inf, dtype=torch.float32)
+        else:
+            res = torch.zeros((len(rows), t), dtype=torch.float32)
+        for i, out in enumerate(outs):
+            for pos, entry in enumerate(out.prompt_logprobs[1:]):
+                if full:
+                    ids = torch.tensor(list(entry.keys()), dtype=torch.long)
+                    res[i, pos, ids] = torch.tensor([v.logprob for v in entry.values()], dtype=torch.float32)
+                else:
+                    res[i, pos] = entry[rows[i][pos + 1]].logprob
+        return res
+
+    # -- lifetime -----------------------------------------------------------------------------------
+    def close(self) -> None:
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            try:
+                llm.llm_engine.engine_core.shutdown()
+            except Exception:  # noqa: BLE001 — best effort at teardown
+                pass
+            self.llm = None
+        shutil.rmtree(getattr(self, "dir", ""), ignore_errors=True)
+
+
+def engine_key(model_cfg: Mapping, cfg: SamplerConfig) -> str:
+    """What makes two engines interchangeable: model config (incl. schemes) and engine settings."""
+    engine_fields = cfg.model_dump(exclude={"temperature", "bucket_mb"})
+    canon = json.dumps({"model": model_cfg, "engine": engine_fields}, sort_keys=True, default=str)
+    return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
+_ENGINES: dict[str, Sampler] = {}
+
+
+def acquire(checkpoint: str | Path, schemes: Mapping[str, str], tensors: Mapping[str, torch.Tensor],
+            cfg: SamplerConfig = SamplerConfig(), *, version: int = 0, mx_grid: str = "mxfp8-e4m3-rceil",
+            work_root: str | Path | None = None) -> tuple[Sampler, SyncTiming | None]:
+    """A live engine for (checkpoint config, schemes, cfg) loaded with ``tensors`` at ``version``: the
+    running one when its key matches (then the weights are synced in — no second startup), else a
+    new one. Returns the sampler and the sync timing (None for a fresh start)."""
+    key = engine_key(engine_config(checkpoint, schemes, mx_grid), cfg)
+    live = _ENGINES.get(key)
+    if live is not None and live.llm is not None:
+        live.cfg = cfg
+        return live, live.sync(tensors, version)
+    sampler = Sampler(checkpoint, schemes, tensors, cfg, version=version, mx_grid=mx_grid, work_root=work_root)
+    _ENGINES[key] = sampler
+    return sampler, None
+
+
+def release_all() -> None:
+    """Shut every engine started by :func:`acquire` down."""
+    for s in list(_ENGINES.values()):
+        s.close()
+    _ENGINES.clear()

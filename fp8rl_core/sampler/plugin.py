@@ -1,0 +1,310 @@
+"""The ``fp8rl`` vLLM quantization method: a sampler that computes on the learner's grid, per layer.
+
+vLLM has no MXFP8 GEMM on CPU, so this plugin supplies one, registered through vLLM's plugin entry
+point ``vllm.general_plugins`` (``pyproject.toml``: ``fp8rl = "fp8rl_core.sampler.plugin:register"``).
+vLLM calls :func:`register` in *every* process it starts — the front end, the engine core and each
+worker are spawned, so nothing set up in the parent carries over — and an engine selects the method
+with ``quantization_config.quant_method = "fp8rl"`` in the model's ``config.json``.
+
+The config names a *scheme* per vLLM layer prefix (``model.layers.1.self_attn.qkv_proj``,
+``model.layers.1.mlp.experts``, …; absent = ``bf16``):
+
+``bf16``
+    vLLM's own unquantized method (on CPU it prepacks the weight for oneDNN and empties
+    ``weight``), wrapped only to count post-load processing (DESIGN W6: exactly once per sync).
+``mxfp8``
+    the learner's grid. The layer holds the learner's rowwise MXFP8 forward operand as it was
+    synced: ``weight`` uint8 [N, K] (E4M3 bit patterns) and ``weight_scale`` uint8 [N, K/32] (E8M0
+    bytes) — vLLM's weight-loader-v2 places fused q/k/v and gate/up shards for both. The forward
+    quantizes activations rowwise with the same MXFP8 rule (Transformer Engine's fprop input
+    quantizer, 1×32 blocks along K, ``fp8rl_core.grids.quantize``) and multiplies the dequantized
+    operands in fp32: ``Y = deq(Xq) · deq(Wq)ᵀ`` — the values an MXFP8 tensor core multiplies, as
+    :func:`fp8rl_core.learner.mxfp8.linear` computes them for the learner. The bytes are never
+    requantized (W2); post-load processing only builds the dequantized fp32 copy (derived state, W6).
+``block128``
+    another grid, what verl's FP8 rollout does: the layer receives the learner's BF16 view and
+    post-load processing requantizes it itself to DeepSeek-style 128×128 block FP8 (E4M3 data, fp32
+    ``weight_scale_inv``; :mod:`fp8rl_core.grids.block`); activations are quantized per token in 1×128
+    groups with vLLM's rule (division by ``max(amax, eps)/448``) and the dequantized operands multiplied.
+
+MoE experts (``RoutedExperts``) take the same schemes through :class:`Fp8rlMoEMethod`:
+``w13_weight`` [E, 2I, H] (gate rows then up rows, vLLM's order) and ``w2_weight`` [E, H, I], with
+``*_weight_scale`` uint8 [E, N, K/32] for ``mxfp8``; the forward routes each token to its top-k experts
+and runs gate_up → SiLU(gate)·up → down per expert, like the learner's ``MXFP8Experts``.
+
+On Blackwell GPUs the synced (weight, weight_scale) pairs are exactly what vLLM's native MXFP8 linear
+method consumes; :func:`native_mxfp8_available` reports whether that path can be used (it needs CUDA
+compute capability ≥ 10.0) and :class:`Fp8rlLinearMethod` hands such layers to it.
+
+Derived state is kept as plain attributes (``fp8rl_w`` …), rebuilt by every post-load processing;
+``fp8rl_processed`` counts processings per layer so checks can see "exactly once per sync".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from fp8rl_core.grids import QuantizedTensor, quantize
+from vllm.model_executor.layers.fused_moe import RoutedExperts
+from vllm.model_executor.layers.fused_moe.config import FusedMoEQuantConfig
+from vllm.model_executor.layers.fused_moe.fused_moe_method_base import FusedMoEMethodBase
+from vllm.model_executor.layers.fused_moe.routed_experts import FusedMoeWeightScaleSupported
+from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+from vllm.model_executor.layers.linear import LinearBase, LinearMethodBase, UnquantizedLinearMethod
+from vllm.model_executor.layers.quantization import register_quantization_config
+from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
+from vllm.model_executor.parameter import GroupQuantScaleParameter, ModelWeightParameter
+from vllm.model_executor.utils import set_weight_attrs
+
+__all__ = ["QUANT_METHOD", "SCHEMES", "register", "native_mxfp8_available"]
+
+QUANT_METHOD = "fp8rl"
+SCHEMES = ("bf16", "mxfp8", "block128")
+MX_BLOCK = 32
+_REGISTERED = False
+
+
+def native_mxfp8_available() -> bool:
+    """True on a CUDA device with MXFP8 tensor cores (compute capability ≥ 10.0, Blackwell)."""
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 10
+
+
+# ----------------------------------------------------------------------------------------------------
+# Arithmetic shared by linear and MoE layers (pure torch)
+# ----------------------------------------------------------------------------------------------------
+def mx_weight(data_u8: torch.Tensor, scale_u8: torch.Tensor, grid: str) -> torch.Tensor:
+    """Dequantize synced MXFP8 bytes (uint8 views) to fp32 along the last dim."""
+    qt = QuantizedTensor(data_u8.view(torch.float8_e4m3fn), scale_u8, _grid(grid), axis=data_u8.dim() - 1)
+    return qt.dequantize(torch.float32)
+
+
+def mx_gemm(x: torch.Tensor, w_deq: torch.Tensor, grid: str) -> torch.Tensor:
+    """fp32 product of MXFP8-quantized activations (rowwise, 1×32 along K) and a dequantized weight."""
+    xq = quantize(x, grid, axis=-1).dequantize(torch.float32)
+    return xq @ w_deq.t()
+
+
+def block_gemm(x: torch.Tensor, w_deq: torch.Tensor, grid: str) -> torch.Tensor:
+    """fp32 product of 1×128 per-token-group FP8 activations (vLLM's rule) and a dequantized weight."""
+    xq = quantize(x, grid, axis=-1, role="activation").dequantize(torch.float32)
+    return xq @ w_deq.t()
+
+
+def _grid(spec: str):
+    from fp8rl_core.grids import parse_grid
+
+    return parse_grid(spec)
+
+
+class _Scheme:
+    """What a scheme does to a [.., N, K] weight after loading and to activations in the forward."""
+
+    def __init__(self, name: str, mx_grid: str, block_grid: str) -> None:
+        self.name, self.mx_grid, self.block_grid = name, mx_grid, block_grid
+
+    def process(self, weight: torch.Tensor, scale: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        if self.name == "mxfp8":
+            return {"fp8rl_w": mx_weight(weight, scale, self.mx_grid)}
+        # block128: requantize the received BF16 view itself (what verl's FP8 rollout does)
+        qt = quantize(weight.float(), self.block_grid, role="weight")
+        return {"fp8rl_data": qt.data, "fp8rl_scale_inv": qt.scale, "fp8rl_w": qt.dequantize(torch.float32)}
+
+    def gemm(self, x: torch.Tensor, w_deq: torch.Tensor) -> torch.Tensor:
+        if self.name == "mxfp8":
+            return mx_gemm(x, w_deq, self.mx_grid)
+        return block_gemm(x, w_deq, self.block_grid)
+
+
+def _count(layer: torch.nn.Module) -> None:
+    layer.fp8rl_processed = getattr(layer, "fp8rl_processed", 0) + 1
+
+class CountingLinearMethod(UnquantizedLinearMethod):
+    """vLLM's unquantized linear method; counts post-load processing."""
+
+    fp8rl_scheme = "bf16"
+
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        _count(layer)
+        super().process_weights_after_loading(layer)
+
+class CountingMoEMethod(UnquantizedFusedMoEMethod):
+    """vLLM's unquantized fused-MoE method; counts post-load processing."""
+
+    fp8rl_scheme = "bf16"
+    #: Redo the experts kernel's own post-load step (CPU: pad + prepack) on a weight update. vLLM
+    #: 0.32's unquantized method runs it only on the first load; on an in-place reload the fresh,
+    #: unpacked weights are copied over the packed ones and the CPU kernel reads them as packed —
+    #: measured here: re-syncing *identical* weights moved prompt log-probs by 0.11 (W6).
+    repack_on_update = True
+
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        _count(layer)
+        update = self.moe_kernel is not None
+        super().process_weights_after_loading(layer)
+        if update and self.repack_on_update and self.moe_kernel is not None:
+            self.moe_kernel.fused_experts.process_weights_after_loading(layer)
+
+
+class Fp8rlLinearMethod(LinearMethodBase):
+    def __init__(self, scheme: _Scheme) -> None:
+        self.scheme = scheme
+        self.fp8rl_scheme = scheme.name
+
+    def create_weights(self, layer, input_size_per_partition, output_partition_sizes, input_size,
+                       output_size, params_dtype, **extra_weight_attrs):
+        weight_loader = extra_weight_attrs.pop("weight_loader")
+        n, k = sum(output_partition_sizes), input_size_per_partition
+        if self.scheme.name == "mxfp8":
+            if k % MX_BLOCK:
+                raise ValueError(f"fp8rl mxfp8 layer: K = {k} is not a multiple of {MX_BLOCK}")
+            weight = ModelWeightParameter(data=torch.empty(n, k, dtype=torch.uint8), input_dim=1,
+                                          output_dim=0, weight_loader=weight_loader)
+            scale = GroupQuantScaleParameter(data=torch.empty(n, k // MX_BLOCK, dtype=torch.uint8),
+                                             input_dim=1, output_dim=0, weight_loader=weight_loader)
+            layer.register_parameter("weight", weight)
+            layer.register_parameter("weight_scale", scale)
+        else:  # block128 receives the BF16 view in the engine dtype
+            weight = ModelWeightParameter(data=torch.empty(n, k, dtype=params_dtype), input_dim=1,
+                                          output_dim=0, weight_loader=weight_loader)
+            layer.register_parameter("weight", weight)
+        set_weight_attrs(weight, extra_weight_attrs)
+        layer.fp8rl_scheme = self.scheme.name
+
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        _count(layer)
+        scale = getattr(layer, "weight_scale", None)
+        for key, value in self.scheme.process(layer.weight.data, None if scale is None else scale.data).items():
+            setattr(layer, key, value)
+
+    def apply(self, layer, x, bias=None):
+        shape = x.shape
+        y = self.scheme.gemm(x.reshape(-1, shape[-1]), layer.fp8rl_w)
+        if bias is not None:
+            y = y + bias.float()
+        return y.to(x.dtype).reshape(*shape[:-1], y.shape[-1])
+
+class Fp8rlMoEMethod(FusedMoEMethodBase):
+    """Experts on a grid: per-expert MXFP8 (synced bytes) or 128×128 block FP8 (requantized)."""
+
+    def __init__(self, moe, scheme: _Scheme) -> None:
+        super().__init__(moe)
+        self.scheme = scheme
+        self.fp8rl_scheme = scheme.name
+
+    def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition,
+                       params_dtype, **extra_weight_attrs):
+        e, h, i = num_experts, hidden_size, intermediate_size_per_partition
+        mx = self.scheme.name == "mxfp8"
+        dtype = torch.uint8 if mx else params_dtype
+        shapes = {"w13_weight": (e, 2 * i, h), "w2_weight": (e, h, i)}
+        for name, shp in shapes.items():
+            p = torch.nn.Parameter(torch.empty(*shp, dtype=dtype), requires_grad=False)
+            layer.register_parameter(name, p)
+            set_weight_attrs(p, extra_weight_attrs)
+            if mx:
+                if shp[-1] % MX_BLOCK:
+                    raise ValueError(f"fp8rl mxfp8 experts: K = {shp[-1]} is not a multiple of {MX_BLOCK}")
+                s = torch.nn.Parameter(torch.empty(*shp[:-1], shp[-1] // MX_BLOCK, dtype=torch.uint8),
+                                       requires_grad=False)
+                layer.register_parameter(f"{name}_scale", s)
+                set_weight_attrs(s, {**extra_weight_attrs, "quant_method": FusedMoeWeightScaleSupported.GROUP.value})
+        layer.fp8rl_scheme = self.scheme.name
+
+    def get_fused_moe_quant_config(self, layer):
+        return FusedMoEQuantConfig.make()
+
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        _count(layer)
+        for w in ("w13", "w2"):
+            scale = getattr(layer, f"{w}_weight_scale", None)
+            out = self.scheme.process(getattr(layer, f"{w}_weight").data, None if scale is None else scale.data)
+            for key, value in out.items():
+                setattr(layer, f"{key}_{w}", value)
+
+    def apply(self, layer, x, topk_weights, topk_ids, shared_experts=None, shared_experts_input=None):
+        out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32, device=x.device)
+        w13, w2 = layer.fp8rl_w_w13, layer.fp8rl_w_w2
+        for e in torch.unique(topk_ids).tolist():
+            tok, pos = torch.where(topk_ids == e)
+            gu = self.scheme.gemm(x[tok], w13[e]).to(x.dtype)
+            gate, up = gu.chunk(2, dim=-1)
+            act = F.silu(gate) * up
+            y = self.scheme.gemm(act, w2[e]).to(x.dtype)
+            out.index_add_(0, tok, y.float() * topk_weights[tok, pos, None].float())
+        return out.to(x.dtype)
+
+class Fp8rlConfig(QuantizationConfig):
+    """Per-layer sampler grids for fp8rl (see the module docstring)."""
+
+    def __init__(self, layers: dict[str, str], mx_grid: str = "mxfp8-e4m3-rceil",
+                 block_grid: str = "fp8-block128-e4m3") -> None:
+        super().__init__()
+        bad = {p: s for p, s in layers.items() if s not in SCHEMES}
+        if bad:
+            raise ValueError(f"fp8rl quantization_config.layers: unknown scheme(s) {bad}; valid: {SCHEMES}")
+        self.layers = dict(layers)
+        self.mx_grid = mx_grid
+        self.block_grid = block_grid
+        self.seen: set[str] = set()
+
+    def get_name(self) -> str:
+        return QUANT_METHOD
+
+    def get_supported_act_dtypes(self) -> list[torch.dtype]:
+        return [torch.float32, torch.bfloat16, torch.float16]
+
+    @classmethod
+    def get_min_capability(cls) -> int:
+        return 0
+
+    @staticmethod
+    def get_config_filenames() -> list[str]:
+        return []
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "Fp8rlConfig":
+        return cls(config.get("layers", {}), config.get("mx_grid", "mxfp8-e4m3-rceil"),
+                   config.get("block_grid", "fp8-block128-e4m3"))
+
+    def _scheme(self, prefix: str) -> _Scheme:
+        self.seen.add(prefix)
+        return _Scheme(self.layers.get(prefix, "bf16"), self.mx_grid, self.block_grid)
+
+    def get_quant_method(self, layer: torch.nn.Module, prefix: str):
+        if isinstance(layer, LinearBase):
+            scheme = self._scheme(prefix)
+            return CountingLinearMethod() if scheme.name == "bf16" else Fp8rlLinearMethod(scheme)
+        if isinstance(layer, RoutedExperts):
+            scheme = self._scheme(prefix.removesuffix(".routed_experts"))
+            if scheme.name == "bf16":
+                return CountingMoEMethod(layer.moe_config)
+            return Fp8rlMoEMethod(layer.moe_config, scheme)
+        return None
+
+
+def register() -> None:
+    """vLLM general-plugin entry point: register the ``fp8rl`` quantization method (idempotent)."""
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    register_quantization_config(QUANT_METHOD)(Fp8rlConfig)
+    _patch_engine_core()
+    _REGISTERED = True
+
+
+def _patch_engine_core() -> None:
+    """Give the engine core a read-only utility: the number of blocks its prefix cache can hit."""
+    try:
+        from vllm.v1.engine.core import EngineCore
+    except ImportError:  # pragma: no cover — a vLLM without the v1 engine
+        return
+
+    def fp8rl_prefix_cache_blocks(self) -> int:
+        pool = self.scheduler.kv_cache_manager.block_pool
+        return len(pool.cached_block_hashes_by_block)
+
+    if not hasattr(EngineCore, "fp8rl_prefix_cache_blocks"):
+        EngineCore.fp8rl_prefix_cache_blocks = fp8rl_prefix_cache_blocks

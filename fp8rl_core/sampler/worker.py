@@ -1,0 +1,134 @@
+"""The vLLM worker extension: load a sync in place, report the weight version, read weights back.
+
+vLLM mixes ``worker_extension_cls`` into its worker class, so these methods run inside the worker
+process, next to the model, and are called with ``LLM.collective_rpc(name, args=...)``. Their names
+start with ``fp8rl_`` because the worker already has an ``update_weights`` of its own (vLLM refuses an
+extension whose attributes collide with the worker's).
+
+Load (:meth:`fp8rl_load`): the manifest path of a sync (:mod:`fp8rl_core.sync.transport`) is read
+bucket by bucket; each sync tensor is split into checkpoint-format shards
+(:func:`~fp8rl_core.sampler.layout.to_checkpoint`) and fed to vLLM's in-place reload path
+(``model_runner.reload_weights(weights_iterator=…)``): layers are rebuilt from their recorded
+metadata, loaded through vLLM's own weight loaders, post-load processing runs once per layer when all
+of a layer's elements have arrived, and the results are copied into the live tensors. A layer that
+receives nothing keeps its old tensors (vLLM's fallback) — exactly the silent failure W1 guards.
+
+Read back (:meth:`fp8rl_read`): what the engine computes with, under sync-tensor names, written to a
+safetensors file whose path is returned (tensors do not travel as RPC results either). For the
+plugin's FP8 layers the held bytes (``weight``, ``weight_scale``); for prepacked BF16 layers — the
+CPU worker packs the weight for oneDNN and empties ``weight`` — the *effective* weight recovered by a
+probe forward of the layer with an identity input: ``I · Wᵀ = Wᵀ`` exactly (every output element is
+one product with 1.0). ``effective=True`` probes the plugin's layers too (their dequantized operand).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from fp8rl_core.sampler.layout import ModelLayout, to_checkpoint
+from fp8rl_core.sync.transport import read_manifest, read_sync
+
+__all__ = ["Fp8rlWorkerExtension"]
+
+
+def _prefix(module_name: str) -> str:
+    return module_name.removesuffix(".routed_experts")
+
+
+class Fp8rlWorkerExtension:
+    """Methods mixed into vLLM's worker (see the module docstring)."""
+
+    fp8rl_weight_version: int = 0
+    fp8rl_load_count: int = 0
+
+    # -- weights in ---------------------------------------------------------------------------------
+    def fp8rl_load(self, manifest_path: str) -> dict:
+        """Load the sync at ``manifest_path`` in place; the engine's version becomes the sync's."""
+        t0 = time.perf_counter()
+        manifest = read_manifest(manifest_path)
+        layout = ModelLayout.from_hf_config(self.model_runner.model_config.hf_config)
+        count = 0
+
+        def shards():
+            nonlocal count
+            for name, tensor in read_sync(manifest_path):
+                count += 1
+                yield from to_checkpoint(name, tensor, layout)
+
+        self.model_runner.reload_weights(weights_iterator=shards())
+        self.fp8rl_weight_version = int(manifest["version"])
+        self.fp8rl_load_count += 1
+        return {"version": self.fp8rl_weight_version, "tensors": count, "seconds": time.perf_counter() - t0}
+
+    def fp8rl_set_version(self, version: int) -> int:
+        self.fp8rl_weight_version = int(version)
+        return self.fp8rl_weight_version
+
+    def fp8rl_version(self) -> int:
+        return self.fp8rl_weight_version
+
+    # -- introspection --------------------------------------------------------------------------------
+    def _fp8rl_layers(self):
+        model = self.model_runner.get_model()
+        for name, module in model.named_modules():
+            scheme = getattr(getattr(module, "quant_method", None), "fp8rl_scheme", None)
+            if scheme is not None:
+                yield _prefix(name), module, scheme
+
+    def fp8rl_layers(self) -> dict[str, dict]:
+        """Per vLLM layer: its scheme and how many times post-load processing ran on it."""
+        return {p: {"scheme": s, "processed": int(getattr(m, "fp8rl_processed", 0)), "type": type(m).__name__}
+                for p, m, s in self._fp8rl_layers()}
+
+    @torch.no_grad()
+    def _fp8rl_probe(self, module: torch.nn.Module) -> torch.Tensor:
+        k = getattr(module, "input_size_per_partition", None) or module.input_size
+        dtype = self.model_runner.model_config.dtype
+        eye = torch.eye(k, dtype=dtype, device=self.device)
+        return module.quant_method.apply(module, eye).t().contiguous()
+
+    @torch.no_grad()
+    def fp8rl_read(self, out_path: str, names: list[str] | None = None, effective: bool = False) -> dict:
+        """Write what the engine computes with to ``out_path`` (safetensors); returns counts."""
+        wanted = None if names is None else set(names)
+        out: dict[str, torch.Tensor] = {}
+        owned: set[int] = set()
+
+        def put(name: str, t: torch.Tensor) -> None:
+            if wanted is None or name in wanted:
+                out[name] = t.detach().cpu().contiguous().clone()
+
+        for prefix, module, scheme in self._fp8rl_layers():
+            owned.update(id(p) for p in module.parameters(recurse=False))
+            experts = hasattr(module, "w13_weight")
+            if experts:
+                for w in ("w13", "w2"):
+                    put(f"{prefix}.{w}_weight", getattr(module, f"{w}_weight"))
+                    if scheme == "mxfp8":
+                        put(f"{prefix}.{w}_weight_scale", getattr(module, f"{w}_weight_scale"))
+                    if scheme == "block128":
+                        put(f"{prefix}.{w}_fp8_data", getattr(module, f"fp8rl_data_{w}").view(torch.uint8))
+                        put(f"{prefix}.{w}_fp8_scale_inv", getattr(module, f"fp8rl_scale_inv_{w}"))
+                continue
+            if scheme == "bf16":
+                put(f"{prefix}.weight", self._fp8rl_probe(module))
+                continue
+            put(f"{prefix}.weight", module.weight)
+            if scheme == "mxfp8":
+                put(f"{prefix}.weight_scale", module.weight_scale)
+            else:
+                put(f"{prefix}.fp8_data", module.fp8rl_data.view(torch.uint8))
+                put(f"{prefix}.fp8_scale_inv", module.fp8rl_scale_inv)
+            if effective:
+                put(f"{prefix}.effective", self._fp8rl_probe(module))
+        model = self.model_runner.get_model()
+        for name, p in model.named_parameters():
+            if id(p) not in owned:
+                put(name, p)
+        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+        save_file(out, out_path, metadata={"version": str(self.fp8rl_weight_version)})
+        return {"version": self.fp8rl_weight_version, "tensors": len(out)}
