@@ -93,12 +93,15 @@ class SamplerConfig(BaseModel):
         return v
 
 
-def cpu_fp8_kv_support() -> tuple[bool, str]:
-    """Whether this CPU can run vLLM's FP8 KV cache (its CPU attention needs AVX-512 or AMX)."""
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        flags = set()
+def cpu_fp8_kv_support(cpuinfo: str | None = None) -> tuple[bool, str]:
+    """Whether this CPU can run vLLM's FP8 KV cache (its CPU attention needs AVX-512 or AMX); the
+    flags are read from ``/proc/cpuinfo`` unless its text is given."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    flags = set(cpuinfo.split())
     has = sorted(f for f in flags if f.startswith(("avx512f", "amx_")))
     if has:
         return True, f"CPU flags {', '.join(has)}"

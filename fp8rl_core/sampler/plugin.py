@@ -304,7 +304,7 @@ def _patch_engine_core() -> None:
 
     def fp8rl_prefix_cache_blocks(self) -> int:
         pool = self.scheduler.kv_cache_manager.block_pool
-        return len(pool.cached_block_hashes_by_block)
+        return sum(1 if not isinstance(v, dict) else len(v) for v in pool.cached_block_hash_to_block._cache.values())
 
     if not hasattr(EngineCore, "fp8rl_prefix_cache_blocks"):
         EngineCore.fp8rl_prefix_cache_blocks = fp8rl_prefix_cache_blocks

@@ -1,0 +1,70 @@
+"""Shared fixtures for tests that start real vLLM engines.
+
+Engines are expensive (~20 s to start on 2 cores), so tests share them: :func:`engines` returns an
+``EngineCache`` keyed on (model kind, preset, dtype) that keeps at most two engines alive (older ones are
+shut down) and closes all at the end of the session. Test modules are ordered so that the tests using
+one engine run together. The policies are small models warm-started for a few hundred steps (so their
+rollouts earn partial rewards and GRPO steps move the weights), with hidden ≠ intermediate size and
+q heads ≠ kv heads so that a swapped or transposed mapping cannot pass a byte comparison.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import pytest
+
+from fp8rl_core.learner.models import ModelSpec
+from fp8rl_core.learner.task import AdditionTask
+from fp8rl_core.learner.warmstart import WarmStartConfig, warm_start
+from fp8rl_core.loop import Pipeline, start_pipeline
+from fp8rl_core.sampler.engine import SamplerConfig, release_all
+
+SPECS = {
+    "dense": ModelSpec(
+        name="sampler-dense-test", kind="dense", vocab_size=1024, hidden_size=128, intermediate_size=384,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=64,
+    ),
+    "moe": ModelSpec(
+        name="sampler-moe-test", kind="moe", vocab_size=1024, hidden_size=128, intermediate_size=384,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=64,
+        moe_intermediate_size=64, num_experts=4, num_experts_per_tok=2,
+    ),
+}
+TASK = AdditionTask(digits=2)
+WARM = WarmStartConfig(steps=200, batch_size=64, lr=3e-3, weight_decay=0.1, warmup=20, decay_fraction=0.3,
+                       seed=0, eval_prompts=64, task=TASK)
+ENGINE = SamplerConfig(dtype="float32", max_model_len=64, max_num_seqs=64, kv_cache_gib=1)
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sampler-warmstart")
+    return {kind: warm_start(spec, WARM, root).path for kind, spec in SPECS.items()}
+
+
+class EngineCache:
+    def __init__(self, checkpoints, root, keep: int = 2) -> None:
+        self.checkpoints, self.root, self.keep = checkpoints, root, keep
+        self.live: OrderedDict[tuple, Pipeline] = OrderedDict()
+
+    def get(self, kind: str, preset: str, cfg: SamplerConfig = ENGINE) -> Pipeline:
+        """A fresh learner (version 0) and a live sampler synced to it (the engine may be reused)."""
+        key = (kind, preset, cfg)
+        pipe = start_pipeline(self.checkpoints[kind], preset, sampler_cfg=cfg, lr=1e-3, work_root=self.root)
+        self.live.pop(key, None)
+        self.live[key] = pipe
+        engines = {id(p.sampler): p.sampler for p in self.live.values()}
+        while len(engines) > self.keep:
+            _, old = self.live.popitem(last=False)
+            if all(p.sampler is not old.sampler for p in self.live.values()):
+                old.sampler.close()
+                engines.pop(id(old.sampler), None)
+        return pipe
+
+
+@pytest.fixture(scope="session")
+def engines(checkpoints, tmp_path_factory):
+    cache = EngineCache(checkpoints, tmp_path_factory.mktemp("engines"))
+    yield cache
+    release_all()

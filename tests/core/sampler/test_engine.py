@@ -1,0 +1,222 @@
+"""The sampler on a real vLLM engine: byte-exact syncs, the cache reset, the W7 probe, reuse, the loop.
+
+Tests are ordered by the engine they use (see conftest: at most two engines live at once).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from fp8rl_core.learner.task import EOS
+from fp8rl_core.loop import run_rl
+from fp8rl_core.sampler.engine import SamplerConfig, SamplerError, cpu_fp8_kv_support
+
+from .conftest import ENGINE, TASK
+
+PROBE = TASK.prompts(16, seed=123, split="eval").sequences  # [16, 11]: prompt + answer
+LONG = torch.tensor([[1] + [5 + (i * 7) % 10 for i in range(39)]])  # 40 tokens: one full 32-token KV block
+
+
+def _assert_readback_equals_export(pipe) -> None:
+    want = pipe.export()
+    got = pipe.sampler.read_back()
+    missing = sorted(set(want) - set(got))
+    assert not missing, f"engine lacks {missing[:5]}"
+    bad = []
+    for name, t in want.items():
+        r = got[name]
+        if t.dtype == torch.uint8:  # on-grid: FP8 data / E8M0 scale bytes
+            ok = r.dtype == torch.uint8 and r.shape == t.shape and torch.equal(r, t)
+        else:  # BF16 view, held in the engine's float32
+            ok = r.shape == t.shape and torch.equal(r, t.to(r.dtype))
+        if not ok:
+            bad.append(name)
+    assert bad == [], f"{len(bad)} tensors differ from the learner's, e.g. {bad[:5]}"
+
+
+def _assert_loop_finite(pipe, steps=3) -> None:
+    v0 = pipe.learner.version
+    res = run_rl(pipe, TASK, steps, prompts_per_step=4, seed=1)
+    assert [r["version"] for r in res.steps] == list(range(v0, v0 + steps))
+    assert pipe.learner.version == pipe.sampler.version == v0 + steps
+    assert pipe.sampler.engine_version() == [v0 + steps]
+    for r in res.steps:
+        for key in ("mean_reward", "loss", "grad_norm", "mean_abs_logprob_diff", "generate_s", "learner_s",
+                    "export_s", "transport_s", "load_s", "total_s"):
+            assert math.isfinite(r[key]), (key, r)
+        assert 0 <= r["mean_reward"] <= 1 and r["tokens"] > 0 and r["sync_bytes"] > 0
+        assert r["generate_s"] > 0 and r["load_s"] > 0 and r["total_s"] >= r["generate_s"] + r["learner_s"]
+    assert len(res.tokens) == sum(r["tokens"] for r in res.steps)
+    assert all(t["sampler_logprob"] <= 0 and math.isfinite(t["learner_logprob"]) for t in res.tokens)
+    assert any(r["grad_norm"] > 0 for r in res.steps)  # partial rewards: the policy really trained
+
+
+# ---------------------------------------------------------------- dense, every layer on the learner's grid
+def test_dense_sync_lands_the_learners_exact_bytes(engines):
+    pipe = engines.get("dense", "all")
+    assert set(pipe.schemes.values()) == {"mxfp8"} and len(pipe.schemes) == 8
+    _assert_readback_equals_export(pipe)
+    before = pipe.sampler.layers()
+    run_rl(pipe, TASK, 1, prompts_per_step=4)  # a real GRPO step, then the sync
+    assert pipe.learner.version == 1 and pipe.sampler.engine_version() == [1]
+    _assert_readback_equals_export(pipe)
+    after = pipe.sampler.layers()
+    assert {p: after[p]["processed"] - before[p]["processed"] for p in after} == {p: 1 for p in after}
+    # the effective operand (probe forward with an identity input) is the dequantized forward weight
+    fw = pipe.learner.forward_weights()
+    eff = pipe.sampler.read_back(["model.layers.1.self_attn.qkv_proj.effective"], effective=True)
+    want = torch.cat([fw[f"model.layers.1.self_attn.{s}_proj"].dequantize() for s in "qkv"])
+    assert torch.equal(eff["model.layers.1.self_attn.qkv_proj.effective"], want)
+
+
+def test_dense_on_grid_probe_matches_the_learner_tightly(engines):
+    pipe = engines.get("dense", "all")
+    s = pipe.sampler.prompt_logprobs(PROBE)
+    lrn = pipe.learner.probe_logprobs(PROBE)
+    d = (s - lrn).abs()
+    # measured: mean 1e-4, max 8e-3 — fp32 summation-order noise flips a few FP8 activation roundings
+    assert d.mean() < 1e-3 and d.max() < 0.05, (float(d.mean()), float(d.max()))
+    full_s = pipe.sampler.prompt_logprobs(PROBE[:4], full=True)
+    full_l = pipe.learner.probe_logprobs(PROBE[:4], full=True)
+    kl = (full_s.exp() * (full_s - full_l)).sum(-1)
+    assert full_s.shape == (4, PROBE.shape[1] - 1, 1024) and kl.max() < 1e-2 and kl.min() > -1e-6
+    assert torch.allclose(full_s.logsumexp(-1), torch.zeros(4, PROBE.shape[1] - 1), atol=1e-4)
+    assert torch.equal(full_s.gather(-1, PROBE[:4, 1:, None]).squeeze(-1), s[:4])
+    pipe.probe_mean_abs = float(d.mean())
+
+
+def test_sync_changes_generation_and_the_prefix_cache_reset_is_needed(engines):
+    pipe = engines.get("dense", "all")
+    sampler, learner = pipe.sampler, pipe.learner
+
+    def gen():
+        return sampler.generate(LONG, 1, 6, seed=7, eos_id=EOS)
+
+    first = gen()
+    again = gen()
+    assert again.cached_tokens >= 32  # the prompt's full block came from the prefix cache
+    assert torch.equal(again.completion_ids, first.completion_ids) and torch.equal(again.sampler_logprobs, first.sampler_logprobs)
+    with torch.no_grad():  # a large change of every weight, then a sync *without* the cache reset
+        g = torch.Generator().manual_seed(0)
+        for p in learner.model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    learner.version += 1
+    sampler.sync(pipe.export(), learner.version, reset_prefix_cache=False)
+    assert sampler.prefix_cache_blocks() > 0
+    stale = gen()
+    assert stale.cached_tokens >= 32
+    sampler.reset_prefix_cache()
+    assert sampler.prefix_cache_blocks() == 0
+    fresh = gen()
+    assert fresh.cached_tokens == 0
+    assert not torch.equal(fresh.sampler_logprobs, first.sampler_logprobs)  # new weights, new generation
+    assert not torch.equal(stale.sampler_logprobs, fresh.sampler_logprobs)  # the stale cache changed results
+    # a normal sync resets the cache: its first generation equals a cache-free one
+    learner.version += 1
+    sampler.sync(pipe.export(), learner.version)
+    assert sampler.prefix_cache_blocks() == 0
+    after = gen()
+    assert after.cached_tokens == 0 and torch.equal(after.sampler_logprobs, fresh.sampler_logprobs)
+
+
+def test_loop_dense_all(engines):
+    _assert_loop_finite(engines.get("dense", "all"))
+
+
+# ---------------------------------------------------------------- dense, BF16 sampler (one engine, two presets)
+def test_one_engine_serves_both_bf16_sampler_presets_identically(engines):
+    a = engines.get("dense", "bf16-e2e")
+    first = a.sampler.generate(PROBE[:4, :7], 2, 5, seed=3, eos_id=EOS)
+    b = engines.get("dense", "bf16-sampler")
+    assert b.sampler is a.sampler  # reused, not restarted: same engine identity
+    assert b.learner.cfg.precision == "mxfp8" and a.learner.cfg.precision == "bf16"
+    run_rl(b, TASK, 1, prompts_per_step=4)  # B's weights move
+    moved = a.sampler.generate(PROBE[:4, :7], 2, 5, seed=3, eos_id=EOS)
+    assert not torch.equal(moved.sampler_logprobs, first.sampler_logprobs)
+    a.sampler.sync(a.export(), 0)  # back to A's weights
+    again = a.sampler.generate(PROBE[:4, :7], 2, 5, seed=3, eos_id=EOS)
+    assert torch.equal(again.completion_ids, first.completion_ids)
+    assert torch.equal(again.sampler_logprobs, first.sampler_logprobs)
+
+
+def test_bf16_sampler_differs_measurably_from_the_mxfp8_learner(engines):
+    pipe = engines.get("dense", "bf16-sampler")
+    d = (pipe.sampler.prompt_logprobs(PROBE) - pipe.learner.probe_logprobs(PROBE)).abs()
+    assert d.mean() > 2e-3, float(d.mean())  # measured ≈ 2e-2: 20-200x the on-grid sampler's
+    bf16 = engines.get("dense", "bf16-e2e")
+    d0 = (bf16.sampler.prompt_logprobs(PROBE) - bf16.learner.probe_logprobs(PROBE)).abs()
+    assert d0.max() < 1e-5, float(d0.max())  # BF16 end to end in fp32: the same arithmetic, ~1e-6
+
+
+@pytest.mark.parametrize("preset", ["bf16-e2e", "bf16-sampler"])
+def test_loop_dense_bf16_samplers(engines, preset):
+    _assert_loop_finite(engines.get("dense", preset))
+
+
+@pytest.mark.parametrize("preset", ["half", "other-grid"])
+def test_loop_dense_other_presets(engines, preset):
+    pipe = engines.get("dense", preset)
+    layers = pipe.sampler.layers()
+    on = {p for p, v in layers.items() if v["scheme"] != "bf16"}
+    if preset == "half":
+        assert on == {p for p in layers if p.startswith("model.layers.1.")}
+        _assert_readback_equals_export(pipe)
+    else:
+        assert {layers[p]["scheme"] for p in on} == {"block128"} and len(on) == 8
+    _assert_loop_finite(pipe)
+
+
+# ---------------------------------------------------------------- MoE
+def test_moe_sync_lands_the_learners_exact_bytes(engines):
+    pipe = engines.get("moe", "all")
+    assert pipe.schemes["model.layers.0.mlp.experts"] == "mxfp8" and "model.layers.0.mlp.gate" not in pipe.schemes
+    _assert_readback_equals_export(pipe)
+    run_rl(pipe, TASK, 1, prompts_per_step=4)
+    _assert_readback_equals_export(pipe)
+    d = (pipe.sampler.prompt_logprobs(PROBE) - pipe.learner.probe_logprobs(PROBE)).abs()
+    assert d.mean() < 2e-3, float(d.mean())
+
+
+def test_loop_moe_all(engines):
+    _assert_loop_finite(engines.get("moe", "all"))
+
+
+def test_moe_bf16_experts_are_repacked_on_every_sync(engines):
+    """vLLM 0.32's CPU MoE prepacks BF16 experts only at first load; the plugin redoes it per sync.
+    Re-syncing identical weights must leave every log-prob bit-identical (it moved them by 0.11 before)."""
+    pipe = engines.get("moe", "bf16-e2e")
+    before = pipe.sampler.prompt_logprobs(PROBE)
+    for v in (0, 0):
+        pipe.sampler.sync(pipe.export(), v)
+    assert torch.equal(pipe.sampler.prompt_logprobs(PROBE), before)
+    d = (before - pipe.learner.probe_logprobs(PROBE)).abs()
+    assert d.max() < 1e-4, float(d.max())
+
+
+@pytest.mark.parametrize("preset", ["bf16-e2e", "bf16-sampler", "half", "other-grid"])
+def test_loop_moe_presets(engines, preset):
+    _assert_loop_finite(engines.get("moe", preset))
+
+
+# ---------------------------------------------------------------- FP8 KV cache
+@pytest.mark.parametrize("text, ok", [("flags : fpu sse avx2 avx512f avx512bw", True), ("flags : fpu sse amx_tile", True),
+                                      ("flags : fpu sse avx2 fma", False)])
+def test_fp8_kv_support_detection(text, ok):
+    got, why = cpu_fp8_kv_support(text)
+    assert got is ok and ("AVX-512" in why or ok)
+
+
+def test_fp8_kv_cache_runs_or_is_refused_clearly(engines, monkeypatch):
+    cfg = SamplerConfig(**(ENGINE.model_dump() | {"kv_cache_dtype": "fp8_e4m3", "dtype": "bfloat16"}))
+    if not cpu_fp8_kv_support()[0]:
+        with pytest.raises(SamplerError, match="AVX-512"):
+            engines.get("dense", "all", cfg)
+        return
+    pipe = engines.get("dense", "all", cfg)
+    roll = pipe.sampler.generate(PROBE[:4, :7], 2, 5, seed=0, eos_id=EOS)
+    assert torch.isfinite(roll.sampler_logprobs).all() and roll.tokens > 0
+    d = (pipe.sampler.prompt_logprobs(PROBE) - pipe.learner.probe_logprobs(PROBE)).abs()
+    assert math.isfinite(float(d.mean()))
