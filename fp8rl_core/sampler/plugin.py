@@ -34,7 +34,7 @@ and runs gate_up → SiLU(gate)·up → down per expert, like the learner's ``MX
 
 On Blackwell GPUs the synced (weight, weight_scale) pairs are exactly what vLLM's native MXFP8 linear
 method consumes; :func:`native_mxfp8_available` reports whether that path can be used (it needs CUDA
-compute capability ≥ 10.0) and :class:`Fp8rlLinearMethod` hands such layers to it.
+compute capability ≥ 10.0) and :class:`NativeMxfp8LinearMethod` hands such layers to vLLM's kernel.
 
 Derived state is kept as plain attributes (``fp8rl_w`` …), rebuilt by every post-load processing;
 ``fp8rl_processed`` counts processings per layer so checks can see "exactly once per sync".
@@ -42,6 +42,7 @@ Derived state is kept as plain attributes (``fp8rl_w`` …), rebuilt by every po
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -186,6 +187,43 @@ class Fp8rlLinearMethod(LinearMethodBase):
             y = y + bias.float()
         return y.to(x.dtype).reshape(*shape[:-1], y.shape[-1])
 
+class NativeMxfp8LinearMethod(Fp8rlLinearMethod):
+    """The ``mxfp8`` scheme on a GPU with MXFP8 tensor cores: the same synced bytes, vLLM's own kernel.
+
+    Parameters are created and loaded exactly as on CPU (uint8 ``weight`` [N, K] and ``weight_scale``
+    [N, K/32], so a sync is byte-for-byte the same); post-load processing reinterprets ``weight`` as
+    ``float8_e4m3fn`` (a view, no conversion) and hands the layer to the kernel vLLM selects for MXFP8
+    (``init_mxfp8_linear_kernel``: cuBLAS/CUTLASS block-scaled GEMM on Blackwell — it may swizzle the
+    scales into the 128×4 tile layout, :mod:`fp8rl_core.grids.swizzle`), whose forward quantizes
+    activations to MXFP8 itself. Selected when :func:`native_mxfp8_available` and
+    ``FP8RL_NATIVE_MXFP8`` is not ``0``. Not exercised on CPU; run where a Blackwell GPU is lent.
+    """
+
+    def create_weights(self, layer, input_size_per_partition, output_partition_sizes, input_size,
+                       output_size, params_dtype, **extra_weight_attrs):
+        from vllm.model_executor.kernels.linear import init_mxfp8_linear_kernel
+
+        super().create_weights(layer, input_size_per_partition, output_partition_sizes, input_size, output_size,
+                               params_dtype, **extra_weight_attrs)
+        layer.logical_widths = output_partition_sizes
+        layer.input_size_per_partition = input_size_per_partition
+        layer.output_size_per_partition = sum(output_partition_sizes)
+        layer.params_dtype = params_dtype
+        self.kernel = init_mxfp8_linear_kernel(weight_shape=tuple(layer.weight.shape))
+
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        _count(layer)
+        layer.weight.data = layer.weight.data.view(torch.float8_e4m3fn)
+        self.kernel.process_weights_after_loading(layer)
+
+    def apply(self, layer, x, bias=None):
+        return self.kernel.apply_weights(layer, x, bias)
+
+
+def _use_native() -> bool:
+    return native_mxfp8_available() and os.environ.get("FP8RL_NATIVE_MXFP8", "1") != "0"
+
+
 class Fp8rlMoEMethod(FusedMoEMethodBase):
     """Experts on a grid: per-expert MXFP8 (synced bytes) or 128×128 block FP8 (requantized)."""
 
@@ -276,7 +314,11 @@ class Fp8rlConfig(QuantizationConfig):
     def get_quant_method(self, layer: torch.nn.Module, prefix: str):
         if isinstance(layer, LinearBase):
             scheme = self._scheme(prefix)
-            return CountingLinearMethod() if scheme.name == "bf16" else Fp8rlLinearMethod(scheme)
+            if scheme.name == "bf16":
+                return CountingLinearMethod()
+            if scheme.name == "mxfp8" and _use_native():
+                return NativeMxfp8LinearMethod(scheme)
+            return Fp8rlLinearMethod(scheme)
         if isinstance(layer, RoutedExperts):
             scheme = self._scheme(prefix.removesuffix(".routed_experts"))
             if scheme.name == "bf16":

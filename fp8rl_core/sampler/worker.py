@@ -117,7 +117,8 @@ class Fp8rlWorkerExtension:
             if scheme == "bf16":
                 put(f"{prefix}.weight", self._fp8rl_probe(module))
                 continue
-            put(f"{prefix}.weight", module.weight)
+            w = module.weight
+            put(f"{prefix}.weight", w.view(torch.uint8) if w.dtype == torch.float8_e4m3fn else w)
             if scheme == "mxfp8":
                 put(f"{prefix}.weight_scale", module.weight_scale)
             else:
