@@ -36,7 +36,7 @@ from fp8rl_core.sampler.engine import Sampler, SamplerConfig, acquire
 from fp8rl_core.sampler.presets import PRESETS, Preset, sampler_schemes
 from fp8rl_core.sync.export import export_weights
 
-__all__ = ["LoopResult", "Pipeline", "run_rl", "start_pipeline"]
+__all__ = ["LoopResult", "Pipeline", "rollout_and_learn", "run_rl", "start_pipeline", "sync_weights"]
 
 
 @dataclass
@@ -57,6 +57,7 @@ def start_pipeline(
     *,
     sampler_cfg: SamplerConfig = SamplerConfig(),
     rule: str = "rceil",
+    recipe: Recipe | None = None,
     lr: float = 1e-5,
     grpo: GRPOConfig = GRPOConfig(),
     work_root: str | Path | None = None,
@@ -67,7 +68,7 @@ def start_pipeline(
             raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
         preset = PRESETS[preset]
     model = load_policy(checkpoint)
-    recipe = Recipe(rule=rule)
+    recipe = recipe if recipe is not None else Recipe(rule=rule)
     learner = Learner(model, LearnerConfig(precision=preset.learner_precision, layers=preset.learner_layers,
                                            recipe=recipe, lr=lr, grpo=grpo))
     schemes = sampler_schemes(gemm_layers(model), preset.sampler_layers, preset.sampler_grid)
@@ -83,6 +84,57 @@ class LoopResult:
     tokens: list[dict] = field(default_factory=list)
 
 
+def rollout_and_learn(pipe: Pipeline, task: AdditionTask, step: int, *, prompts_per_step: int = 8, seed: int = 0,
+                      max_new_tokens: int | None = None) -> tuple[dict, list[dict]]:
+    """One rollout on the sampler and one learner step on it: (the step's row so far, its token rows)."""
+    learner, sampler = pipe.learner, pipe.sampler
+    if sampler.version != learner.version:
+        raise RuntimeError(
+            f"step {step}: the sampler holds weight version {sampler.version}, the learner is at "
+            f"{learner.version}; a rollout must run on the learner's current weights (W5)"
+        )
+    g = learner.cfg.grpo.group_size
+    max_new = max_new_tokens or task.answer_len + 1
+    prompts = task.prompts(prompts_per_step, seed=seed * 1_000_003 + step, split="train")
+    roll = sampler.generate(prompts.prompt_ids, g, max_new, seed=seed * 7919 + step * 104729, eos_id=EOS, pad_id=PAD)
+    rewards = task.reward(prompts.repeat_interleave(g), roll.completion_ids * roll.completion_mask)
+    batch = RolloutBatch(roll.prompt_ids, roll.completion_ids, roll.completion_mask, rewards,
+                         roll.sampler_logprobs, version=roll.version)
+    t0 = time.perf_counter()
+    res = learner.step(batch)
+    learner_s = time.perf_counter() - t0
+    mask = roll.completion_mask.bool()
+    d = (roll.sampler_logprobs - res.learner_logprobs)[mask]
+    row = {
+        "step": step, "version": roll.version, "new_version": learner.version,
+        "sequences": int(mask.shape[0]), "tokens": int(mask.sum()), "cached_tokens": roll.cached_tokens,
+        "mean_reward": float(rewards.mean()), "loss": res.loss, "grad_norm": res.grad_norm,
+        "clip_fraction": res.clip_fraction, "mean_abs_logprob_diff": float(d.abs().mean()),
+        "max_abs_logprob_diff": float(d.abs().max()), "generate_s": roll.seconds, "learner_s": learner_s,
+        "microbatches": len(res.microbatches),
+    }
+    tokens = []
+    rows, cols = torch.nonzero(mask, as_tuple=True)
+    for r, c in zip(rows.tolist(), cols.tolist()):
+        tokens.append({
+            "step": step, "version": roll.version, "sequence": r, "position": c,
+            "token": int(roll.completion_ids[r, c]),
+            "sampler_logprob": float(roll.sampler_logprobs[r, c]),
+            "learner_logprob": float(res.learner_logprobs[r, c]),
+        })
+    return row, tokens
+
+
+def sync_weights(pipe: Pipeline) -> dict:
+    """Export the learner's current weights and sync them into the sampler: the timing columns."""
+    t0 = time.perf_counter()
+    tensors = pipe.export()
+    export_s = time.perf_counter() - t0
+    sync = pipe.sampler.sync(tensors, pipe.learner.version, export_s=export_s)
+    return {"export_s": export_s, "transport_s": sync.transport_s, "load_s": sync.load_s, "reset_s": sync.reset_s,
+            "sync_bytes": sync.bytes, "sync_buckets": sync.buckets}
+
+
 def run_rl(
     pipe: Pipeline,
     task: AdditionTask,
@@ -94,50 +146,16 @@ def run_rl(
     on_step: Callable[[dict], None] | None = None,
 ) -> LoopResult:
     """Run ``steps`` RL steps (see the module docstring); ``on_step`` sees each step's row as it lands."""
-    learner, sampler = pipe.learner, pipe.sampler
-    g = learner.cfg.grpo.group_size
-    max_new = max_new_tokens or task.answer_len + 1
     result = LoopResult()
-    for step in range(1, steps + 1):
-        if sampler.version != learner.version:
-            raise RuntimeError(
-                f"step {step}: the sampler holds weight version {sampler.version}, the learner is at "
-                f"{learner.version}; a rollout must run on the learner's current weights (W5)"
-            )
+    first = pipe.learner.version + 1
+    for step in range(first, first + steps):
         t_step = time.perf_counter()
-        prompts = task.prompts(prompts_per_step, seed=seed * 1_000_003 + step, split="train")
-        roll = sampler.generate(prompts.prompt_ids, g, max_new, seed=seed * 7919 + step * 104729, eos_id=EOS, pad_id=PAD)
-        rewards = task.reward(prompts.repeat_interleave(g), roll.completion_ids * roll.completion_mask)
-        batch = RolloutBatch(roll.prompt_ids, roll.completion_ids, roll.completion_mask, rewards,
-                             roll.sampler_logprobs, version=roll.version)
-        t0 = time.perf_counter()
-        res = learner.step(batch)
-        learner_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        tensors = pipe.export()
-        export_s = time.perf_counter() - t0
-        sync = sampler.sync(tensors, learner.version, export_s=export_s)
-        mask = roll.completion_mask.bool()
-        d = (roll.sampler_logprobs - res.learner_logprobs)[mask]
-        row = {
-            "step": step, "version": roll.version, "new_version": learner.version,
-            "sequences": int(mask.shape[0]), "tokens": int(mask.sum()), "cached_tokens": roll.cached_tokens,
-            "mean_reward": float(rewards.mean()), "loss": res.loss, "grad_norm": res.grad_norm,
-            "clip_fraction": res.clip_fraction, "mean_abs_logprob_diff": float(d.abs().mean()),
-            "max_abs_logprob_diff": float(d.abs().max()),
-            "generate_s": roll.seconds, "learner_s": learner_s, "export_s": export_s,
-            "transport_s": sync.transport_s, "load_s": sync.load_s, "reset_s": sync.reset_s,
-            "sync_bytes": sync.bytes, "total_s": time.perf_counter() - t_step,
-        }
+        row, tokens = rollout_and_learn(pipe, task, step, prompts_per_step=prompts_per_step, seed=seed,
+                                        max_new_tokens=max_new_tokens)
+        row |= sync_weights(pipe)
+        row["total_s"] = time.perf_counter() - t_step
         result.steps.append(row)
-        rows, cols = torch.nonzero(mask, as_tuple=True)
-        for r, c in zip(rows.tolist(), cols.tolist()):
-            result.tokens.append({
-                "step": step, "version": roll.version, "sequence": r, "position": c,
-                "token": int(roll.completion_ids[r, c]),
-                "sampler_logprob": float(roll.sampler_logprobs[r, c]),
-                "learner_logprob": float(res.learner_logprobs[r, c]),
-            })
+        result.tokens.extend(tokens)
         if on_step is not None:
             on_step(row)
     return result

@@ -380,15 +380,19 @@ _ENGINES: dict[str, Sampler] = {}
 
 def acquire(checkpoint: str | Path, schemes: Mapping[str, str], tensors: Mapping[str, torch.Tensor],
             cfg: SamplerConfig = SamplerConfig(), *, version: int = 0, mx_grid: str = "mxfp8-e4m3-rceil",
-            work_root: str | Path | None = None) -> tuple[Sampler, SyncTiming | None]:
+            work_root: str | Path | None = None, max_live: int = 2) -> tuple[Sampler, SyncTiming | None]:
     """A live engine for (checkpoint config, schemes, cfg) loaded with ``tensors`` at ``version``: the
     running one when its key matches (then the weights are synced in — no second startup), else a
-    new one. Returns the sampler and the sync timing (None for a fresh start)."""
+    new one, after shutting down the least recently used engines beyond ``max_live - 1`` (each holds
+    its KV cache and worker processes). Returns the sampler and the sync timing (None for a fresh start)."""
     key = engine_key(engine_config(checkpoint, schemes, mx_grid), cfg)
-    live = _ENGINES.get(key)
+    live = _ENGINES.pop(key, None)
     if live is not None and live.llm is not None:
+        _ENGINES[key] = live  # most recently used last
         live.cfg = cfg
         return live, live.sync(tensors, version)
+    while len(_ENGINES) >= max(1, max_live):
+        _ENGINES.pop(next(iter(_ENGINES))).close()
     sampler = Sampler(checkpoint, schemes, tensors, cfg, version=version, mx_grid=mx_grid, work_root=work_root)
     _ENGINES[key] = sampler
     return sampler, None

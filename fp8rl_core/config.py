@@ -1,0 +1,258 @@
+"""Experiment configs: YAML files → frozen pydantic models, dotted overrides, sweeps and run ids.
+
+A config file is a *sweep*: a ``base`` run and ``axes`` to expand it over (a single run is a sweep with
+no axes)::
+
+    sweep: smoke                      # the MLflow experiment name
+    base:                             # a RunConfig (every field has a default)
+      model: qwen3-dense-tiny         # configs/models/<name>.yaml, or a path to a spec file
+      preset: all                     # bf16-e2e | bf16-sampler | half | all | other-grid
+      warmstart: {steps: 300, task: {digits: 2}}
+      learner: {lr: 1.0e-4, group_size: 4, tokens_per_microbatch: 4096}
+      sampler: {dtype: bfloat16}
+      loop: {steps: 3, prompts_per_step: 8}
+    axes:                             # dotted key → values; runs = the cartesian product, in file order
+      model: [qwen3-dense-tiny, qwen3-moe-tiny]
+      preset: [bf16-e2e, bf16-sampler, half, all, other-grid]
+      seed: [0, 1, 2]
+    concurrency: 1                    # experiments run at once (1 on a 2-core box)
+
+Overrides (``key=value``, value parsed as YAML) address the file: ``base.loop.steps=2``,
+``axes.seed=[0]``; a key without ``base.``/``axes.`` is taken as ``base.<key>`` (``learner.lr=1e-3``).
+
+Every error names the file, the dotted field and what would be valid. Each run has a stable id: the
+first 12 hex digits of the SHA-256 of its resolved config (canonical JSON) — the same run gets the
+same id on every machine, which makes sweeps resumable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from fp8rl_core.learner.models import ModelSpec, load_model_spec
+from fp8rl_core.learner.warmstart import WarmStartConfig
+from fp8rl_core.sampler.engine import SamplerConfig
+from fp8rl_core.sampler.presets import PRESETS
+
+__all__ = [
+    "ConfigError",
+    "LearnerSection",
+    "LoopSection",
+    "RunConfig",
+    "SweepConfig",
+    "apply_overrides",
+    "load_sweep",
+    "run_id",
+]
+
+
+class ConfigError(ValueError):
+    """A config file or override is invalid; the message names the file, field and valid values."""
+
+
+class LearnerSection(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    lr: float = Field(1e-4, gt=0)
+    rule: Literal["rceil", "floor"] = "rceil"
+    grad: Literal["e4m3", "e5m2"] = "e4m3"
+    cache_weights: bool = True
+    group_size: int = Field(4, ge=2)
+    tokens_per_microbatch: int = Field(4096, ge=1)
+    clip_eps: float = Field(0.2, gt=0, lt=1)
+    old_logprobs: Literal["learner", "sampler"] = "learner"
+    max_grad_norm: float = Field(1.0, gt=0)
+
+
+class LoopSection(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    steps: int = Field(3, ge=1)
+    prompts_per_step: int = Field(8, ge=1)
+
+
+class RunConfig(BaseModel):
+    """One experiment: a model, a pipeline preset, a seed and the settings of every stage."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = "qwen3-dense-tiny"
+    preset: str = "all"
+    seed: int = Field(0, ge=0)
+    warmstart: WarmStartConfig = WarmStartConfig()
+    learner: LearnerSection = LearnerSection()
+    sampler: SamplerConfig = SamplerConfig()
+    loop: LoopSection = LoopSection()
+    #: where ``model`` names are looked up (set by the loader to ``<config dir>/models``)
+    models_dir: str = "configs/models"
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, v: str) -> str:
+        if v not in PRESETS:
+            raise ValueError(f"unknown preset {v!r}; valid presets: {', '.join(PRESETS)}")
+        return v
+
+    def spec_path(self) -> Path:
+        p = Path(self.model)
+        if p.suffix in (".yaml", ".yml"):
+            return p
+        return Path(self.models_dir) / f"{self.model}.yaml"
+
+    def spec(self) -> ModelSpec:
+        path = self.spec_path()
+        if not path.is_file():
+            names = sorted(q.stem for q in Path(self.models_dir).glob("*.yaml"))
+            raise ValueError(f"model {self.model!r}: no spec file {path}; known models: {', '.join(names) or 'none'}")
+        return load_model_spec(path)
+
+    @model_validator(mode="after")
+    def _combination(self) -> "RunConfig":
+        spec = self.spec()
+        task = self.warmstart.task
+        if self.sampler.max_model_len < task.seq_len:
+            raise ValueError(
+                f"sampler.max_model_len = {self.sampler.max_model_len} is shorter than a task sequence "
+                f"({task.seq_len} tokens for warmstart.task.digits = {task.digits}); raise it to at least {task.seq_len}"
+            )
+        if spec.max_position_embeddings < task.seq_len:
+            raise ValueError(
+                f"model {self.model!r} has max_position_embeddings = {spec.max_position_embeddings}, shorter than "
+                f"the task's {task.seq_len} tokens; use fewer warmstart.task.digits or a larger model"
+            )
+        if self.preset == "half" and spec.num_hidden_layers < 2:
+            raise ValueError(f"preset 'half' needs at least 2 decoder blocks; model {self.model!r} has 1")
+        return self
+
+
+class SweepConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sweep: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    description: str = ""
+    base: dict[str, Any] = Field(default_factory=dict)
+    axes: dict[str, list[Any]] = Field(default_factory=dict)
+    concurrency: int = Field(1, ge=1)
+
+    @field_validator("axes")
+    @classmethod
+    def _non_empty(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        empty = [k for k, vals in v.items() if not vals]
+        if empty:
+            raise ValueError(f"axes {empty} have no values; give each axis at least one value or remove it")
+        return v
+
+
+def _set_dotted(data: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    cur = data
+    for p in parts[:-1]:
+        nxt = cur.get(p)
+        if nxt is None:
+            nxt = cur[p] = {}
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"override {key}: {p!r} is a value ({nxt!r}), not a section")
+        cur = nxt
+    cur[parts[-1]] = value
+
+
+def apply_overrides(data: Mapping, overrides: Iterable[str]) -> dict:
+    """``key=value`` overrides (value parsed as YAML) applied to a sweep file's mapping."""
+    out = json.loads(json.dumps(data))
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not key=value (e.g. learner.lr=1e-4 or axes.seed=[0,1])")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise ConfigError(f"override {item!r} has an empty key")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"override {key}: value {raw!r} is not valid YAML ({e})") from None
+        if key.split(".")[0] not in ("base", "axes", "sweep", "description", "concurrency"):
+            key = f"base.{key}"
+        _set_dotted(out, key, value)
+    return out
+
+
+def _format(source: str, prefix: str, err: ValidationError, model: type[BaseModel]) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        field = f"{prefix}{loc}" if loc else prefix.rstrip(".") or "(config)"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = f"unknown field; valid fields here are: {', '.join(_fields_at(model, e['loc'][:-1]))}"
+        elif e["type"] == "missing":
+            msg = "required field is missing"
+        lines.append(f"{source}: {field}: {msg}")
+    return "\n".join(lines)
+
+
+def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    cur: Any = model
+    for part in loc:
+        info = getattr(cur, "model_fields", {}).get(part)
+        if info is None:
+            return sorted(getattr(cur, "model_fields", {}))
+        cur = info.annotation
+    return sorted(getattr(cur, "model_fields", {})) or ["(none)"]
+
+
+def run_id(run: RunConfig) -> str:
+    canon = json.dumps(run.model_dump(mode="json", exclude={"models_dir"}), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canon.encode()).hexdigest()[:12]
+
+
+def expand(sweep: SweepConfig, source: str, models_dir: str) -> list[RunConfig]:
+    """The sweep's runs: base × the cartesian product of the axes, validated, ids unique."""
+    keys = list(sweep.axes)
+    runs: list[RunConfig] = []
+    for combo in itertools.product(*(sweep.axes[k] for k in keys)) if keys else [()]:
+        data = json.loads(json.dumps(sweep.base))
+        data.setdefault("models_dir", models_dir)
+        for k, v in zip(keys, combo):
+            _set_dotted(data, k, v)
+        where = ", ".join(f"{k}={v}" for k, v in zip(keys, combo))
+        try:
+            runs.append(RunConfig.model_validate(data))
+        except ValidationError as e:
+            prefix = "base."
+            msg = _format(source, prefix, e, RunConfig)
+            raise ConfigError(msg + (f"\n  (in the run {where})" if where else "")) from None
+        except (ValueError, FileNotFoundError) as e:
+            raise ConfigError(f"{source}: {e}" + (f" (in the run {where})" if where else "")) from None
+    ids = [run_id(r) for r in runs]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise ConfigError(f"{source}: the axes produce identical runs (ids {dup}); remove the repeated values")
+    return runs
+
+
+def load_sweep(path: str | Path, overrides: Iterable[str] = ()) -> tuple[SweepConfig, list[RunConfig]]:
+    """Read a sweep file, apply overrides, validate and expand it. Raises :class:`ConfigError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with 'sweep', 'base' and 'axes', got {type(data).__name__}")
+    data = apply_overrides(data, overrides)
+    try:
+        sweep = SweepConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format(str(path), "", e, SweepConfig)) from None
+    models_dir = str(path.resolve().parent / "models")
+    return sweep, expand(sweep, str(path), models_dir)

@@ -1,0 +1,156 @@
+"""Prefect tasks, one per stage of a run. Each validates its inputs, calls one fp8rl_core function and
+returns small values (dicts of numbers, paths); the live learner and sampler of a run stay in this
+process, in :data:`LIVE`, keyed by the run id — tasks pass that key, never tensors.
+
+Retries: only where repeating is safe — the weight sync (a sync writes every tensor of a version, so
+a repeat lands the same state) and MLflow logging. Caching: only the warm start (its result, a
+checkpoint path, is a pure function of the model spec and warm-start config; persisted, so a new
+process reuses it); nothing random is cached (``NO_CACHE`` elsewhere).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from prefect import task
+from prefect.cache_policies import INPUTS, NO_CACHE
+
+from fp8rl_core.checks import check_grid_bytes, check_version
+from fp8rl_core.config import RunConfig
+from fp8rl_core.learner.grpo import GRPOConfig
+from fp8rl_core.learner.mxfp8 import Recipe
+from fp8rl_core.learner.models import ModelSpec
+from fp8rl_core.learner.warmstart import WarmStartConfig, warm_start
+from fp8rl_core.loop import Pipeline, rollout_and_learn, start_pipeline, sync_weights
+from fp8rl_core.metrics import kl_estimators, summarize_steps
+
+from . import tracking
+
+__all__ = ["LIVE", "extract_kl_timing", "invariant_checks", "record_run", "record_step", "setup_sampler_grid",
+           "train_step", "warm_start_checkpoint", "weight_sync"]
+
+TIMING_COLUMNS = ("generate_s", "learner_s", "export_s", "transport_s", "load_s", "reset_s", "checks_s", "total_s")
+
+
+@dataclass
+class LiveRun:
+    cfg: RunConfig
+    pipe: Pipeline
+    steps: list[dict] = field(default_factory=list)
+    tokens: list[dict] = field(default_factory=list)
+    checks: list[dict] = field(default_factory=list)
+
+
+LIVE: dict[str, LiveRun] = {}
+
+
+def _live(key: str) -> LiveRun:
+    if key not in LIVE:
+        raise KeyError(f"run {key!r} has no live pipeline in this process; run the sampler-grid setup stage first")
+    return LIVE[key]
+
+
+@task(name="warm-start", cache_policy=INPUTS, persist_result=True)
+def warm_start_checkpoint(spec: dict, warmstart: dict, cache_root: str) -> str:
+    """The warm-start checkpoint directory for (spec, config); trained once, then reused."""
+    res = warm_start(ModelSpec.model_validate(spec), WarmStartConfig.model_validate(warmstart), cache_root, progress=True)
+    return str(res.path)
+
+
+@task(name="sampler-grid-setup", cache_policy=NO_CACHE)
+def setup_sampler_grid(key: str, run: dict, checkpoint: str) -> dict:
+    """Resolve the layer sets, build the learner and start (or reuse) the sampler engine."""
+    cfg = RunConfig.model_validate(run)
+    lc = cfg.learner
+    t0 = time.perf_counter()
+    pipe = start_pipeline(
+        checkpoint, cfg.preset, sampler_cfg=cfg.sampler,
+        recipe=Recipe(grad=lc.grad, rule=lc.rule, cache_weights=lc.cache_weights), lr=lc.lr,
+        grpo=GRPOConfig(group_size=lc.group_size, clip_eps_low=lc.clip_eps, clip_eps_high=lc.clip_eps,
+                        old_logprobs=lc.old_logprobs, tokens_per_microbatch=lc.tokens_per_microbatch,
+                        max_grad_norm=lc.max_grad_norm),
+    )
+    LIVE[key] = LiveRun(cfg, pipe)
+    return {"learner_layers": pipe.learner.layers, "sampler_schemes": pipe.schemes, "engine_key": pipe.sampler.key,
+            "setup_s": time.perf_counter() - t0, "engine_startup_s": pipe.sampler.startup_s}
+
+
+@task(name="train-step", cache_policy=NO_CACHE)
+def train_step(key: str, step: int) -> dict:
+    """Rollout on the sampler + one GRPO step of the learner."""
+    live = _live(key)
+    t0 = time.perf_counter()
+    row, tokens = rollout_and_learn(live.pipe, live.cfg.warmstart.task, step,
+                                    prompts_per_step=live.cfg.loop.prompts_per_step, seed=live.cfg.seed)
+    live.tokens.extend(tokens)
+    row["train_stage_s"] = time.perf_counter() - t0
+    return row
+
+
+@task(name="weight-sync", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=1)
+def weight_sync(key: str) -> dict:
+    """Export the learner's weights and land them in the live sampler (transport, load, cache reset)."""
+    return sync_weights(_live(key).pipe)
+
+
+@task(name="invariant-checks", cache_policy=NO_CACHE)
+def invariant_checks(key: str) -> dict:
+    """The checks the core offers, on the live engine (see fp8rl_core.checks)."""
+    live = _live(key)
+    pipe = live.pipe
+    t0 = time.perf_counter()
+    results = [check_version(pipe.sampler.engine_version(), pipe.learner.version)]
+    if any(s == "mxfp8" for s in pipe.schemes.values()):
+        names = [n for p, s in pipe.schemes.items() if s == "mxfp8"
+                 for n in ((f"{p}.w13_weight", f"{p}.w13_weight_scale", f"{p}.w2_weight", f"{p}.w2_weight_scale")
+                           if p.endswith(".experts") else (f"{p}.weight", f"{p}.weight_scale"))]
+        readback = pipe.sampler.read_back(names)
+        results.append(check_grid_bytes(readback, pipe.learner.forward_weights(), pipe.schemes, pipe.learner.layers))
+    out = {f"check/{r.condition}": float(r.passed) for r in results}
+    out["checks_s"] = time.perf_counter() - t0
+    live.checks.append({"version": pipe.learner.version, "results": [r.as_dict() for r in results]})
+    failed = [r for r in results if not r.passed]
+    if failed:
+        raise RuntimeError("; ".join(f"{r.condition} failed: {r.count} offending tensors, e.g. {r.offenders[:3]} "
+                                     f"({r.detail}: measured {r.measured}, bound {r.bound})" for r in failed))
+    return out
+
+
+@task(name="extract-kl-timing", cache_policy=NO_CACHE)
+def extract_kl_timing(key: str) -> dict:
+    """Run-level mismatch (KL estimators over every sampled token) and timing summary."""
+    live = _live(key)
+    kl = kl_estimators([t["sampler_logprob"] for t in live.tokens], [t["learner_logprob"] for t in live.tokens])
+    timing = summarize_steps(live.steps, [c for c in TIMING_COLUMNS if c != "total_s"])
+    return {f"kl/{k}": v for k, v in kl.items()} | {f"time/{k}": v for k, v in timing.items()} | {
+        "reward/final": live.steps[-1]["mean_reward"], "reward/mean": sum(r["mean_reward"] for r in live.steps) / len(live.steps)}
+
+
+STEP_METRICS = {
+    "mean_reward": "reward/mean", "loss": "loss", "grad_norm": "grad_norm", "clip_fraction": "clip_fraction",
+    "tokens": "tokens", "mean_abs_logprob_diff": "mismatch/mean_abs_logprob_diff",
+    "max_abs_logprob_diff": "mismatch/max_abs_logprob_diff", "generate_s": "time/generate_s",
+    "learner_s": "time/learner_s", "export_s": "time/export_s", "transport_s": "time/transport_s",
+    "load_s": "time/load_s", "reset_s": "time/reset_s", "checks_s": "time/checks_s", "total_s": "time/step_s",
+    "sync_bytes": "sync/bytes", "new_version": "version",
+}
+
+
+@task(name="record-step", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
+def record_step(key: str, mlflow_run: str, row: dict) -> None:
+    """Keep the step's row and log its metrics (names: :data:`STEP_METRICS` and ``check/W*``)."""
+    _live(key).steps.append(row)
+    metrics = {STEP_METRICS[k]: v for k, v in row.items() if k in STEP_METRICS}
+    metrics |= {k: v for k, v in row.items() if k.startswith("check/")}
+    tracking.log_metrics(mlflow_run, metrics, step=int(row["step"]))
+
+
+@task(name="record-run", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
+def record_run(key: str, mlflow_run: str, summary: dict) -> None:
+    """Log the run's summary metrics and its tables (parquet) and check results (JSON)."""
+    live = _live(key)
+    tracking.log_metrics(mlflow_run, summary, step=len(live.steps))
+    tracking.log_table(mlflow_run, "steps", live.steps)
+    tracking.log_table(mlflow_run, "tokens", live.tokens)
+    tracking.log_json(mlflow_run, "checks.json", live.checks)

