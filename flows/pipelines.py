@@ -25,7 +25,9 @@ from tasks import stages, tracking
 
 __all__ = ["experiment", "mxfp8_sweep", "nightly_correctness"]
 
-WARMSTART_CACHE = ".cache/warmstart"
+import os
+
+WARMSTART_CACHE = os.environ.get("FP8RL_CACHE", ".cache/warmstart")
 
 
 def run_name(cfg: RunConfig) -> str:
@@ -86,8 +88,8 @@ def experiment(run: dict, sweep: str = "adhoc", sweep_id: str = "adhoc") -> dict
         tracking.terminate(mlflow_run, "FINISHED")
         return {"run_id": key, "mlflow_run": mlflow_run, "name": run_name(cfg), "status": "FINISHED"} | summary
     except BaseException as e:
-        tracking.set_tag(mlflow_run, "error", f"{type(e).__name__}: {e}")
-        if tracking.client().get_run(mlflow_run).info.status == "RUNNING":
+        if tracking.client().get_run(mlflow_run).info.status == "RUNNING":  # not already KILLED by a signal
+            tracking.set_tag(mlflow_run, "error", f"{type(e).__name__}: {e}")
             tracking.terminate(mlflow_run, "FAILED")
         raise
     finally:
@@ -109,7 +111,7 @@ def _table(sweep: str, rows: list[dict]) -> Table:
     return t
 
 
-def _sweep(config: str, overrides: list[str]) -> list[dict]:
+def _sweep(config: str, overrides: list[str], resume: bool = True) -> list[dict]:
     logger = get_run_logger()
     sweep, runs = load_sweep(config, overrides)
     ids = [run_id(r) for r in runs]
@@ -118,7 +120,7 @@ def _sweep(config: str, overrides: list[str]) -> list[dict]:
 
     def one(cfg: RunConfig) -> dict:
         key = run_id(cfg)
-        done = tracking.find_finished(sweep.sweep, key)
+        done = tracking.find_finished(sweep.sweep, key) if resume else None
         if done is not None:
             logger.info("run %s (%s) already finished as MLflow run %s: skipped", run_name(cfg), key, done)
             return {"run_id": key, "mlflow_run": done, "name": run_name(cfg), "status": "SKIPPED (done)"}
@@ -152,8 +154,9 @@ def mxfp8_sweep(config: str = "configs/smoke.yaml", overrides: list[str] | None 
 
 @flow(name="nightly-correctness", log_prints=True)
 def nightly_correctness(config: str = "configs/nightly.yaml", overrides: list[str] | None = None) -> list[dict]:
-    """The nightly correctness sweep: every preset on the dense and MoE models with the checks on."""
-    return _sweep(config, list(overrides or []))
+    """The nightly correctness sweep: every preset on the dense and MoE models with the checks on; every
+    night runs everything again (no resume)."""
+    return _sweep(config, list(overrides or []), resume=False)
 
 
 def project_root() -> Path:

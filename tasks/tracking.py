@@ -65,7 +65,7 @@ def experiment_id(c: MlflowClient, name: str) -> str:
     if exp is not None:
         return exp.experiment_id
     location = None
-    if not os.environ.get("MLFLOW_TRACKING_URI"):
+    if not tracking_uri().startswith(("http://", "https://", "databricks")):  # local store: local artifacts
         location = (artifact_root() / name).resolve().as_uri()
     try:
         return c.create_experiment(name, artifact_location=location)

@@ -1,0 +1,110 @@
+"""The flows for real (embedded Prefect, a temporary MLflow store): a run that finishes, resume skips it,
+a run that fails is FAILED with its reason, a run killed by SIGTERM is KILLED."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tasks import tracking
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = str(ROOT / "configs" / "smoke.yaml")
+ONE_RUN = ["axes.seed=[0]", "axes.preset=[all]", "axes.model=[qwen3-dense-mini]", "loop.steps=1"]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tracking")
+    return {"MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "FP8RL_ARTIFACTS": str(root / "artifacts"),
+            "root": root}
+
+
+@pytest.fixture()
+def env(store, monkeypatch):
+    import flows.pipelines as pipelines
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store["MLFLOW_TRACKING_URI"])
+    monkeypatch.setenv("FP8RL_ARTIFACTS", store["FP8RL_ARTIFACTS"])
+    monkeypatch.setattr(pipelines, "WARMSTART_CACHE", str(store["root"] / "warmstart"))
+    return store
+
+
+def _runs(sweep: str):
+    c = tracking.client()
+    exp = c.get_experiment_by_name(sweep)
+    return [] if exp is None else c.search_runs([exp.experiment_id])
+
+
+def test_a_run_finishes_with_its_record_and_a_resume_skips_it(env):
+    from flows.pipelines import mxfp8_sweep
+
+    rows = mxfp8_sweep(SMOKE, ONE_RUN)
+    assert [r["status"] for r in rows] == ["FINISHED"]
+    (run,) = _runs("smoke")
+    c = tracking.client()
+    assert run.info.status == "FINISHED"
+    assert run.data.params["preset"] == "all" and run.data.params["loop.steps"] == "1"
+    assert run.data.tags["fp8rl.run_id"] == rows[0]["run_id"] and run.data.tags["prefect.flow_run_id"] != "none"
+    for name in ("reward/mean", "kl/k3", "kl/k1", "time/step_s", "time/load_s", "check/W2", "check/W5", "sync/bytes"):
+        assert name in run.data.metrics, name
+    assert run.data.metrics["check/W2"] == 1.0 and run.data.metrics["check/W5"] == 1.0
+    files = {f.path for f in c.list_artifacts(run.info.run_id)} | {f.path for f in c.list_artifacts(run.info.run_id, "tables")}
+    assert {"config.json", "layers.json", "checks.json", "tables/steps.parquet", "tables/tokens.parquet"} <= files
+    steps = pq.read_table(c.download_artifacts(run.info.run_id, "tables/steps.parquet", str(env["root"]))).to_pylist()
+    assert [s["step"] for s in steps] == [1] and steps[0]["new_version"] == 1
+
+    again = mxfp8_sweep(SMOKE, ONE_RUN)
+    assert [r["status"] for r in again] == ["SKIPPED (done)"] and again[0]["mlflow_run"] == run.info.run_id
+    assert len(_runs("smoke")) == 1
+
+
+def test_a_failing_run_is_failed_with_its_reason_and_keeps_its_params(env, monkeypatch):
+    import tasks.stages as stages
+    from flows.pipelines import mxfp8_sweep
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("engine exploded")
+
+    monkeypatch.setattr(stages, "start_pipeline", broken)
+    with pytest.raises(RuntimeError, match="1 of 1 runs failed: qwen3-moe-mini-half-s0"):
+        mxfp8_sweep(SMOKE, ["axes.seed=[0]", "axes.preset=[half]", "axes.model=[qwen3-moe-mini]", "loop.steps=1"])
+    (run,) = [r for r in _runs("smoke") if r.data.params.get("preset") == "half"]
+    assert run.info.status == "FAILED"
+    assert "RuntimeError: engine exploded" in run.data.tags["error"]
+    assert run.data.params["model"] == "qwen3-moe-mini"  # logged before the failure, kept
+
+
+def test_sigterm_marks_the_run_killed(env):
+    code = ("from flows.pipelines import mxfp8_sweep\n"
+            f"mxfp8_sweep({SMOKE!r}, {['axes.seed=[1]', 'axes.preset=[bf16-e2e]', 'axes.model=[qwen3-dense-mini]', 'loop.steps=50']!r})\n")
+    proc_env = os.environ | {"MLFLOW_TRACKING_URI": env["MLFLOW_TRACKING_URI"], "FP8RL_ARTIFACTS": env["FP8RL_ARTIFACTS"],
+                             "FP8RL_CACHE": str(env["root"] / "warmstart")}
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=proc_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 240
+        target = None
+        while time.time() < deadline and target is None:
+            time.sleep(1)
+            running = [r for r in _runs("smoke") if r.data.params.get("preset") == "bf16-e2e" and r.info.status == "RUNNING"]
+            if running and "time/step_s" in tracking.client().get_run(running[0].info.run_id).data.metrics:
+                target = running[0].info.run_id  # mid-loop: at least one step recorded
+            assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+        assert target is not None, "the run never started"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    run = tracking.client().get_run(target)
+    assert run.info.status == "KILLED", proc.stdout.read().decode()[-3000:]
+    assert "SIGTERM" in run.data.tags["error"]
+    assert "time/step_s" in run.data.metrics  # what was logged before stays

@@ -1,0 +1,52 @@
+"""MLflow tracking helpers on a temporary SQLite store: runs, params, metrics, tables, resume lookup."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+from tasks import tracking
+
+
+@pytest.fixture()
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("FP8RL_ARTIFACTS", str(tmp_path / "artifacts"))
+    return tmp_path
+
+
+def test_flatten_makes_dotted_string_params():
+    flat = tracking.flatten({"a": 1, "b": {"c": [1, 2], "d": {"e": "x"}}, "f": None})
+    assert flat == {"a": "1", "b.c": "[1, 2]", "b.d.e": "x", "f": "None"}
+
+
+def test_a_run_records_everything_and_is_found_only_when_finished(store):
+    run = tracking.open_run("sweep-x", "sid", "abc123", "dense-all-s0", {"learner.lr": "0.001"}, "flow-1")
+    c = tracking.client()
+    info = c.get_run(run)
+    assert info.data.params == {"learner.lr": "0.001"}
+    assert info.data.tags["fp8rl.run_id"] == "abc123" and info.data.tags["prefect.flow_run_id"] == "flow-1"
+    assert info.data.tags["versions.torch"].startswith("2.13") and "git.commit" in info.data.tags
+    tracking.log_metrics(run, {"reward/mean": 0.5, "kl/k3": 1e-3}, step=2)
+    tracking.log_table(run, "steps", [{"step": 1, "x": 0.5}, {"step": 2, "x": 0.25}])
+    tracking.log_json(run, "config.json", {"a": 1})
+    assert tracking.find_finished("sweep-x", "abc123") is None  # still RUNNING
+    tracking.terminate(run, "FINISHED")
+    assert tracking.find_finished("sweep-x", "abc123") == run
+    assert tracking.find_finished("sweep-x", "other") is None and tracking.find_finished("no-such-sweep", "abc123") is None
+    hist = c.get_metric_history(run, "reward/mean")
+    assert [(m.step, m.value) for m in hist] == [(2, 0.5)]
+    files = {f.path for f in c.list_artifacts(run)} | {f.path for f in c.list_artifacts(run, "tables")}
+    assert {"config.json", "tables/steps.parquet"} <= files
+    local = c.download_artifacts(run, "tables/steps.parquet", str(store))
+    assert pq.read_table(local).to_pylist() == [{"step": 1, "x": 0.5}, {"step": 2, "x": 0.25}]
+    exp = c.get_experiment_by_name("sweep-x")
+    assert exp.artifact_location.startswith((store / "artifacts").as_uri())
+
+
+def test_a_failed_run_is_not_resumed(store):
+    run = tracking.open_run("sweep-y", "sid", "r1", "n", {}, None)
+    tracking.set_tag(run, "error", "RuntimeError: boom")
+    tracking.terminate(run, "FAILED")
+    assert tracking.find_finished("sweep-y", "r1") is None
+    assert tracking.client().get_run(run).data.tags["error"] == "RuntimeError: boom"
