@@ -45,6 +45,7 @@ class Pipeline:
     learner: Learner
     sampler: Sampler
     schemes: dict[str, str]
+    reused: bool = False  # the engine was already running (no startup paid by this pipeline)
 
     def export(self) -> dict[str, torch.Tensor]:
         """The learner's current weights in the sampler's names, layout and grid."""
@@ -73,9 +74,9 @@ def start_pipeline(
                                            recipe=recipe, lr=lr, grpo=grpo))
     schemes = sampler_schemes(gemm_layers(model), preset.sampler_layers, preset.sampler_grid)
     tensors = export_weights(model, learner.forward_weights(), schemes)
-    sampler, _ = acquire(checkpoint, schemes, tensors, sampler_cfg, version=learner.version,
-                         mx_grid=recipe.fwd_grid, work_root=work_root)
-    return Pipeline(preset, learner, sampler, schemes)
+    sampler, resync = acquire(checkpoint, schemes, tensors, sampler_cfg, version=learner.version,
+                              mx_grid=recipe.fwd_grid, work_root=work_root)
+    return Pipeline(preset, learner, sampler, schemes, reused=resync is not None)
 
 
 @dataclass

@@ -73,7 +73,7 @@ def setup_sampler_grid(key: str, run: dict, checkpoint: str) -> dict:
     )
     LIVE[key] = LiveRun(cfg, pipe)
     return {"learner_layers": pipe.learner.layers, "sampler_schemes": pipe.schemes, "engine_key": pipe.sampler.key,
-            "setup_s": time.perf_counter() - t0, "engine_startup_s": pipe.sampler.startup_s}
+            "setup_s": time.perf_counter() - t0, "engine_startup_s": 0.0 if pipe.reused else pipe.sampler.startup_s}
 
 
 @task(name="train-step", cache_policy=NO_CACHE)
