@@ -17,6 +17,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run as runtime_flow_run
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from fp8rl_core.config import RunConfig, load_sweep, run_id
@@ -130,12 +131,23 @@ def _sweep(config: str, overrides: list[str], resume: bool = True) -> list[dict]
             logger.error("run %s failed: %s: %s", run_name(cfg), type(e).__name__, e)
             return {"run_id": key, "name": run_name(cfg), "status": f"FAILED: {type(e).__name__}"}
 
+    progress = Progress(TextColumn(f"sweep {sweep.sweep}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.description}"), TimeElapsedColumn())
+    bar = progress.add_task("", total=len(runs))
+
+    def tracked(cfg: RunConfig) -> dict:
+        progress.update(bar, description=run_name(cfg))
+        row = one(cfg)
+        progress.advance(bar)
+        return row
+
     try:
-        if sweep.concurrency == 1:
-            rows = [one(cfg) for cfg in runs]
-        else:
-            with ThreadPoolExecutor(max_workers=sweep.concurrency) as pool:
-                rows = list(pool.map(one, runs))
+        with progress:
+            if sweep.concurrency == 1:
+                rows = [tracked(cfg) for cfg in runs]
+            else:
+                with ThreadPoolExecutor(max_workers=sweep.concurrency) as pool:
+                    rows = list(pool.map(tracked, runs))
     finally:
         release_all()
     Console().print(_table(sweep.sweep, rows))
