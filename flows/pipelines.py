@@ -8,6 +8,7 @@ and SIGTERM/SIGINT end it KILLED — metrics and artifacts logged before stay.
 from __future__ import annotations
 
 import hashlib
+import os
 import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -25,8 +26,6 @@ from fp8rl_core.sampler.engine import release_all
 from tasks import stages, tracking
 
 __all__ = ["experiment", "mxfp8_sweep", "nightly_correctness"]
-
-import os
 
 WARMSTART_CACHE = os.environ.get("FP8RL_CACHE", ".cache/warmstart")
 
