@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test bench clean
+.PHONY: setup run test bench clean
 
 setup: $(STAMP)
 
@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -c "import vllm, fp8rl_core.sampler.plugin"
 	$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0') and not torch.cuda.is_available(), torch.__version__"
 	touch $(STAMP)
+
+# the main job: the smoke sweep through the mxfp8-sweep flow (embedded Prefect, MLflow in ./mlflow.db)
+run: setup
+	$(VENV)/bin/fp8rl run configs/smoke.yaml
 
 test: setup
 	$(PY) -m pytest

@@ -19,6 +19,15 @@ no axes)::
 
 Overrides (``key=value``, value parsed as YAML) address the file: ``base.loop.steps=2``,
 ``axes.seed=[0]``; a key without ``base.``/``axes.`` is taken as ``base.<key>`` (``learner.lr=1e-3``).
+An axis key is one dotted key: ``axes.learner.tokens_per_microbatch=[512]`` replaces that axis. An
+override of a ``base`` field that an axis sets (``seed=1`` on a sweep with a ``seed`` axis) would have no
+effect and is an error: override the axis (``axes.seed=[1]``). A key repeated in one YAML mapping is an
+error too (YAML parsers keep the last one silently).
+
+Paths: a model name is looked up in ``<config dir>/models``; ``base.models_dir`` changes that, and a
+relative ``models_dir`` is taken relative to the config file's directory (``models_dir: ../models`` in
+``configs/gpu/*.yaml``), so a sweep loads the same from any working directory. A ``model`` given as a
+path to a ``.yaml`` spec is used as written (relative to the working directory).
 
 Every error names the file, the dotted field and what would be valid. Each run has a stable id: the
 first 12 hex digits of the SHA-256 of its resolved config (canonical JSON) — the same run gets the
@@ -168,20 +177,76 @@ def apply_overrides(data: Mapping, overrides: Iterable[str]) -> dict:
     """``key=value`` overrides (value parsed as YAML) applied to a sweep file's mapping."""
     out = json.loads(json.dumps(data))
     for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} is not key=value (e.g. learner.lr=1e-4 or axes.seed=[0,1])")
-        key, raw = item.split("=", 1)
-        key = key.strip()
-        if not key:
-            raise ConfigError(f"override {item!r} has an empty key")
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError as e:
-            raise ConfigError(f"override {key}: value {raw!r} is not valid YAML ({e})") from None
-        if key.split(".")[0] not in ("base", "axes", "sweep", "description", "concurrency"):
-            key = f"base.{key}"
-        _set_dotted(out, key, value)
+        key, value = _parse_override(item)
+        if key.startswith("axes.") and len(key) > len("axes."):
+            # an axis key is itself dotted (axes: {learner.tokens_per_microbatch: [...]}): one key, not a path
+            axes = out.get("axes")
+            if axes is None:
+                axes = out["axes"] = {}
+            if not isinstance(axes, dict):
+                raise ConfigError(f"override {key}: 'axes' is a value ({axes!r}), not a section")
+            axes[key.removeprefix("axes.")] = value
+        else:
+            _set_dotted(out, key, value)
     return out
+
+
+def _parse_override(item: str) -> tuple[str, Any]:
+    """``key=value`` → (the key as addressed in the file, e.g. ``base.learner.lr``; the parsed value)."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} is not key=value (e.g. learner.lr=1e-4 or axes.seed=[0,1])")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"override {item!r} has an empty key")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"override {key}: value {raw!r} is not valid YAML ({e})") from None
+    if key.split(".")[0] not in ("base", "axes", "sweep", "description", "concurrency"):
+        key = f"base.{key}"
+    return key, value
+
+
+_MISSING = object()
+
+
+def _shadowed_overrides(source: str, sweep: "SweepConfig", overrides: list[str]) -> None:
+    """Refuse a ``base`` override of a field an axis sets: expansion would silently replace it."""
+    for item in overrides:
+        key, value = _parse_override(item)
+        if not key.startswith("base."):
+            continue
+        field = key.removeprefix("base.")
+        for axis, values in sweep.axes.items():
+            inner: Any = value  # a section override (learner={...}) is shadowed only where it sets the axis
+            for part in axis.removeprefix(f"{field}.").split(".") if axis.startswith(f"{field}.") else ():
+                inner = inner.get(part, _MISSING) if isinstance(inner, dict) else _MISSING
+            if axis == field or field.startswith(f"{axis}.") or (axis.startswith(f"{field}.") and inner is not _MISSING):
+                hint = f"axes.{axis}=[{value}]" if axis == field else f"axes.{axis}=[...]"
+                raise ConfigError(
+                    f"{source}: override {item!r} has no effect: {axis!r} is an axis of this sweep "
+                    f"(values {values}), which replaces base.{axis} in every run; override the axis instead, "
+                    f"e.g. {hint}"
+                )
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load`` that refuses a key repeated in one mapping (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:  # an unhashable key: let PyYAML report it
+                continue
+            if first != key_node.start_mark.line + 1:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (line {key_node.start_mark.line + 1}, first at line {first}); "
+                    "a later value would silently replace the earlier one — keep one", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
 
 
 def _format(source: str, prefix: str, err: ValidationError, model: type[BaseModel]) -> str:
@@ -219,7 +284,12 @@ def expand(sweep: SweepConfig, source: str, models_dir: str) -> list[RunConfig]:
     runs: list[RunConfig] = []
     for combo in itertools.product(*(sweep.axes[k] for k in keys)) if keys else [()]:
         data = json.loads(json.dumps(sweep.base))
-        data.setdefault("models_dir", models_dir)
+        given = data.get("models_dir")
+        if given is None:
+            data["models_dir"] = models_dir
+        elif isinstance(given, str) and not Path(given).is_absolute():
+            # relative to the config file's directory (models_dir is <config dir>/models), not the cwd
+            data["models_dir"] = str((Path(models_dir).parent / given).resolve())
         for k, v in zip(keys, combo):
             _set_dotted(data, k, v)
         where = ", ".join(f"{k}={v}" for k, v in zip(keys, combo))
@@ -241,10 +311,11 @@ def expand(sweep: SweepConfig, source: str, models_dir: str) -> list[RunConfig]:
 def load_sweep(path: str | Path, overrides: Iterable[str] = ()) -> tuple[SweepConfig, list[RunConfig]]:
     """Read a sweep file, apply overrides, validate and expand it. Raises :class:`ConfigError`."""
     path = Path(path)
+    overrides = list(overrides)
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 — a SafeLoader subclass
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(data, dict):
@@ -254,5 +325,6 @@ def load_sweep(path: str | Path, overrides: Iterable[str] = ()) -> tuple[SweepCo
         sweep = SweepConfig.model_validate(data)
     except ValidationError as e:
         raise ConfigError(_format(str(path), "", e, SweepConfig)) from None
+    _shadowed_overrides(str(path), sweep, overrides)
     models_dir = str(path.resolve().parent / "models")
     return sweep, expand(sweep, str(path), models_dir)

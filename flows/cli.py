@@ -1,0 +1,153 @@
+"""The ``fp8rl`` command: run a sweep, register the deployments, open MLflow, list recent runs.
+
+Thin by design — argument parsing and calls into the flows (:mod:`flows.pipelines`), the config loader
+(:mod:`fp8rl_core.config`) and the tracking helpers (:mod:`tasks.tracking`). Heavy imports (torch, vLLM,
+Prefect) happen inside the commands, so ``fp8rl --help`` and ``fp8rl runs`` stay quick.
+
+    fp8rl run configs/smoke.yaml [key=value ...]   # the mxfp8-sweep flow, locally (embedded Prefect)
+    fp8rl deploy [--pool fp8rl-local]               # prefect deploy --all (deployments/prefect.yaml)
+    fp8rl ui [--port 5000]                          # mlflow ui on the local store, 127.0.0.1
+    fp8rl runs [--sweep NAME] [--limit N]           # recent MLflow runs with the headline metrics
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+__all__ = ["app"]
+
+ROOT = Path(__file__).resolve().parents[1]
+PREFECT_FILE = "deployments/prefect.yaml"
+#: the headline columns of a run: the same metrics as :data:`flows.pipelines.HEADLINE` (a test keeps
+#: them equal; not imported from there because that module pulls in torch and vLLM)
+HEADLINE = (("kl/k3", "KL k3"), ("kl/mean_abs_logprob_diff", "|Δlogp|"), ("reward/final", "reward"),
+            ("time/total_s", "time s"))
+
+app = typer.Typer(
+    name="fp8rl",
+    help="End-to-end MXFP8 RL experiments: run sweeps (Prefect flows), track them (MLflow).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+@app.command()
+def run(
+    config: Annotated[Path, typer.Argument(help="sweep config, e.g. configs/smoke.yaml")],
+    overrides: Annotated[list[str] | None, typer.Argument(
+        help="key=value overrides (value parsed as YAML): learner.lr=1e-3, base.loop.steps=1, axes.seed=[0]",
+        show_default=False)] = None,
+) -> None:
+    """Run a sweep locally through the mxfp8-sweep flow (embedded Prefect, MLflow store of the cwd).
+
+    Runs already FINISHED in MLflow (same run id) are skipped; failed ones run again."""
+    from fp8rl_core.config import ConfigError, load_sweep
+
+    overrides = list(overrides or [])
+    try:  # validate before Prefect and MLflow start: a bad config fails with only its message
+        sweep, runs = load_sweep(config, overrides)
+    except ConfigError as e:
+        raise _fail(str(e)) from None
+    typer.echo(f"sweep {sweep.sweep}: {len(runs)} runs from {config}")
+
+    from flows.pipelines import mxfp8_sweep
+
+    try:
+        mxfp8_sweep(str(config), overrides)
+    except ConfigError as e:
+        raise _fail(str(e)) from None
+
+
+@app.command()
+def deploy(
+    pool: Annotated[str, typer.Option(
+        envvar="FP8RL_WORK_POOL", help="work pool the deployments target (sets FP8RL_WORK_POOL for prefect deploy)",
+    )] = "fp8rl-local",
+    prefect_file: Annotated[Path, typer.Option(help="Prefect deployment file")] = Path(PREFECT_FILE),
+) -> None:
+    """Register the deployments (mxfp8-sweep, nightly-correctness) with the Prefect server."""
+    path = prefect_file if prefect_file.is_absolute() else ROOT / prefect_file
+    if not path.is_file():
+        raise _fail(f"{path}: no such deployment file")
+    exe = Path(sys.executable).with_name("prefect")
+    cmd = [str(exe) if exe.is_file() else (shutil.which("prefect") or "prefect"),
+           "--no-prompt", "deploy", "--all", "--prefect-file", str(path)]
+    typer.echo(f"FP8RL_WORK_POOL={pool} " + " ".join(cmd))
+    raise typer.Exit(subprocess.call(cmd, cwd=ROOT, env=os.environ | {"FP8RL_WORK_POOL": pool}))
+
+
+@app.command()
+def ui(
+    port: Annotated[int, typer.Option(help="port to listen on (127.0.0.1 only)")] = 5000,
+) -> None:
+    """Open MLflow's UI on the local tracking store (MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)."""
+    from tasks.tracking import artifact_root, tracking_uri
+
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri(),
+           "--default-artifact-root", artifact_root().resolve().as_uri(),
+           "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    typer.echo(f"MLflow UI on http://127.0.0.1:{port} (store {tracking_uri()}; ready in ~20 s); Ctrl-C stops it")
+    sys.stdout.flush()
+    os.execv(sys.executable, cmd)  # become the server: Ctrl-C and SIGTERM reach it (and its workers) directly
+
+
+def _metric(run, key: str) -> str:
+    v = run.data.metrics.get(key)
+    return f"{v:.4g}" if isinstance(v, (int, float)) else "–"
+
+
+@app.command()
+def runs(
+    sweep: Annotated[str | None, typer.Option(help="only this sweep (MLflow experiment)")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="at most this many runs, newest first")] = 20,
+) -> None:
+    """Recent MLflow runs: sweep, name, status and the headline metrics."""
+    from datetime import datetime
+
+    from mlflow.entities import ViewType
+    from rich.console import Console
+    from rich.table import Table
+
+    from tasks import tracking
+
+    c = tracking.client()
+    if sweep is not None:
+        exp = c.get_experiment_by_name(sweep)
+        if exp is None:
+            known = sorted(e.name for e in c.search_experiments(view_type=ViewType.ALL) if e.name != "Default")
+            raise _fail(f"no sweep {sweep!r} in {tracking.tracking_uri()}; known sweeps: {', '.join(known) or 'none'}")
+        exps = [exp]
+    else:
+        exps = c.search_experiments(view_type=ViewType.ACTIVE_ONLY)
+    names = {e.experiment_id: e.name for e in exps}
+    found = c.search_runs(list(names), order_by=["attributes.start_time DESC"], max_results=limit) if names else []
+
+    table = Table(title=f"{len(found)} most recent runs" + (f" of sweep {sweep}" if sweep else "")
+                  + f" — {tracking.tracking_uri()}")
+    for col in ("sweep", "run", "run id", "status", "started"):
+        table.add_column(col)
+    for _, label in HEADLINE:
+        table.add_column(label, justify="right")
+    for r in found:
+        started = datetime.fromtimestamp(r.info.start_time / 1000).strftime("%Y-%m-%d %H:%M") if r.info.start_time else "–"
+        table.add_row(names.get(r.info.experiment_id, r.info.experiment_id), r.info.run_name or r.info.run_id,
+                      r.data.tags.get("fp8rl.run_id", "–"), r.info.status, started,
+                      *(_metric(r, k) for k, _ in HEADLINE))
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,165 @@
+"""The `fp8rl` command (typer's CliRunner, in process): argument parsing and the calls it makes. No vLLM
+engine starts here — `run` is checked on bad configs and with the flow replaced by a recorder; `runs`
+reads a temporary MLflow store."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from flows import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = ROOT / "configs" / "smoke.yaml"
+runner = CliRunner()
+
+
+@pytest.fixture()
+def store(tmp_path, monkeypatch):
+    """An empty MLflow store of its own (SQLite in tmp_path), wide terminal for the tables."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("FP8RL_ARTIFACTS", str(tmp_path / "artifacts"))
+    monkeypatch.setenv("COLUMNS", "220")
+    return tmp_path
+
+
+def _invoke(*args: str):
+    return runner.invoke(cli.app, list(args))
+
+
+def test_help_lists_the_four_commands():
+    result = _invoke("--help")
+    assert result.exit_code == 0, result.output
+    for command in ("run", "deploy", "ui", "runs"):
+        assert command in result.output
+
+
+def test_console_script_is_declared():
+    text = (ROOT / "pyproject.toml").read_text()
+    assert 'fp8rl = "flows.cli:app"' in text.split("[project.scripts]", 1)[1]
+
+
+@pytest.mark.parametrize(
+    ("body", "expect"),
+    [
+        ("sweep: t\nbase: {learner: {lrr: 1.0}}\n", ["base.learner.lrr: unknown field", "valid fields here are"]),
+        ("sweep: t\nbase: {preset: nope}\n", ["unknown preset 'nope'", "valid presets"]),
+        ("sweep: t\nbase: {model: [x\n", ["not valid YAML"]),
+        ("sweep: t\naxes: {seed: []}\n", ["have no values"]),
+    ],
+)
+def test_run_with_a_bad_config_exits_non_zero_with_the_message(tmp_path, store, body, expect):
+    path = tmp_path / "bad.yaml"
+    path.write_text(body)
+    result = _invoke("run", str(path))
+    assert result.exit_code == 1
+    assert f"error: {path}" in result.output
+    for part in expect:
+        assert part in result.output
+    assert "Traceback" not in result.output
+    assert not (store / "mlflow.db").exists(), "a bad config must fail before anything is tracked"
+
+
+def test_run_with_a_missing_config_or_bad_override(tmp_path, store):
+    result = _invoke("run", str(tmp_path / "nope.yaml"))
+    assert result.exit_code == 1 and "no such config file" in result.output
+    result = _invoke("run", str(SMOKE), "seed=3")
+    assert result.exit_code == 1 and "override 'seed=3' has no effect" in result.output and "axes.seed=[3]" in result.output
+    result = _invoke("run", str(SMOKE), "learner.lr")
+    assert result.exit_code == 1 and "is not key=value" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_run_calls_the_sweep_flow_with_the_config_and_overrides(store, monkeypatch):
+    import flows.pipelines as pipelines
+
+    calls = []
+    monkeypatch.setattr(pipelines, "mxfp8_sweep", lambda config, overrides: calls.append((config, overrides)) or [])
+    result = _invoke("run", str(SMOKE), "axes.seed=[0]", "loop.steps=1")
+    assert result.exit_code == 0, result.output
+    assert "sweep smoke: 10 runs" in result.output
+    assert calls == [(str(SMOKE), ["axes.seed=[0]", "loop.steps=1"])]
+
+
+def test_runs_on_an_empty_store_prints_an_empty_table(store):
+    result = _invoke("runs")
+    assert result.exit_code == 0, result.output
+    assert "0 most recent runs" in result.output
+    for header in ("sweep", "run", "status", "KL k3", "|Δlogp|", "reward", "time s"):
+        assert header in result.output
+
+
+def test_runs_lists_runs_with_status_and_headline_metrics(store):
+    from tasks import tracking
+
+    done = tracking.open_run("sw", "swid", "abcdef123456", "qwen3-dense-mini-all-s0", {"preset": "all"}, None)
+    tracking.log_metrics(done, {"kl/k3": 0.0123456, "kl/mean_abs_logprob_diff": 0.25, "reward/final": 1.0,
+                                "time/total_s": 12.5})
+    tracking.terminate(done, "FINISHED")
+    failed = tracking.open_run("sw", "swid", "0123456789ab", "qwen3-moe-mini-half-s1", {"preset": "half"}, None)
+    tracking.terminate(failed, "FAILED")
+    tracking.open_run("other", "x", "ffffffffffff", "other-run", {}, None)
+
+    result = _invoke("runs", "--sweep", "sw")
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "2 most recent runs of sweep sw" in out
+    line = next(l for l in out.splitlines() if "qwen3-dense-mini-all-s0" in l)
+    assert "FINISHED" in line and "abcdef123456" in line
+    for value in ("0.01235", "0.25", "1", "12.5"):
+        assert value in line
+    assert "FAILED" in next(l for l in out.splitlines() if "qwen3-moe-mini-half-s1" in l)
+    assert "other-run" not in out
+
+    result = _invoke("runs", "--limit", "1")
+    assert result.exit_code == 0 and "1 most recent runs" in result.output and "other-run" in result.output
+
+    result = _invoke("runs", "--sweep", "nope")
+    assert result.exit_code == 1 and "no sweep 'nope'" in result.output and "other, sw" in result.output
+
+
+def test_headline_columns_match_the_sweep_table():
+    from flows.pipelines import HEADLINE
+
+    assert cli.HEADLINE == HEADLINE
+
+
+def test_deploy_runs_prefect_deploy_all(tmp_path, monkeypatch):
+    prefect_file = tmp_path / "prefect.yaml"
+    prefect_file.write_text("deployments: []\n")
+    calls = []
+    monkeypatch.setattr(cli.subprocess, "call", lambda cmd, cwd=None, env=None: calls.append((cmd, cwd, env)) or 0)
+    monkeypatch.delenv("FP8RL_WORK_POOL", raising=False)
+    result = _invoke("deploy", "--prefect-file", str(prefect_file))
+    assert result.exit_code == 0, result.output
+    (cmd, cwd, env), = calls
+    assert cmd[1:] == ["--no-prompt", "deploy", "--all", "--prefect-file", str(prefect_file)]
+    assert Path(cmd[0]).name == "prefect" and cwd == cli.ROOT
+    assert env["FP8RL_WORK_POOL"] == "fp8rl-local"  # the pool placeholder in prefect.yaml has no default
+    monkeypatch.setenv("FP8RL_WORK_POOL", "fp8rl-b200")
+    assert _invoke("deploy", "--prefect-file", str(prefect_file)).exit_code == 0
+    assert calls[-1][2]["FP8RL_WORK_POOL"] == "fp8rl-b200"
+    assert _invoke("deploy", "--pool", "other", "--prefect-file", str(prefect_file)).exit_code == 0
+    assert calls[-1][2]["FP8RL_WORK_POOL"] == "other"
+
+    monkeypatch.setattr(cli.subprocess, "call", lambda cmd, cwd=None, env=None: 3)
+    assert _invoke("deploy", "--prefect-file", str(prefect_file)).exit_code == 3
+    result = _invoke("deploy", "--prefect-file", str(tmp_path / "missing.yaml"))
+    assert result.exit_code == 1 and "no such deployment file" in result.output
+
+
+def test_ui_starts_mlflow_on_the_local_store(store, monkeypatch):
+    calls = []
+    monkeypatch.setattr(cli.os, "execv", lambda exe, argv: calls.append(argv))
+    result = _invoke("ui", "--port", "5099")
+    assert result.exit_code == 0, result.output
+    (argv,) = calls
+    assert argv[:4] == [sys.executable, "-m", "mlflow", "ui"]
+    opts = dict(zip(argv[4::2], argv[5::2]))
+    assert opts["--backend-store-uri"] == f"sqlite:///{store / 'mlflow.db'}"
+    assert opts["--host"] == "127.0.0.1" and opts["--port"] == "5099"
+    assert opts["--default-artifact-root"] == (store / "artifacts").resolve().as_uri()
+    assert "http://127.0.0.1:5099" in result.output
