@@ -63,12 +63,16 @@ def run(
         raise _fail(str(e)) from None
     typer.echo(f"sweep {sweep.sweep}: {len(runs)} runs from {config}")
 
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # vLLM's INFO lines would bury the progress
     from flows.pipelines import mxfp8_sweep
 
     try:
         mxfp8_sweep(str(config), overrides)
     except ConfigError as e:
         raise _fail(str(e)) from None
+    except RuntimeError as e:  # some runs failed: the table above says which; rerun to retry them
+        raise _fail(str(e)) from None
+    typer.echo("MLflow UI: .venv/bin/fp8rl ui  (then http://127.0.0.1:5000)")
 
 
 @app.command()

@@ -102,7 +102,7 @@ HEADLINE = (("kl/k3", "KL k3"), ("kl/mean_abs_logprob_diff", "|Δlogp|"), ("rewa
 
 def _table(sweep: str, rows: list[dict]) -> Table:
     t = Table(title=f"sweep {sweep}: {len(rows)} runs")
-    t.add_column("run")
+    t.add_column("run", no_wrap=True)
     t.add_column("status")
     for _, label in HEADLINE:
         t.add_column(label, justify="right")
@@ -149,7 +149,10 @@ def _sweep(config: str, overrides: list[str], resume: bool = True) -> list[dict]
                     rows = list(pool.map(tracked, runs))
     finally:
         release_all()
-    Console().print(_table(sweep.sweep, rows))
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=140)  # logs and CI: room for the full run names
+    console.print(_table(sweep.sweep, rows))
     failed = [r["name"] for r in rows if r["status"].startswith("FAILED")]
     if failed:
         raise RuntimeError(f"{len(failed)} of {len(rows)} runs failed: {', '.join(failed)}; rerun the sweep to retry them")
