@@ -46,7 +46,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from fp8rl_core.learner.models import ModelSpec, load_model_spec
+from fp8rl_core.learner.models import ModelSpec, load_model_spec, spec_hash
 from fp8rl_core.learner.warmstart import WarmStartConfig
 from fp8rl_core.sampler.engine import SamplerConfig
 from fp8rl_core.sampler.presets import PRESETS
@@ -274,7 +274,10 @@ def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
 
 
 def run_id(run: RunConfig) -> str:
-    canon = json.dumps(run.model_dump(mode="json", exclude={"models_dir"}), sort_keys=True, separators=(",", ":"))
+    """Stable id of a run: its resolved config and the *contents* of its model spec (editing a spec file
+    gives its runs new ids, so a resumed sweep does not skip runs of an older architecture)."""
+    body = run.model_dump(mode="json", exclude={"models_dir"}) | {"model_spec": spec_hash(run.spec())}
+    canon = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canon.encode()).hexdigest()[:12]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fp8rl_core.config import ConfigError, RunConfig, load_sweep, run_id
-from fp8rl_core.learner.models import MXFP8_BLOCK, load_model_spec
+from fp8rl_core.learner.models import MXFP8_BLOCK, load_model_spec, spec_hash
 from fp8rl_core.sampler.presets import PRESETS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,9 +54,11 @@ def test_shipped_config_loads_and_expands(name):
     assert all(len(i) == 12 and int(i, 16) >= 0 for i in ids)
     # stable: the same file gives the same ids, in the same (file) order
     assert _ids(load_sweep(CONFIGS / name)[1]) == ids
-    # the id is the SHA-256 of the resolved config's canonical JSON, without the machine's models_dir
+    # the id is the SHA-256 of the resolved config's canonical JSON, without the machine's models_dir,
+    # plus the hash of the model spec's contents
     r = runs[0]
-    canon = json.dumps(r.model_dump(mode="json", exclude={"models_dir"}), sort_keys=True, separators=(",", ":"))
+    body = r.model_dump(mode="json", exclude={"models_dir"}) | {"model_spec": spec_hash(r.spec())}
+    canon = json.dumps(body, sort_keys=True, separators=(",", ":"))
     assert ids[0] == hashlib.sha256(canon.encode()).hexdigest()[:12]
     # the runs are the cartesian product of the axes in file order
     keys = list(sweep.axes)
@@ -344,3 +346,18 @@ def test_models_dir_is_relative_to_the_config_file(tmp_path, monkeypatch):
     # the id does not depend on where the specs live (the same run on every machine)
     assert "models_dir" not in json.dumps(runs[0].model_dump(mode="json", exclude={"models_dir"}))
     assert os.path.isabs(runs[0].models_dir)
+
+
+def test_editing_the_model_spec_changes_the_run_id(tmp_path):
+    models = tmp_path / "models"
+    models.mkdir()
+    spec = (Path(__file__).resolve().parents[2] / "configs" / "models" / "qwen3-dense-mini.yaml").read_text()
+    (models / "m.yaml").write_text(spec)
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text("sweep: t\nbase: {model: m, warmstart: {steps: 100, warmup: 10, task: {digits: 2}}}\n")
+    (before,) = load_sweep(cfg)[1]
+    id_before = run_id(before)
+    (models / "m.yaml").write_text(spec.replace("rms_norm_eps: 1.0e-6", "rms_norm_eps: 1.0e-5"))
+    (after,) = load_sweep(cfg)[1]
+    assert before == after  # the run config itself is unchanged ...
+    assert run_id(after) != id_before  # ... but the architecture is not
