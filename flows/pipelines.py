@@ -68,7 +68,7 @@ def experiment(run: dict, sweep: str = "adhoc", sweep_id: str = "adhoc") -> dict
     params = tracking.flatten(cfg.model_dump(mode="json", exclude={"models_dir"}))
     mlflow_run = tracking.open_run(sweep, sweep_id, key, run_name(cfg), params, str(runtime_flow_run.id or "none"))
     try:
-        with _killed_on_signal(mlflow_run):
+        with tracking.captured_logs(mlflow_run), _killed_on_signal(mlflow_run):
             ckpt = stages.warm_start_checkpoint(cfg.spec().model_dump(mode="json"),
                                                 cfg.warmstart.model_dump(mode="json"), WARMSTART_CACHE)
             setup = stages.setup_sampler_grid(key, cfg.model_dump(mode="json"), ckpt)

@@ -4,24 +4,26 @@ process, in :data:`LIVE`, keyed by the run id — tasks pass that key, never ten
 
 Retries: only where repeating is safe — the weight sync (a sync writes every tensor of a version, so
 a repeat lands the same state) and MLflow logging. Caching: only the warm start (its result, a
-checkpoint path, is a pure function of the model spec and warm-start config; persisted, so a new
-process reuses it); nothing random is cached (``NO_CACHE`` elsewhere).
+checkpoint path, is a pure function of the model spec, the warm-start config and the cache folder;
+persisted, so a new process reuses it, and keyed on the checkpoint itself so a deleted checkpoint is
+trained again); nothing random is cached (``NO_CACHE`` elsewhere).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from prefect import task
-from prefect.cache_policies import INPUTS, NO_CACHE
+from prefect.cache_policies import NO_CACHE
 
 from fp8rl_core.checks import check_grid_bytes, check_version
 from fp8rl_core.config import RunConfig
 from fp8rl_core.learner.grpo import GRPOConfig
 from fp8rl_core.learner.mxfp8 import Recipe
 from fp8rl_core.learner.models import ModelSpec
-from fp8rl_core.learner.warmstart import WarmStartConfig, warm_start
+from fp8rl_core.learner.warmstart import WarmStartConfig, is_complete, warm_start, warmstart_key
 from fp8rl_core.loop import Pipeline, rollout_and_learn, start_pipeline, sync_weights
 from fp8rl_core.metrics import kl_estimators, summarize_steps
 
@@ -51,10 +53,21 @@ def _live(key: str) -> LiveRun:
     return LIVE[key]
 
 
-@task(name="warm-start", cache_policy=INPUTS, persist_result=True)
+def _warm_start_cache_key(context, parameters: dict) -> str | None:
+    """Key the cached result on the checkpoint it names — only while that checkpoint is complete on disk
+    (a cache record must never hand out a deleted or foreign path; without a key the task just runs,
+    and :func:`warm_start` itself reuses a complete checkpoint)."""
+    spec = ModelSpec.model_validate(parameters["spec"])
+    cfg = WarmStartConfig.model_validate(parameters["warmstart"])
+    path = Path(parameters["cache_root"]).resolve() / f"{spec.name}-{warmstart_key(spec, cfg)}"
+    return f"warm-start-{path}" if is_complete(path) else None
+
+
+@task(name="warm-start", cache_key_fn=_warm_start_cache_key, persist_result=True)
 def warm_start_checkpoint(spec: dict, warmstart: dict, cache_root: str) -> str:
-    """The warm-start checkpoint directory for (spec, config); trained once, then reused."""
-    res = warm_start(ModelSpec.model_validate(spec), WarmStartConfig.model_validate(warmstart), cache_root, progress=True)
+    """The warm-start checkpoint directory (absolute) for (spec, config); trained once, then reused."""
+    res = warm_start(ModelSpec.model_validate(spec), WarmStartConfig.model_validate(warmstart),
+                     Path(cache_root).resolve(), progress=True)
     return str(res.path)
 
 

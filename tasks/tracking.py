@@ -23,10 +23,13 @@ and thread-safe. Every value is logged as soon as it exists: a run that fails la
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -158,6 +161,29 @@ def set_tag(mlflow_run: str, key: str, value: str) -> None:
 
 def terminate(mlflow_run: str, status: str) -> None:
     client().set_terminated(mlflow_run, status=status)
+
+
+@contextmanager
+def captured_logs(mlflow_run: str, name: str = "run.log"):
+    """Copy every log line of the run (root, ``prefect`` and ``vllm`` loggers) to an artifact ``name``,
+    logged when the block ends — also when it ends with an exception."""
+    folder = Path(tempfile.mkdtemp(prefix="fp8rl-log-"))
+    path = folder / name
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    loggers = [logging.getLogger(), logging.getLogger("prefect"), logging.getLogger("vllm")]
+    for lg in loggers:
+        lg.addHandler(handler)
+    try:
+        yield path
+    finally:
+        for lg in loggers:
+            lg.removeHandler(handler)
+        handler.close()
+        try:
+            client().log_artifact(mlflow_run, str(path))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def find_finished(sweep: str, run_id: str) -> str | None:

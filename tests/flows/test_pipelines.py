@@ -57,7 +57,9 @@ def test_a_run_finishes_with_its_record_and_a_resume_skips_it(env):
         assert name in run.data.metrics, name
     assert run.data.metrics["check/W2"] == 1.0 and run.data.metrics["check/W5"] == 1.0
     files = {f.path for f in c.list_artifacts(run.info.run_id)} | {f.path for f in c.list_artifacts(run.info.run_id, "tables")}
-    assert {"config.json", "layers.json", "checks.json", "tables/steps.parquet", "tables/tokens.parquet"} <= files
+    assert {"config.json", "layers.json", "checks.json", "run.log", "tables/steps.parquet", "tables/tokens.parquet"} <= files
+    log = Path(c.download_artifacts(run.info.run_id, "run.log", str(env["root"]))).read_text()
+    assert "prefect.task_runs" in log and "Finished in state Completed()" in log
     steps = pq.read_table(c.download_artifacts(run.info.run_id, "tables/steps.parquet", str(env["root"]))).to_pylist()
     assert [s["step"] for s in steps] == [1] and steps[0]["new_version"] == 1
 
@@ -80,6 +82,7 @@ def test_a_failing_run_is_failed_with_its_reason_and_keeps_its_params(env, monke
     assert run.info.status == "FAILED"
     assert "RuntimeError: engine exploded" in run.data.tags["error"]
     assert run.data.params["model"] == "qwen3-moe-mini"  # logged before the failure, kept
+    assert "run.log" in {f.path for f in tracking.client().list_artifacts(run.info.run_id)}
 
 
 def test_sigterm_marks_the_run_killed(env):
