@@ -48,7 +48,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fp8rl_core.grids import QuantizedTensor, quantize
+from fp8rl_core.grids import QuantizedTensor, parse_grid, quantize
 from vllm.model_executor.layers.fused_moe import RoutedExperts
 from vllm.model_executor.layers.fused_moe.config import FusedMoEQuantConfig
 from vllm.model_executor.layers.fused_moe.fused_moe_method_base import FusedMoEMethodBase
@@ -78,7 +78,7 @@ def native_mxfp8_available() -> bool:
 # ----------------------------------------------------------------------------------------------------
 def mx_weight(data_u8: torch.Tensor, scale_u8: torch.Tensor, grid: str) -> torch.Tensor:
     """Dequantize synced MXFP8 bytes (uint8 views) to fp32 along the last dim."""
-    qt = QuantizedTensor(data_u8.view(torch.float8_e4m3fn), scale_u8, _grid(grid), axis=data_u8.dim() - 1)
+    qt = QuantizedTensor(data_u8.view(torch.float8_e4m3fn), scale_u8, parse_grid(grid), axis=data_u8.dim() - 1)
     return qt.dequantize(torch.float32)
 
 
@@ -92,12 +92,6 @@ def block_gemm(x: torch.Tensor, w_deq: torch.Tensor, grid: str) -> torch.Tensor:
     """fp32 product of 1×128 per-token-group FP8 activations (vLLM's rule) and a dequantized weight."""
     xq = quantize(x, grid, axis=-1, role="activation").dequantize(torch.float32)
     return xq @ w_deq.t()
-
-
-def _grid(spec: str):
-    from fp8rl_core.grids import parse_grid
-
-    return parse_grid(spec)
 
 
 class _Scheme:
