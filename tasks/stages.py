@@ -18,7 +18,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from fp8rl_core.checks import check_grid_bytes, check_version
+from fp8rl_core.checks import check_sync, processed_counts
 from fp8rl_core.config import RunConfig
 from fp8rl_core.learner.grpo import GRPOConfig
 from fp8rl_core.learner.mxfp8 import Recipe
@@ -42,6 +42,7 @@ class LiveRun:
     steps: list[dict] = field(default_factory=list)
     tokens: list[dict] = field(default_factory=list)
     checks: list[dict] = field(default_factory=list)
+    processed: dict[str, int] = field(default_factory=dict)  # engine post-load processings per layer
 
 
 LIVE: dict[str, LiveRun] = {}
@@ -84,7 +85,7 @@ def setup_sampler_grid(key: str, run: dict, checkpoint: str) -> dict:
                         old_logprobs=lc.old_logprobs, tokens_per_microbatch=lc.tokens_per_microbatch,
                         max_grad_norm=lc.max_grad_norm),
     )
-    LIVE[key] = LiveRun(cfg, pipe)
+    LIVE[key] = LiveRun(cfg, pipe, processed=processed_counts(pipe.sampler))
     return {"learner_layers": pipe.learner.layers, "sampler_schemes": pipe.schemes, "engine_key": pipe.sampler.key,
             "setup_s": time.perf_counter() - t0, "engine_startup_s": 0.0 if pipe.reused else pipe.sampler.startup_s}
 
@@ -109,20 +110,13 @@ def weight_sync(key: str) -> dict:
 
 @task(name="invariant-checks", cache_policy=NO_CACHE)
 def invariant_checks(key: str) -> dict:
-    """The checks the core offers, on the live engine (see fp8rl_core.checks)."""
+    """The checks the core offers (W1, W2, W4, W5, W6 — fp8rl_core.checks), on the live engine."""
     live = _live(key)
-    pipe = live.pipe
     t0 = time.perf_counter()
-    results = [check_version(pipe.sampler.engine_version(), pipe.learner.version)]
-    if any(s == "mxfp8" for s in pipe.schemes.values()):
-        names = [n for p, s in pipe.schemes.items() if s == "mxfp8"
-                 for n in ((f"{p}.w13_weight", f"{p}.w13_weight_scale", f"{p}.w2_weight", f"{p}.w2_weight_scale")
-                           if p.endswith(".experts") else (f"{p}.weight", f"{p}.weight_scale"))]
-        readback = pipe.sampler.read_back(names)
-        results.append(check_grid_bytes(readback, pipe.learner.forward_weights(), pipe.schemes, pipe.learner.layers))
+    results, live.processed = check_sync(live.pipe, live.processed)
     out = {f"check/{r.condition}": float(r.passed) for r in results}
     out["checks_s"] = time.perf_counter() - t0
-    live.checks.append({"version": pipe.learner.version, "results": [r.as_dict() for r in results]})
+    live.checks.append({"version": live.pipe.learner.version, "results": [r.as_dict() for r in results]})
     failed = [r for r in results if not r.passed]
     if failed:
         raise RuntimeError("; ".join(f"{r.condition} failed: {r.count} offending tensors, e.g. {r.offenders[:3]} "

@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 
+from fp8rl_core.checks import check_sync, processed_counts
 from fp8rl_core.learner.task import EOS
 from fp8rl_core.loop import run_rl
 from fp8rl_core.sampler.engine import SamplerConfig, SamplerError, cpu_fp8_kv_support
@@ -65,6 +66,8 @@ def test_dense_sync_lands_the_learners_exact_bytes(engines):
     _assert_readback_equals_export(pipe)
     after = pipe.sampler.layers()
     assert {p: after[p]["processed"] - before[p]["processed"] for p in after} == {p: 1 for p in after}
+    results, _ = check_sync(pipe, {p: v["processed"] for p, v in before.items()})
+    assert {r.condition: r.passed for r in results} == {"W1": True, "W2": True, "W4": True, "W5": True, "W6": True}
     # the effective operand (probe forward with an identity input) is the dequantized forward weight
     fw = pipe.learner.forward_weights()
     eff = pipe.sampler.read_back(["model.layers.1.self_attn.qkv_proj.effective"], effective=True)
@@ -104,8 +107,11 @@ def test_sync_changes_generation_and_the_prefix_cache_reset_is_needed(engines):
         for p in learner.model.parameters():
             p.add_(torch.randn(p.shape, generator=g) * 0.05)
     learner.version += 1
+    before = processed_counts(sampler)
     sampler.sync(pipe.export(), learner.version, reset_prefix_cache=False)
     assert sampler.prefix_cache_blocks() > 0
+    w6 = [r for r in check_sync(pipe, before)[0] if r.condition == "W6"][0]
+    assert not w6.passed and w6.offenders == [f"prefix cache holds {sampler.prefix_cache_blocks()} blocks"]
     stale = gen()
     assert stale.cached_tokens >= 32
     sampler.reset_prefix_cache()
@@ -174,8 +180,11 @@ def test_moe_sync_lands_the_learners_exact_bytes(engines):
     pipe = engines.get("moe", "all")
     assert pipe.schemes["model.layers.0.mlp.experts"] == "mxfp8" and "model.layers.0.mlp.gate" not in pipe.schemes
     _assert_readback_equals_export(pipe)
+    before = processed_counts(pipe.sampler)
     run_rl(pipe, TASK, 1, prompts_per_step=4)
     _assert_readback_equals_export(pipe)
+    results, _ = check_sync(pipe, before)
+    assert all(r.passed for r in results), [r.as_dict() for r in results if not r.passed]
     d = (pipe.sampler.prompt_logprobs(PROBE) - pipe.learner.probe_logprobs(PROBE)).abs()
     assert d.mean() < 2e-3, float(d.mean())
 

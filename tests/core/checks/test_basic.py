@@ -1,0 +1,94 @@
+"""The checks as pure functions: expected names and BF16 views agree with the exporter (two independent
+derivations), and each check fires on the failure it exists for."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fp8rl_core.checks import (
+    check_coverage,
+    check_derived_state,
+    check_grid_bytes,
+    check_precision,
+    check_version,
+    expected_sync_names,
+    sampler_bf16_views,
+)
+from fp8rl_core.learner.learner import Learner, LearnerConfig
+from fp8rl_core.learner.models import ModelSpec, build_model
+from fp8rl_core.learner.patterns import gemm_layers
+from fp8rl_core.sampler.presets import sampler_schemes
+from fp8rl_core.sync.export import export_weights
+
+DENSE = ModelSpec(name="x", kind="dense", vocab_size=1024, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=32)
+MOE = ModelSpec(**(DENSE.model_dump() | dict(kind="moe", moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2)))
+TIED = ModelSpec(**(DENSE.model_dump() | dict(tie_word_embeddings=True)))
+
+
+@pytest.fixture(params=[(DENSE, "all", "learner"), (DENSE, "half", "learner"), (DENSE, "none", "learner"),
+                        (MOE, "all", "learner"), (MOE, "all", "block128"), (TIED, "all", "learner")],
+                ids=["dense-all", "dense-half", "dense-bf16", "moe-all", "moe-block128", "tied-all"])
+def case(request):
+    spec, sel, grid = request.param
+    learner = Learner(build_model(spec, 0), LearnerConfig(precision="mxfp8", layers="all"))
+    schemes = sampler_schemes(gemm_layers(learner.model), sel, grid)
+    return learner, schemes, export_weights(learner.model, learner.forward_weights(), schemes)
+
+
+def test_expected_names_and_views_agree_with_the_exporter(case):
+    learner, schemes, exported = case
+    names = expected_sync_names([n for n, _ in learner.model.named_parameters()], gemm_layers(learner.model), schemes)
+    assert names == set(exported)
+    views, skip = sampler_bf16_views(learner.model, schemes)
+    assert set(views) == {n for n, t in exported.items() if t.dtype != torch.uint8}
+    for n, v in views.items():
+        assert torch.equal(v, exported[n]), n
+    assert all(n.endswith(("w13_weight", "w2_weight")) for n in skip)
+
+
+def test_a_clean_sync_passes_every_check(case):
+    learner, schemes, exported = case
+    engine = {n: (t.float() if t.dtype == torch.bfloat16 else t) for n, t in exported.items()}  # a float32 engine
+    names = expected_sync_names([n for n, _ in learner.model.named_parameters()], gemm_layers(learner.model), schemes)
+    assert check_coverage(list(engine), names, [3], 3).passed
+    assert check_grid_bytes(engine, learner.forward_weights(), schemes, learner.layers).passed
+    views, skip = sampler_bf16_views(learner.model, schemes)
+    layer_schemes = {p: schemes.get(p, "bf16") for p in {n.rsplit(".", 1)[0] for n in exported}}
+    assert check_precision(engine, views, layer_schemes, schemes, skip).passed
+    assert check_version([3, 3], 3).passed
+
+
+def test_each_check_fires_on_its_failure():
+    learner = Learner(build_model(DENSE, 0), LearnerConfig(precision="mxfp8", layers="all"))
+    schemes = sampler_schemes(gemm_layers(learner.model), "half")
+    exported = export_weights(learner.model, learner.forward_weights(), schemes)
+    names = expected_sync_names([n for n, _ in learner.model.named_parameters()], gemm_layers(learner.model), schemes)
+    # W1: a dropped tensor, a stray one, a stale version
+    dropped = {n: t for n, t in exported.items() if n != "model.layers.0.mlp.down_proj.weight"} | {"stray.weight": torch.zeros(1)}
+    r = check_coverage(list(dropped), names, [3], 4)
+    assert not r.passed and r.measured == 2 and any("missing model.layers.0.mlp.down_proj.weight" in o for o in r.offenders)
+    assert any("versions" in o for o in r.offenders)
+    # W2: one flipped byte in a scale
+    bad = dict(exported)
+    s = bad["model.layers.1.self_attn.qkv_proj.weight_scale"].clone()
+    s[0, 0] ^= 1
+    bad["model.layers.1.self_attn.qkv_proj.weight_scale"] = s
+    r = check_grid_bytes(bad, learner.forward_weights(), schemes, learner.layers)
+    assert not r.passed and r.measured == 1 and r.offenders == ["model.layers.1.self_attn.qkv_proj.weight_scale"]
+    # W4: a BF16 tensor sent through an FP8 round trip; a layer on the grid that should not be
+    views, skip = sampler_bf16_views(learner.model, schemes)
+    rt = dict(exported)
+    w = rt["model.layers.0.self_attn.o_proj.weight"]
+    rt["model.layers.0.self_attn.o_proj.weight"] = w.float().to(torch.float8_e4m3fn).to(torch.bfloat16)
+    engine_schemes = dict(schemes) | {"model.layers.0.mlp.gate_up_proj": "mxfp8"}
+    r = check_precision(rt, views, engine_schemes, schemes, skip)
+    assert not r.passed and "model.layers.0.self_attn.o_proj.weight" in r.offenders
+    assert any("grid of model.layers.0.mlp.gate_up_proj" in o for o in r.offenders)
+    # W5: one rank behind
+    assert not check_version([4, 3], 4).passed
+    # W6: processing twice, never, and a prefix cache not reset
+    r = check_derived_state(2, {"a": 1, "b": 1, "c": 1}, {"a": 2, "b": 3, "c": 1})
+    assert not r.passed and r.count == 3
+    assert check_derived_state(0, {"a": 1}, {"a": 2}).passed
