@@ -91,8 +91,9 @@ def test_sigterm_marks_the_run_killed(env):
             f"mxfp8_sweep({SMOKE!r}, {['axes.seed=[1]', 'axes.preset=[bf16-e2e]', 'axes.model=[qwen3-dense-mini]', 'loop.steps=50']!r})\n")
     proc_env = os.environ | {"MLFLOW_TRACKING_URI": env["MLFLOW_TRACKING_URI"], "FP8RL_ARTIFACTS": env["FP8RL_ARTIFACTS"],
                              "FP8RL_CACHE": str(env["root"] / "warmstart")}
+    # its own process group: Prefect's temporary API server (a child) does not outlive the test
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=proc_env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+                            stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.time() + 240
         target = None
@@ -108,6 +109,10 @@ def test_sigterm_marks_the_run_killed(env):
     finally:
         if proc.poll() is None:
             proc.kill()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever the interrupted flow left running
+        except ProcessLookupError:
+            pass
     run = tracking.client().get_run(target)
     assert run.info.status == "KILLED", proc.stdout.read().decode()[-3000:]
     assert "SIGTERM" in run.data.tags["error"]
