@@ -1,16 +1,14 @@
 """Shared fixtures for tests that start real vLLM engines.
 
-Engines are expensive (~20 s to start on 2 cores), so tests share them: :func:`engines` returns an
-``EngineCache`` keyed on (model kind, preset, dtype) that keeps at most two engines alive (older ones are
-shut down) and closes all at the end of the session. Test modules are ordered so that the tests using
+Engines are expensive (~20 s to start on 2 cores), so tests share them: :func:`engines` hands out
+pipelines whose samplers come from ``fp8rl_core.sampler.engine.acquire`` (an engine is reused while its
+identity matches, at most two stay alive) and closes all at the end of the session. Test modules are ordered so that the tests using
 one engine run together. The policies are small models warm-started for a few hundred steps (so their
 rollouts earn partial rewards and GRPO steps move the weights), with hidden ≠ intermediate size and
 q heads ≠ kv heads so that a swapped or transposed mapping cannot pass a byte comparison.
 """
 
 from __future__ import annotations
-
-from collections import OrderedDict
 
 import pytest
 
@@ -44,23 +42,13 @@ def checkpoints(tmp_path_factory):
 
 
 class EngineCache:
-    def __init__(self, checkpoints, root, keep: int = 2) -> None:
-        self.checkpoints, self.root, self.keep = checkpoints, root, keep
-        self.live: OrderedDict[tuple, Pipeline] = OrderedDict()
+    def __init__(self, checkpoints, root) -> None:
+        self.checkpoints, self.root = checkpoints, root
 
     def get(self, kind: str, preset: str, cfg: SamplerConfig = ENGINE) -> Pipeline:
-        """A fresh learner (version 0) and a live sampler synced to it (the engine may be reused)."""
-        key = (kind, preset, cfg)
-        pipe = start_pipeline(self.checkpoints[kind], preset, sampler_cfg=cfg, lr=1e-3, work_root=self.root)
-        self.live.pop(key, None)
-        self.live[key] = pipe
-        engines = {id(p.sampler): p.sampler for p in self.live.values()}
-        while len(engines) > self.keep:
-            _, old = self.live.popitem(last=False)
-            if all(p.sampler is not old.sampler for p in self.live.values()):
-                old.sampler.close()
-                engines.pop(id(old.sampler), None)
-        return pipe
+        """A fresh learner (version 0) and a live sampler synced to it. ``acquire`` reuses a running
+        engine with the same identity and keeps at most two alive (older ones are shut down)."""
+        return start_pipeline(self.checkpoints[kind], preset, sampler_cfg=cfg, lr=1e-3, work_root=self.root)
 
 
 @pytest.fixture(scope="session")
