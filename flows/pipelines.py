@@ -8,6 +8,7 @@ and SIGTERM/SIGINT end it KILLED — metrics and artifacts logged before stay.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import threading
@@ -79,7 +80,7 @@ def experiment(run: dict, sweep: str = "adhoc", sweep_id: str = "adhoc") -> dict
             for step in range(1, cfg.loop.steps + 1):
                 row = stages.train_step(key, step)
                 row |= stages.weight_sync(key)
-                row |= stages.invariant_checks(key)
+                row |= stages.invariant_checks(key, [[row["version"], row["new_version"] - 1]])
                 row["total_s"] = row["train_stage_s"] + row["export_s"] + row["transport_s"] + row["load_s"] \
                     + row["reset_s"] + row["checks_s"]
                 stages.record_step(key, mlflow_run, row)
@@ -88,6 +89,9 @@ def experiment(run: dict, sweep: str = "adhoc", sweep_id: str = "adhoc") -> dict
         tracking.terminate(mlflow_run, "FINISHED")
         return {"run_id": key, "mlflow_run": mlflow_run, "name": run_name(cfg), "status": "FINISHED"} | summary
     except BaseException as e:
+        live = stages.LIVE.get(key)
+        if live is not None:  # what the engine last held that passed every check
+            tracking.set_tag(mlflow_run, "last_good_version", str(live.last_good_version))
         if tracking.client().get_run(mlflow_run).info.status == "RUNNING":  # not already KILLED by a signal
             tracking.set_tag(mlflow_run, "error", f"{type(e).__name__}: {e}")
             tracking.terminate(mlflow_run, "FAILED")
@@ -167,10 +171,81 @@ def mxfp8_sweep(config: str = "configs/smoke.yaml", overrides: list[str] | None 
 
 
 @flow(name="nightly-correctness", log_prints=True)
-def nightly_correctness(config: str = "configs/nightly.yaml", overrides: list[str] | None = None) -> list[dict]:
-    """The nightly correctness sweep: every preset on the dense and MoE models with the checks on; every
-    night runs everything again (no resume)."""
-    return _sweep(config, list(overrides or []), resume=False)
+def nightly_correctness(config: str = "configs/nightly.yaml", overrides: list[str] | None = None,
+                        stages_to_run: list[str] | None = None) -> dict:
+    """The nightly correctness run (no resume): the sweep of every preset with the checks on, then the
+    correctness stage — clean sync series on the dense and MoE models and every fault of the catalogue
+    through the real sync path — whose detection matrix (CSV + PNG), verdicts and summary metrics go to
+    one MLflow run named ``correctness``. Fails when a fault is not caught at its first sync by the
+    check of its condition, or a clean sync raised an alarm. ``stages_to_run``: ``sweep``, ``correctness``
+    (default both)."""
+    which = set(stages_to_run or ("sweep", "correctness"))
+    out: dict = {}
+    if "sweep" in which:
+        out["sweep"] = _sweep(config, list(overrides or []), resume=False)
+    if "correctness" in which:
+        out["correctness"] = _correctness(config, list(overrides or []))
+    return out
+
+
+def _correctness(config: str, overrides: list[str]) -> dict:
+    from fp8rl_core.checks.faults import FAULTS
+    from fp8rl_core.config import correctness_runs, run_id
+
+    logger = get_run_logger()
+    sweep, _ = load_sweep(config, overrides)
+    runs = correctness_runs(sweep, config)
+    if not runs:
+        raise ValueError(f"{config}: no 'correctness' section; nothing to check")
+    section = sweep.correctness
+    wanted = [f for f in FAULTS if section.faults is None or f.name in section.faults]
+    wanted = [f for f in wanted if f.model in runs]
+    params = tracking.flatten(section.model_dump(mode="json"))
+    sweep_id = hashlib.sha256(json.dumps(section.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:12]
+    mlflow_run = tracking.open_run(sweep.sweep, sweep_id, f"correctness-{sweep_id}", "correctness", params,
+                                   str(runtime_flow_run.id or "none"))
+    try:
+        with tracking.captured_logs(mlflow_run), _killed_on_signal(mlflow_run):
+            clean: list[dict] = []
+            matrix: list[dict] = []
+            for kind, cfg in runs.items():
+                ckpt = stages.warm_start_checkpoint(cfg.spec().model_dump(mode="json"),
+                                                    cfg.warmstart.model_dump(mode="json"), WARMSTART_CACHE)
+                key = f"correctness-{kind}-{run_id(cfg)}"
+                stages.correctness_setup(key, cfg.model_dump(mode="json"), ckpt)
+                rows = stages.clean_sync_series(key, section.clean_syncs[kind])
+                clean += [r | {"model": kind} for r in rows]
+                logger.info("%s: %d clean syncs, %d false alarms", kind, len(rows), sum(r["false_alarm"] for r in rows))
+                # faults on the shared pipeline first: a fault with its own engine configuration or replicas
+                # starts a pipeline that may take over (and resync) the shared engine
+                own = lambda f: f.replicas > 1 or f.engine_schemes is not None  # noqa: E731
+                for f in sorted((f for f in wanted if f.model == kind), key=own):
+                    fkey = key
+                    if f.replicas > 1 or f.engine_schemes is not None:
+                        fkey = f"{key}-{f.name}"
+                        stages.correctness_setup(fkey, cfg.model_dump(mode="json"), ckpt, f.name)
+                    row = stages.inject_fault(fkey, f.name)
+                    logger.info("fault %s (%s): caught at first sync: %s; fired: %s", f.name, f.condition,
+                                row["caught_first"], [c for c in ("W1", "W2", "W3", "W4", "W5", "W6", "W7") if row.get(c)])
+                    matrix.append(row)
+                stages.LIVE.pop(key, None)
+            result = stages.record_matrix(mlflow_run, matrix, clean)
+        missed = [r["fault"] for r in matrix if not r["caught_first"]]
+        alarms = [r for r in clean if r["false_alarm"]]
+        if missed or alarms:
+            msg = (f"correctness: {len(missed)} faults not caught at their first sync by their condition's check "
+                   f"({', '.join(missed) or 'none'}); {len(alarms)} false alarms on clean syncs"
+                   + (f", e.g. {alarms[0]['alarms']}" if alarms else ""))
+            raise RuntimeError(msg)
+        tracking.terminate(mlflow_run, "FINISHED")
+        return {"mlflow_run": mlflow_run, "matrix": matrix} | result
+    except BaseException as e:
+        if tracking.client().get_run(mlflow_run).info.status == "RUNNING":
+            tracking.set_tag(mlflow_run, "error", f"{type(e).__name__}: {e}")
+            tracking.terminate(mlflow_run, "FAILED")
+        raise
+    finally:
+        release_all()
 
 
 def project_root() -> Path:

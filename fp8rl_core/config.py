@@ -52,7 +52,10 @@ from fp8rl_core.sampler.engine import SamplerConfig
 from fp8rl_core.sampler.presets import PRESETS
 
 __all__ = [
+    "ChecksSection",
     "ConfigError",
+    "CorrectnessSection",
+    "correctness_runs",
     "LearnerSection",
     "LoopSection",
     "RunConfig",
@@ -88,6 +91,29 @@ class LoopSection(BaseModel):
     prompts_per_step: int = Field(8, ge=1)
 
 
+class ChecksSection(BaseModel):
+    """The weight-sync checks after every sync (fp8rl_core.checks.runner)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    full_every: int = Field(10, ge=1, description="full tier every N syncs (and at an engine's first sync, and on suspicion)")
+    on_failure: Literal["fail", "warn"] = Field("fail", description="fail: a failed check fails the run; warn: log it and go on")
+    probe_sequences: int = Field(8, ge=1, description="W7 probe batch: held-out task sequences")
+    w7_mean: float | None = Field(None, gt=0, description="W7 bound on mean |Δlogp| (None: by engine dtype and preset)")
+    w7_max: float | None = Field(None, gt=0, description="W7 bound on max |Δlogp| (None: by engine dtype and preset)")
+
+    def w7_bounds(self, dtype: str, preset: str) -> tuple[float, float]:
+        """The run's declared W7 bound: float32 engines run the learner's arithmetic (tight: measured mean
+        ≤ 1e-4 on the learner's grid); a BF16 engine adds BF16 activations and accumulation (measured on
+        the peaked smoke mini, preset all: mean 0.09, max 0.79 over held-out sequences), and a sampler on
+        another grid (block FP8) that grid's rounding, which the learner's probe does not model — there
+        W7 is a coarse backstop; run the exact check with ``sampler.dtype: float32``."""
+        mean, mx = (1e-3, 0.05) if dtype == "float32" else (0.5, 8.0)
+        if PRESETS[preset].sampler_grid != "learner":
+            mean, mx = max(mean, 0.5), max(mx, 8.0)
+        return self.w7_mean or mean, self.w7_max or mx
+
+
 class RunConfig(BaseModel):
     """One experiment: a model, a pipeline preset, a seed and the settings of every stage."""
 
@@ -100,6 +126,7 @@ class RunConfig(BaseModel):
     learner: LearnerSection = LearnerSection()
     sampler: SamplerConfig = SamplerConfig()
     loop: LoopSection = LoopSection()
+    checks: ChecksSection = ChecksSection()
     #: where ``model`` names are looked up (set by the loader to ``<config dir>/models``)
     models_dir: str = "configs/models"
 
@@ -142,8 +169,51 @@ class RunConfig(BaseModel):
         return self
 
 
+class CorrectnessSection(BaseModel):
+    """The nightly correctness stage: clean sync series and the fault matrix (fp8rl_core.checks.matrix)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    models: dict[Literal["dense", "moe"], str] = Field(
+        default_factory=lambda: {"dense": "qwen3-dense-mini", "moe": "qwen3-moe-mini"})
+    preset: str = "all"
+    base: dict[str, Any] = Field(default_factory=dict, description="a RunConfig for both models (model/preset set here)")
+    clean_syncs: dict[Literal["dense", "moe"], int] = Field(default_factory=lambda: {"dense": 100, "moe": 30})
+    faults: list[str] | None = Field(None, description="fault names (None: the whole catalogue)")
+
+    @field_validator("faults")
+    @classmethod
+    def _known_faults(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None:
+            from fp8rl_core.checks.faults import FAULTS
+
+            known = [f.name for f in FAULTS]
+            bad = [x for x in v if x not in known]
+            if bad:
+                raise ValueError(f"unknown faults {bad}; valid: {', '.join(known)}")
+        return v
+
+    @field_validator("clean_syncs")
+    @classmethod
+    def _positive(cls, v: dict[str, int]) -> dict[str, int]:
+        bad = {k: n for k, n in v.items() if n < 1}
+        if bad:
+            raise ValueError(f"clean_syncs must be at least 1 per model, got {bad}")
+        return v
+
+    def runs(self, models_dir: str) -> dict[str, RunConfig]:
+        """The RunConfig of each model's correctness pipeline."""
+        out = {}
+        for kind, model in self.models.items():
+            data = json.loads(json.dumps(self.base)) | {"model": model, "preset": self.preset, "models_dir": models_dir}
+            out[kind] = RunConfig.model_validate(data)
+        return out
+
+
 class SweepConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    correctness: CorrectnessSection | None = None
 
     sweep: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
@@ -203,7 +273,7 @@ def _parse_override(item: str) -> tuple[str, Any]:
         value = yaml.safe_load(raw)
     except yaml.YAMLError as e:
         raise ConfigError(f"override {key}: value {raw!r} is not valid YAML ({e})") from None
-    if key.split(".")[0] not in ("base", "axes", "sweep", "description", "concurrency"):
+    if key.split(".")[0] not in ("base", "axes", "sweep", "description", "concurrency", "correctness"):
         key = f"base.{key}"
     return key, value
 
@@ -330,4 +400,18 @@ def load_sweep(path: str | Path, overrides: Iterable[str] = ()) -> tuple[SweepCo
         raise ConfigError(_format(str(path), "", e, SweepConfig)) from None
     _shadowed_overrides(str(path), sweep, overrides)
     models_dir = str(path.resolve().parent / "models")
-    return sweep, expand(sweep, str(path), models_dir)
+    runs = expand(sweep, str(path), models_dir)
+    correctness_runs(sweep, path)  # validate the correctness section's runs now, with the file named
+    return sweep, runs
+
+
+def correctness_runs(sweep: SweepConfig, path: str | Path) -> dict[str, RunConfig]:
+    """The correctness section's RunConfig per model ({} without a section); errors name the file."""
+    if sweep.correctness is None:
+        return {}
+    try:
+        return sweep.correctness.runs(str(Path(path).resolve().parent / "models"))
+    except ValidationError as e:
+        raise ConfigError(_format(str(path), "correctness.base.", e, RunConfig)) from None
+    except (ValueError, FileNotFoundError) as e:
+        raise ConfigError(f"{path}: correctness: {e}") from None

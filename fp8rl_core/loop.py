@@ -34,7 +34,7 @@ from fp8rl_core.learner.task import EOS, PAD, AdditionTask
 from fp8rl_core.learner.warmstart import load_policy
 from fp8rl_core.sampler.engine import Sampler, SamplerConfig, acquire
 from fp8rl_core.sampler.presets import PRESETS, Preset, sampler_schemes
-from fp8rl_core.sync.export import export_weights
+from fp8rl_core.sync.export import SyncError, export_weights
 
 __all__ = ["LoopResult", "Pipeline", "rollout_and_learn", "run_rl", "start_pipeline", "sync_weights"]
 
@@ -44,12 +44,27 @@ class Pipeline:
     preset: Preset
     learner: Learner
     sampler: Sampler
-    schemes: dict[str, str]
+    schemes: dict[str, str]  # the sampler's per-layer schemes (what the engine was built with, what is exported)
     reused: bool = False  # the engine was already running (no startup paid by this pipeline)
+    configured: dict[str, str] | None = None  # what the run configures (the checks' expectation); None: = schemes
+    replicas: list[Sampler] = field(default_factory=list)  # further engine replicas, synced alike
+
+    def __post_init__(self) -> None:
+        if self.configured is None:
+            self.configured = dict(self.schemes)
+
+    @property
+    def samplers(self) -> list[Sampler]:
+        return [self.sampler, *self.replicas]
 
     def export(self) -> dict[str, torch.Tensor]:
         """The learner's current weights in the sampler's names, layout and grid."""
         return export_weights(self.learner.model, self.learner.forward_weights(), self.schemes)
+
+    def close_replicas(self) -> None:
+        for r in self.replicas:
+            r.close()
+        self.replicas = []
 
 
 def start_pipeline(
@@ -62,8 +77,16 @@ def start_pipeline(
     lr: float = 1e-5,
     grpo: GRPOConfig = GRPOConfig(),
     work_root: str | Path | None = None,
+    replicas: int = 1,
+    engine_schemes: Callable[[dict[str, str]], dict[str, str]] | None = None,
 ) -> Pipeline:
-    """Learner + live sampler for ``preset`` on the warm-start ``checkpoint`` (both at version 0)."""
+    """Learner + live sampler for ``preset`` on the warm-start ``checkpoint`` (both at version 0).
+
+    ``replicas`` > 1 starts further engine replicas (not shared through :func:`acquire`; close them with
+    :meth:`Pipeline.close_replicas`); every sync lands in all of them. ``engine_schemes`` maps the
+    configured per-layer schemes to the ones the engine and the exporter use instead — only fault
+    injection (:mod:`fp8rl_core.checks.faults`) passes one, to model a sampler configured off the run's
+    grid; the checks keep expecting the configured schemes."""
     if isinstance(preset, str):
         if preset not in PRESETS:
             raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
@@ -72,11 +95,15 @@ def start_pipeline(
     recipe = recipe if recipe is not None else Recipe(rule=rule)
     learner = Learner(model, LearnerConfig(precision=preset.learner_precision, layers=preset.learner_layers,
                                            recipe=recipe, lr=lr, grpo=grpo))
-    schemes = sampler_schemes(gemm_layers(model), preset.sampler_layers, preset.sampler_grid)
+    configured = sampler_schemes(gemm_layers(model), preset.sampler_layers, preset.sampler_grid)
+    schemes = dict(engine_schemes(configured)) if engine_schemes is not None else configured
     tensors = export_weights(model, learner.forward_weights(), schemes)
     sampler, resync = acquire(checkpoint, schemes, tensors, sampler_cfg, version=learner.version,
                               mx_grid=recipe.fwd_grid, work_root=work_root)
-    return Pipeline(preset, learner, sampler, schemes, reused=resync is not None)
+    extra = [Sampler(checkpoint, schemes, tensors, sampler_cfg, version=learner.version, mx_grid=recipe.fwd_grid,
+                     work_root=work_root) for _ in range(replicas - 1)]
+    return Pipeline(preset, learner, sampler, schemes, reused=resync is not None, configured=configured,
+                    replicas=extra)
 
 
 @dataclass
@@ -126,13 +153,31 @@ def rollout_and_learn(pipe: Pipeline, task: AdditionTask, step: int, *, prompts_
     return row, tokens
 
 
-def sync_weights(pipe: Pipeline) -> dict:
-    """Export the learner's current weights and sync them into the sampler: the timing columns."""
+def sync_weights(pipe: Pipeline, fault=None) -> dict:
+    """Export the learner's current weights and sync them into every sampler replica: the timing
+    columns. ``fault`` (a :class:`fp8rl_core.checks.faults.Fault`) perturbs one step of the path."""
     t0 = time.perf_counter()
+    bad = pipe.learner.nonfinite_parameters()
+    if bad:
+        raise SyncError(f"refusing to export version {pipe.learner.version}: non-finite values (NaN/Inf) in "
+                        f"{len(bad)} learner tensors, e.g. {bad[:5]}")
     tensors = pipe.export()
+    if fault is not None:
+        tensors = fault.on_export(pipe, tensors)
     export_s = time.perf_counter() - t0
-    sync = pipe.sampler.sync(tensors, pipe.learner.version, export_s=export_s)
-    return {"export_s": export_s, "transport_s": sync.transport_s, "load_s": sync.load_s, "reset_s": sync.reset_s,
+    timings = []
+    for i, sampler in enumerate(pipe.samplers):
+        if fault is not None and fault.skips_replica(i):
+            continue
+        timings.append(sampler.sync(
+            tensors, pipe.learner.version, export_s=export_s,
+            reset_prefix_cache=fault is None or fault.resets_cache,
+            tamper=None if fault is None else fault.on_transport,
+            worker_fault=None if fault is None else fault.worker,
+            bucket_mb=None if fault is None else fault.bucket_mb))
+    sync = timings[0]
+    return {"export_s": export_s, "transport_s": sum(t.transport_s for t in timings),
+            "load_s": sum(t.load_s for t in timings), "reset_s": sum(t.reset_s for t in timings),
             "sync_bytes": sync.bytes, "sync_buckets": sync.buckets}
 
 

@@ -15,10 +15,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from fp8rl_core.checks import check_sync, processed_counts
+from fp8rl_core.checks import CheckPolicy, CheckRunner
+from fp8rl_core.checks import matrix as fault_matrix
+from fp8rl_core.checks.faults import fault as lookup_fault
 from fp8rl_core.config import RunConfig
 from fp8rl_core.learner.grpo import GRPOConfig
 from fp8rl_core.learner.mxfp8 import Recipe
@@ -42,7 +44,15 @@ class LiveRun:
     steps: list[dict] = field(default_factory=list)
     tokens: list[dict] = field(default_factory=list)
     checks: list[dict] = field(default_factory=list)
-    processed: dict[str, int] = field(default_factory=dict)  # engine post-load processings per layer
+    runner: CheckRunner | None = None
+    last_good_version: int = 0  # the last version whose checks passed
+
+
+def check_runner(cfg: RunConfig) -> CheckRunner:
+    """The run's checks: cadence and W7 bound from ``cfg.checks``, probe batch = held-out sequences."""
+    mean, mx = cfg.checks.w7_bounds(cfg.sampler.dtype, cfg.preset)
+    probe = cfg.warmstart.task.prompts(cfg.checks.probe_sequences, seed=cfg.seed + 90_001, split="eval").sequences
+    return CheckRunner(CheckPolicy(full_every=cfg.checks.full_every, w7_mean=mean, w7_max=mx), probe)
 
 
 LIVE: dict[str, LiveRun] = {}
@@ -85,7 +95,9 @@ def setup_sampler_grid(key: str, run: dict, checkpoint: str) -> dict:
                         old_logprobs=lc.old_logprobs, tokens_per_microbatch=lc.tokens_per_microbatch,
                         max_grad_norm=lc.max_grad_norm),
     )
-    LIVE[key] = LiveRun(cfg, pipe, processed=processed_counts(pipe.sampler))
+    runner = check_runner(cfg)
+    runner.start(pipe.samplers)
+    LIVE[key] = LiveRun(cfg, pipe, runner=runner)
     return {"learner_layers": pipe.learner.layers, "sampler_schemes": pipe.schemes, "engine_key": pipe.sampler.key,
             "setup_s": time.perf_counter() - t0, "engine_startup_s": 0.0 if pipe.reused else pipe.sampler.startup_s}
 
@@ -109,18 +121,21 @@ def weight_sync(key: str) -> dict:
 
 
 @task(name="invariant-checks", cache_policy=NO_CACHE)
-def invariant_checks(key: str) -> dict:
-    """The checks the core offers (W1, W2, W4, W5, W6 — fp8rl_core.checks), on the live engine."""
+def invariant_checks(key: str, rollout_tags: list[list[int]]) -> dict:
+    """W1–W7 on the live engine(s) after the sync (fp8rl_core.checks.runner: cheap tier every sync, full
+    tier on the cadence and on suspicion). A failure fails the run (``checks.on_failure: fail``) or is
+    logged as a warning (``warn``)."""
     live = _live(key)
-    t0 = time.perf_counter()
-    results, live.processed = check_sync(live.pipe, live.processed)
-    out = {f"check/{r.condition}": float(r.passed) for r in results}
-    out["checks_s"] = time.perf_counter() - t0
-    live.checks.append({"version": live.pipe.learner.version, "results": [r.as_dict() for r in results]})
-    failed = [r for r in results if not r.passed]
-    if failed:
-        raise RuntimeError("; ".join(f"{r.condition} failed: {r.count} offending tensors, e.g. {r.offenders[:3]} "
-                                     f"({r.detail}: measured {r.measured}, bound {r.bound})" for r in failed))
+    report = live.runner.check(live.pipe, [tuple(t) for t in rollout_tags])
+    out = report.metrics() | {"checks_s": report.seconds, "checks_full": float(report.full)}
+    live.checks.append(report.as_dict())
+    if report.failed:
+        msg = f"weight sync to version {report.version}: {report.message()}"
+        if live.cfg.checks.on_failure == "fail":
+            raise RuntimeError(msg)
+        get_run_logger().warning("checks failed (on_failure=warn, the run goes on): %s", msg)
+    else:
+        live.last_good_version = report.version
     return out
 
 
@@ -140,7 +155,7 @@ STEP_METRICS = {
     "max_abs_logprob_diff": "mismatch/max_abs_logprob_diff", "generate_s": "time/generate_s",
     "learner_s": "time/learner_s", "export_s": "time/export_s", "transport_s": "time/transport_s",
     "load_s": "time/load_s", "reset_s": "time/reset_s", "checks_s": "time/checks_s", "total_s": "time/step_s",
-    "sync_bytes": "sync/bytes", "new_version": "version",
+    "sync_bytes": "sync/bytes", "new_version": "version", "checks_full": "check/full_tier",
 }
 
 
@@ -161,3 +176,88 @@ def record_run(key: str, mlflow_run: str, summary: dict) -> None:
     tracking.log_table(mlflow_run, "steps", live.steps)
     tracking.log_table(mlflow_run, "tokens", live.tokens)
     tracking.log_json(mlflow_run, "checks.json", live.checks)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The correctness stage (nightly): clean sync series and the fault matrix
+# ----------------------------------------------------------------------------------------------------
+@task(name="correctness-setup", cache_policy=NO_CACHE)
+def correctness_setup(key: str, run: dict, checkpoint: str, fault: str | None = None) -> dict:
+    """A pipeline for the clean series (``fault`` None) or for one fault that needs its own engine
+    configuration or replicas; the checks' runner records the engines' starting state."""
+    cfg = RunConfig.model_validate(run)
+    f = lookup_fault(fault) if fault else None
+    lc = cfg.learner
+    t0 = time.perf_counter()
+    pipe = start_pipeline(
+        checkpoint, cfg.preset, sampler_cfg=cfg.sampler,
+        recipe=Recipe(grad=lc.grad, rule=lc.rule, cache_weights=lc.cache_weights), lr=lc.lr,
+        grpo=GRPOConfig(group_size=lc.group_size, clip_eps_low=lc.clip_eps, clip_eps_high=lc.clip_eps,
+                        old_logprobs=lc.old_logprobs, tokens_per_microbatch=lc.tokens_per_microbatch,
+                        max_grad_norm=lc.max_grad_norm),
+        replicas=f.replicas if f else 1, engine_schemes=f.engine_schemes if f else None,
+    )
+    runner = check_runner(cfg)
+    runner.start(pipe.samplers)
+    LIVE[key] = LiveRun(cfg, pipe, runner=runner)
+    return {"setup_s": time.perf_counter() - t0, "replicas": len(pipe.samplers)}
+
+
+@task(name="clean-sync-series", cache_policy=NO_CACHE)
+def clean_sync_series(key: str, syncs: int) -> list[dict]:
+    """``syncs`` clean RL steps with the checks after each: one row per sync (false alarms, timings)."""
+    live = _live(key)
+    from rich.progress import Progress
+
+    with Progress(transient=True) as progress:
+        bar = progress.add_task(f"clean syncs {live.cfg.model}", total=syncs)
+        return fault_matrix.clean_series(live.pipe, live.runner, live.cfg.warmstart.task, syncs,
+                                         prompts_per_step=live.cfg.loop.prompts_per_step, seed=live.cfg.seed,
+                                         on_sync=lambda _: progress.advance(bar))
+
+
+@task(name="inject-fault", cache_policy=NO_CACHE)
+def inject_fault(key: str, fault: str) -> dict:
+    """One fault through the real sync path: which checks fired at its first sync."""
+    live = _live(key)
+    f = lookup_fault(fault)
+    try:
+        return fault_matrix.inject(live.pipe, live.runner, live.cfg.warmstart.task, f,
+                                   prompts_per_step=live.cfg.loop.prompts_per_step, seed=live.cfg.seed,
+                                   warmup=f.engine_schemes is None)
+    finally:
+        if f.replicas > 1 or f.engine_schemes is not None:
+            live.pipe.close_replicas()
+            LIVE.pop(key, None)
+
+
+@task(name="record-matrix", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
+def record_matrix(mlflow_run: str, matrix: list[dict], clean: list[dict]) -> dict:
+    """The detection matrix (CSV + PNG heat map), the clean series (parquet), the verdicts (JSON) and
+    the summary metrics ``faults/caught_first``, ``faults/total``, ``clean/false_alarms``."""
+    import csv
+    import tempfile
+
+    summary = fault_matrix.summarize(matrix, clean)
+    out = Path(tempfile.mkdtemp(prefix="fp8rl-matrix-"))
+    cols = list(dict.fromkeys(k for r in matrix for k in r))
+    with open(out / "detection_matrix.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols)
+        w.writeheader()
+        w.writerows(matrix)
+    png = fault_matrix.matrix_png(matrix, out / "detection_matrix.png")
+    tracking.log_file(mlflow_run, out / "detection_matrix.csv")
+    tracking.log_file(mlflow_run, png)
+    tracking.log_table(mlflow_run, "clean_syncs", clean)
+    tracking.log_json(mlflow_run, "matrix_summary.json", summary)
+    checks_s = [r["checks_s"] for r in clean]
+    step_s = [r["step_s"] for r in clean]
+    metrics = {k: float(v) for k, v in summary.items() if k.startswith(("faults/", "clean/"))}
+    metrics |= {"time/checks_s": sum(checks_s) / len(checks_s), "time/step_s": sum(step_s) / len(step_s),
+                "time/checks_fraction": sum(checks_s) / max(sum(step_s), 1e-9)}
+    metrics |= {f"check/{c}/necessary": float(v["necessary"]) for c, v in summary["checks"].items()}
+    tracking.log_metrics(mlflow_run, metrics)
+    import shutil
+
+    shutil.rmtree(out, ignore_errors=True)
+    return metrics | {"checks": summary["checks"]}

@@ -144,6 +144,10 @@ def log_text(mlflow_run: str, name: str, text: str) -> None:
         client().log_artifact(mlflow_run, str(p))
 
 
+def log_file(mlflow_run: str, path: str | Path, artifact_path: str | None = None) -> None:
+    client().log_artifact(mlflow_run, str(path), artifact_path=artifact_path)
+
+
 def log_table(mlflow_run: str, name: str, rows: list[dict]) -> None:
     """A list of row dicts as a parquet artifact ``tables/<name>.parquet``."""
     import pyarrow as pa

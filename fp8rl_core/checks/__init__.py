@@ -1,16 +1,26 @@
-"""Weight-sync checks against the live engine (DESIGN W1–W7). This module holds the checks that exist
-so far; each returns a :class:`CheckResult`."""
+"""Weight-sync checks against the live engine (DESIGN W1–W7), their cadence, the fault catalogue and
+the detection matrix. Each check returns a :class:`CheckResult`; :class:`CheckRunner` runs them after
+every sync (cheap tier every sync, full tier on a schedule and on suspicion)."""
 
 from .basic import (
     CheckResult,
     check_coverage,
     check_derived_state,
     check_grid_bytes,
+    check_grid_fingerprints,
     check_precision,
+    check_precision_fingerprints,
     check_version,
+    expected_grid_tensors,
     expected_sync_names,
 )
-from .sync import check_sync, processed_counts, sampler_bf16_views
+from .behaviour import check_behaviour
+from .expected import Expected, expected_from_learner
+from .layout import check_layout
+from .runner import CONDITIONS, CheckPolicy, CheckReport, CheckRunner
+from .sync import sampler_bf16_views
 
-__all__ = ["check_sync", "processed_counts", "sampler_bf16_views", "CheckResult", "check_coverage", "check_derived_state", "check_grid_bytes", "check_precision",
-           "check_version", "expected_sync_names"]
+__all__ = ["CONDITIONS", "CheckPolicy", "CheckReport", "CheckResult", "CheckRunner", "Expected", "check_behaviour",
+           "check_coverage", "check_derived_state", "check_grid_bytes", "check_grid_fingerprints", "check_layout",
+           "check_precision", "check_precision_fingerprints", "check_version", "expected_from_learner",
+           "expected_grid_tensors", "expected_sync_names", "sampler_bf16_views"]

@@ -1,10 +1,13 @@
-"""The first checks: coverage (W1), the learner's FP8 bytes in the engine (W2), precision (W4), one
-weight version everywhere (W5), derived state (W6). Issue 6 adds W3 (layout by content), W7 (probe
-behaviour), the cadence and the fault matrix.
+"""Checks of W1 coverage, W2 grid identity, W4 precision, W5 version and W6 derived state (DESIGN,
+"The seven conditions"); W3 layout is in :mod:`.layout`, W7 behaviour in :mod:`.behaviour`, the cadence
+that runs them in :mod:`.runner`.
 
-Both read the *live engine* (the worker's reported version, the bytes it holds, read back) and compare
-with what the *learner* holds — never with the exporter's output. The fused order used to line the
-learner's layers up with a vLLM layer comes from :func:`fp8rl_core.sampler.layout.fused_group`.
+Every check reads the *live engine* — its snapshot (:meth:`fp8rl_core.sampler.engine.Sampler.state`:
+per rank the version, which sync version last wrote each tensor, per-layer scheme and processing count,
+a fingerprint and shape of every tensor it computes with; the engine core's prefix-cache blocks and
+reset count) or its full read-back — and compares with what the *learner* holds (:mod:`.expected`),
+never with the exporter's output. Two tiers per condition where it matters: fingerprints (cheap, every
+sync) and full values (on the cadence, and whenever a fingerprint disagrees).
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ import torch
 
 from fp8rl_core.sampler.layout import fused_group
 
-__all__ = ["CheckResult", "check_coverage", "check_derived_state", "check_grid_bytes", "check_precision",
-           "check_version", "expected_sync_names"]
+__all__ = ["CheckResult", "check_coverage", "check_derived_state", "check_grid_bytes", "check_grid_fingerprints",
+           "check_precision", "check_precision_fingerprints", "check_version", "expected_grid_tensors",
+           "expected_sync_names"]
 
 
 @dataclass
@@ -36,43 +40,77 @@ class CheckResult:
                 "offenders": self.offenders[:5], "count": self.count, "seconds": self.seconds, "detail": self.detail}
 
 
-def check_version(engine_versions: list[int], learner_version: int) -> CheckResult:
-    """W5: every worker of the engine reports the learner's version."""
-    t0 = time.perf_counter()
-    wrong = [f"rank{i}={v}" for i, v in enumerate(engine_versions) if v != learner_version]
-    return CheckResult("W5", not wrong and bool(engine_versions), float(len(wrong)), 0.0, wrong, len(wrong),
-                       time.perf_counter() - t0, f"learner version {learner_version}, engine {engine_versions}")
+def _ranks(states: list[dict]) -> list[tuple[str, dict]]:
+    """(label, rank snapshot) over every replica and rank; labels only when there is more than one."""
+    flat = [(r, k, rank) for r, st in enumerate(states) for k, rank in enumerate(st["ranks"])]
+    many = len(flat) > 1
+    return [(f"replica {r} rank {k}: " if many else "", rank) for r, k, rank in flat]
 
 
-def check_grid_bytes(readback: dict[str, torch.Tensor], forward_weights: dict, schemes: dict[str, str],
-                     learner_layers: list[str]) -> CheckResult:
-    """W2: for every vLLM layer on the learner's grid, the engine's data and scale bytes equal the
-    learner's rowwise forward operand, byte for byte. ``measured`` = number of differing bytes."""
+def check_version(states: list[dict], learner_version: int, rollout_tags: list[tuple[int, int]] = (),
+                  content_versions: list[int] | None = None) -> CheckResult:
+    """W5: every rank of every replica reports the learner's version; every rollout since the last
+    check was tagged with the version the learner held when it ran (``rollout_tags``: (tag, learner
+    version) pairs); and the engine's *content* is that version — ``content_versions`` lists the
+    recent learner versions whose fingerprints the primary engine matches entirely (None: not known);
+    content that matches only an older version is that version's weights under a new tag."""
     t0 = time.perf_counter()
-    offenders: list[str] = []
-    differing = 0
+    wrong = [f"{lbl}version {rank['version']}" for lbl, rank in _ranks(states) if rank["version"] != learner_version]
+    wrong += [f"rollout tagged {tag} while the learner was at {v}" for tag, v in rollout_tags if tag != v]
+    if content_versions is not None and content_versions and learner_version not in content_versions:
+        wrong.append(f"engine holds the weights of version {max(content_versions)} under tag {learner_version}")
+    seen = sorted({rank["version"] for _, rank in _ranks(states)})
+    return CheckResult("W5", not wrong and bool(states), float(len(wrong)), 0.0, wrong, len(wrong),
+                       time.perf_counter() - t0, f"learner version {learner_version}; versions seen {seen}")
+
+
+def check_grid_fingerprints(states: list[dict], expected: dict[str, str]) -> CheckResult:
+    """W2, cheap tier: the fingerprint of every on-grid tensor (FP8 data and scale bytes) on every rank
+    and replica equals the fingerprint of the learner's forward operand. ``expected``: name →
+    fingerprint. ``measured`` = tensors whose fingerprint differs."""
+    t0 = time.perf_counter()
+    off = [f"{lbl}{n}" for lbl, rank in _ranks(states) for n, fp in sorted(expected.items())
+           if rank["fingerprints"].get(n) != fp]
+    return CheckResult("W2", not off, float(len(off)), 0.0, off, len(off), time.perf_counter() - t0,
+                       f"fingerprints of {len(expected)} on-grid tensors per rank")
+
+
+def expected_grid_tensors(forward_weights: dict, schemes: dict[str, str], learner_layers: list[str]) -> dict[str, torch.Tensor]:
+    """The bytes (uint8) every on-grid engine tensor must hold: the learner's rowwise forward operands,
+    lined up with the vLLM layer (fused members in the engine's order)."""
+    out: dict[str, torch.Tensor] = {}
     for prefix, scheme in sorted(schemes.items()):
         if scheme != "mxfp8":
             continue
-        members = fused_group(prefix, learner_layers)
-        qts = [forward_weights[m] for m in members]
+        qts = [forward_weights[m] for m in fused_group(prefix, learner_layers)]
         if prefix.endswith(".experts"):
             pairs = [(f"{prefix}.w13_weight", qts[0].data), (f"{prefix}.w13_weight_scale", qts[0].scale),
                      (f"{prefix}.w2_weight", qts[1].data), (f"{prefix}.w2_weight_scale", qts[1].scale)]
         else:
             pairs = [(f"{prefix}.weight", torch.cat([q.data for q in qts])),
                      (f"{prefix}.weight_scale", torch.cat([q.scale for q in qts]))]
-        for name, want in pairs:
-            want = want.contiguous().view(torch.uint8)
-            got = readback.get(name)
-            if got is None or got.shape != want.shape:
-                offenders.append(name)
-                differing += want.numel()
-                continue
-            n = int((got.view(torch.uint8) != want).sum())
-            if n:
-                offenders.append(name)
-                differing += n
+        out.update({n: t.contiguous().view(torch.uint8) for n, t in pairs})
+    return out
+
+
+def check_grid_bytes(readback: dict[str, torch.Tensor], forward_weights: dict, schemes: dict[str, str],
+                     learner_layers: list[str]) -> CheckResult:
+    """W2, full tier: for every vLLM layer on the learner's grid, the engine's data and scale bytes equal
+    the learner's rowwise forward operand, byte for byte. ``measured`` = number of differing bytes."""
+    t0 = time.perf_counter()
+    offenders: list[str] = []
+    differing = 0
+    for name, want in expected_grid_tensors(forward_weights, schemes, learner_layers).items():
+        got = readback.get(name)
+        if got is None or got.shape != want.shape or got.element_size() != 1:
+            what = "missing" if got is None else f"{tuple(got.shape)} {str(got.dtype).removeprefix('torch.')}"
+            offenders.append(f"{name} (engine {what}, expected {tuple(want.shape)} bytes)")
+            differing += want.numel()
+            continue
+        n = int((got.view(torch.uint8) != want).sum())
+        if n:
+            offenders.append(name)
+            differing += n
     return CheckResult("W2", not offenders, float(differing), 0.0, offenders, len(offenders),
                        time.perf_counter() - t0, "differing bytes between engine and learner forward operands")
 
@@ -112,20 +150,43 @@ def expected_sync_names(learner_params: list[str], gemm_layers: list[str], schem
     return names | (params - covered)
 
 
-def check_coverage(engine_names: list[str], expected: set[str], engine_versions: list[int],
-                   learner_version: int) -> CheckResult:
-    """W1: the engine computes with exactly the tensors a sync writes (none missing, none extra), all
-    at the learner's version. ``measured`` = missing + extra tensors."""
+def check_coverage(states: list[dict], expected: set[str], learner_version: int) -> CheckResult:
+    """W1: on every rank of every replica the engine computes with exactly the tensors a sync writes
+    (none missing, none extra), and the engine's own record says each was written by the sync of the
+    learner's version. ``measured`` = missing + extra + not-written tensors."""
     t0 = time.perf_counter()
-    held = {n for n in engine_names if not n.endswith(DERIVED_SUFFIXES)}
-    missing = sorted(expected - held)
-    extra = sorted(held - expected)
-    stale = engine_versions != [learner_version] * len(engine_versions) or not engine_versions
-    offenders = [f"missing {n}" for n in missing] + [f"extra {n}" for n in extra]
-    if stale:
-        offenders.append(f"versions {engine_versions} != {learner_version}")
-    return CheckResult("W1", not offenders, float(len(missing) + len(extra)), 0.0, offenders, len(offenders),
-                       time.perf_counter() - t0, f"{len(held)} engine tensors vs {len(expected)} expected")
+    offenders: list[str] = []
+    n = 0
+    for lbl, rank in _ranks(states):
+        held = {t for t in rank["shapes"] if not t.endswith(DERIVED_SUFFIXES)}
+        missing, extra = sorted(expected - held), sorted(held - expected)
+        stale = sorted(t for t in expected & held if rank["written"].get(t) != learner_version)
+        n += len(missing) + len(extra) + len(stale)
+        offenders += [f"{lbl}missing {t}" for t in missing] + [f"{lbl}extra {t}" for t in extra]
+        offenders += [f"{lbl}{t} last written by sync {rank['written'].get(t, 'none')}" for t in stale]
+    return CheckResult("W1", not offenders, float(n), 0.0, offenders, len(offenders), time.perf_counter() - t0,
+                       f"{len(expected)} expected tensors per rank, written at version {learner_version}")
+
+
+def check_precision_fingerprints(states: list[dict], expected: dict[str, str], configured: dict[str, str],
+                                 skip: tuple[str, ...] = ()) -> CheckResult:
+    """W4, cheap tier: every off-grid tensor's fingerprint equals that of the learner's BF16 view
+    (``expected``: name → fingerprint), and every rank's on-grid layer set equals the configured one."""
+    t0 = time.perf_counter()
+    offenders: list[str] = []
+    for lbl, rank in _ranks(states):
+        offenders += [f"{lbl}{n}" for n, fp in sorted(expected.items())
+                      if n not in skip and rank["fingerprints"].get(n) != fp]
+        offenders += [f"{lbl}{w}" for w in _grid_set_diff({p: v["scheme"] for p, v in rank["layers"].items()}, configured)]
+    return CheckResult("W4", not offenders, float(len(offenders)), 0.0, offenders, len(offenders),
+                       time.perf_counter() - t0, "off-grid fingerprints vs BF16 views; on-grid layer set vs config")
+
+
+def _grid_set_diff(engine_schemes: dict[str, str], configured: dict[str, str]) -> list[str]:
+    on_engine = {p: s for p, s in engine_schemes.items() if s != "bf16"}
+    wrong = {p for p, _ in set(on_engine.items()) ^ set(configured.items())}
+    return [f"grid of {p}: engine {on_engine.get(p, 'bf16')}, configured {configured.get(p, 'bf16')}"
+            for p in sorted(wrong)]
 
 
 def check_precision(readback: dict[str, torch.Tensor], bf16_views: dict[str, torch.Tensor],
@@ -150,21 +211,26 @@ def check_precision(readback: dict[str, torch.Tensor], bf16_views: dict[str, tor
         if n:
             offenders.append(name)
             differing += n
-    on_engine = {p: s for p, s in engine_schemes.items() if s != "bf16"}
-    wrong = sorted(set(on_engine.items()) ^ set(configured.items()))
-    offenders += [f"grid of {p}: engine {on_engine.get(p, 'bf16')}, configured {configured.get(p, 'bf16')}"
-                  for p in sorted({p for p, _ in wrong})]
+    wrong = _grid_set_diff(engine_schemes, configured)
+    offenders += wrong
     return CheckResult("W4", not offenders, float(differing + len(wrong)), 0.0, offenders, len(offenders),
                        time.perf_counter() - t0, "off-grid tensors vs BF16 view; on-grid layer set vs config")
 
 
-def check_derived_state(prefix_cache_blocks: int, processed_before: dict[str, int],
-                        processed_after: dict[str, int]) -> CheckResult:
-    """W6: after a sync the prefix cache is empty and post-load processing ran exactly once per layer."""
+def check_derived_state(prefix_cache_blocks: int, resets: int, processed_before: dict[str, int],
+                        processed_after: dict[str, int], stale_effective: list[str] = ()) -> CheckResult:
+    """W6: after a sync the prefix cache holds no block and the engine reset it (``resets``: resets the
+    engine core counted since the previous check, ≥ 1), post-load processing ran exactly once per layer,
+    and (full tier) no layer computes with a stale derived copy (``stale_effective``: layers whose
+    effective weight, probed, differs from the weight they hold)."""
     t0 = time.perf_counter()
     offenders = [f"{p}: processed {processed_after.get(p, 0) - n} times" for p, n in sorted(processed_before.items())
                  if processed_after.get(p, 0) - n != 1]
     if prefix_cache_blocks:
         offenders.append(f"prefix cache holds {prefix_cache_blocks} blocks")
+    if resets < 1:
+        offenders.append("the prefix cache was not reset since the previous sync")
+    offenders += [f"{p}: effective weight differs from the held weight (stale derived copy)" for p in stale_effective]
     return CheckResult("W6", not offenders, float(len(offenders)), 0.0, offenders, len(offenders),
-                       time.perf_counter() - t0, "prefix cache blocks after the sync; processings per layer per sync")
+                       time.perf_counter() - t0,
+                       "cache blocks and resets after the sync; processings per layer per sync; effective weights")

@@ -106,6 +106,10 @@ class Learner:
             return logp
         return logp.gather(-1, sequences[:, 1:].unsqueeze(-1)).squeeze(-1)
 
+    def nonfinite_parameters(self) -> list[str]:
+        """Names of the parameters holding NaN or Inf (a sync of them is refused)."""
+        return [n for n, p in self.model.named_parameters() if not bool(torch.isfinite(p).all())]
+
     def forward_weights(self) -> dict[str, QuantizedTensor]:
         """Rowwise MXFP8 operands of every on-grid layer at the current master weights."""
         return forward_weights(self.model)

@@ -33,7 +33,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -240,8 +240,10 @@ class Sampler:
                 else:
                     os.environ[k] = v
         self.startup_s = time.perf_counter() - t0
-        self.version = self._rpc("fp8rl_set_version", version)[0]
+        self.version = self._rpc("fp8rl_set_version", version, sorted(initial))[0]
         self.syncs = 0
+        #: identifies this engine process among restarts (the checks start a new engine with a full check)
+        self.instance = f"{self.key}-{os.getpid()}-{id(self):x}-{time.monotonic_ns()}"
 
     # -- control ------------------------------------------------------------------------------------
     def _rpc(self, method: str, *args) -> list:
@@ -264,18 +266,23 @@ class Sampler:
 
     # -- weights ------------------------------------------------------------------------------------
     def sync(self, tensors: Mapping[str, torch.Tensor], version: int, *, reset_prefix_cache: bool = True,
-             export_s: float = 0.0) -> SyncTiming:
+             export_s: float = 0.0, tamper: Callable[[SyncHandle], None] | None = None,
+             worker_fault: str | None = None, bucket_mb: float | None = None) -> SyncTiming:
         """Write ``tensors`` (sync names, see :mod:`.layout`) as buckets, load them in place, reset the
-        prefix cache (``reset_prefix_cache=False`` exists only to prove the reset is needed)."""
+        prefix cache. ``reset_prefix_cache=False``, ``tamper`` (called with the written sync before the
+        load) and ``worker_fault`` (a hook run in the worker after the load) exist for fault injection
+        (:mod:`fp8rl_core.checks.faults`) — to prove that the checks catch what they perturb."""
         timing = SyncTiming(version=version, export_s=export_s)
         t0 = time.perf_counter()
-        handle: SyncHandle = write_sync(tensors, version, bucket_bytes=int(self.cfg.bucket_mb * 2**20),
+        handle: SyncHandle = write_sync(tensors, version, bucket_bytes=int((bucket_mb or self.cfg.bucket_mb) * 2**20),
                                         root=self.work_root / "sync")
         timing.transport_s = time.perf_counter() - t0
         timing.bytes, timing.buckets = handle.total_bytes, handle.buckets
         try:
+            if tamper is not None:
+                tamper(handle)
             t0 = time.perf_counter()
-            results = self._rpc("fp8rl_load", str(handle.manifest))
+            results = self._rpc("fp8rl_load", str(handle.manifest), worker_fault)
             timing.load_s = time.perf_counter() - t0
         finally:
             handle.remove()
@@ -290,6 +297,14 @@ class Sampler:
         self.version = version
         self.syncs += 1
         return timing
+
+    def state(self, *, fingerprints: bool = True) -> dict:
+        """The engine's cheap-tier snapshot (see ``fp8rl_state`` in :mod:`.worker`) per rank, plus the
+        engine core's prefix-cache blocks and reset count."""
+        ranks = self._rpc("fp8rl_state", fingerprints)
+        core = self.llm.llm_engine.engine_core
+        return {"ranks": ranks, "cache_blocks": int(core.call_utility("fp8rl_prefix_cache_blocks")),
+                "cache_resets": int(core.call_utility("fp8rl_prefix_cache_resets")), "instance": self.instance}
 
     def read_back(self, names: Sequence[str] | None = None, *, effective: bool = False) -> dict[str, torch.Tensor]:
         """What the live engine computes with, by sync-tensor name (see :mod:`.worker`)."""

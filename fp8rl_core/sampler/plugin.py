@@ -332,7 +332,8 @@ def register() -> None:
 
 
 def _patch_engine_core() -> None:
-    """Give the engine core a read-only utility: the number of blocks its prefix cache can hit."""
+    """Give the engine core two read-only utilities: the number of blocks its prefix cache can hit, and
+    how many times the cache was reset (counted by wrapping ``EngineCore.reset_prefix_cache``)."""
     try:
         from vllm.v1.engine.core import EngineCore
     except ImportError:  # pragma: no cover — a vLLM without the v1 engine
@@ -342,5 +343,18 @@ def _patch_engine_core() -> None:
         pool = self.scheduler.kv_cache_manager.block_pool
         return sum(1 if not isinstance(v, dict) else len(v) for v in pool.cached_block_hash_to_block._cache.values())
 
+    def fp8rl_prefix_cache_resets(self) -> int:
+        return int(getattr(self, "_fp8rl_resets", 0))
+
     if not hasattr(EngineCore, "fp8rl_prefix_cache_blocks"):
         EngineCore.fp8rl_prefix_cache_blocks = fp8rl_prefix_cache_blocks
+        EngineCore.fp8rl_prefix_cache_resets = fp8rl_prefix_cache_resets
+        reset = EngineCore.reset_prefix_cache
+
+        def counted_reset(self, *args, **kwargs):  # the engine's own record of successful resets (W6)
+            done = reset(self, *args, **kwargs)
+            if done:
+                self._fp8rl_resets = getattr(self, "_fp8rl_resets", 0) + 1
+            return done
+
+        EngineCore.reset_prefix_cache = counted_reset

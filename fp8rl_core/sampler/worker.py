@@ -23,6 +23,7 @@ one product with 1.0). ``effective=True`` probes the plugin's layers too (their 
 
 from __future__ import annotations
 
+import importlib
 import time
 from pathlib import Path
 
@@ -46,26 +47,42 @@ class Fp8rlWorkerExtension:
     fp8rl_load_count: int = 0
 
     # -- weights in ---------------------------------------------------------------------------------
-    def fp8rl_load(self, manifest_path: str) -> dict:
-        """Load the sync at ``manifest_path`` in place; the engine's version becomes the sync's."""
+    def fp8rl_load(self, manifest_path: str, fault: str | None = None) -> dict:
+        """Load the sync at ``manifest_path`` in place; the engine's version becomes the sync's, and
+        every sync tensor read is tagged with it (the engine's own record of what this sync wrote, W1).
+        ``fault`` (``"module:function"``) names a fault-injection hook called with the worker and
+        the phase ("before", "after") around the reload — only the fault catalogue (:mod:`fp8rl_core.checks.faults`) passes one."""
         t0 = time.perf_counter()
         manifest = read_manifest(manifest_path)
         layout = ModelLayout.from_hf_config(self.model_runner.model_config.hf_config)
+        version = int(manifest["version"])
+        written = self.__dict__.setdefault("fp8rl_written", {})
         count = 0
 
         def shards():
             nonlocal count
             for name, tensor in read_sync(manifest_path):
                 count += 1
+                written[name] = version
                 yield from to_checkpoint(name, tensor, layout)
 
+        hook = None
+        if fault:
+            module, _, fn = fault.partition(":")
+            hook = getattr(importlib.import_module(module), fn)
+            hook(self, "before")
         self.model_runner.reload_weights(weights_iterator=shards())
-        self.fp8rl_weight_version = int(manifest["version"])
+        if hook is not None:
+            hook(self, "after")
+        self.fp8rl_weight_version = version
         self.fp8rl_load_count += 1
         return {"version": self.fp8rl_weight_version, "tensors": count, "seconds": time.perf_counter() - t0}
 
-    def fp8rl_set_version(self, version: int) -> int:
+    def fp8rl_set_version(self, version: int, names: list[str] | None = None) -> int:
+        """Set the engine's version (at start: the initial load wrote ``names`` at ``version``)."""
         self.fp8rl_weight_version = int(version)
+        if names is not None:
+            self.__dict__["fp8rl_written"] = {n: int(version) for n in names}
         return self.fp8rl_weight_version
 
     def fp8rl_version(self) -> int:
@@ -91,45 +108,62 @@ class Fp8rlWorkerExtension:
         eye = torch.eye(k, dtype=dtype, device=self.device)
         return module.quant_method.apply(module, eye).t().contiguous()
 
+    def _fp8rl_tensors(self, effective: bool = False):
+        """(sync name, tensor) of everything the engine computes with (see the module docstring)."""
+        owned: set[int] = set()
+        for prefix, module, scheme in self._fp8rl_layers():
+            owned.update(id(p) for p in module.parameters(recurse=False))
+            if hasattr(module, "w13_weight"):
+                for w in ("w13", "w2"):
+                    yield f"{prefix}.{w}_weight", getattr(module, f"{w}_weight")
+                    if scheme == "mxfp8":
+                        yield f"{prefix}.{w}_weight_scale", getattr(module, f"{w}_weight_scale")
+                    if scheme == "block128":
+                        yield f"{prefix}.{w}_fp8_data", getattr(module, f"fp8rl_data_{w}").view(torch.uint8)
+                        yield f"{prefix}.{w}_fp8_scale_inv", getattr(module, f"fp8rl_scale_inv_{w}")
+                continue
+            if scheme == "bf16":
+                yield f"{prefix}.weight", self._fp8rl_probe(module)
+                continue
+            w = module.weight
+            yield f"{prefix}.weight", w.view(torch.uint8) if w.dtype == torch.float8_e4m3fn else w
+            if scheme == "mxfp8":
+                yield f"{prefix}.weight_scale", module.weight_scale
+            else:
+                yield f"{prefix}.fp8_data", module.fp8rl_data.view(torch.uint8)
+                yield f"{prefix}.fp8_scale_inv", module.fp8rl_scale_inv
+            if effective:
+                yield f"{prefix}.effective", self._fp8rl_probe(module)
+        for name, p in self.model_runner.get_model().named_parameters():
+            if id(p) not in owned:
+                yield name, p
+
     @torch.no_grad()
     def fp8rl_read(self, out_path: str, names: list[str] | None = None, effective: bool = False) -> dict:
         """Write what the engine computes with to ``out_path`` (safetensors); returns counts."""
         wanted = None if names is None else set(names)
-        out: dict[str, torch.Tensor] = {}
-        owned: set[int] = set()
-
-        def put(name: str, t: torch.Tensor) -> None:
-            if wanted is None or name in wanted:
-                out[name] = t.detach().cpu().contiguous().clone()
-
-        for prefix, module, scheme in self._fp8rl_layers():
-            owned.update(id(p) for p in module.parameters(recurse=False))
-            experts = hasattr(module, "w13_weight")
-            if experts:
-                for w in ("w13", "w2"):
-                    put(f"{prefix}.{w}_weight", getattr(module, f"{w}_weight"))
-                    if scheme == "mxfp8":
-                        put(f"{prefix}.{w}_weight_scale", getattr(module, f"{w}_weight_scale"))
-                    if scheme == "block128":
-                        put(f"{prefix}.{w}_fp8_data", getattr(module, f"fp8rl_data_{w}").view(torch.uint8))
-                        put(f"{prefix}.{w}_fp8_scale_inv", getattr(module, f"fp8rl_scale_inv_{w}"))
-                continue
-            if scheme == "bf16":
-                put(f"{prefix}.weight", self._fp8rl_probe(module))
-                continue
-            w = module.weight
-            put(f"{prefix}.weight", w.view(torch.uint8) if w.dtype == torch.float8_e4m3fn else w)
-            if scheme == "mxfp8":
-                put(f"{prefix}.weight_scale", module.weight_scale)
-            else:
-                put(f"{prefix}.fp8_data", module.fp8rl_data.view(torch.uint8))
-                put(f"{prefix}.fp8_scale_inv", module.fp8rl_scale_inv)
-            if effective:
-                put(f"{prefix}.effective", self._fp8rl_probe(module))
-        model = self.model_runner.get_model()
-        for name, p in model.named_parameters():
-            if id(p) not in owned:
-                put(name, p)
+        out = {n: t.detach().cpu().contiguous().clone() for n, t in self._fp8rl_tensors(effective)
+               if wanted is None or n in wanted}
         Path(out_path).parent.mkdir(parents=True, exist_ok=True)
         save_file(out, out_path, metadata={"version": str(self.fp8rl_weight_version)})
         return {"version": self.fp8rl_weight_version, "tensors": len(out)}
+
+    @torch.no_grad()
+    def fp8rl_state(self, with_fingerprints: bool = True) -> dict:
+        """The cheap-tier snapshot in one call: version, which sync version last wrote each tensor,
+        per-layer scheme / processing count / fused output sizes / type, and a fingerprint of every
+        tensor the engine computes with (:mod:`fp8rl_core.sync.fingerprint`; nothing else crosses)."""
+        from fp8rl_core.sync.fingerprint import fingerprint
+
+        layers = {}
+        for p, m, s in self._fp8rl_layers():
+            sizes = getattr(m, "output_partition_sizes", None)
+            layers[p] = {"scheme": s, "processed": int(getattr(m, "fp8rl_processed", 0)), "type": type(m).__name__,
+                         "sizes": [int(x) for x in sizes] if sizes else None}
+        fps, shapes = {}, {}
+        for n, t in self._fp8rl_tensors():
+            shapes[n] = [list(t.shape), str(t.dtype).removeprefix("torch.")]
+            if with_fingerprints:
+                fps[n] = fingerprint(t)
+        return {"version": self.fp8rl_weight_version, "written": dict(self.__dict__.get("fp8rl_written", {})),
+                "layers": layers, "fingerprints": fps, "shapes": shapes}

@@ -55,8 +55,9 @@ def test_a_run_finishes_with_its_record_and_a_resume_skips_it(env):
     assert run.data.tags["fp8rl.run_id"] == rows[0]["run_id"] and run.data.tags["prefect.flow_run_id"] != "none"
     for name in ("reward/mean", "kl/k3", "kl/k1", "time/step_s", "time/load_s", "time/checks_s", "sync/bytes"):
         assert name in run.data.metrics, name
-    assert {c: run.data.metrics[f"check/{c}"] for c in ("W1", "W2", "W4", "W5", "W6")} == dict.fromkeys(
-        ("W1", "W2", "W4", "W5", "W6"), 1.0)
+    conditions = ("W1", "W2", "W3", "W4", "W5", "W6", "W7")  # the first sync of an engine runs the full tier
+    assert {c: run.data.metrics[f"check/{c}"] for c in conditions} == dict.fromkeys(conditions, 1.0)
+    assert run.data.metrics["check/full_tier"] == 1.0
     files = {f.path for f in c.list_artifacts(run.info.run_id)} | {f.path for f in c.list_artifacts(run.info.run_id, "tables")}
     assert {"config.json", "layers.json", "checks.json", "run.log", "tables/steps.parquet", "tables/tokens.parquet"} <= files
     log = Path(c.download_artifacts(run.info.run_id, "run.log", str(env["root"]))).read_text()

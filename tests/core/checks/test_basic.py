@@ -10,11 +10,15 @@ from fp8rl_core.checks import (
     check_coverage,
     check_derived_state,
     check_grid_bytes,
+    check_grid_fingerprints,
     check_precision,
+    check_precision_fingerprints,
     check_version,
+    expected_grid_tensors,
     expected_sync_names,
     sampler_bf16_views,
 )
+from fp8rl_core.sync.fingerprint import fingerprints
 from fp8rl_core.learner.learner import Learner, LearnerConfig
 from fp8rl_core.learner.models import ModelSpec, build_model
 from fp8rl_core.learner.patterns import gemm_layers
@@ -48,16 +52,29 @@ def test_expected_names_and_views_agree_with_the_exporter(case):
     assert all(n.endswith(("w13_weight", "w2_weight")) for n in skip)
 
 
+def snapshot(tensors: dict, written: int, version: int | None = None, schemes: dict | None = None) -> dict:
+    """An engine snapshot (the format of Sampler.state) of an engine holding ``tensors``."""
+    layers = {p: {"scheme": s, "processed": 1} for p, s in (schemes or {}).items()}
+    rank = {"version": written if version is None else version, "written": {n: written for n in tensors},
+            "layers": layers, "fingerprints": fingerprints(tensors),
+            "shapes": {n: [list(t.shape), str(t.dtype).removeprefix("torch.")] for n, t in tensors.items()}}
+    return {"ranks": [rank], "cache_blocks": 0, "cache_resets": 1, "instance": "x"}
+
+
 def test_a_clean_sync_passes_every_check(case):
     learner, schemes, exported = case
     engine = {n: (t.float() if t.dtype == torch.bfloat16 else t) for n, t in exported.items()}  # a float32 engine
     names = expected_sync_names([n for n, _ in learner.model.named_parameters()], gemm_layers(learner.model), schemes)
-    assert check_coverage(list(engine), names, [3], 3).passed
+    st = [snapshot(engine, 3, schemes=schemes)]
+    assert check_coverage(st, names, 3).passed
     assert check_grid_bytes(engine, learner.forward_weights(), schemes, learner.layers).passed
+    grid = expected_grid_tensors(learner.forward_weights(), schemes, learner.layers)
+    assert check_grid_fingerprints(st, fingerprints(grid)).passed
     views, skip = sampler_bf16_views(learner.model, schemes)
     layer_schemes = {p: schemes.get(p, "bf16") for p in {n.rsplit(".", 1)[0] for n in exported}}
     assert check_precision(engine, views, layer_schemes, schemes, skip).passed
-    assert check_version([3, 3], 3).passed
+    assert check_precision_fingerprints(st, fingerprints(views), schemes, skip).passed
+    assert check_version(st + st, 3, [(2, 2)], [2, 3]).passed
 
 
 def test_each_check_fires_on_its_failure():
@@ -65,18 +82,24 @@ def test_each_check_fires_on_its_failure():
     schemes = sampler_schemes(gemm_layers(learner.model), "half")
     exported = export_weights(learner.model, learner.forward_weights(), schemes)
     names = expected_sync_names([n for n, _ in learner.model.named_parameters()], gemm_layers(learner.model), schemes)
-    # W1: a dropped tensor, a stray one, a stale version
+    # W1: a dropped tensor, a stray one, one not written by this sync
     dropped = {n: t for n, t in exported.items() if n != "model.layers.0.mlp.down_proj.weight"} | {"stray.weight": torch.zeros(1)}
-    r = check_coverage(list(dropped), names, [3], 4)
-    assert not r.passed and r.measured == 2 and any("missing model.layers.0.mlp.down_proj.weight" in o for o in r.offenders)
-    assert any("versions" in o for o in r.offenders)
-    # W2: one flipped byte in a scale
+    st = snapshot(dropped, 4)
+    st["ranks"][0]["written"]["model.norm.weight"] = 3
+    r = check_coverage([st], names, 4)
+    assert not r.passed and r.measured == 3
+    assert any("missing model.layers.0.mlp.down_proj.weight" in o for o in r.offenders)
+    assert "model.norm.weight last written by sync 3" in r.offenders and "extra stray.weight" in r.offenders
+    # W2: one flipped byte in a scale — in full and by fingerprint
     bad = dict(exported)
     s = bad["model.layers.1.self_attn.qkv_proj.weight_scale"].clone()
     s[0, 0] ^= 1
     bad["model.layers.1.self_attn.qkv_proj.weight_scale"] = s
     r = check_grid_bytes(bad, learner.forward_weights(), schemes, learner.layers)
     assert not r.passed and r.measured == 1 and r.offenders == ["model.layers.1.self_attn.qkv_proj.weight_scale"]
+    grid = expected_grid_tensors(learner.forward_weights(), schemes, learner.layers)
+    r = check_grid_fingerprints([snapshot(bad, 4)], fingerprints(grid))
+    assert not r.passed and r.offenders == ["model.layers.1.self_attn.qkv_proj.weight_scale"]
     # W4: a BF16 tensor sent through an FP8 round trip; a layer on the grid that should not be
     views, skip = sampler_bf16_views(learner.model, schemes)
     rt = dict(exported)
@@ -86,9 +109,14 @@ def test_each_check_fires_on_its_failure():
     r = check_precision(rt, views, engine_schemes, schemes, skip)
     assert not r.passed and "model.layers.0.self_attn.o_proj.weight" in r.offenders
     assert any("grid of model.layers.0.mlp.gate_up_proj" in o for o in r.offenders)
-    # W5: one rank behind
-    assert not check_version([4, 3], 4).passed
-    # W6: processing twice, never, and a prefix cache not reset
-    r = check_derived_state(2, {"a": 1, "b": 1, "c": 1}, {"a": 2, "b": 3, "c": 1})
-    assert not r.passed and r.count == 3
-    assert check_derived_state(0, {"a": 1}, {"a": 2}).passed
+    r = check_precision_fingerprints([snapshot(rt, 4, schemes=engine_schemes)], fingerprints(views), schemes, skip)
+    assert not r.passed and r.count == 2
+    # W5: one replica behind; a rollout on other weights; stale content under a new tag
+    assert not check_version([snapshot(exported, 4), snapshot(exported, 3)], 4).passed
+    assert not check_version([snapshot(exported, 4)], 4, [(3, 4)]).passed
+    r = check_version([snapshot(exported, 4)], 4, [], [3])
+    assert not r.passed and r.offenders == ["engine holds the weights of version 3 under tag 4"]
+    # W6: processing twice and never, a cache holding blocks, no reset, a stale derived copy
+    r = check_derived_state(2, 0, {"a": 1, "b": 1, "c": 1}, {"a": 2, "b": 3, "c": 1}, ["d"])
+    assert not r.passed and r.count == 5
+    assert check_derived_state(0, 1, {"a": 1}, {"a": 2}).passed

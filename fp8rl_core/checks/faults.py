@@ -1,0 +1,265 @@
+"""The fault catalogue: named perturbations of one step of the real sync path, each declaring the
+condition it breaks (DESIGN, "Failures seen in real systems").
+
+A :class:`Fault` acts at one stage of :func:`fp8rl_core.loop.sync_weights`:
+
+* ``config``    — the engine (and the exporter) run other per-layer schemes than the run configures
+                  (:func:`fp8rl_core.loop.start_pipeline`'s ``engine_schemes``); present from the start.
+* ``export``    — the sync tensors are changed after :func:`~fp8rl_core.sync.export.export_weights`.
+* ``transport`` — the written sync (buckets + manifest) is changed before the engine reads it.
+* ``load`` / ``post-load`` — a hook runs in the engine's worker process around vLLM's in-place reload
+  (``fp8rl_load``'s ``fault`` argument names a ``module:function`` of this module).
+* ``engine``    — what the sampler does around the load: a replica not synced, the cache not reset.
+
+Everything else is the production path: the same exporter, transport, worker loader, vLLM's reload
+and post-load processing. :data:`FAULTS` lists them; :func:`fault` looks one up by name.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from fp8rl_core.grids import QuantizedTensor, parse_grid, quantize
+from fp8rl_core.grids.formats import bf16_view
+
+__all__ = ["FAULTS", "Fault", "fault"]
+
+Tensors = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    condition: str  # the DESIGN condition it breaks: W1 … W7
+    stage: str
+    model: str  # "dense" | "moe": the model it is injected on
+    what: str  # what goes wrong, as seen in real systems
+    export: Callable[["object", Tensors], Tensors] | None = None
+    transport: Callable[["object"], None] | None = None
+    worker: str | None = None  # "module:function" run in the worker (phase "after" the reload)
+    engine_schemes: Callable[[dict[str, str]], dict[str, str]] | None = None
+    resets_cache: bool = True
+    stale_replica: int | None = None  # replica index left on the old version
+    replicas: int = 1
+    bucket_mb: float | None = None
+    captures_pre_step: bool = False
+    params: dict = field(default_factory=dict)
+
+    # -- hooks used by fp8rl_core.loop.sync_weights -------------------------------------------------
+    def on_export(self, pipe, tensors: Tensors) -> Tensors:
+        if self.captures_pre_step:
+            return dict(getattr(pipe, "pre_step_export"))
+        return self.export(pipe, dict(tensors)) if self.export is not None else tensors
+
+    def on_transport(self, handle) -> None:
+        if self.transport is not None:
+            self.transport(handle)
+
+    def skips_replica(self, index: int) -> bool:
+        return self.stale_replica == index
+
+
+# ----------------------------------------------------------------------------------------------------
+# helpers on sync tensors
+# ----------------------------------------------------------------------------------------------------
+def _first(tensors: Tensors, suffix: str) -> str:
+    names = sorted(n for n in tensors if n.endswith(suffix))
+    if not names:
+        raise ValueError(f"fault needs a sync tensor ending in {suffix!r}; this model/preset has none")
+    return names[0]
+
+
+def _swap_rows(t: torch.Tensor, a: slice, b: slice) -> torch.Tensor:
+    t = t.clone()
+    ta, tb = t[a].clone(), t[b].clone()
+    t[a], t[b] = tb, ta
+    return t
+
+
+def _qkv_sizes(pipe) -> tuple[int, int]:
+    c = pipe.learner.model.config
+    hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return c.num_attention_heads * hd, c.num_key_value_heads * hd
+
+
+def _swap_kv(pipe, tensors: Tensors) -> Tensors:
+    name = _first(tensors, "self_attn.qkv_proj.weight")
+    q, kv = _qkv_sizes(pipe)
+    for n in (name, name + "_scale"):
+        if n in tensors:
+            tensors[n] = _swap_rows(tensors[n], slice(q, q + kv), slice(q + kv, q + 2 * kv))
+    return tensors
+
+
+def _swap_gate_up(pipe, tensors: Tensors) -> Tensors:
+    name = _first(tensors, "mlp.gate_up_proj.weight")
+    i = tensors[name].shape[0] // 2
+    for n in (name, name + "_scale"):
+        if n in tensors:
+            tensors[n] = _swap_rows(tensors[n], slice(0, i), slice(i, 2 * i))
+    return tensors
+
+
+def _permute_experts(pipe, tensors: Tensors) -> Tensors:
+    name = _first(tensors, "mlp.experts.w13_weight")
+    prefix = name.removesuffix(".w13_weight")
+    for n in [k for k in tensors if k.startswith(prefix + ".w")]:
+        tensors[n] = torch.roll(tensors[n], shifts=1, dims=0).contiguous()  # expert e gets e-1's weights
+    return tensors
+
+
+def _drop_experts(pipe, tensors: Tensors) -> Tensors:
+    return {n: t for n, t in tensors.items() if ".mlp.experts." not in n}
+
+
+def _drop_lm_head(pipe, tensors: Tensors) -> Tensors:
+    return {n: t for n, t in tensors.items() if not n.startswith("lm_head.")}
+
+
+def _columnwise_scales(pipe, tensors: Tensors) -> Tensors:
+    """Scales of the learner's columnwise copy (32×1 blocks down K's partner dimension N) put where the
+    rowwise scales go, reshaped to their [N, K/32] shape — the data bytes stay rowwise."""
+    name = _first(tensors, "self_attn.o_proj.weight_scale")
+    layer = name.removesuffix(".weight_scale")
+    master = dict(pipe.learner.model.named_parameters())[f"{layer}.weight"].detach().float()
+    grid = pipe.learner.cfg.recipe.fwd_grid
+    col = quantize(master, grid, axis=0).scale  # [N/32, K]
+    tensors[name] = col.t().contiguous().reshape(tensors[name].shape).contiguous()
+    return tensors
+
+
+def _fp8_round_trip(pipe, tensors: Tensors) -> Tensors:
+    name = "model.embed_tokens.weight"
+    grid = pipe.learner.cfg.recipe.fwd_grid
+    tensors[name] = bf16_view(quantize(tensors[name].float(), grid, axis=-1).dequantize(torch.float32))
+    return tensors
+
+
+def _drop_bucket(handle) -> None:
+    """Lose one bucket of the sync (the second) between writer and reader: the manifest no longer lists it."""
+    m = json.loads(handle.manifest.read_text())
+    if len(m["buckets"]) < 2:
+        raise ValueError("the dropped-bucket fault needs a sync of at least 2 buckets (lower bucket_mb)")
+    lost = m["buckets"].pop(1)
+    (handle.manifest.parent / lost["file"]).unlink()
+    handle.manifest.write_text(json.dumps(m))
+
+
+def _router_fp8(schemes: dict[str, str]) -> dict[str, str]:
+    return schemes | {p.removesuffix(".experts") + ".gate": "block128" for p in schemes if p.endswith(".mlp.experts")}
+
+
+def _substring_gate(schemes: dict[str, str]) -> dict[str, str]:
+    """vLLM-style ``ignored_layers=["gate"]`` (meant for the router) matched as a substring: every
+    layer whose name contains "gate" — gate_up_proj too — stays BF16."""
+    return {p: s for p, s in schemes.items() if "gate" not in p}
+
+
+# ----------------------------------------------------------------------------------------------------
+# worker-side hooks (run inside vLLM's worker process, after the reload)
+# ----------------------------------------------------------------------------------------------------
+def _fp8rl_linear_layers(worker, scheme: str = "mxfp8"):
+    for prefix, module, s in worker._fp8rl_layers():
+        if s == scheme and not hasattr(module, "w13_weight"):
+            yield prefix, module
+
+
+@torch.no_grad()
+def worker_requantize_floor(worker, phase: str) -> None:
+    """The sampler requantizes what it received with another scale rule: dequantize the learner's bytes
+    and quantize again with OCP FLOOR (instead of the learner's RCEIL)."""
+    if phase != "after":
+        return
+    for _, module in _fp8rl_linear_layers(worker):
+        grid = parse_grid(module.quant_method.scheme.mx_grid)
+        floor = parse_grid(f"mxfp8-{grid.elem}-floor")
+        w = module.weight.data.view(grid.format.dtype)
+        deq = QuantizedTensor(w, module.weight_scale.data, grid, axis=1).dequantize()
+        q = quantize(deq, floor, axis=-1)
+        module.weight.data.copy_(q.data.view(torch.uint8))
+        module.weight_scale.data.copy_(q.scale)
+        module.fp8rl_w = QuantizedTensor(q.data, q.scale, floor, axis=1).dequantize()
+
+
+@torch.no_grad()
+def worker_process_twice(worker, phase: str) -> None:
+    """Post-load processing runs a second time on every layer on the learner's grid."""
+    if phase != "after":
+        return
+    for prefix, module, s in worker._fp8rl_layers():
+        if s == "mxfp8":
+            module.quant_method.process_weights_after_loading(module)
+
+
+@torch.no_grad()
+def worker_stale_derived(worker, phase: str) -> None:
+    """The derived (dequantized) copy a layer computes with is not rebuilt from the new weights: the
+    copy from before this sync stays in use, and the layer's processing is not counted."""
+    layers = dict(_fp8rl_linear_layers(worker))
+    if phase == "before":
+        worker.__dict__["fp8rl_fault_saved"] = {p: m.fp8rl_w.clone() for p, m in layers.items()}
+        return
+    for prefix, w in worker.__dict__.pop("fp8rl_fault_saved", {}).items():
+        layers[prefix].fp8rl_w = w
+        layers[prefix].fp8rl_processed -= 1
+
+
+_W = "fp8rl_core.checks.faults:"
+
+FAULTS: list[Fault] = [
+    Fault("dropped-bucket", "W1", "transport", "dense",
+          "one bucket of the sync is lost between writer and reader; its tensors keep the old weights",
+          transport=_drop_bucket, bucket_mb=0.25),
+    Fault("experts-never-synced", "W1", "export", "moe",
+          "the exporter skips the routed experts (they stay at the previous version)", export=_drop_experts),
+    Fault("lm-head-assumed-tied", "W1", "export", "dense",
+          "the exporter assumes lm_head is tied to the embeddings and does not send it; the sampler keeps its own",
+          export=_drop_lm_head),
+    Fault("sampler-requantizes-floor", "W2", "post-load", "dense",
+          "the sampler requantizes the received weights with OCP FLOOR scales instead of the learner's RCEIL",
+          worker=_W + "worker_requantize_floor"),
+    Fault("columnwise-scales", "W3", "export", "dense",
+          "o_proj's scales are taken from the learner's columnwise copy, reshaped to the rowwise shape",
+          export=_columnwise_scales),
+    Fault("qkv-order-swapped", "W3", "export", "dense",
+          "k and v are fused in the wrong order in layer 0's qkv_proj (data and scales)", export=_swap_kv),
+    Fault("gate-up-order-swapped", "W3", "export", "dense",
+          "gate and up are fused in the wrong order in layer 0's gate_up_proj", export=_swap_gate_up),
+    Fault("expert-permutation", "W3", "export", "moe",
+          "layer 0's experts are sent rotated by one (expert e holds expert e-1)", export=_permute_experts),
+    Fault("router-quantized", "W4", "config", "moe",
+          "the sampler quantizes the MoE router to FP8 (128x128 block) though the run keeps it BF16",
+          engine_schemes=_router_fp8),
+    Fault("gate-up-bf16-by-substring", "W4", "config", "dense",
+          "a substring rule meant for the router ('gate') keeps every gate_up_proj in BF16",
+          engine_schemes=_substring_gate),
+    Fault("bf16-through-fp8", "W4", "export", "dense",
+          "the BF16 embedding table is sent through an MXFP8 quantize-dequantize round trip",
+          export=_fp8_round_trip),
+    Fault("replica-left-behind", "W5", "engine", "dense",
+          "one of two sampler replicas is not synced and stays on the previous version",
+          stale_replica=1, replicas=2),
+    Fault("pre-step-weights", "W5", "export", "dense",
+          "the exporter sends the weights from before the optimizer step under the new version",
+          captures_pre_step=True),
+    Fault("prefix-cache-kept", "W6", "engine", "dense",
+          "the prefix cache is not reset after the sync (cached KV of old weights can be reused)",
+          resets_cache=False),
+    Fault("post-load-twice", "W6", "post-load", "dense",
+          "post-load processing runs twice on the layers on the learner's grid",
+          worker=_W + "worker_process_twice"),
+    Fault("derived-copy-stale", "W6", "post-load", "dense",
+          "post-load processing is skipped: the layers keep computing with their previous dequantized copy",
+          worker=_W + "worker_stale_derived"),
+]
+
+
+def fault(name: str) -> Fault:
+    for f in FAULTS:
+        if f.name == name:
+            return f
+    raise KeyError(f"unknown fault {name!r}; valid: {', '.join(f.name for f in FAULTS)}")

@@ -1,0 +1,197 @@
+"""The checks after every weight sync, on a cadence: cheap every sync, full on a schedule and on suspicion.
+
+=========  ==========================================  ==========================================
+condition  cheap tier (every sync, one snapshot call)   full tier (first sync of an engine, every
+                                                       ``full_every`` syncs, any cheap failure)
+=========  ==========================================  ==========================================
+W1         names held vs expected; per-tensor record   —
+           of the sync version that wrote it
+W2         fingerprints of on-grid bytes, all ranks    byte-for-byte read-back vs forward operands
+W3         —                                           shapes + slot content vs masters (:mod:`.layout`)
+W4         off-grid fingerprints; on-grid layer set    values of every off-grid tensor vs BF16 view
+W5         versions of all ranks/replicas; rollout     (same)
+           tags; content = which learner version
+W6         cache blocks = 0, cache reset counted,      + effective weight (probe) = held weight
+           post-load processing once per layer
+W7         —                                           probe-batch log-probs vs learner (:mod:`.behaviour`)
+=========  ==========================================  ==========================================
+
+A fingerprint mismatch escalates to the full tier at the same sync, so a fault is named by the check of
+its condition at the first sync where it happens, not N syncs later. A new engine instance (a restart)
+always starts with a full check. :class:`CheckRunner` keeps the state this needs across syncs: the
+engine's processing counts and reset count at the previous check, the learner's fingerprints of recent
+versions (W5 content), the engine instances seen.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from fp8rl_core.grids import QuantizedTensor, parse_grid
+
+from .basic import (
+    CheckResult,
+    check_coverage,
+    check_derived_state,
+    check_grid_bytes,
+    check_grid_fingerprints,
+    check_precision,
+    check_precision_fingerprints,
+    check_version,
+)
+from .behaviour import check_behaviour
+from .expected import Expected, expected_from_learner
+from .layout import check_layout
+
+__all__ = ["CONDITIONS", "CheckPolicy", "CheckReport", "CheckRunner", "merge"]
+
+CONDITIONS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7")
+
+
+@dataclass(frozen=True)
+class CheckPolicy:
+    full_every: int = 10  # full tier every N syncs (and at an engine's first sync, and on suspicion)
+    w7_mean: float = 1e-3  # W7 bound on the mean |Δlogp| over the probe batch
+    w7_max: float = 0.05  # W7 bound on the max |Δlogp|
+    layout_tolerance: float = 0.25  # W3: fraction of block amax (see :mod:`.layout`)
+    history: int = 4  # learner versions whose fingerprints are kept (W5 content)
+
+
+@dataclass
+class CheckReport:
+    version: int
+    sync: int
+    full: bool
+    why: str
+    results: list[CheckResult]
+    seconds: float
+    results_by: dict[str, CheckResult] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.results_by = {r.condition: r for r in self.results}
+
+    @property
+    def failed(self) -> list[CheckResult]:
+        return [r for r in self.results if not r.passed]
+
+    def metrics(self) -> dict[str, float]:
+        return {f"check/{r.condition}": float(r.passed) for r in self.results}
+
+    def as_dict(self) -> dict:
+        return {"version": self.version, "sync": self.sync, "tier": "full" if self.full else "cheap", "why": self.why,
+                "seconds": self.seconds, "results": [r.as_dict() for r in self.results]}
+
+    def message(self) -> str:
+        return "; ".join(f"{r.condition} failed: {r.count} offenders, e.g. {r.offenders[:3]} ({r.detail}; measured "
+                         f"{r.measured:g}, bound {r.bound:g})" for r in self.failed)
+
+
+def merge(condition: str, parts: list[CheckResult]) -> CheckResult:
+    """One result per condition from its angles (tiers, replicas)."""
+    return CheckResult(condition, all(p.passed for p in parts), sum(p.measured for p in parts),
+                       max(p.bound for p in parts), [o for p in parts for o in p.offenders],
+                       sum(p.count for p in parts), sum(p.seconds for p in parts),
+                       " | ".join(p.detail for p in parts))
+
+
+class CheckRunner:
+    """Runs the checks after each sync of one pipeline (see the module docstring).
+
+    ``probe`` is the fixed probe batch for W7 ([B, T] token ids). Call :meth:`start` once the engines
+    are up (it records their processing and reset counts), then :meth:`check` after every sync."""
+
+    def __init__(self, policy: CheckPolicy = CheckPolicy(), probe: torch.Tensor | None = None) -> None:
+        self.policy = policy
+        self.probe = probe
+        self.syncs = 0
+        self.seen: set[str] = set()
+        self.processed: dict[str, dict[str, int]] = {}
+        self.resets: dict[str, int] = {}
+        self.history: dict[int, dict[str, str]] = {}
+        self.force_full = "first sync"
+
+    def start(self, samplers) -> None:
+        for s in samplers:
+            self._baseline(s.state(fingerprints=False))
+
+    def _baseline(self, st: dict) -> None:
+        self.processed[st["instance"]] = {p: v["processed"] for p, v in st["ranks"][0]["layers"].items()}
+        self.resets[st["instance"]] = st["cache_resets"]
+
+    def request_full(self, why: str) -> None:
+        self.force_full = why
+
+    def check(self, pipe, rollout_tags: list[tuple[int, int]] = ()) -> CheckReport:
+        t_all = time.perf_counter()
+        self.syncs += 1
+        learner = pipe.learner
+        samplers = pipe.samplers
+        states = [s.state() for s in samplers]
+        exp = expected_from_learner(learner, pipe.configured)
+        self.history[exp.version] = exp.all_fp
+        for v in sorted(self.history)[: -self.policy.history]:
+            del self.history[v]
+        primary = states[0]["ranks"][0]["fingerprints"]
+        content = [v for v, fps in self.history.items() if all(primary.get(n) == f for n, f in fps.items())]
+        parts: dict[str, list[CheckResult]] = {c: [] for c in CONDITIONS}
+        parts["W1"].append(check_coverage(states, exp.names, exp.version))
+        parts["W2"].append(check_grid_fingerprints(states, exp.grid_fp))
+        parts["W4"].append(check_precision_fingerprints(states, exp.view_fp, pipe.configured, exp.skip))
+        parts["W5"].append(check_version(states, exp.version, list(rollout_tags), content))
+        for st in states:
+            inst = st["instance"]
+            before = self.processed.get(inst)
+            after = {p: v["processed"] for p, v in st["ranks"][0]["layers"].items()}
+            if before is None:  # an engine not seen at start (a restart): its counts start now
+                before = {p: n - 1 for p, n in after.items()}
+            parts["W6"].append(check_derived_state(st["cache_blocks"], st["cache_resets"] - self.resets.get(inst, 0),
+                                                   before, after))
+        why = self.force_full
+        new = [st["instance"] for st in states if st["instance"] not in self.seen]
+        if not why and new:
+            why = "new engine instance (start or restart)"
+        if not why and self.syncs % self.policy.full_every == 0:
+            why = f"every {self.policy.full_every} syncs"
+        cheap_failed = [c for c, ps in parts.items() if any(not p.passed for p in ps)]
+        if not why and cheap_failed:
+            why = f"cheap tier failed: {', '.join(cheap_failed)}"
+        if why:
+            self._full(pipe, samplers[0], exp, parts)
+        results = [merge(c, ps) for c, ps in parts.items() if ps]
+        for st in states:
+            self._baseline(st)
+            self.seen.add(st["instance"])
+        self.force_full = ""
+        return CheckReport(exp.version, self.syncs, bool(why), why or "cadence: cheap", results,
+                           time.perf_counter() - t_all)
+
+    def _full(self, pipe, sampler, exp: Expected, parts: dict[str, list[CheckResult]]) -> None:
+        learner = pipe.learner
+        readback = sampler.read_back(effective=True)
+        meta = sampler.state(fingerprints=False)["ranks"][0]
+        parts["W2"].append(check_grid_bytes(readback, learner.forward_weights(), pipe.configured, learner.layers))
+        shapes = {n: (list(t.shape), str(t.dtype).removeprefix("torch.")) for n, t in readback.items()}
+        parts["W3"].append(check_layout(readback, shapes, exp.shapes, meta["layers"], exp.groups, exp.masters,
+                                        sampler.mx_grid, self.policy.layout_tolerance))
+        schemes = {p: v["scheme"] for p, v in meta["layers"].items()}
+        parts["W4"].append(check_precision(readback, exp.views, schemes, pipe.configured, exp.skip))
+        stale = []
+        grid = parse_grid(sampler.mx_grid)
+        for p, v in meta["layers"].items():
+            eff = readback.get(f"{p}.effective")
+            if v["scheme"] != "mxfp8" or eff is None or f"{p}.weight_scale" not in readback:
+                continue
+            data = readback[f"{p}.weight"].view(grid.format.dtype)
+            held = QuantizedTensor(data, readback[f"{p}.weight_scale"], grid, axis=1).dequantize().to(eff.dtype)
+            if held.shape != eff.shape or not torch.equal(held, eff):
+                stale.append(p)
+        w6 = check_derived_state(0, 1, {}, {}, stale)
+        w6.detail = "effective weights (probe) vs held weights"
+        parts["W6"].append(w6)
+        if self.probe is not None:
+            sl = sampler.prompt_logprobs(self.probe)
+            ll = learner.probe_logprobs(self.probe)
+            parts["W7"].append(check_behaviour(sl, ll, self.policy.w7_mean, self.policy.w7_max))

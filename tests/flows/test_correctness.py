@@ -1,0 +1,89 @@
+"""The nightly correctness stage for real (embedded Prefect, a temporary MLflow store, real vLLM engines):
+a reduced clean series and every fault of the catalogue; the detection matrix must show each fault
+caught at its first sync by the check of its declared condition and no false alarm. And an engine that
+dies mid-sync leaves its run FAILED with the last good version recorded."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import psutil
+import pytest
+
+from fp8rl_core.checks.faults import FAULTS
+from tasks import tracking
+
+ROOT = Path(__file__).resolve().parents[2]
+NIGHTLY = str(ROOT / "configs" / "nightly.yaml")
+REDUCED = ["correctness.clean_syncs.dense=3", "correctness.clean_syncs.moe=2"]
+
+
+@pytest.fixture()
+def env(tmp_path, monkeypatch):
+    import flows.pipelines as pipelines
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("FP8RL_ARTIFACTS", str(tmp_path / "artifacts"))
+    monkeypatch.setattr(pipelines, "WARMSTART_CACHE", str(tmp_path / "warmstart"))
+    return tmp_path
+
+
+def test_every_fault_is_caught_at_its_first_sync_and_clean_syncs_raise_no_alarm(env):
+    from flows.pipelines import nightly_correctness
+
+    out = nightly_correctness(NIGHTLY, REDUCED, stages_to_run=["correctness"])["correctness"]
+    matrix = out["matrix"]
+    assert sorted(r["fault"] for r in matrix) == sorted(f.name for f in FAULTS)
+    for r in matrix:
+        assert r["caught_first"] and r[r["condition"]] == 1, r
+        assert r["tier"] == "full" and r.get("repaired", True) is not False, r
+        assert r["warmup_clean"] in (None, True), r
+    assert out["faults/caught_first"] == out["faults/total"] == len(FAULTS)
+    assert out["clean/false_alarms"] == 0 and out["clean/syncs"] == 5
+    checks = out["checks"]
+    assert checks["W6"]["unique"] and checks["W4"]["necessary"] and checks["W2"]["necessary"]
+    for c, v in checks.items():  # every check is necessary or the matrix says why not
+        assert v["necessary"] or v["why_redundant"], c
+
+    c = tracking.client()
+    (run,) = c.search_runs([c.get_experiment_by_name("nightly").experiment_id])
+    assert run.info.status == "FINISHED" and run.info.run_name == "correctness"
+    m = run.data.metrics
+    assert (m["faults/caught_first"], m["faults/total"], m["clean/false_alarms"]) == (len(FAULTS), len(FAULTS), 0)
+    assert 0 < m["time/checks_s"] < m["time/step_s"]
+    files = {f.path for f in c.list_artifacts(run.info.run_id)}
+    assert {"detection_matrix.csv", "detection_matrix.png", "matrix_summary.json", "run.log"} <= files
+    rows = list(csv.DictReader(open(c.download_artifacts(run.info.run_id, "detection_matrix.csv", str(env)))))
+    assert len(rows) == len(FAULTS) and all(r["caught_first"] == "True" for r in rows)
+    png = Path(c.download_artifacts(run.info.run_id, "detection_matrix.png", str(env))).read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _engine_processes():
+    return [p for p in psutil.Process().children(recursive=True) if "EngineCore" in " ".join(p.cmdline() + [p.name()])]
+
+
+def test_an_engine_dying_mid_sync_fails_the_run_with_the_last_good_version(env, monkeypatch):
+    from flows.pipelines import mxfp8_sweep
+    from fp8rl_core.sampler.engine import Sampler
+
+    original = Sampler.sync
+    calls = {"n": 0}
+
+    def dying_sync(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the second sync of the run: the engine process dies under it
+            for p in _engine_processes():
+                p.kill()
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Sampler, "sync", dying_sync)
+    one = ["axes.seed=[0]", "axes.preset=[all]", "axes.model=[qwen3-dense-mini]", "loop.steps=3"]
+    with pytest.raises(RuntimeError, match="1 of 1 runs failed"):
+        mxfp8_sweep(str(ROOT / "configs" / "smoke.yaml"), one)
+    c = tracking.client()
+    (run,) = c.search_runs([c.get_experiment_by_name("smoke").experiment_id])
+    assert run.info.status == "FAILED"
+    assert run.data.tags["last_good_version"] == "1"
+    assert run.data.metrics["version"] == 1.0  # step 1 was recorded before the engine died
