@@ -1,14 +1,12 @@
 """The nightly correctness stage for real (embedded Prefect, a temporary MLflow store, real vLLM engines):
 a reduced clean series and every fault of the catalogue; the detection matrix must show each fault
-caught at its first sync by the check of its declared condition and no false alarm. And an engine that
-dies mid-sync leaves its run FAILED with the last good version recorded."""
+caught at its first sync by the check of its declared condition and no false alarm."""
 
 from __future__ import annotations
 
 import csv
 from pathlib import Path
 
-import psutil
 import pytest
 
 from fp8rl_core.checks.faults import FAULTS
@@ -58,32 +56,3 @@ def test_every_fault_is_caught_at_its_first_sync_and_clean_syncs_raise_no_alarm(
     assert len(rows) == len(FAULTS) and all(r["caught_first"] == "True" for r in rows)
     png = Path(c.download_artifacts(run.info.run_id, "detection_matrix.png", str(env))).read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def _engine_processes():
-    return [p for p in psutil.Process().children(recursive=True) if "EngineCore" in " ".join(p.cmdline() + [p.name()])]
-
-
-def test_an_engine_dying_mid_sync_fails_the_run_with_the_last_good_version(env, monkeypatch):
-    from flows.pipelines import mxfp8_sweep
-    from fp8rl_core.sampler.engine import Sampler
-
-    original = Sampler.sync
-    calls = {"n": 0}
-
-    def dying_sync(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 2:  # the second sync of the run: the engine process dies under it
-            for p in _engine_processes():
-                p.kill()
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(Sampler, "sync", dying_sync)
-    one = ["axes.seed=[0]", "axes.preset=[all]", "axes.model=[qwen3-dense-mini]", "loop.steps=3"]
-    with pytest.raises(RuntimeError, match="1 of 1 runs failed"):
-        mxfp8_sweep(str(ROOT / "configs" / "smoke.yaml"), one)
-    c = tracking.client()
-    (run,) = c.search_runs([c.get_experiment_by_name("smoke").experiment_id])
-    assert run.info.status == "FAILED"
-    assert run.data.tags["last_good_version"] == "1"
-    assert run.data.metrics["version"] == 1.0  # step 1 was recorded before the engine died
