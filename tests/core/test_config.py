@@ -229,7 +229,7 @@ GOOD_BASE = """
         pytest.param(f"sweep: t\nbase:{GOOD_BASE}  seeds: 1\n",
                      ["base.seeds", "unknown field", "seed", "preset", "warmstart"], id="unknown-run-key"),
         pytest.param(f"sweep: t\nbase:{GOOD_BASE}axis: {{seed: [0]}}\n",
-                     ["axis: unknown field", "axes, base, concurrency, description, sweep"], id="unknown-top-key"),
+                     ["axis: unknown field", "axes, base, concurrency, correctness, description, sweep"], id="unknown-top-key"),
         pytest.param("sweep: t\nbase: {models_dir: MODELS, warmstart: {task: {digitz: 2}}}\n",
                      ["base.warmstart.task.digitz", "digits"], id="unknown-deep-key"),
         pytest.param(f"sweep: t\nbase:{GOOD_BASE}  loop: {{steps: many}}\n",
