@@ -82,22 +82,29 @@ def warm_start_checkpoint(spec: dict, warmstart: dict, cache_root: str) -> str:
     return str(res.path)
 
 
-@task(name="sampler-grid-setup", cache_policy=NO_CACHE)
-def setup_sampler_grid(key: str, run: dict, checkpoint: str) -> dict:
-    """Resolve the layer sets, build the learner and start (or reuse) the sampler engine."""
-    cfg = RunConfig.model_validate(run)
+def _start_live(key: str, cfg: RunConfig, checkpoint: str, **pipeline_args) -> Pipeline:
+    """Start the run's pipeline (learner + engine) and its check runner; register them in LIVE."""
     lc = cfg.learner
-    t0 = time.perf_counter()
     pipe = start_pipeline(
         checkpoint, cfg.preset, sampler_cfg=cfg.sampler,
         recipe=Recipe(grad=lc.grad, rule=lc.rule, cache_weights=lc.cache_weights), lr=lc.lr,
         grpo=GRPOConfig(group_size=lc.group_size, clip_eps_low=lc.clip_eps, clip_eps_high=lc.clip_eps,
                         old_logprobs=lc.old_logprobs, tokens_per_microbatch=lc.tokens_per_microbatch,
                         max_grad_norm=lc.max_grad_norm),
+        **pipeline_args,
     )
     runner = check_runner(cfg)
     runner.start(pipe.samplers)
     LIVE[key] = LiveRun(cfg, pipe, runner=runner)
+    return pipe
+
+
+@task(name="sampler-grid-setup", cache_policy=NO_CACHE)
+def setup_sampler_grid(key: str, run: dict, checkpoint: str) -> dict:
+    """Resolve the layer sets, build the learner and start (or reuse) the sampler engine."""
+    cfg = RunConfig.model_validate(run)
+    t0 = time.perf_counter()
+    pipe = _start_live(key, cfg, checkpoint)
     return {"learner_layers": pipe.learner.layers, "sampler_schemes": pipe.schemes, "engine_key": pipe.sampler.key,
             "setup_s": time.perf_counter() - t0, "engine_startup_s": 0.0 if pipe.reused else pipe.sampler.startup_s}
 
@@ -187,19 +194,9 @@ def correctness_setup(key: str, run: dict, checkpoint: str, fault: str | None = 
     configuration or replicas; the checks' runner records the engines' starting state."""
     cfg = RunConfig.model_validate(run)
     f = lookup_fault(fault) if fault else None
-    lc = cfg.learner
     t0 = time.perf_counter()
-    pipe = start_pipeline(
-        checkpoint, cfg.preset, sampler_cfg=cfg.sampler,
-        recipe=Recipe(grad=lc.grad, rule=lc.rule, cache_weights=lc.cache_weights), lr=lc.lr,
-        grpo=GRPOConfig(group_size=lc.group_size, clip_eps_low=lc.clip_eps, clip_eps_high=lc.clip_eps,
-                        old_logprobs=lc.old_logprobs, tokens_per_microbatch=lc.tokens_per_microbatch,
-                        max_grad_norm=lc.max_grad_norm),
-        replicas=f.replicas if f else 1, engine_schemes=f.engine_schemes if f else None,
-    )
-    runner = check_runner(cfg)
-    runner.start(pipe.samplers)
-    LIVE[key] = LiveRun(cfg, pipe, runner=runner)
+    pipe = _start_live(key, cfg, checkpoint, replicas=f.replicas if f else 1,
+                       engine_schemes=f.engine_schemes if f else None)
     return {"setup_s": time.perf_counter() - t0, "replicas": len(pipe.samplers)}
 
 
