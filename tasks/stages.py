@@ -28,6 +28,7 @@ from fp8rl_core.learner.models import ModelSpec
 from fp8rl_core.learner.warmstart import WarmStartConfig, is_complete, warm_start, warmstart_key
 from fp8rl_core.loop import Pipeline, rollout_and_learn, start_pipeline, sync_weights
 from fp8rl_core.metrics import kl_estimators, summarize_steps
+from fp8rl_core.sampler.engine import SamplerDeadError
 
 from . import tracking
 
@@ -121,7 +122,20 @@ def train_step(key: str, step: int) -> dict:
     return row
 
 
-@task(name="weight-sync", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=1)
+def _retry_unless_engine_dead(task, task_run, state) -> bool:
+    """Retry a failed sync once (a transient transport error) — but not when the engine died: its
+    weights are gone, a retry cannot land them; the run fails with its last good version."""
+    try:
+        state.result()
+    except SamplerDeadError:
+        return False
+    except Exception:  # noqa: BLE001 — any other failure is worth the one retry
+        return True
+    return True
+
+
+@task(name="weight-sync", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=1,
+      retry_condition_fn=_retry_unless_engine_dead)
 def weight_sync(key: str) -> dict:
     """Export the learner's weights and land them in the live sampler (transport, load, cache reset)."""
     return sync_weights(_live(key).pipe)

@@ -32,6 +32,7 @@ import math
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ __all__ = [
     "Rollout",
     "Sampler",
     "SamplerConfig",
+    "SamplerDeadError",
     "SamplerError",
     "SyncTiming",
     "acquire",
@@ -64,6 +66,10 @@ WORKER_EXTENSION = "fp8rl_core.sampler.worker.Fp8rlWorkerExtension"
 
 class SamplerError(RuntimeError):
     """The sampler cannot be created or used as configured (the message says what to change)."""
+
+
+class SamplerDeadError(SamplerError):
+    """The engine's process exited (killed, crashed, out of memory): its weights and cache are gone."""
 
 
 class SamplerConfig(BaseModel):
@@ -246,8 +252,75 @@ class Sampler:
         self.instance = f"{self.key}-{os.getpid()}-{id(self):x}-{time.monotonic_ns()}"
 
     # -- control ------------------------------------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        """False once the engine was closed or its engine-core process exited."""
+        llm = self.llm
+        if llm is None:
+            return False
+        core = llm.llm_engine.engine_core
+        resources = getattr(core, "resources", None)
+        if resources is not None and getattr(resources, "engine_dead", False):
+            return False
+        manager = getattr(resources, "engine_manager", None)
+        procs = getattr(manager, "processes", None) or []
+        return all(p.is_alive() for p in procs)
+
+    def _call(self, what: str, fn: Callable, *args, **kwargs):
+        """Run one call into the engine, failing fast if the engine core dies meanwhile.
+
+        vLLM 0.32's synchronous client waits on a utility future (``collective_rpc``, ``call_utility``)
+        or its output queue (``generate``) with no timeout; when the engine-core process dies, its
+        monitor thread marks the client dead but never resolves that wait, so the caller would hang
+        forever. The call runs in a daemon thread while this thread polls :attr:`alive`; on death the
+        pending waits are failed (so the thread ends too) and :class:`SamplerDeadError` is raised."""
+        if not self.alive:
+            raise SamplerDeadError(f"the vLLM engine core is not running (it exited or was closed; {what} refused); "
+                                   "its weights are lost — start a new engine")
+        box: dict = {}
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                box["value"] = fn(*args, **kwargs)
+            except BaseException as e:  # noqa: BLE001 — re-raised in the caller's thread
+                box["error"] = e
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name=f"fp8rl-{what}", daemon=True).start()
+        while not done.wait(0.1):
+            if not self.alive:
+                self._fail_pending()
+                done.wait(2.0)
+                raise SamplerDeadError(f"the vLLM engine core died during {what} (engine {self.key}, last synced "
+                                       f"version {self.version}); its weights are lost — the run's last good version is "
+                                       "the last one whose checks passed")
+        if "error" in box:
+            if not self.alive:
+                raise SamplerDeadError(f"the vLLM engine core died during {what}: {box['error']}") from box["error"]
+            raise box["error"]
+        return box["value"]
+
+    def _fail_pending(self) -> None:
+        """Resolve the client's waits that a dead engine will never answer (see :meth:`_call`)."""
+        core = self.llm.llm_engine.engine_core if self.llm is not None else None
+        err = SamplerDeadError("the vLLM engine core died")
+        for fut in list(getattr(core, "utility_results", {}).values()):
+            if not fut.done():
+                try:
+                    fut.set_exception(err)
+                except Exception:  # noqa: BLE001 — resolved meanwhile
+                    pass
+        queue = getattr(core, "outputs_queue", None)
+        if queue is not None:
+            queue.put_nowait(err)
+
     def _rpc(self, method: str, *args) -> list:
-        return self.llm.collective_rpc(method, args=args)
+        return self._call(method, self.llm.collective_rpc, method, args=args)
+
+    def _utility(self, method: str, *args):
+        return self._call(method, self.llm.llm_engine.engine_core.call_utility, method, *args)
 
     def engine_version(self) -> list[int]:
         """The version every worker (rank) of the engine reports."""
@@ -259,10 +332,10 @@ class Sampler:
 
     def prefix_cache_blocks(self) -> int:
         """Blocks the engine's prefix cache can currently hit (0 right after a reset)."""
-        return int(self.llm.llm_engine.engine_core.call_utility("fp8rl_prefix_cache_blocks"))
+        return int(self._utility("fp8rl_prefix_cache_blocks"))
 
     def reset_prefix_cache(self) -> bool:
-        return bool(self.llm.reset_prefix_cache())
+        return bool(self._call("reset_prefix_cache", self.llm.reset_prefix_cache))
 
     # -- weights ------------------------------------------------------------------------------------
     def sync(self, tensors: Mapping[str, torch.Tensor], version: int, *, reset_prefix_cache: bool = True,
@@ -302,9 +375,8 @@ class Sampler:
         """The engine's cheap-tier snapshot (see ``fp8rl_state`` in :mod:`.worker`) per rank, plus the
         engine core's prefix-cache blocks and reset count."""
         ranks = self._rpc("fp8rl_state", fingerprints)
-        core = self.llm.llm_engine.engine_core
-        return {"ranks": ranks, "cache_blocks": int(core.call_utility("fp8rl_prefix_cache_blocks")),
-                "cache_resets": int(core.call_utility("fp8rl_prefix_cache_resets")), "instance": self.instance}
+        return {"ranks": ranks, "cache_blocks": int(self._utility("fp8rl_prefix_cache_blocks")),
+                "cache_resets": int(self._utility("fp8rl_prefix_cache_resets")), "instance": self.instance}
 
     def read_back(self, names: Sequence[str] | None = None, *, effective: bool = False) -> dict[str, torch.Tensor]:
         """What the live engine computes with, by sync-tensor name (see :mod:`.worker`)."""
@@ -330,7 +402,7 @@ class Sampler:
                   for i in range(len(prompts))]
         version = self.version
         t0 = time.perf_counter()
-        outs = self.llm.generate(prompts, params, use_tqdm=False)
+        outs = self._call("generate", self.llm.generate, prompts, params, use_tqdm=False)
         seconds = time.perf_counter() - t0
         b = len(prompts) * n
         ids = torch.full((b, max_tokens), pad_id, dtype=torch.long)
@@ -356,7 +428,8 @@ class Sampler:
         rows = sequences.tolist()
         k = -1 if full else 0
         params = SamplingParams(max_tokens=1, prompt_logprobs=k, detokenize=False, temperature=1.0)
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=[int(t) for t in r]) for r in rows], params, use_tqdm=False)
+        outs = self._call("prompt_logprobs", self.llm.generate,
+                          [TokensPrompt(prompt_token_ids=[int(t) for t in r]) for r in rows], params, use_tqdm=False)
         t = len(rows[0]) - 1
         if full:
             res = torch.full((len(rows), t, self.vocab_size), -math.inf, dtype=torch.float32)
@@ -402,7 +475,10 @@ def acquire(checkpoint: str | Path, schemes: Mapping[str, str], tensors: Mapping
     its KV cache and worker processes). Returns the sampler and the sync timing (None for a fresh start)."""
     key = engine_key(engine_config(checkpoint, schemes, mx_grid), cfg)
     live = _ENGINES.pop(key, None)
-    if live is not None and live.llm is not None:
+    if live is not None and not live.alive:  # died (or closed): its weights are gone, start afresh
+        live.close()
+        live = None
+    if live is not None:
         _ENGINES[key] = live  # most recently used last
         live.cfg = cfg
         return live, live.sync(tensors, version)

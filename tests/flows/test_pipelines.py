@@ -87,6 +87,67 @@ def test_a_failing_run_is_failed_with_its_reason_and_keeps_its_params(env, monke
     assert "run.log" in {f.path for f in tracking.client().list_artifacts(run.info.run_id)}
 
 
+def _engine_cores():
+    import psutil
+
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and "EngineCore" in " ".join(p.cmdline() + [p.name()]):
+                found.append(p)
+        except psutil.Error:  # exited (or a zombie of a killed engine) meanwhile
+            pass
+    return found
+
+
+def test_an_engine_dying_mid_sync_fails_the_run_with_its_last_good_version_and_a_rerun_starts_fully_checked(
+        env, monkeypatch):
+    import json
+
+    from flows.pipelines import mxfp8_sweep
+    from fp8rl_core.sampler.engine import Sampler
+
+    original_sync, original_rpc = Sampler.sync, Sampler._rpc
+    state = {"armed": False, "killed": []}
+
+    def sync(self, tensors, version, **kwargs):
+        state["armed"] = version == 2  # the run's second training sync
+        return original_sync(self, tensors, version, **kwargs)
+
+    def dying_rpc(self, method, *args):
+        if method == "fp8rl_load" and state["armed"]:  # buckets written, load issued: the engine dies
+            state["armed"] = False
+            for p in _engine_cores():
+                state["killed"].append(p.pid)
+                p.kill()
+        return original_rpc(self, method, *args)
+
+    monkeypatch.setattr(Sampler, "sync", sync)
+    monkeypatch.setattr(Sampler, "_rpc", dying_rpc)
+    run_args = ["axes.seed=[2]", "axes.preset=[all]", "axes.model=[qwen3-dense-mini]", "loop.steps=3"]
+    t0 = time.time()
+    with pytest.raises(RuntimeError, match="1 of 1 runs failed"):
+        mxfp8_sweep(SMOKE, run_args)
+    assert time.time() - t0 < 300 and state["killed"]  # failed promptly (vLLM alone would wait forever)
+    (run,) = [r for r in _runs("smoke") if r.info.run_name == "qwen3-dense-mini-all-s2"]
+    assert run.info.status == "FAILED"
+    # not retried: the weights are gone with the engine
+    assert run.data.tags["error"].startswith("SamplerDeadError: the vLLM engine core died during fp8rl_load")
+    assert run.data.tags["last_good_version"] == "1"  # step 1's sync passed its checks; step 2's never landed
+    assert run.data.metrics["version"] == 1.0
+
+    monkeypatch.setattr(Sampler, "sync", original_sync)
+    monkeypatch.setattr(Sampler, "_rpc", original_rpc)
+    rows = mxfp8_sweep(SMOKE, run_args)  # resume reruns the failed run on a new engine
+    assert [r["status"] for r in rows] == ["FINISHED"]
+    assert not set(state["killed"]) & {p.pid for p in _engine_cores()}
+    rerun = tracking.client().get_run(rows[0]["mlflow_run"])
+    assert rerun.info.status == "FINISHED" and rerun.info.run_id != run.info.run_id
+    checks = json.loads(Path(tracking.client().download_artifacts(rerun.info.run_id, "checks.json",
+                                                                  str(env["root"]))).read_text())
+    assert checks[0]["tier"] == "full" and all(r["passed"] for c in checks for r in c["results"])
+
+
 def test_sigterm_marks_the_run_killed(env):
     code = ("from flows.pipelines import mxfp8_sweep\n"
             f"mxfp8_sweep({SMOKE!r}, {['axes.seed=[1]', 'axes.preset=[bf16-e2e]', 'axes.model=[qwen3-dense-mini]', 'loop.steps=50']!r})\n")

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from fp8rl_core.checks import check_sync, processed_counts
+from fp8rl_core.checks import CheckPolicy, CheckRunner
 from fp8rl_core.learner.task import EOS
 from fp8rl_core.loop import run_rl
 from fp8rl_core.sampler.engine import SamplerConfig, SamplerError, cpu_fp8_kv_support
@@ -61,13 +61,16 @@ def test_dense_sync_lands_the_learners_exact_bytes(engines):
     assert set(pipe.schemes.values()) == {"mxfp8"} and len(pipe.schemes) == 8
     _assert_readback_equals_export(pipe)
     before = pipe.sampler.layers()
+    runner = CheckRunner(CheckPolicy(), probe=PROBE)
+    runner.start(pipe.samplers)
     run_rl(pipe, TASK, 1, prompts_per_step=4)  # a real GRPO step, then the sync
     assert pipe.learner.version == 1 and pipe.sampler.engine_version() == [1]
     _assert_readback_equals_export(pipe)
     after = pipe.sampler.layers()
     assert {p: after[p]["processed"] - before[p]["processed"] for p in after} == {p: 1 for p in after}
-    results, _ = check_sync(pipe, {p: v["processed"] for p, v in before.items()})
-    assert {r.condition: r.passed for r in results} == {"W1": True, "W2": True, "W4": True, "W5": True, "W6": True}
+    report = runner.check(pipe)  # the first sync gets the full tier: all seven conditions
+    assert report.full and report.why == "first sync"
+    assert {r.condition: r.passed for r in report.results} == {f"W{i}": True for i in range(1, 8)}, report.message()
     # the effective operand (probe forward with an identity input) is the dequantized forward weight
     fw = pipe.learner.forward_weights()
     eff = pipe.sampler.read_back(["model.layers.1.self_attn.qkv_proj.effective"], effective=True)
@@ -107,11 +110,17 @@ def test_sync_changes_generation_and_the_prefix_cache_reset_is_needed(engines):
         for p in learner.model.parameters():
             p.add_(torch.randn(p.shape, generator=g) * 0.05)
     learner.version += 1
-    before = processed_counts(sampler)
+    runner = CheckRunner(CheckPolicy(), probe=None)
+    runner.start(pipe.samplers)
+    runner.request_full("")  # cheap tier only: the cache check needs no read-back
+    runner.seen.add(sampler.instance)
     sampler.sync(pipe.export(), learner.version, reset_prefix_cache=False)
     assert sampler.prefix_cache_blocks() > 0
-    w6 = [r for r in check_sync(pipe, before)[0] if r.condition == "W6"][0]
-    assert not w6.passed and w6.offenders == [f"prefix cache holds {sampler.prefix_cache_blocks()} blocks"]
+    report = runner.check(pipe)
+    w6 = report.results_by["W6"]
+    assert not w6.passed and w6.offenders[:2] == [f"prefix cache holds {sampler.prefix_cache_blocks()} blocks",
+                                                  "the prefix cache was not reset since the previous sync"]
+    assert report.full and report.why == "cheap tier failed: W6"  # suspicion escalates to the full tier
     stale = gen()
     assert stale.cached_tokens >= 32
     sampler.reset_prefix_cache()
@@ -180,11 +189,12 @@ def test_moe_sync_lands_the_learners_exact_bytes(engines):
     pipe = engines.get("moe", "all")
     assert pipe.schemes["model.layers.0.mlp.experts"] == "mxfp8" and "model.layers.0.mlp.gate" not in pipe.schemes
     _assert_readback_equals_export(pipe)
-    before = processed_counts(pipe.sampler)
+    runner = CheckRunner(CheckPolicy(), probe=PROBE)
+    runner.start(pipe.samplers)
     run_rl(pipe, TASK, 1, prompts_per_step=4)
     _assert_readback_equals_export(pipe)
-    results, _ = check_sync(pipe, before)
-    assert all(r.passed for r in results), [r.as_dict() for r in results if not r.passed]
+    report = runner.check(pipe)
+    assert report.full and len(report.results) == 7 and not report.failed, report.message()
     d = (pipe.sampler.prompt_logprobs(PROBE) - pipe.learner.probe_logprobs(PROBE)).abs()
     assert d.mean() < 2e-3, float(d.mean())
 
