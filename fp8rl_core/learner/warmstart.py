@@ -64,6 +64,7 @@ __all__ = [
     "evaluate_policy",
     "greedy_generate",
     "is_complete",
+    "checkpoint_shape_errors",
     "load_policy",
     "lr_factor",
     "warm_start",
@@ -239,11 +240,65 @@ def is_complete(path: str | Path) -> bool:
     return all((path / f).is_file() for f in _REQUIRED)
 
 
+def checkpoint_shape_errors(path: str | Path) -> list[str]:
+    """Tensors of ``path/model.safetensors`` whose shape disagrees with what ``path/config.json`` builds
+    (read from the safetensors header and a model built on the meta device — nothing is loaded), each
+    as ``name: checkpoint [..] vs config [..]``; names the config expects but the file lacks (tied
+    embeddings excepted) are listed too."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    config = transformers.AutoConfig.from_pretrained(path)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    want = {n: list(t.shape) for n, t in model.state_dict().items()}
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    errors = []
+    with safe_open(str(path / "model.safetensors"), framework="pt") as f:
+        have = {n: list(f.get_slice(n).get_shape()) for n in f.keys()}
+    have |= _fused_expert_shapes(have)
+    for name, shape in sorted(have.items()):
+        if name in want and want[name] != shape:
+            errors.append(f"{name}: checkpoint {shape} vs config {want[name]}")
+    missing = sorted(n for n in want if n not in have and not (tied and n == "lm_head.weight"))
+    errors += [f"{n}: in the config's model, missing from the checkpoint (config {want[n]})" for n in missing]
+    return errors
+
+
+def _fused_expert_shapes(have: dict[str, list[int]]) -> dict[str, list[int]]:
+    """The checkpoint stores experts one by one (``….experts.E.gate_proj.weight`` [I, H], ``up_proj``,
+    ``down_proj`` [H, I]); transformers fuses them on load into ``….experts.gate_up_proj`` [E, I_gate+I_up, H]
+    and ``….experts.down_proj`` [E, H, I]. The fused shapes the file implies, for the comparison."""
+    import re
+
+    per: dict[str, dict[int, dict[str, list[int]]]] = {}
+    for name, shape in have.items():
+        m = re.fullmatch(r"(.+\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight", name)
+        if m:
+            per.setdefault(m[1], {}).setdefault(int(m[2]), {})[m[3]] = shape
+    out = {}
+    for prefix, experts in per.items():
+        first = experts[min(experts)]
+        if "gate_proj" in first and "up_proj" in first:
+            out[f"{prefix}.gate_up_proj"] = [len(experts), first["gate_proj"][0] + first["up_proj"][0], first["gate_proj"][1]]
+        if "down_proj" in first:
+            out[f"{prefix}.down_proj"] = [len(experts), *first["down_proj"]]
+    return out
+
+
 def load_policy(path: str | Path) -> PreTrainedModel:
-    """Load a checkpoint directory as a float32 causal LM with eager attention, in eval mode."""
+    """Load a checkpoint directory as a float32 causal LM with eager attention, in eval mode.
+
+    Shapes are checked first (:func:`checkpoint_shape_errors`): a checkpoint that disagrees with its
+    config fails naming the tensor and both shapes, not with a reinitialised layer or a loader trace."""
     path = Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path}: no config.json here; expected a Hugging Face checkpoint directory")
+    if (path / "model.safetensors").is_file():
+        errors = checkpoint_shape_errors(path)
+        if errors:
+            raise ValueError(f"{path}: model.safetensors disagrees with config.json in {len(errors)} tensors: "
+                             + "; ".join(errors[:5]) + ("" if len(errors) <= 5 else f"; … {len(errors) - 5} more"))
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
     model.eval()
     return model

@@ -232,3 +232,28 @@ def test_progress_bar_runs(tmp_path, capsys):
 def test_load_policy_names_a_missing_checkpoint(tmp_path):
     with pytest.raises(FileNotFoundError, match="no config.json here"):
         load_policy(tmp_path)
+
+
+MOE_TINY = load_model_spec(CONFIGS / "qwen3-moe-tiny.yaml")
+
+
+@pytest.mark.parametrize("spec, field, value, tensor, ckpt, cfg", [
+    (SPEC, "intermediate_size", 256, "model.layers.0.mlp.gate_proj.weight", [384, 128], [256, 128]),
+    (SPEC, "num_key_value_heads", 4, "model.layers.0.self_attn.k_proj.weight", [64, 128], [128, 128]),
+    (SPEC, "vocab_size", 2048, "model.embed_tokens.weight", [1024, 128], [2048, 128]),
+    # experts are stored one by one and fused by transformers on load: compared as fused
+    (MOE_TINY, "moe_intermediate_size", 2 * MOE_TINY.moe_intermediate_size, "model.layers.0.mlp.experts.down_proj",
+     [MOE_TINY.num_experts, MOE_TINY.hidden_size, MOE_TINY.moe_intermediate_size],
+     [MOE_TINY.num_experts, MOE_TINY.hidden_size, 2 * MOE_TINY.moe_intermediate_size]),
+], ids=["dense-mlp", "dense-kv-heads", "dense-vocab", "moe-experts"])
+def test_load_policy_names_both_shapes_when_checkpoint_and_config_disagree(tmp_path, spec, field, value, tensor, ckpt,
+                                                                           cfg):
+    res = warm_start(spec, QUICK_CFG, tmp_path)
+    assert load_policy(res.path) is not None  # as written, checkpoint and config agree (experts fused on load)
+    config = json.loads((res.path / "config.json").read_text())
+    (res.path / "config.json").write_text(json.dumps(config | {field: value}))
+    with pytest.raises(ValueError) as e:
+        load_policy(res.path)
+    msg = str(e.value)
+    assert str(res.path) in msg and "model.safetensors disagrees with config.json" in msg
+    assert f"{tensor}: checkpoint {ckpt} vs config {cfg}" in msg
