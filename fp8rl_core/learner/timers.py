@@ -18,6 +18,8 @@ import time
 from collections import defaultdict
 from typing import Iterator
 
+import torch
+
 __all__ = ["Timers", "current", "timed"]
 
 _local = threading.local()
@@ -55,13 +57,17 @@ def current() -> Timers | None:
 
 @contextlib.contextmanager
 def timed(kind: str) -> Iterator[None]:
-    """Add the wall time of the block to the active timers under ``kind`` (no-op when none is active)."""
+    """Add the wall time of the block to the active timers under ``kind`` (no-op when none is active).
+    While a torch.profiler is recording, the block is also a ``record_function(kind)`` range, so a
+    trace shows the learner's phases by name (:func:`fp8rl_core.metrics.trace.phase_times`)."""
+    label = torch.profiler.record_function(kind) if torch.autograd._profiler_enabled() else contextlib.nullcontext()
     t = current()
-    if t is None:
-        yield
-        return
-    t0 = time.perf_counter()
-    try:
-        yield
-    finally:
-        t.add(kind, time.perf_counter() - t0)
+    with label:
+        if t is None:
+            yield
+            return
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            t.add(kind, time.perf_counter() - t0)

@@ -1,5 +1,27 @@
-"""Mismatch and timing metrics (pure functions over the loop's tables)."""
+"""Mismatch and timing metrics (pure functions over the loop's tables): train–rollout KL estimators and
+the other mismatch measures (:mod:`.mismatch`), bootstrap confidence intervals and paired comparisons
+(:mod:`.stats`), the per-micro-batch cost model and break-even (:mod:`.timing`), trace analysis
+(:mod:`.trace`)."""
 
-from .mismatch import kl_estimators, summarize_steps
+from .mismatch import (
+    SEQ_LOG_RATIO_CLAMP,
+    SEQUENCE_METRICS,
+    TOKEN_METRICS,
+    from_padded,
+    full_vocab_divergence,
+    kl_estimators,
+    metric_units,
+    sequence_table,
+    summarize_steps,
+    token_mismatch,
+)
+from .stats import Comparison, Interval, cluster_bootstrap, compare_ratio, describe_change, paired_units, sum_by_key
+from .timing import cost_model, fit_linear
+from .trace import added_time_idle_fraction, gpu_idle, load_trace, phase_times, wall_window
 
-__all__ = ["kl_estimators", "summarize_steps"]
+__all__ = [
+    "SEQUENCE_METRICS", "SEQ_LOG_RATIO_CLAMP", "TOKEN_METRICS", "Comparison", "Interval", "added_time_idle_fraction",
+    "cluster_bootstrap", "compare_ratio", "cost_model", "describe_change", "fit_linear", "from_padded",
+    "full_vocab_divergence", "gpu_idle", "kl_estimators", "load_trace", "metric_units", "paired_units", "phase_times",
+    "sequence_table", "sum_by_key", "summarize_steps", "token_mismatch", "wall_window",
+]

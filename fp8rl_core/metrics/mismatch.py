@@ -1,42 +1,412 @@
-"""Train–rollout mismatch per token, from the two log-prob columns of the loop's token table.
+"""Train–rollout mismatch: per-token estimators on sampled tokens, per-sequence tables, and exact
+full-vocabulary divergences.
 
-With ``log r = log p_learner − log p_sampler`` on a token *sampled from the sampler*, Schulman's
-estimators of KL(sampler ‖ learner) are (http://joschu.net/blog/kl-approx.html)::
+Setting
+-------
+The sampler (rollout engine) draws a completion ``y = (y_1 … y_T)`` from its distribution ``s``; the
+learner scores the same tokens with the same weight version and gives ``l``. Per sampled token::
 
-    k1 = −log r             unbiased, high variance, can be negative per token
-    k2 = (log r)² / 2       biased, low variance, ≥ 0
-    k3 = (r − 1) − log r    unbiased, low variance, ≥ 0
+    log r = log l(y_t | y_<t) − log s(y_t | y_<t)        r = l / s   (the importance ratio)
 
-Means over all sampled tokens of a step (or a run) are returned with the mean and max |Δ log p|.
+Every token estimator below is a function of ``log r`` (and of the two log-probs), evaluated on tokens
+**sampled from the sampler**, so each is an expectation under ``s``.
+
+KL(sampler ‖ learner) — Schulman's estimators (http://joschu.net/blog/kl-approx.html), with his
+``q = s`` (the sampling distribution) and ``p = l``::
+
+    k1 = −log r                   unbiased, high variance, can be negative per token
+    k2 = (log r)² / 2             biased (exact to second order in log r), low variance, ≥ 0
+    k3 = (r − 1) − log r          unbiased (E_s[r] = 1), low variance, ≥ 0
+
+KL(learner ‖ sampler) — the reverse direction. The tokens still come from ``s``, so each estimator is
+the one Schulman writes for samples from ``l`` (ratio ``s/l = 1/r``) multiplied by the importance
+weight ``r``, using ``E_l[f] = E_s[r·f]``::
+
+    k1_rev = r · log r                              from log(l/s)              → unbiased
+    k2_rev = r · (log r)² / 2                       from (log(s/l))² / 2       → biased like k2, ≥ 0
+    k3_rev = r·(1/r − 1 + log r) = r·log r − (r − 1)   from (1/r − 1) − log(1/r) → unbiased, ≥ 0
+
+``k3`` and ``k3_rev`` are the f-divergence integrands ``f(t) = t − 1 − log t`` and
+``f(t) = t·log t − t + 1`` of the two KLs, both convex with minimum 0 at ``t = 1``, hence ≥ 0 per token.
+All six are 0 when the two log-prob columns agree.
+
+Probability-space differences on the sampled token:
+
+- ``mean_abs_logprob_diff`` / ``max_abs_logprob_diff``: mean and max of ``|log r|``.
+- ``mean_abs_prob_diff`` / ``max_abs_prob_diff``: mean and max of ``|exp(log l) − exp(log s)|``; verl's
+  ``training/rollout_probs_diff_mean`` / ``_max`` (computed here as ``s·|expm1(log r)|``, the same
+  number without cancellation).
+- ``token_mult_prob_error``: mean of ``exp(|log r|)``; NeMo-RL's multiplicative probability error
+  (``docs/adding-new-models.md``: 1 means exact agreement).
+
+χ²(learner ‖ sampler), the variance factor of importance sampling (``Σ (l − s)²/s = E_s[(r − 1)²]``):
+
+- ``chi2_token`` = mean over tokens of ``(r − 1)²`` — non-negative per token. verl's
+  ``rollout_corr/chi2_token`` reports ``mean(r²) − 1`` instead: the same expectation (``E_s[r] = 1``),
+  but the two differ on a finite sample by ``2·(mean(r) − 1)`` and verl's can be negative.
+- ``chi2_seq`` = mean over sequences of ``(ρ − 1)²`` with ``ρ = Π_t r_t = l(y)/s(y)`` the whole
+  completion's ratio (chain rule). It is computed from ``Σ_t log r_t`` as ``expm1(clamp(Σ log r))²``
+  with the clamp ``±SEQ_LOG_RATIO_CLAMP = ±20`` (verl's ``SAFETY_BOUND`` for sequence ratios), so one
+  long sequence cannot overflow float64; a clamped sequence contributes a lower bound, and
+  ``chi2_seq_clamped`` counts them. (verl's ``rollout_corr/chi2_seq`` is ``mean(ρ²) − 1``.)
+
+Log-perplexity difference, per sequence (sign as verl's ``rollout_corr/log_ppl_diff``)::
+
+    log_ppl_diff = mean_t(−log l) − mean_t(−log s) = log PPL_learner − log PPL_sampler = mean_t(−log r)
+
+positive when the learner finds the sampled text less likely than the sampler did. It is averaged over
+sequences with equal weight (``log_ppl_abs_diff`` averages its absolute value), so it equals the
+sequence-mean of per-sequence k1 and differs from the token-mean k1 when lengths differ.
+
+Aggregation and uncertainty
+---------------------------
+Token means are ratios of per-sequence sums (Σ over sequences of the sum over tokens / Σ token counts),
+so :func:`sequence_table` returns those sums per sequence and :func:`metric_units` hands a metric's
+(numerator, denominator) to :func:`fp8rl_core.metrics.stats.cluster_bootstrap`, which resamples
+sequences, not tokens (tokens of one sequence are not independent).
+
+Full vocabulary
+---------------
+When both sides can give their whole next-token distributions, :func:`full_vocab_divergence` computes
+the exact KL in both directions and the Jensen–Shannon divergence per position, with no sampling.
+
+Inputs are validated: empty columns, columns of different lengths, non-finite log-probs (a sampled
+token with log-prob −inf under either side is a broken pipeline, not a large KL) and positive log-probs
+(probabilities passed by mistake) raise ``ValueError`` naming the argument. All arithmetic is float64.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-__all__ = ["kl_estimators", "summarize_steps"]
+import numpy as np
+import torch
 
+__all__ = [
+    "SEQ_LOG_RATIO_CLAMP",
+    "TOKEN_METRICS",
+    "SEQUENCE_METRICS",
+    "kl_estimators",
+    "summarize_steps",
+    "token_mismatch",
+    "sequence_table",
+    "metric_units",
+    "from_padded",
+    "full_vocab_divergence",
+]
+
+#: |Σ_t log r_t| is clamped to this before exponentiating for ``chi2_seq`` (verl's SAFETY_BOUND).
+SEQ_LOG_RATIO_CLAMP = 20.0
+
+#: log-probs above this are refused (float32 log_softmax can return tiny positive values, never more).
+LOGPROB_POSITIVE_TOL = 1e-4
+
+#: token-mean metrics: name → per-sequence sum column in :func:`sequence_table` (denominator: ``tokens``)
+TOKEN_METRICS: dict[str, str] = {
+    "k1": "sum_k1", "k2": "sum_k2", "k3": "sum_k3",
+    "k1_rev": "sum_k1_rev", "k2_rev": "sum_k2_rev", "k3_rev": "sum_k3_rev",
+    "mean_abs_logprob_diff": "sum_abs_logprob_diff", "mean_abs_prob_diff": "sum_abs_prob_diff",
+    "token_mult_prob_error": "sum_token_mult_prob_error", "chi2_token": "sum_chi2_token",
+}
+#: sequence-mean metrics: name → per-sequence value column (each sequence weighs 1)
+SEQUENCE_METRICS: dict[str, str] = {
+    "chi2_seq": "chi2_seq", "log_ppl_diff": "log_ppl_diff", "log_ppl_abs_diff": "abs_log_ppl_diff",
+}
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+
+def _as_f64_1d(x: Any, name: str) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        a = x.detach().to("cpu", torch.float64).numpy()
+    else:
+        a = np.asarray(x, dtype=np.float64)
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be one log-prob per token (1-D), got shape {tuple(a.shape)}")
+    return a
+
+
+def _check_logprobs(a: np.ndarray, name: str) -> None:
+    bad = ~np.isfinite(a)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{name} has {int(bad.sum())} non-finite log-probs (first {a[i]} at token {i}): a sampled "
+                         "token must have a finite log-prob under both sides")
+    pos = a > LOGPROB_POSITIVE_TOL
+    if pos.any():
+        i = int(np.flatnonzero(pos)[0])
+        raise ValueError(f"{name} has {int(pos.sum())} positive log-probs (first {a[i]} at token {i}): "
+                         "log-probs are ≤ 0 — were probabilities passed?")
+
+
+def _token_pair(sampler_logprobs: Any, learner_logprobs: Any) -> tuple[np.ndarray, np.ndarray]:
+    s = _as_f64_1d(sampler_logprobs, "sampler_logprobs")
+    lrn = _as_f64_1d(learner_logprobs, "learner_logprobs")
+    if s.size == 0:
+        raise ValueError("sampler_logprobs is empty: no tokens to estimate the mismatch from")
+    if lrn.size == 0:
+        raise ValueError("learner_logprobs is empty: no tokens to estimate the mismatch from")
+    if s.shape != lrn.shape:
+        raise ValueError(f"log-prob columns differ in length: sampler_logprobs {s.size} vs learner_logprobs {lrn.size}")
+    _check_logprobs(s, "sampler_logprobs")
+    _check_logprobs(lrn, "learner_logprobs")
+    return s, lrn
+
+
+def _seq_index(seq_ids: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(unique keys [S] or [S, K], inverse [n]) for per-token sequence ids of shape [n] or [n, K]."""
+    ids = seq_ids.detach().cpu().numpy() if isinstance(seq_ids, torch.Tensor) else np.asarray(seq_ids)
+    if ids.size == 0:
+        raise ValueError("seq_ids is empty: every token needs the id of its sequence")
+    if ids.ndim not in (1, 2) or ids.shape[0] != n:
+        raise ValueError(f"seq_ids must have shape [{n}] or [{n}, K] (one id or key row per token), "
+                         f"got {tuple(ids.shape)}")
+    if ids.dtype.kind not in "iub":
+        raise ValueError(f"seq_ids must be integers (e.g. columns step, sequence), got dtype {ids.dtype}")
+    keys, inv = np.unique(ids, axis=0, return_inverse=True)
+    return keys, inv.reshape(-1)
+
+
+def _token_terms(s: np.ndarray, lrn: np.ndarray) -> dict[str, np.ndarray]:
+    """Every per-token quantity of the module docstring, float64, one entry per token."""
+    lr = lrn - s
+    em1 = np.expm1(lr)  # r − 1, exact for small log r
+    r = em1 + 1.0
+    r_lr = r * lr
+    return {
+        "k1": -lr,
+        "k2": 0.5 * lr * lr,
+        "k3": em1 - lr,
+        "k1_rev": r_lr,
+        "k2_rev": 0.5 * r_lr * lr,
+        "k3_rev": r_lr - em1,
+        "abs_logprob_diff": np.abs(lr),
+        "abs_prob_diff": np.exp(s) * np.abs(em1),
+        "token_mult_prob_error": np.exp(np.abs(lr)),
+        "chi2_token": em1 * em1,
+        "log_ratio": lr,
+    }
+
+
+# --------------------------------------------------------------------------------------------- metrics
 
 def kl_estimators(sampler_logprobs: Sequence[float], learner_logprobs: Sequence[float]) -> dict[str, float]:
-    """Token-mean k1, k2, k3 of KL(sampler‖learner) and mean/max |Δ log p| (see the module docstring)."""
-    if len(sampler_logprobs) != len(learner_logprobs):
-        raise ValueError(f"log-prob columns differ in length: {len(sampler_logprobs)} vs {len(learner_logprobs)}")
-    n = len(sampler_logprobs)
-    if n == 0:
-        raise ValueError("no tokens: cannot estimate KL from an empty table")
-    k1 = k2 = k3 = abs_sum = 0.0
-    abs_max = 0.0
-    for s, lrn in zip(sampler_logprobs, learner_logprobs):
-        log_r = lrn - s
-        k1 += -log_r
-        k2 += 0.5 * log_r * log_r
-        k3 += math.expm1(log_r) - log_r
-        abs_sum += abs(log_r)
-        abs_max = max(abs_max, abs(log_r))
-    return {"k1": k1 / n, "k2": k2 / n, "k3": k3 / n, "mean_abs_logprob_diff": abs_sum / n,
-            "max_abs_logprob_diff": abs_max, "tokens": float(n)}
+    """Token-mean k1, k2, k3 of KL(sampler‖learner) and mean/max |Δ log p| (see the module docstring).
 
+    Keys: ``k1, k2, k3, mean_abs_logprob_diff, max_abs_logprob_diff, tokens`` (``tokens`` as a float).
+    :func:`token_mismatch` gives these and the rest, per sequence as well."""
+    s, lrn = _token_pair(sampler_logprobs, learner_logprobs)
+    t = _token_terms(s, lrn)
+    return {"k1": float(t["k1"].mean()), "k2": float(t["k2"].mean()), "k3": float(t["k3"].mean()),
+            "mean_abs_logprob_diff": float(t["abs_logprob_diff"].mean()),
+            "max_abs_logprob_diff": float(t["abs_logprob_diff"].max()), "tokens": float(s.size)}
+
+
+def sequence_table(sampler_logprobs: Any, learner_logprobs: Any, seq_ids: Any, *,
+                   seq_log_ratio_clamp: float = SEQ_LOG_RATIO_CLAMP) -> dict[str, np.ndarray]:
+    """One row per sequence of the sums and values every mismatch metric is built from.
+
+    ``sampler_logprobs``, ``learner_logprobs``: [N] log-probs of the N sampled tokens (same tokens, same
+    weight version). ``seq_ids``: [N] integer sequence id per token, or [N, K] integer key rows (e.g.
+    columns ``seed, step, sequence`` when tables of several steps are concatenated); tokens of one
+    sequence need not be contiguous. Rows come in the sorted order of the unique ids.
+
+    Returns float64 arrays of length S (except ``seq_id``, the unique ids, and the bool column):
+    ``tokens``; ``sum_<x>`` for x in k1 k2 k3 k1_rev k2_rev k3_rev abs_logprob_diff abs_prob_diff
+    token_mult_prob_error chi2_token (token sums; token mean = Σ sum / Σ tokens);
+    ``max_abs_logprob_diff``, ``max_abs_prob_diff``; ``log_ratio_sum`` (Σ_t log r_t = log ρ);
+    ``chi2_seq`` = expm1(clamp(log ρ, ±seq_log_ratio_clamp))²; ``seq_log_ratio_clamped`` (bool);
+    ``nll_sampler``, ``nll_learner`` (mean −log p per token); ``log_ppl_diff`` = nll_learner −
+    nll_sampler and ``abs_log_ppl_diff``. Formulas: the module docstring.
+    """
+    if not seq_log_ratio_clamp > 0:
+        raise ValueError(f"seq_log_ratio_clamp must be > 0, got {seq_log_ratio_clamp}")
+    s, lrn = _token_pair(sampler_logprobs, learner_logprobs)
+    keys, inv = _seq_index(seq_ids, s.size)
+    n_seq = keys.shape[0]
+    t = _token_terms(s, lrn)
+
+    def per_seq_sum(x: np.ndarray) -> np.ndarray:
+        return np.bincount(inv, weights=x, minlength=n_seq)
+
+    def per_seq_max(x: np.ndarray) -> np.ndarray:
+        out = np.full(n_seq, -np.inf)
+        np.maximum.at(out, inv, x)
+        return out
+
+    tokens = np.bincount(inv, minlength=n_seq).astype(np.float64)
+    out: dict[str, np.ndarray] = {"seq_id": keys, "tokens": tokens}
+    for name in ("k1", "k2", "k3", "k1_rev", "k2_rev", "k3_rev", "abs_logprob_diff", "abs_prob_diff",
+                 "token_mult_prob_error", "chi2_token"):
+        out[f"sum_{name}"] = per_seq_sum(t[name])
+    out["max_abs_logprob_diff"] = per_seq_max(t["abs_logprob_diff"])
+    out["max_abs_prob_diff"] = per_seq_max(t["abs_prob_diff"])
+    lrs = per_seq_sum(t["log_ratio"])
+    out["log_ratio_sum"] = lrs
+    out["chi2_seq"] = np.expm1(np.clip(lrs, -seq_log_ratio_clamp, seq_log_ratio_clamp)) ** 2
+    out["seq_log_ratio_clamped"] = np.abs(lrs) > seq_log_ratio_clamp
+    out["nll_sampler"] = -per_seq_sum(s) / tokens
+    out["nll_learner"] = -per_seq_sum(lrn) / tokens
+    out["log_ppl_diff"] = out["nll_learner"] - out["nll_sampler"]
+    out["abs_log_ppl_diff"] = np.abs(out["log_ppl_diff"])
+    return out
+
+
+def metric_units(table: Mapping[str, np.ndarray], metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(numerator, denominator) per sequence of one metric of :func:`token_mismatch`, for the bootstrap.
+
+    Token-mean metrics (:data:`TOKEN_METRICS`): (per-sequence token sum, token count) — the estimate
+    Σnum/Σden is the token mean. Sequence-mean metrics (:data:`SEQUENCE_METRICS`): (per-sequence value,
+    1). Max metrics have no such form and are refused."""
+    if metric in TOKEN_METRICS:
+        return np.asarray(table[TOKEN_METRICS[metric]], np.float64), np.asarray(table["tokens"], np.float64)
+    if metric in SEQUENCE_METRICS:
+        num = np.asarray(table[SEQUENCE_METRICS[metric]], np.float64)
+        return num, np.ones_like(num)
+    raise ValueError(f"metric {metric!r} is not a token or sequence mean; choose one of "
+                     f"{sorted(TOKEN_METRICS) + sorted(SEQUENCE_METRICS)}")
+
+
+def token_mismatch(sampler_logprobs: Any, learner_logprobs: Any, seq_ids: Any, *,
+                   seq_log_ratio_clamp: float = SEQ_LOG_RATIO_CLAMP) -> dict[str, float]:
+    """Every mismatch metric of the module docstring over the sampled tokens of one or more sequences.
+
+    Arguments as :func:`sequence_table`. Returns floats: ``tokens``, ``sequences``; token means ``k1 k2
+    k3`` (KL(sampler‖learner)), ``k1_rev k2_rev k3_rev`` (KL(learner‖sampler), importance-weighted),
+    ``mean_abs_logprob_diff``, ``mean_abs_prob_diff``, ``token_mult_prob_error``, ``chi2_token``; maxima
+    ``max_abs_logprob_diff``, ``max_abs_prob_diff``; sequence means ``chi2_seq``, ``log_ppl_diff``,
+    ``log_ppl_abs_diff``; and ``chi2_seq_clamped`` (sequences whose |Σ log r| hit the clamp)."""
+    tab = sequence_table(sampler_logprobs, learner_logprobs, seq_ids, seq_log_ratio_clamp=seq_log_ratio_clamp)
+    n_tok = float(tab["tokens"].sum())
+    out = {"tokens": n_tok, "sequences": float(tab["tokens"].size)}
+    for metric, col in TOKEN_METRICS.items():
+        out[metric] = float(tab[col].sum() / n_tok)
+    out["max_abs_logprob_diff"] = float(tab["max_abs_logprob_diff"].max())
+    out["max_abs_prob_diff"] = float(tab["max_abs_prob_diff"].max())
+    for metric, col in SEQUENCE_METRICS.items():
+        out[metric] = float(tab[col].mean())
+    out["chi2_seq_clamped"] = float(tab["seq_log_ratio_clamped"].sum())
+    return out
+
+
+def from_padded(sampler_logprobs: torch.Tensor, learner_logprobs: torch.Tensor,
+                mask: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flatten [B, T] log-prob tensors and a completion mask to the (sampler, learner, seq_ids) columns
+    the functions above take: the masked tokens in row-major order, the row index as sequence id."""
+    if sampler_logprobs.shape != learner_logprobs.shape or sampler_logprobs.shape != mask.shape:
+        raise ValueError(f"sampler_logprobs {tuple(sampler_logprobs.shape)}, learner_logprobs "
+                         f"{tuple(learner_logprobs.shape)} and mask {tuple(mask.shape)} must have one shape")
+    if sampler_logprobs.dim() != 2:
+        raise ValueError(f"expected [B, T] tensors, got {sampler_logprobs.dim()} dimensions")
+    m = mask.bool()
+    rows = torch.nonzero(m, as_tuple=True)[0]
+    return (sampler_logprobs[m].detach().to("cpu", torch.float64).numpy(),
+            learner_logprobs[m].detach().to("cpu", torch.float64).numpy(), rows.cpu().numpy())
+
+
+# ------------------------------------------------------------------------------------ full vocabulary
+
+def _kl_rows(lp: torch.Tensor, lq: torch.Tensor) -> torch.Tensor:
+    """KL(p‖q) = Σ_v p_v (log p_v − log q_v) per row; terms with p_v = 0 are 0, p_v > 0 = q_v → +inf."""
+    support = lp > -math.inf
+    term = torch.where(support, lp.exp() * (lp - lq), torch.zeros((), dtype=lp.dtype))
+    term = torch.where(support & (lq == -math.inf), torch.full((), math.inf, dtype=lp.dtype), term)
+    return term.sum(-1).clamp_min(0.0)  # rounding can leave −1e-17 where p ≈ q
+
+
+def full_vocab_divergence(sampler_logp_full: torch.Tensor, learner_logp_full: torch.Tensor,
+                          mask: torch.Tensor | None = None, *, chunk_rows: int = 64,
+                          normalisation_tol: float = 1e-3) -> dict[str, Any]:
+    """Exact KL(sampler‖learner), KL(learner‖sampler) and Jensen–Shannon divergence per position.
+
+    ``sampler_logp_full``, ``learner_logp_full``: [..., V] normalised log-probabilities (log_softmax
+    output, −inf allowed for tokens a side cannot emit, e.g. after top-k/top-p masking) over the whole
+    vocabulary at each position, e.g. [B, T, V]. ``mask``: optional bool [...] (e.g. [B, T]) of the
+    positions to include; others are neither checked nor counted and get 0 in the per-position outputs.
+
+    Definitions (natural log, so nats), with p, q the two rows and m = (p + q)/2::
+
+        KL(p‖q) = Σ_v p_v (log p_v − log q_v)      terms with p_v = 0 contribute 0;
+                                                   p_v > 0 where q_v = 0 makes it +inf
+        JS(p, q) = ½ KL(p‖m) + ½ KL(q‖m)            0 ≤ JS ≤ ln 2, always finite
+
+    (Cover & Thomas, Elements of Information Theory, §2.3; Lin 1991 for JS.) An infinite KL is
+    returned as ``inf``, not raised: ``*_inf_positions`` counts positions where one side puts mass on a
+    token the other cannot emit, and the mean is then ``inf``.
+
+    Returns per-position float64 tensors ``kl_sampler_learner``, ``kl_learner_sampler``, ``js`` (shape
+    [...]), their means over the included positions ``kl_sampler_learner_mean``,
+    ``kl_learner_sampler_mean``, ``js_mean``, and ``positions``, ``kl_sampler_learner_inf_positions``,
+    ``kl_learner_sampler_inf_positions``. Rows are processed ``chunk_rows`` at a time in float64, so
+    memory stays bounded for large vocabularies. A row whose probabilities do not sum to 1 within
+    ``normalisation_tol`` (logits passed by mistake), NaN or +inf entries raise ``ValueError``.
+    """
+    s_full = torch.as_tensor(sampler_logp_full)
+    l_full = torch.as_tensor(learner_logp_full)
+    if s_full.numel() == 0:
+        raise ValueError("sampler_logp_full is empty")
+    if l_full.numel() == 0:
+        raise ValueError("learner_logp_full is empty")
+    if s_full.shape != l_full.shape:
+        raise ValueError(f"sampler_logp_full {tuple(s_full.shape)} and learner_logp_full {tuple(l_full.shape)} "
+                         "must have one shape [..., V]")
+    if s_full.dim() < 1:
+        raise ValueError("sampler_logp_full must have a vocabulary dimension [..., V]")
+    lead = s_full.shape[:-1]
+    vocab = s_full.shape[-1]
+    if mask is None:
+        m = torch.ones(lead, dtype=torch.bool)
+    else:
+        m = torch.as_tensor(mask).bool().cpu()
+        if m.shape != lead:
+            raise ValueError(f"mask has shape {tuple(m.shape)}, expected the leading shape {tuple(lead)} "
+                             "of the log-probs")
+    rows = torch.nonzero(m.reshape(-1), as_tuple=True)[0]
+    if rows.numel() == 0:
+        raise ValueError("mask selects no positions: nothing to compare")
+    s2 = s_full.detach().reshape(-1, vocab)
+    l2 = l_full.detach().reshape(-1, vocab)
+
+    kl_sl = torch.zeros(rows.numel(), dtype=torch.float64)
+    kl_ls = torch.zeros_like(kl_sl)
+    js = torch.zeros_like(kl_sl)
+    ln2 = math.log(2.0)
+    for start in range(0, rows.numel(), max(1, int(chunk_rows))):
+        idx = rows[start:start + max(1, int(chunk_rows))]
+        ls = s2[idx.to(s2.device)].to("cpu", torch.float64)
+        ll = l2[idx.to(l2.device)].to("cpu", torch.float64)
+        for name, x in (("sampler_logp_full", ls), ("learner_logp_full", ll)):
+            if torch.isnan(x).any() or (x == math.inf).any():
+                raise ValueError(f"{name} has NaN or +inf entries at included positions")
+            total = torch.logsumexp(x, dim=-1)
+            off = (total.abs() > normalisation_tol) | ~torch.isfinite(total)
+            if off.any():
+                i = int(torch.nonzero(off)[0, 0])
+                raise ValueError(f"{name} is not a normalised log-distribution at included position "
+                                 f"{int(idx[i])} (log Σ exp = {float(total[i]):.3g}); pass log_softmax output")
+        sl = slice(start, start + idx.numel())
+        kl_sl[sl] = _kl_rows(ls, ll)
+        kl_ls[sl] = _kl_rows(ll, ls)
+        lm = torch.logaddexp(ls, ll) - ln2  # log of the mixture; > −inf wherever either side is
+        js[sl] = 0.5 * _kl_rows(ls, lm) + 0.5 * _kl_rows(ll, lm)
+
+    def scatter(v: torch.Tensor) -> torch.Tensor:
+        full = torch.zeros(m.numel(), dtype=torch.float64)
+        full[rows] = v
+        return full.reshape(lead)
+
+    return {
+        "kl_sampler_learner": scatter(kl_sl), "kl_learner_sampler": scatter(kl_ls), "js": scatter(js),
+        "kl_sampler_learner_mean": float(kl_sl.mean()), "kl_learner_sampler_mean": float(kl_ls.mean()),
+        "js_mean": float(js.mean()), "positions": int(rows.numel()),
+        "kl_sampler_learner_inf_positions": int(torch.isinf(kl_sl).sum()),
+        "kl_learner_sampler_inf_positions": int(torch.isinf(kl_ls).sum()),
+    }
+
+
+# -------------------------------------------------------------------------------------------- timing
 
 def summarize_steps(steps: Iterable[Mapping[str, float]], columns: Sequence[str]) -> dict[str, float]:
     """Mean of each timing column over the steps, and the total of ``total_s``."""
