@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test bench results clean
 
 setup: $(STAMP)
 
@@ -22,6 +22,12 @@ $(STAMP): pyproject.toml constraints.txt
 # the main job: the smoke sweep through the mxfp8-sweep flow (embedded Prefect, MLflow in ./mlflow.db)
 run: setup
 	$(VENV)/bin/fp8rl run configs/smoke.yaml
+
+# the paper's three experiments at CPU scale (3 seeds each), then their reports under docs/results/
+RESULTS := dense-matching moe-grids microbatch-sweep
+results: setup
+	for s in $(RESULTS); do $(VENV)/bin/fp8rl run configs/$$s.yaml || exit 1; done
+	for s in $(RESULTS); do $(VENV)/bin/fp8rl report $$s --out docs/results/$$s --no-log || exit 1; done
 
 test: setup
 	$(PY) -m pytest

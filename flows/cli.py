@@ -8,6 +8,7 @@ Prefect) happen inside the commands, so ``fp8rl --help`` and ``fp8rl runs`` stay
     fp8rl deploy [--pool fp8rl-local]               # prefect deploy --all (deployments/prefect.yaml)
     fp8rl ui [--port 5000]                          # mlflow ui on the local store, 127.0.0.1
     fp8rl runs [--sweep NAME] [--limit N]           # recent MLflow runs with the headline metrics
+    fp8rl report SWEEP [--out DIR]                  # summary.md + figures of a finished sweep
 """
 
 from __future__ import annotations
@@ -151,6 +152,29 @@ def runs(
                       r.data.tags.get("fp8rl.run_id", "–"), r.info.status, started,
                       *(_metric(r, k) for k, _ in HEADLINE))
     Console().print(table)
+
+
+@app.command()
+def report(
+    sweep: Annotated[str, typer.Argument(help="the sweep (MLflow experiment), e.g. dense-matching")],
+    out: Annotated[Path | None, typer.Option(help="output directory (default: reports/<sweep>)")] = None,
+    trace: Annotated[list[Path] | None, typer.Option(
+        help="GPU profiler traces for the host-wait claim: --trace mxfp8.json --trace bf16.json")] = None,
+    log: Annotated[bool, typer.Option(help="also log the report to the sweep's MLflow experiment (run 'report')")] = True,
+) -> None:
+    """Write a finished sweep's report: summary.md (each paper claim next to what the sweep measured, with
+    95% CIs and a verdict; per-preset mismatch tables; the cost model) and the PNG figures."""
+    from tasks.reporting import write_sweep_report
+
+    out = out or Path("reports") / sweep
+    if trace and len(trace) != 2:
+        raise _fail(f"--trace takes two traces (MXFP8 then BF16), got {len(trace)}")
+    try:
+        path = write_sweep_report(sweep, out, configs=ROOT / "configs", log=log,
+                                  trace_paths=tuple(trace) if trace else None)
+    except LookupError as e:
+        raise _fail(str(e)) from None
+    typer.echo(f"report: {path}")
 
 
 if __name__ == "__main__":

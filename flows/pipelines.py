@@ -24,11 +24,12 @@ from rich.table import Table
 
 from fp8rl_core.config import RunConfig, load_sweep, run_id
 from fp8rl_core.sampler.engine import release_all
-from tasks import stages, tracking
+from tasks import reporting, stages, tracking
 
 __all__ = ["experiment", "mxfp8_sweep", "nightly_correctness"]
 
 WARMSTART_CACHE = os.environ.get("FP8RL_CACHE", ".cache/warmstart")
+REPORTS = os.environ.get("FP8RL_REPORTS", "reports")
 
 
 def run_name(cfg: RunConfig) -> str:
@@ -115,7 +116,7 @@ def _table(sweep: str, rows: list[dict]) -> Table:
     return t
 
 
-def _sweep(config: str, overrides: list[str], resume: bool = True) -> list[dict]:
+def _sweep(config: str, overrides: list[str], resume: bool = True, report: bool = False) -> list[dict]:
     logger = get_run_logger()
     sweep, runs = load_sweep(config, overrides)
     ids = [run_id(r) for r in runs]
@@ -158,16 +159,25 @@ def _sweep(config: str, overrides: list[str], resume: bool = True) -> list[dict]
         console = Console(width=140)  # logs and CI: room for the full run names
     console.print(_table(sweep.sweep, rows))
     failed = [r["name"] for r in rows if r["status"].startswith("FAILED")]
+    if report and len(failed) < len(rows):  # the finished runs' summary + figures, even if some failed
+        try:
+            path = reporting.sweep_report(sweep.sweep, str(Path(REPORTS) / sweep.sweep))
+            logger.info("sweep report: %s (also in MLflow, run 'report' of experiment %s)", path, sweep.sweep)
+        except Exception as e:  # noqa: BLE001 — the runs are recorded; a report can be rebuilt with `fp8rl report`
+            logger.error("the sweep report failed (rebuild it with `fp8rl report %s`): %s: %s",
+                         sweep.sweep, type(e).__name__, e)
     if failed:
         raise RuntimeError(f"{len(failed)} of {len(rows)} runs failed: {', '.join(failed)}; rerun the sweep to retry them")
     return rows
 
 
 @flow(name="mxfp8-sweep", log_prints=True)
-def mxfp8_sweep(config: str = "configs/smoke.yaml", overrides: list[str] | None = None) -> list[dict]:
+def mxfp8_sweep(config: str = "configs/smoke.yaml", overrides: list[str] | None = None, report: bool = True) -> list[dict]:
     """Expand the sweep config (with ``key=value`` overrides) and run its experiments; runs already
-    FINISHED in MLflow (same run id) are skipped, failed ones run again."""
-    return _sweep(config, list(overrides or []))
+    FINISHED in MLflow (same run id) are skipped, failed ones run again. ``report``: then write the
+    sweep's report (Markdown summary with the paper's claims, PNG figures) to ``reports/<sweep>/`` and
+    log it to MLflow."""
+    return _sweep(config, list(overrides or []), report=report)
 
 
 @flow(name="nightly-correctness", log_prints=True)

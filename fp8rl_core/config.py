@@ -53,6 +53,7 @@ from fp8rl_core.sampler.presets import PRESETS
 
 __all__ = [
     "ChecksSection",
+    "MetricsSection",
     "ConfigError",
     "CorrectnessSection",
     "correctness_runs",
@@ -114,6 +115,16 @@ class ChecksSection(BaseModel):
         return self.w7_mean or mean, self.w7_max or mx
 
 
+class MetricsSection(BaseModel):
+    """Extraction of the train–rollout mismatch (fp8rl_core.metrics)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bootstrap: int = Field(1000, ge=0, description="bootstrap resamples of sequences for each interval (0: no intervals)")
+    ci_level: float = Field(0.95, gt=0.5, lt=1.0, description="coverage of the confidence intervals")
+    probe_sequences: int = Field(16, ge=1, description="held-out sequences for the exact full-vocabulary KL/JS")
+
+
 class RunConfig(BaseModel):
     """One experiment: a model, a pipeline preset, a seed and the settings of every stage."""
 
@@ -127,6 +138,7 @@ class RunConfig(BaseModel):
     sampler: SamplerConfig = SamplerConfig()
     loop: LoopSection = LoopSection()
     checks: ChecksSection = ChecksSection()
+    metrics: MetricsSection = MetricsSection()
     #: where ``model`` names are looked up (set by the loader to ``<config dir>/models``)
     models_dir: str = "configs/models"
 

@@ -113,8 +113,10 @@ class LoopResult:
 
 
 def rollout_and_learn(pipe: Pipeline, task: AdditionTask, step: int, *, prompts_per_step: int = 8, seed: int = 0,
-                      max_new_tokens: int | None = None) -> tuple[dict, list[dict]]:
-    """One rollout on the sampler and one learner step on it: (the step's row so far, its token rows)."""
+                      max_new_tokens: int | None = None, microbatches: list | None = None) -> tuple[dict, list[dict]]:
+    """One rollout on the sampler and one learner step on it: (the step's row so far, its token rows).
+    ``microbatches``: when given, the step's per-micro-batch timings
+    (:class:`fp8rl_core.learner.grpo.MicroBatchTiming`) are appended to it."""
     learner, sampler = pipe.learner, pipe.sampler
     if sampler.version != learner.version:
         raise RuntimeError(
@@ -131,6 +133,8 @@ def rollout_and_learn(pipe: Pipeline, task: AdditionTask, step: int, *, prompts_
     t0 = time.perf_counter()
     res = learner.step(batch)
     learner_s = time.perf_counter() - t0
+    if microbatches is not None:
+        microbatches.extend(res.microbatches)
     mask = roll.completion_mask.bool()
     d = (roll.sampler_logprobs - res.learner_logprobs)[mask]
     row = {
@@ -205,3 +209,20 @@ def run_rl(
         if on_step is not None:
             on_step(row)
     return result
+
+
+def probe_divergence(pipe: Pipeline, sequences: torch.Tensor) -> dict:
+    """Exact full-vocabulary KL(sampler‖learner), KL(learner‖sampler) and JS on a fixed probe batch
+    (:func:`fp8rl_core.metrics.full_vocab_divergence`): the sampler's full prompt log-probs from the live
+    engine vs the learner's from its training forward (:meth:`Learner.full_logprobs`) at the same
+    weight version. Returns the means (nats) and the number of positions."""
+    from fp8rl_core.metrics import full_vocab_divergence
+
+    if pipe.sampler.version != pipe.learner.version:
+        raise RuntimeError(f"probe KL: the sampler holds version {pipe.sampler.version}, the learner "
+                           f"{pipe.learner.version}; sync first")
+    s = pipe.sampler.prompt_logprobs(sequences, full=True)
+    lrn = pipe.learner.full_logprobs(sequences)
+    d = full_vocab_divergence(s, lrn)
+    return {"full_kl": float(d["kl_sampler_learner_mean"]), "full_kl_rev": float(d["kl_learner_sampler_mean"]),
+            "full_js": float(d["js_mean"]), "full_positions": int(d["positions"])}

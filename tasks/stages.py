@@ -26,8 +26,10 @@ from fp8rl_core.learner.grpo import GRPOConfig
 from fp8rl_core.learner.mxfp8 import Recipe
 from fp8rl_core.learner.models import ModelSpec
 from fp8rl_core.learner.warmstart import WarmStartConfig, is_complete, warm_start, warmstart_key
-from fp8rl_core.loop import Pipeline, rollout_and_learn, start_pipeline, sync_weights
-from fp8rl_core.metrics import kl_estimators, summarize_steps
+from fp8rl_core.loop import Pipeline, probe_divergence, rollout_and_learn, start_pipeline, sync_weights
+from fp8rl_core.metrics import summarize_steps
+from fp8rl_core.metrics.summary import run_kl_summary
+from fp8rl_core.schemas import check_rows, microbatch_rows, validate
 from fp8rl_core.sampler.engine import SamplerDeadError
 
 from . import tracking
@@ -45,6 +47,8 @@ class LiveRun:
     steps: list[dict] = field(default_factory=list)
     tokens: list[dict] = field(default_factory=list)
     checks: list[dict] = field(default_factory=list)
+    microbatches: list[dict] = field(default_factory=list)
+    kl_summary: list[dict] = field(default_factory=list)
     runner: CheckRunner | None = None
     last_good_version: int = 0  # the last version whose checks passed
 
@@ -115,9 +119,13 @@ def train_step(key: str, step: int) -> dict:
     """Rollout on the sampler + one GRPO step of the learner."""
     live = _live(key)
     t0 = time.perf_counter()
+    timings: list = []
     row, tokens = rollout_and_learn(live.pipe, live.cfg.warmstart.task, step,
-                                    prompts_per_step=live.cfg.loop.prompts_per_step, seed=live.cfg.seed)
+                                    prompts_per_step=live.cfg.loop.prompts_per_step, seed=live.cfg.seed,
+                                    microbatches=timings)
     live.tokens.extend(tokens)
+    live.microbatches.extend(microbatch_rows(key, live.pipe.learner.cfg.precision, step,
+                                             live.cfg.learner.tokens_per_microbatch, timings))
     row["train_stage_s"] = time.perf_counter() - t0
     return row
 
@@ -160,13 +168,28 @@ def invariant_checks(key: str, rollout_tags: list[list[int]]) -> dict:
     return out
 
 
+#: kl_summary columns logged as run metrics ``kl/<name>`` (with ``kl/<name>_lo``/``_hi`` where an interval exists)
+KL_RUN_METRICS = ("k1", "k2", "k3", "k1_rev", "k2_rev", "k3_rev", "mean_abs_logprob_diff", "max_abs_logprob_diff",
+                  "mean_abs_prob_diff", "max_abs_prob_diff", "token_mult_prob_error", "chi2_token", "chi2_seq",
+                  "log_ppl_diff", "tokens", "sequences")
+
+
 @task(name="extract-kl-timing", cache_policy=NO_CACHE)
 def extract_kl_timing(key: str) -> dict:
-    """Run-level mismatch (KL estimators over every sampled token) and timing summary."""
+    """Run-level mismatch — every estimator per step and per run with bootstrap intervals over sequences
+    (``kl_summary`` rows, fp8rl_core.metrics.summary), the exact full-vocabulary KL/JS on a held-out probe
+    batch at the final weights — and the timing summary. Returns the run's summary metrics."""
     live = _live(key)
-    kl = kl_estimators([t["sampler_logprob"] for t in live.tokens], [t["learner_logprob"] for t in live.tokens])
+    cfg = live.cfg
+    live.kl_summary = run_kl_summary(live.tokens, run_id=key, preset=cfg.preset, model=cfg.model, seed=cfg.seed,
+                                     n_boot=cfg.metrics.bootstrap, level=cfg.metrics.ci_level, boot_seed=cfg.seed)
+    run_row = live.kl_summary[-1]
+    kl = {f"kl/{m}": float(run_row[m]) for m in KL_RUN_METRICS}
+    kl |= {f"kl/{k}": float(v) for k, v in run_row.items() if k.endswith(("_lo", "_hi"))}
+    probe = cfg.warmstart.task.prompts(cfg.metrics.probe_sequences, seed=cfg.seed + 70_001, split="eval").sequences
+    kl |= {f"kl/{k}": float(v) for k, v in probe_divergence(live.pipe, probe).items()}
     timing = summarize_steps(live.steps, [c for c in TIMING_COLUMNS if c != "total_s"])
-    return {f"kl/{k}": v for k, v in kl.items()} | {f"time/{k}": v for k, v in timing.items()} | {
+    return kl | {f"time/{k}": v for k, v in timing.items()} | {
         "reward/final": live.steps[-1]["mean_reward"], "reward/mean": sum(r["mean_reward"] for r in live.steps) / len(live.steps)}
 
 
@@ -193,9 +216,13 @@ def record_step(key: str, mlflow_run: str, row: dict) -> None:
 def record_run(key: str, mlflow_run: str, summary: dict) -> None:
     """Log the run's summary metrics and its tables (parquet) and check results (JSON)."""
     live = _live(key)
+    tables = {"steps": live.steps, "tokens": live.tokens, "microbatches": live.microbatches,
+              "kl_summary": live.kl_summary, "checks": check_rows(live.checks)}
+    for name, rows in tables.items():  # every table is validated before anything is logged
+        validate(name, rows)
     tracking.log_metrics(mlflow_run, summary, step=len(live.steps))
-    tracking.log_table(mlflow_run, "steps", live.steps)
-    tracking.log_table(mlflow_run, "tokens", live.tokens)
+    for name, rows in tables.items():
+        tracking.log_table(mlflow_run, name, rows)
     tracking.log_json(mlflow_run, "checks.json", live.checks)
 
 
@@ -249,6 +276,8 @@ def record_matrix(mlflow_run: str, matrix: list[dict], clean: list[dict]) -> dic
     import csv
     import tempfile
 
+    validate("detection_matrix", matrix)
+    validate("clean_syncs", clean)
     summary = fault_matrix.summarize(matrix, clean)
     out = Path(tempfile.mkdtemp(prefix="fp8rl-matrix-"))
     cols = list(dict.fromkeys(k for r in matrix for k in r))

@@ -200,3 +200,54 @@ def find_finished(sweep: str, run_id: str) -> str | None:
                          filter_string=f"tags.`fp8rl.run_id` = '{run_id}' and attributes.status = 'FINISHED'",
                          max_results=1)
     return runs[0].info.run_id if runs else None
+
+
+#: the tables every finished run logs under ``tables/`` (tasks.stages.record_run)
+RUN_TABLES = ("steps", "tokens", "microbatches", "kl_summary", "checks")
+
+
+def sweep_tables(sweep: str, dest: str | Path) -> dict:
+    """Everything a report needs from a sweep's MLflow experiment: ``runs`` (one dict per FINISHED run —
+    MLflow run id, fp8rl run id, name, params as logged, final metrics) and, per table of
+    :data:`RUN_TABLES`, the concatenated rows of every run (with its fp8rl ``run_id``). Parquet files
+    are downloaded under ``dest``. The newest FINISHED MLflow run wins when a run id was run twice;
+    runs that are not FINISHED, and runs without an fp8rl run id (e.g. a report run), are left out.
+    Raises ``LookupError`` naming the known experiments when the sweep has none."""
+    import pyarrow.parquet as pq
+
+    c = client()
+    exp = c.get_experiment_by_name(sweep)
+    if exp is None:
+        known = sorted(e.name for e in c.search_experiments())
+        raise LookupError(f"no MLflow experiment named {sweep!r} at {tracking_uri()}; known: {', '.join(known) or 'none'}")
+    found = c.search_runs([exp.experiment_id], filter_string="attributes.status = 'FINISHED'",
+                          order_by=["attributes.start_time DESC"], max_results=5000)
+    runs, seen = [], set()
+    tables: dict[str, list[dict]] = {t: [] for t in RUN_TABLES}
+    for r in found:
+        rid = r.data.tags.get("fp8rl.run_id")
+        if rid is None or rid in seen:
+            continue
+        seen.add(rid)
+        runs.append({"mlflow_run": r.info.run_id, "run_id": rid, "name": r.info.run_name,
+                     "params": dict(r.data.params), "metrics": dict(r.data.metrics)})
+        folder = Path(dest) / r.info.run_id
+        folder.mkdir(parents=True, exist_ok=True)
+        have = {Path(f.path).stem for f in c.list_artifacts(r.info.run_id, "tables")}
+        for t in RUN_TABLES:
+            if t not in have:
+                continue
+            rows = pq.read_table(c.download_artifacts(r.info.run_id, f"tables/{t}.parquet", str(folder))).to_pylist()
+            if t != "microbatches" and t != "kl_summary":
+                rows = [row | {"run_id": rid} for row in rows]
+            tables[t].extend(rows)
+    return {"sweep": sweep, "experiment_id": exp.experiment_id, "runs": list(reversed(runs))} | tables
+
+
+def open_report_run(sweep: str) -> str:
+    """A new MLflow run ``report`` in the sweep's experiment (tag ``fp8rl.kind = report``) for the sweep's
+    summary and plots; it carries no fp8rl run id, so resume and reports ignore it."""
+    c = client()
+    run = c.create_run(experiment_id(c, sweep), run_name="report",
+                       tags={"fp8rl.kind": "report", "fp8rl.sweep": sweep, "git.commit": _git_commit()})
+    return run.info.run_id

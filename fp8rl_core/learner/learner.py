@@ -83,6 +83,16 @@ class Learner:
             return completion_logprobs(self.model, prompt_ids, completion_ids, mask)
 
     @torch.no_grad()
+    def full_logprobs(self, sequences: torch.Tensor) -> torch.Tensor:
+        """Log-probs over the whole vocabulary of each next token of ``sequences`` [B, T]: [B, T-1, V], from
+        the learner's *training* forward (BF16 autocast, MXFP8 layers as configured) at the current
+        weights — the learner side of the exact full-vocabulary train–rollout KL."""
+        self.model.eval()
+        with self.autocast():
+            logits = self.model(input_ids=sequences).logits[:, :-1]
+        return torch.log_softmax(logits.float(), dim=-1)
+
+    @torch.no_grad()
     def probe_logprobs(self, sequences: torch.Tensor, *, full: bool = False) -> torch.Tensor:
         """Log-probs of each token of ``sequences`` [B, T] given its prefix, [B, T-1] (``full``: over the
         vocabulary, [B, T-1, V]) — computed in fp32, without autocast, on the weights exactly as a synced

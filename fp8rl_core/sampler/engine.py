@@ -374,9 +374,9 @@ class Sampler:
     def state(self, *, fingerprints: bool = True) -> dict:
         """The engine's cheap-tier snapshot (see ``fp8rl_state`` in :mod:`.worker`) per rank, plus the
         engine core's prefix-cache blocks and reset count."""
-        ranks = self._rpc("fp8rl_state", fingerprints)
-        return {"ranks": ranks, "cache_blocks": int(self._utility("fp8rl_prefix_cache_blocks")),
-                "cache_resets": int(self._utility("fp8rl_prefix_cache_resets")), "instance": self.instance}
+        snap = self._utility("fp8rl_snapshot", fingerprints)  # one round trip (see plugin._patch_engine_core)
+        return {"ranks": snap["ranks"], "cache_blocks": int(snap["cache_blocks"]),
+                "cache_resets": int(snap["cache_resets"]), "instance": self.instance}
 
     def read_back(self, names: Sequence[str] | None = None, *, effective: bool = False) -> dict[str, torch.Tensor]:
         """What the live engine computes with, by sync-tensor name (see :mod:`.worker`)."""

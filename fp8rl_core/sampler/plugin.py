@@ -332,8 +332,9 @@ def register() -> None:
 
 
 def _patch_engine_core() -> None:
-    """Give the engine core two read-only utilities: the number of blocks its prefix cache can hit, and
-    how many times the cache was reset (counted by wrapping ``EngineCore.reset_prefix_cache``)."""
+    """Give the engine core read-only utilities: the number of blocks its prefix cache can hit, how many
+    times the cache was reset (counted by wrapping ``EngineCore.reset_prefix_cache``), and both with the
+    workers' ``fp8rl_state`` in one call (``fp8rl_snapshot``: the checks' cheap tier in one round trip)."""
     try:
         from vllm.v1.engine.core import EngineCore
     except ImportError:  # pragma: no cover — a vLLM without the v1 engine
@@ -346,9 +347,17 @@ def _patch_engine_core() -> None:
     def fp8rl_prefix_cache_resets(self) -> int:
         return int(getattr(self, "_fp8rl_resets", 0))
 
+    def fp8rl_snapshot(self, with_fingerprints: bool = True) -> dict:
+        # the cheap tier's whole snapshot in one client round trip: the workers' state (their
+        # ``fp8rl_state``, through the engine core's own executor) and the engine core's cache counters
+        ranks = self.model_executor.collective_rpc("fp8rl_state", None, (with_fingerprints,), None)
+        return {"ranks": ranks, "cache_blocks": fp8rl_prefix_cache_blocks(self),
+                "cache_resets": fp8rl_prefix_cache_resets(self)}
+
     if not hasattr(EngineCore, "fp8rl_prefix_cache_blocks"):
         EngineCore.fp8rl_prefix_cache_blocks = fp8rl_prefix_cache_blocks
         EngineCore.fp8rl_prefix_cache_resets = fp8rl_prefix_cache_resets
+        EngineCore.fp8rl_snapshot = fp8rl_snapshot
         reset = EngineCore.reset_prefix_cache
 
         def counted_reset(self, *args, **kwargs):  # the engine's own record of successful resets (W6)

@@ -25,7 +25,7 @@ EXPECTED_RUNS = {
     "smoke.yaml": 30,
     "dense-matching.yaml": 9,
     "moe-grids.yaml": 9,
-    "microbatch-sweep.yaml": 10,
+    "microbatch-sweep.yaml": 30,
     "nightly.yaml": 10,
     "gpu/qwen3-8b.yaml": 15,
     "gpu/qwen3-30b-a3b.yaml": 15,
@@ -101,6 +101,7 @@ def test_shipped_sweeps_cover_the_reference_results():
     _, mb = load_sweep(CONFIGS / "microbatch-sweep.yaml")
     assert {r.preset for r in mb} == {"bf16-e2e", "all"}
     assert sorted({r.learner.tokens_per_microbatch for r in mb}) == [256, 512, 1024, 2048, 4096]
+    assert len({r.seed for r in mb}) >= 3
     _, nightly = load_sweep(CONFIGS / "nightly.yaml")
     assert {(r.model, r.preset) for r in nightly} == {(m, p) for m in ("qwen3-dense-mini", "qwen3-moe-mini")
                                                        for p in PRESETS}
@@ -157,14 +158,14 @@ def test_overrides_take_effect(overrides, n_runs, check):
 def test_override_of_a_dotted_axis():
     """Axis keys are dotted field paths; ``axes.<key>=...`` replaces that axis, it does not nest."""
     mb = CONFIGS / "microbatch-sweep.yaml"
-    _, runs = load_sweep(mb, ["axes.learner.tokens_per_microbatch=[512]"])
+    _, runs = load_sweep(mb, ["axes.learner.tokens_per_microbatch=[512]", "axes.seed=[0]"])
     assert [(r.preset, r.learner.tokens_per_microbatch) for r in runs] == [("bf16-e2e", 512), ("all", 512)]
     for shadowed in ("learner.tokens_per_microbatch=512", "learner={tokens_per_microbatch: 512}"):
         with pytest.raises(ConfigError, match="'learner.tokens_per_microbatch' is an axis"):
             load_sweep(mb, [shadowed])
     # a section override that leaves the axis' field alone is fine
     _, runs = load_sweep(mb, ["learner={lr: 2.0e-3, group_size: 4}"])
-    assert len(runs) == 10 and {r.learner.lr for r in runs} == {2e-3}
+    assert len(runs) == 30 and {r.learner.lr for r in runs} == {2e-3}
 
 
 def test_overrides_change_only_what_they_name():

@@ -24,6 +24,7 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.setenv("FP8RL_ARTIFACTS", str(tmp_path / "artifacts"))
     monkeypatch.setattr(pipelines, "WARMSTART_CACHE", str(tmp_path / "warmstart"))
+    monkeypatch.setattr(pipelines, "REPORTS", str(tmp_path / "reports"))
     return tmp_path
 
 

@@ -172,7 +172,8 @@ def test_deploy_run_worker_mlflow(server: Server, tmp_path: Path):
         assert m, outputs["run"]
         flow_run_id = m.group(1)
 
-        worker_env = server.env | {"MLFLOW_TRACKING_URI": mlflow_uri, "FP8RL_ARTIFACTS": str(artifacts)}
+        worker_env = server.env | {"MLFLOW_TRACKING_URI": mlflow_uri, "FP8RL_ARTIFACTS": str(artifacts),
+                                    "FP8RL_REPORTS": str(artifacts.parent / "reports")}
         with worker_log.open("w") as f:
             worker = subprocess.Popen([PREFECT, "--no-prompt", "worker", "start", "--pool", POOL, "--type", "process",
                                        "--name", "test-worker", "--run-once"], cwd=ROOT, env=worker_env,

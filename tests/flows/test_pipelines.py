@@ -34,13 +34,16 @@ def env(store, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store["MLFLOW_TRACKING_URI"])
     monkeypatch.setenv("FP8RL_ARTIFACTS", store["FP8RL_ARTIFACTS"])
     monkeypatch.setattr(pipelines, "WARMSTART_CACHE", str(store["root"] / "warmstart"))
+    monkeypatch.setattr(pipelines, "REPORTS", str(store["root"] / "reports"))
     return store
 
 
-def _runs(sweep: str):
+def _runs(sweep: str, kind: str | None = None):
+    """The sweep's experiment runs (``kind='report'``: its report runs instead)."""
     c = tracking.client()
     exp = c.get_experiment_by_name(sweep)
-    return [] if exp is None else c.search_runs([exp.experiment_id])
+    found = [] if exp is None else c.search_runs([exp.experiment_id])
+    return [r for r in found if r.data.tags.get("fp8rl.kind") == kind]
 
 
 def test_a_run_finishes_with_its_record_and_a_resume_skips_it(env):
@@ -64,6 +67,23 @@ def test_a_run_finishes_with_its_record_and_a_resume_skips_it(env):
     assert "prefect.task_runs" in log and "Finished in state Completed()" in log
     steps = pq.read_table(c.download_artifacts(run.info.run_id, "tables/steps.parquet", str(env["root"]))).to_pylist()
     assert [s["step"] for s in steps] == [1] and steps[0]["new_version"] == 1
+
+    # the extraction: every mismatch metric with its bootstrap interval, the exact full-vocabulary probe
+    m = run.data.metrics
+    for k in ("k1", "k3", "k3_rev", "mean_abs_prob_diff", "token_mult_prob_error", "chi2_token", "log_ppl_diff"):
+        assert m[f"kl/{k}_lo"] <= m[f"kl/{k}"] <= m[f"kl/{k}_hi"], k
+    assert m["kl/k3"] >= 0 and m["kl/token_mult_prob_error"] >= 1 and m["kl/tokens"] == steps[0]["tokens"]
+    assert m["kl/full_kl"] >= 0 and m["kl/full_kl_rev"] >= 0 and 0 <= m["kl/full_js"] <= 0.6932
+    mbs = pq.read_table(c.download_artifacts(run.info.run_id, "tables/microbatches.parquet", str(env["root"]))).to_pylist()
+    assert mbs and {r["precision"] for r in mbs} == {"mxfp8"} and all(r["quantize_s"] > 0 for r in mbs)
+    assert sum(r["real_tokens"] for r in mbs) > 0
+    kls = pq.read_table(c.download_artifacts(run.info.run_id, "tables/kl_summary.parquet", str(env["root"]))).to_pylist()
+    assert [r["step"] for r in kls] == [1, None] and kls[-1]["k3"] == pytest.approx(m["kl/k3"])
+    # the sweep's report: summary + figures on disk and in MLflow (run 'report')
+    summary = Path(env["root"]) / "reports" / "smoke" / "summary.md"
+    assert summary.is_file() and "# fp8rl report: smoke" in summary.read_text()
+    (rep,) = _runs("smoke", kind="report")
+    assert "summary.md" in {f.path for f in c.list_artifacts(rep.info.run_id)}
 
     again = mxfp8_sweep(SMOKE, ONE_RUN)
     assert [r["status"] for r in again] == ["SKIPPED (done)"] and again[0]["mlflow_run"] == run.info.run_id

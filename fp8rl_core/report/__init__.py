@@ -1,0 +1,45 @@
+"""Sweep reports: the paper's claims checked on a sweep's runs, the figures, and a Markdown summary.
+
+Pure like the rest of ``fp8rl_core``: it takes a :class:`SweepData` (DataFrames a caller loaded, e.g.
+from MLflow) and writes PNG and Markdown files into the directory it is given — nothing here knows
+where runs are stored.
+
+- :mod:`.data` — :class:`SweepData`, per-sequence units keyed (seed, step, sequence), interval tables;
+- :mod:`.claims` — DESIGN.md's reference results as :data:`CLAIMS` and :func:`evaluate_claims`;
+- :mod:`.plots` — KL per preset and per step, micro-batch cost lines, step time breakdown, matrix;
+- :mod:`.markdown` — :func:`write_report`: ``summary.md`` + figures.
+
+>>> # from fp8rl_core.report import SweepData, write_report
+>>> # write_report(SweepData(sweep="dense-matching", runs=runs, tokens=tokens, ...), "report/")
+"""
+
+from .claims import (
+    CLAIMS,
+    VERDICTS,
+    Claim,
+    absent_claims,
+    compare_presets,
+    cost_models,
+    direction_verdict,
+    evaluate_claims,
+)
+from .data import (
+    CANONICAL_PRESETS,
+    REPORT_METRICS,
+    SweepData,
+    Units,
+    interval_table,
+    is_moe,
+    preset_order,
+    sequence_units,
+    with_run_columns,
+)
+from .markdown import write_report
+from .plots import detection_matrix, kl_by_preset, kl_over_steps, microbatch_time, step_breakdown
+
+__all__ = [
+    "CANONICAL_PRESETS", "CLAIMS", "REPORT_METRICS", "VERDICTS", "Claim", "SweepData", "Units", "absent_claims",
+    "compare_presets", "cost_models", "detection_matrix", "direction_verdict", "evaluate_claims", "interval_table",
+    "is_moe", "kl_by_preset", "kl_over_steps", "microbatch_time", "preset_order", "sequence_units", "step_breakdown",
+    "with_run_columns", "write_report",
+]

@@ -1,0 +1,617 @@
+"""The paper's claims as data, and their verdicts on one sweep.
+
+DESIGN.md ("Reference results") lists what the paper measured (dense Qwen3-8B, MoE Qwen3-30B-A3B,
+B200, single seed). :data:`CLAIMS` holds each statement with its number and what a sweep must contain
+to test it; :func:`evaluate_claims` measures each on a :class:`~fp8rl_core.report.data.SweepData` with
+confidence intervals and returns one row per (claim, model):
+
+``{"id", "claim", "model", "paper", "measured", "ratio", "lo", "hi", "value", "paper_in_ci", "verdict",
+"why"}`` — ``ratio``/``lo``/``hi`` for claims that are a ratio b/a (else None), ``value`` the claim's
+number for the others (a fraction, seconds, tokens; else None), ``paper_in_ci`` whether the paper's
+number (or range) lies inside the interval (None when not applicable), ``verdict`` one of
+:data:`VERDICTS`, ``why`` the reason in words.
+
+The claims
+----------
+==== =========================================================================== ==========================
+id   statement (what is compared)                                                needs
+==== =========================================================================== ==========================
+a    ``half`` sampler KL 11% lower than ``bf16-sampler`` (k3 ratio half / bf16)   presets half, bf16-sampler
+b    ``all`` sampler KL 16% lower than ``bf16-sampler`` (k3 ratio all / bf16)     presets all, bf16-sampler
+c    synced weights = the learner's FP8 forward weights byte for byte (W2)         a ``checks`` table with W2
+d    MoE: ``other-grid`` ≈ 2× the KL of ``all``, from the first step               MoE model, other-grid, all
+e    BF16 end to end 2.5–10× more consistent: KL(all) / KL(bf16-e2e) in [2.5, 10]  presets all, bf16-e2e
+f1   MXFP8 adds a fixed cost per micro-batch (Δfixed > 0)                          micro-batches of both precisions
+f2   … and saves per token; dense break-even ≈ 4.5k tokens per micro-batch         micro-batches of both precisions
+g    the GPU waits for the host for most of the added time (a trace)               always listed
+h1   end-to-end MXFP8 cut MoE step time 10.7% (all / bf16-e2e)                     MoE model, all, bf16-e2e
+h2   … and MoE generation time 24%                                                 MoE model, all, bf16-e2e
+h3   … and slowed a short-sequence dense run 5%                                   dense model, all, bf16-e2e
+==== =========================================================================== ==========================
+
+A claim whose presets (or table) the sweep lacks is **omitted** from :func:`evaluate_claims`;
+:func:`absent_claims` lists those with what they would need (the Markdown report prints them under
+the table), so a reader sees which claims a sweep does not test rather than a row of blanks.
+
+Verdict rules
+-------------
+Direction claims (a, b, d, e, f1, h): with the ``level`` (95%) interval of the measured ratio (or
+difference),
+
+- **reproduced** — the interval lies entirely on the claimed side of 1 (of 0 for Δfixed);
+- **not reproduced** — it lies entirely on the other side ("the opposite direction"), or it includes 1
+  ("no difference resolved": the sweep cannot tell the two apart — more seeds or steps may);
+
+and ``why`` adds whether the paper's magnitude (0.89, 0.84, 2, 2.5–10, 0.893 …) lies inside the
+interval: a direction can reproduce while the size differs (tiny CPU models are not Qwen3-8B).
+Claim d needs both the whole-run and the step-1 interval above 1 ("from the first step"). Claim c is
+reproduced when every W2 row passed (not reproduced on any failure, naming it). Claim f2 and the
+timing claims h are **not measurable here** on CPU emulation (``SweepData.emulated``): emulated MXFP8
+has no FP8 tensor cores to save per-token time, and the sampler runs BF16/FP32 arithmetic whatever
+the preset, so their times say nothing about B200 — the numbers are still printed. Claim g is not
+measurable without a GPU profiler trace pair (``trace_paths``); with one it is reproduced when the
+host-bound idle time is more than half the added wall time. On FP8 hardware (``emulated=False``) f2
+is reproduced when the cost model's status is ``break_even`` (``why`` says whether the paper's 4500
+lies inside the break-even's CI) and not reproduced otherwise (``unresolved`` reads "no difference
+resolved"). A KL ratio whose baseline is exactly 0 (sampler and learner agreed exactly) and a cost
+model that cannot be fitted (e.g. one token budget) are also **not measurable here**, with the reason.
+
+Step and generation times (claim h) come from the ``steps`` table, one unit per (seed, step), the step
+time being ``total_s − checks_s`` (the paper's pipeline runs no W1–W7 checks); without a steps table,
+from the runs' ``time/step_s`` / ``time/generate_s`` columns, one unit per run.
+
+Comparisons are paired (:func:`fp8rl_core.metrics.compare_ratio` with ``paired=True``) over
+sequence units keyed ``(seed, step, sequence)`` when both presets have the same keys (the same seeds,
+steps and batch shape: same prompts, see :mod:`fp8rl_core.report.data`), seeds as the upper-level
+cluster; otherwise unpaired, and ``why`` says so. Every bootstrap is seeded: the rows are
+deterministic given the data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fp8rl_core.metrics import Comparison, compare_ratio, cost_model, describe_change, paired_units
+
+from .data import SweepData, Units, is_moe, sequence_units, with_run_columns
+
+__all__ = ["CLAIMS", "VERDICTS", "Claim", "absent_claims", "compare_presets", "cost_models", "direction_verdict",
+           "evaluate_claims"]
+
+VERDICTS = ("reproduced", "not reproduced", "not measurable here")
+_CPU_TIMING = ("MXFP8 is emulated on CPU (no FP8 tensor cores, quantization is extra work) and the CPU sampler "
+               "runs BF16/FP32 arithmetic whatever the preset, so these times cannot show what FP8 hardware saves")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One statement of the paper.
+
+    ``kind`` says how it is measured: ``kl_ratio`` (KL of ``candidate`` / KL of ``baseline``),
+    ``kl_ratio_first_step`` (the same, whole run and step 1), ``sync`` (W2 rows), ``cost_fixed`` /
+    ``cost_break_even`` (the micro-batch cost model), ``trace`` (GPU idle analysis), ``time_ratio``
+    (``metric`` = a steps-table time column, candidate / baseline). ``paper_ratio`` / ``paper_range``:
+    the paper's number, ``direction``: ``"lower"`` or ``"higher"`` (the claimed side of 1),
+    ``models``: which models it is about (``"any"``, ``"dense"``, ``"moe"``), ``note``: why the
+    comparison is set up this way, when that is a choice."""
+
+    id: str
+    text: str
+    paper: str
+    kind: str
+    baseline: str | None = None
+    candidate: str | None = None
+    metric: str = "k3"
+    paper_ratio: float | None = None
+    paper_range: tuple[float, float] | None = None
+    direction: str | None = None
+    models: str = "any"
+    note: str = ""
+
+    @property
+    def needs(self) -> str:
+        """What a sweep must contain for this claim, in words."""
+        if self.kind in ("kl_ratio", "kl_ratio_first_step", "time_ratio"):
+            model = {"any": "", "dense": "a dense model, ", "moe": "a MoE model, "}[self.models]
+            table = "their tokens table" if self.kind != "time_ratio" else "a steps table or run time metrics"
+            return f"{model}presets {self.candidate} and {self.baseline} with {table}"
+        if self.kind == "sync":
+            return "a checks table with W2 rows"
+        if self.kind.startswith("cost"):
+            return "micro-batch timings of a BF16 and an MXFP8 learner"
+        return "a GPU profiler trace of each precision"
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("a", "half-on-grid sampler: KL 11% lower than a BF16 sampler (MXFP8 learner)", "11% lower (ratio 0.89)",
+          "kl_ratio", "bf16-sampler", "half", paper_ratio=0.89, direction="lower"),
+    Claim("b", "all-on-grid sampler: KL 16% lower than a BF16 sampler (MXFP8 learner)", "16% lower (ratio 0.84)",
+          "kl_ratio", "bf16-sampler", "all", paper_ratio=0.84, direction="lower"),
+    Claim("c", "synced weights equal the learner's FP8 forward weights byte for byte", "byte for byte at every sync",
+          "sync"),
+    Claim("d", "MoE: a sampler on another FP8 grid has ≈2× the KL of the shared grid, from the first step",
+          "≈2× (whole run and step 1)", "kl_ratio_first_step", "all", "other-grid", paper_ratio=2.0,
+          direction="higher", models="moe"),
+    Claim("e", "without a quantized KV cache, BF16 end to end is 2.5–10× more consistent",
+          "KL(all) / KL(bf16-e2e) = 2.5–10", "kl_ratio", "bf16-e2e", "all", paper_range=(2.5, 10.0),
+          direction="higher",
+          note="measured as KL(all) / KL(bf16-e2e): `all` is the most consistent FP8 pipeline (every sampler layer "
+               "on the learner's grid), so this is the smallest factor the statement can mean; 'more consistent' = "
+               "lower train–rollout KL"),
+    Claim("f1", "MXFP8 training adds a fixed cost per micro-batch", "Δfixed > 0 per micro-batch", "cost_fixed",
+          direction="higher"),
+    Claim("f2", "MXFP8 saves a per-token cost; dense break-even ≈ 4.5k tokens per micro-batch",
+          "break-even ≈ 4500 tokens per micro-batch", "cost_break_even", paper_ratio=4500.0),
+    Claim("g", "a trace shows the GPU waiting for the host for most of the added time",
+          "host-bound idle > 50% of the added wall time", "trace"),
+    Claim("h1", "end-to-end MXFP8 cut MoE step time by 10.7%", "10.7% lower (ratio 0.893)", "time_ratio",
+          "bf16-e2e", "all", metric="step_s", paper_ratio=0.893, direction="lower", models="moe"),
+    Claim("h2", "end-to-end MXFP8 cut MoE generation time by 24%", "24% lower (ratio 0.76)", "time_ratio",
+          "bf16-e2e", "all", metric="generate_s", paper_ratio=0.76, direction="lower", models="moe"),
+    Claim("h3", "end-to-end MXFP8 slowed a short-sequence dense run by 5%", "5% higher (ratio 1.05)", "time_ratio",
+          "bf16-e2e", "all", metric="step_s", paper_ratio=1.05, direction="higher", models="dense"),
+)
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and not np.isfinite(x)):
+        return "n/a" if x is None else str(x)
+    return f"{x:.{digits}g}"
+
+
+def _models(data: SweepData, which: str) -> list[str]:
+    models = list(dict.fromkeys(data.runs["model"].astype(str))) if not data.runs.empty else []
+    if which == "dense":
+        return [m for m in models if not is_moe(m)]
+    if which == "moe":
+        return [m for m in models if is_moe(m)]
+    return models
+
+
+def _describe(cmp_ratio: float, lo: float, hi: float, level: float) -> str:
+    """describe_change's words, or plain numbers when the interval does not hold the point estimate
+    (a percentile interval can miss it on very skewed data) or a value is not a valid ratio."""
+    try:
+        return describe_change(cmp_ratio, lo, hi, level=level, digits=1 if abs(cmp_ratio - 1) < 0.1 else 0)
+    except ValueError:
+        return f"ratio {_fmt(cmp_ratio)} ({level:.0%} CI {_fmt(lo)}–{_fmt(hi)})"
+
+
+def compare_presets(data: SweepData, baseline: str, candidate: str, *, metric: str = "k3", model: str | None = None,
+                    step: int | None = None, n_boot: int = 2000, level: float = 0.95, seed: int = 0,
+                    _units: Mapping[tuple, Units] | None = None) -> dict[str, Any] | None:
+    """``metric`` of ``candidate`` relative to ``baseline`` (a ratio b/a with its bootstrap interval).
+
+    Units: :func:`~fp8rl_core.report.data.sequence_units` grouped by (model, preset) (``model`` None:
+    the sweep's only model — several models raise). ``step``: one RL step only. Paired when both
+    sides have the same ``(seed, step, sequence)`` keys (seeds as clusters), else unpaired.
+    Returns None when either preset has no tokens, else ``{"comparison": Comparison, "paired": bool,
+    "sequences": (n_a, n_b), "seeds": (s_a, s_b), "text": words}``. Raises ValueError from
+    :func:`~fp8rl_core.metrics.compare_ratio` when the baseline's metric is 0."""
+    units = _units if _units is not None else sequence_units(data, metric, ("model", "preset"))
+    if model is None:
+        models = sorted({k[0] for k in units})
+        if len(models) > 1:
+            raise ValueError(f"the sweep has several models {models}: pass model=")
+        model = models[0] if models else None
+    ua, ub = units.get((model, baseline)), units.get((model, candidate))
+    if ua is None or ub is None:
+        return None
+    if step is not None:
+        ua, ub = ua.at_step(step), ub.at_step(step)
+        if ua.keys.shape[0] == 0 or ub.keys.shape[0] == 0:
+            return None
+    same_keys = np.array_equal(np.unique(ua.keys, axis=0), np.unique(ub.keys, axis=0))
+    if same_keys:
+        a, b, keys = paired_units(ua.keys, (ua.num, ua.den), ub.keys, (ub.num, ub.den))
+        cmp = compare_ratio(a, b, paired=True, groups=keys[:, 0], n_boot=n_boot, level=level, seed=seed)
+        how = f"paired by prompt over {keys.shape[0]} sequences, {np.unique(keys[:, 0]).size} seeds"
+    else:
+        cmp = compare_ratio((ua.num, ua.den), (ub.num, ub.den), paired=False, groups=ua.seeds, b_groups=ub.seeds,
+                            n_boot=n_boot, level=level, seed=seed)
+        how = (f"unpaired ({baseline} and {candidate} differ in seeds, steps or batch shape): "
+               f"{ua.keys.shape[0]} vs {ub.keys.shape[0]} sequences, {ua.n_seeds} vs {ub.n_seeds} seeds")
+    text = (f"{metric} {candidate} {_fmt(cmp.b)} vs {baseline} {_fmt(cmp.a)}: "
+            f"{_describe(cmp.ratio, cmp.lo, cmp.hi, level)}; {how}")
+    return {"comparison": cmp, "paired": same_keys, "sequences": (ua.keys.shape[0], ub.keys.shape[0]),
+            "seeds": (ua.n_seeds, ub.n_seeds), "text": text}
+
+
+def direction_verdict(lo: float, hi: float, direction: str, *, null: float = 1.0, level: float = 0.95,
+                      paper: float | None = None, paper_range: tuple[float, float] | None = None,
+                      unit: str = "") -> tuple[str, str, bool | None]:
+    """(verdict, why, paper_in_ci) for a claim that a measured quantity lies ``direction`` (``"lower"``/``"higher"``)
+    of ``null`` (1 for a ratio, 0 for a difference), given its ``level`` interval [lo, hi].
+
+    Reproduced when the interval lies entirely on the claimed side; not reproduced when it lies on the
+    other side or includes ``null`` ("no difference resolved"). ``why`` also says whether the paper's
+    value ``paper`` (or range ``paper_range``) lies inside the interval; ``paper_in_ci`` is that flag
+    (None when no paper value is given). ``unit`` is appended to the interval's numbers (e.g. " ms")."""
+    if direction not in ("lower", "higher"):
+        raise ValueError(f"direction must be 'lower' or 'higher', got {direction!r}")
+    ci = f"the {level:.0%} CI [{_fmt(lo)}{unit}, {_fmt(hi)}{unit}]"
+    below, above = hi < null, lo > null
+    claimed, opposite = (below, above) if direction == "lower" else (above, below)
+    side = "below" if direction == "lower" else "above"
+    other = "above" if direction == "lower" else "below"
+    if claimed:
+        verdict, why = "reproduced", f"{ci} lies entirely {side} {null:g}"
+    elif opposite:
+        verdict, why = "not reproduced", f"the opposite direction: {ci} lies entirely {other} {null:g}"
+    else:
+        verdict, why = "not reproduced", f"no difference resolved: {ci} includes {null:g}"
+    inside: bool | None = None
+    if paper is not None:
+        inside = bool(lo <= paper <= hi)
+        where = "inside" if inside else ("below" if paper < lo else "above")
+        why += f"; the paper's {_fmt(paper)} lies {where} the CI" if where == "inside" else \
+            f"; the paper's {_fmt(paper)} lies {where} the CI (the size differs)"
+    elif paper_range is not None:
+        p_lo, p_hi = paper_range
+        inside = bool(lo <= p_hi and p_lo <= hi)
+        if inside:
+            why += f"; the CI overlaps the paper's range {_fmt(p_lo)}–{_fmt(p_hi)}"
+        else:
+            where = "below" if hi < p_lo else "above"
+            why += f"; the CI lies entirely {where} the paper's range {_fmt(p_lo)}–{_fmt(p_hi)} (the size differs)"
+    return verdict, why, inside
+
+
+def _row(claim: Claim, model: str | None, measured: str, verdict: str, why: str, *, ratio=None, lo=None, hi=None,
+         value=None, paper_in_ci=None) -> dict[str, Any]:
+    label = f"({claim.id}) {claim.text}" + (f" — {model}" if model else "")
+    if verdict not in VERDICTS:
+        raise AssertionError(f"unknown verdict {verdict!r}")
+    return {"id": claim.id, "claim": label, "model": model, "paper": claim.paper, "measured": measured,
+            "ratio": None if ratio is None else float(ratio), "lo": None if lo is None else float(lo),
+            "hi": None if hi is None else float(hi), "value": None if value is None else float(value),
+            "paper_in_ci": paper_in_ci, "verdict": verdict, "why": why}
+
+
+# ------------------------------------------------------------------------------------- the measures
+
+class _Ctx:
+    """Units cached per metric so that claims sharing a metric bootstrap from one table."""
+
+    def __init__(self, data: SweepData, n_boot: int, level: float, seed: int) -> None:
+        self.data, self.n_boot, self.level, self.seed = data, n_boot, level, seed
+        self._units: dict[str, dict[tuple, Units]] = {}
+
+    def units(self, metric: str) -> dict[tuple, Units]:
+        if metric not in self._units:
+            self._units[metric] = sequence_units(self.data, metric, ("model", "preset"))
+        return self._units[metric]
+
+    def compare(self, claim: Claim, model: str, step: int | None = None) -> dict[str, Any] | None:
+        return compare_presets(self.data, claim.baseline, claim.candidate, metric=claim.metric, model=model,
+                               step=step, n_boot=self.n_boot, level=self.level, seed=self.seed,
+                               _units=self.units(claim.metric))
+
+
+def _kl_models(ctx: _Ctx, claim: Claim) -> list[str]:
+    units = ctx.units(claim.metric)
+    return [m for m in _models(ctx.data, claim.models)
+            if (m, claim.baseline) in units and (m, claim.candidate) in units]
+
+
+def _zero_baseline(claim: Claim, model: str, exc: ValueError) -> dict[str, Any]:
+    return _row(claim, model, f"{claim.metric} of {claim.baseline} is 0", "not measurable here",
+                f"the ratio is undefined: {claim.baseline} has zero {claim.metric} on (almost) every sequence, "
+                "i.e. its "
+                f"sampler and learner agreed exactly ({exc})")
+
+
+def _eval_kl_ratio(ctx: _Ctx, claim: Claim) -> list[dict[str, Any]]:
+    rows = []
+    for model in _kl_models(ctx, claim):
+        try:
+            res = ctx.compare(claim, model)
+        except ValueError as exc:
+            rows.append(_zero_baseline(claim, model, exc))
+            continue
+        c: Comparison = res["comparison"]
+        verdict, why, inside = direction_verdict(c.lo, c.hi, claim.direction, level=c.level, paper=claim.paper_ratio,
+                                                 paper_range=claim.paper_range)
+        if claim.note:
+            why += f"; {claim.note}"
+        precision = _learner_precisions(ctx.data, model, (claim.baseline, claim.candidate))
+        if claim.id in ("a", "b") and precision != {"mxfp8"}:
+            why += f"; note: the learner precision of these runs is {sorted(precision)}, the claim is about MXFP8"
+        rows.append(_row(claim, model, res["text"], verdict, why, ratio=c.ratio, lo=c.lo, hi=c.hi,
+                         paper_in_ci=inside))
+    return rows
+
+
+def _learner_precisions(data: SweepData, model: str, presets: Sequence[str]) -> set[str]:
+    r = data.runs
+    if "learner_precision" not in r.columns:
+        return {"mxfp8"}
+    sel = (r["model"].astype(str) == model) & r["preset"].isin(presets)
+    return set(r.loc[sel, "learner_precision"].astype(str))
+
+
+def _eval_first_step(ctx: _Ctx, claim: Claim) -> list[dict[str, Any]]:
+    rows = []
+    for model in _kl_models(ctx, claim):
+        units = ctx.units(claim.metric)
+        first = int(min(units[(model, p)].keys[:, 1].min() for p in (claim.baseline, claim.candidate)))
+        try:
+            whole = ctx.compare(claim, model)
+            step1 = ctx.compare(claim, model, step=first)
+        except ValueError as exc:
+            rows.append(_zero_baseline(claim, model, exc))
+            continue
+        c = whole["comparison"]
+        v_all, why_all, inside = direction_verdict(c.lo, c.hi, claim.direction, level=c.level, paper=claim.paper_ratio)
+        measured = f"whole run: {whole['text']}"
+        if step1 is None:
+            verdict, why = "not reproduced", f"whole run: {why_all}; step {first}: not measured on both presets"
+        else:
+            s = step1["comparison"]
+            v_1, why_1, _ = direction_verdict(s.lo, s.hi, claim.direction, level=s.level, paper=claim.paper_ratio)
+            measured += f"; step {first}: {step1['text']}"
+            verdict = "reproduced" if v_all == v_1 == "reproduced" else "not reproduced"
+            why = f"whole run: {why_all}; step {first}: {why_1}"
+        rows.append(_row(claim, model, measured, verdict, why, ratio=c.ratio, lo=c.lo, hi=c.hi, paper_in_ci=inside))
+    return rows
+
+
+def _run_names(data: SweepData) -> dict[str, str]:
+    if data.runs.empty:
+        return {}
+    names = data.runs["name"] if "name" in data.runs.columns else data.runs["run_id"]
+    return dict(zip(data.runs["run_id"].astype(str), names.astype(str)))
+
+
+def _eval_sync(ctx: _Ctx, claim: Claim) -> list[dict[str, Any]]:
+    ch = ctx.data.checks
+    if ch.empty or "condition" not in ch.columns:
+        return []
+    w2 = ch[ch["condition"] == "W2"]
+    if w2.empty:
+        return []
+    passed = w2["passed"].astype(bool)
+    run_col = w2["run_id"].astype(str) if "run_id" in w2.columns else pd.Series("run", index=w2.index)
+    syncs = pd.DataFrame({"run": run_col, "sync": w2["sync"]}).drop_duplicates().shape[0]
+    runs = run_col.nunique()
+    all_pass = int(ch["passed"].astype(bool).sum())
+    measured = (f"{int(passed.sum())}/{len(w2)} W2 checks passed ({syncs} syncs of {runs} runs); all conditions: "
+                f"{all_pass}/{len(ch)} checks passed")
+    if passed.all():
+        why = (f"every W2 check passed: at each of the {syncs} syncs the sampler's FP8 data and scale bytes read back "
+               "equal the learner's rowwise quantization of its master weights")
+        return [_row(claim, None, measured, "reproduced", why, value=float(passed.mean()))]
+    names = _run_names(ctx.data)
+    bad = w2[~passed]
+    examples = []
+    for _, r in bad.head(3).iterrows():
+        who = names.get(str(r.get("run_id", "")), str(r.get("run_id", "run")))
+        off = str(r.get("offenders") or "").strip()
+        examples.append(f"{who} sync {int(r['sync'])}" + (f" ({off})" if off else ""))
+    why = f"{len(bad)} W2 check(s) failed, e.g. " + "; ".join(examples)
+    return [_row(claim, None, measured, "not reproduced", why, value=float(passed.mean()))]
+
+
+def _microbatch_groups(data: SweepData) -> list[tuple[str | None, pd.DataFrame]]:
+    mb = data.microbatches
+    if mb.empty or not {"precision", "tokens", "seconds"} <= set(mb.columns):
+        return []
+    if "run_id" in mb.columns and not data.runs.empty and "model" in data.runs.columns:
+        mb = with_run_columns(mb, data.runs, ["model"])
+        if mb["model"].notna().any():
+            groups = [(str(m), g) for m, g in mb.groupby(mb["model"].astype(str), sort=False)]
+        else:
+            groups = [(None, mb)]
+    else:
+        groups = [(None, mb)]
+    return [(m, g) for m, g in groups if {"bf16", "mxfp8"} <= set(g["precision"].astype(str))]
+
+
+def cost_models(data: SweepData, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0
+                ) -> list[tuple[str | None, dict[str, Any] | str]]:
+    """The micro-batch cost model per model of the sweep: (model, :func:`fp8rl_core.metrics.cost_model`
+    result) — or (model, the reason as text) when the fit is impossible (e.g. one token budget)."""
+    out = []
+    for model, g in _microbatch_groups(data):
+        try:
+            out.append((model, cost_model(g, emulated=data.emulated, n_boot=n_boot, level=level, seed=seed)))
+        except ValueError as exc:
+            out.append((model, str(exc)))
+    return out
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.3g} ms"
+
+
+def _eval_cost(ctx: _Ctx, claim: Claim, models: list[tuple[str | None, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for model, cm in models:
+        if isinstance(cm, str):
+            rows.append(_row(claim, model, "no fit", "not measurable here", f"the cost model cannot be fitted: {cm}"))
+            continue
+        if claim.kind == "cost_fixed":
+            ci = cm["delta_fixed_ci"]
+            ci_txt = f", {cm['level']:.0%} CI [{_ms(ci[0])}, {_ms(ci[1])}]" if ci else ""
+            measured = f"Δfixed = {_ms(cm['delta_fixed'])} per micro-batch{ci_txt}"
+            if ci is None:
+                rows.append(_row(claim, model, measured, "not measurable here", "no bootstrap interval (n_boot=0)",
+                                 value=cm["delta_fixed"]))
+                continue
+            verdict, why, _ = direction_verdict(ci[0] * 1e3, ci[1] * 1e3, "higher", null=0.0, level=cm["level"],
+                                                unit=" ms")
+            if ctx.data.emulated:
+                why += ("; on CPU emulation the fixed part (weight quantization, extra kernels per micro-batch) is the "
+                        "part of the cost model that transfers")
+            rows.append(_row(claim, model, measured, verdict, why, value=cm["delta_fixed"]))
+            continue
+        # cost_break_even
+        measured = f"status {cm['status']}: {cm['verdict']}"
+        value = cm["break_even"]
+        if ctx.data.emulated:
+            rows.append(_row(claim, model, measured, "not measurable here",
+                             "CPU emulation has no FP8 tensor cores, so MXFP8 cannot save per-token time here and a "
+                             "break-even measured on it says nothing about FP8 hardware; the cost model's finding: "
+                             f"{cm['verdict'].split(':')[0]}", value=value))
+            continue
+        if cm["status"] == "break_even":
+            ci = cm["break_even_ci"]
+            inside = None if ci is None else bool(ci[0] <= claim.paper_ratio <= ci[1])
+            why = f"MXFP8 pays off above ≈{cm['break_even']:.0f} tokens per micro-batch"
+            if ci is not None:
+                why += (f"; the paper's {claim.paper_ratio:.0f} lies {'inside' if inside else 'outside'} the "
+                        f"{cm['level']:.0%} CI [{ci[0]:.0f}, {ci[1]:.0f}]")
+            rows.append(_row(claim, model, measured, "reproduced", why, value=value, paper_in_ci=inside))
+        elif cm["status"] == "unresolved":
+            rows.append(_row(claim, model, measured, "not reproduced",
+                             f"no difference resolved: the per-token saving's CI includes 0; {cm['verdict']}"))
+        else:
+            rows.append(_row(claim, model, measured, "not reproduced", cm["verdict"], value=value))
+    return rows
+
+
+def _trace_pair(trace_paths: Any) -> tuple[Any, Any]:
+    if isinstance(trace_paths, Mapping):
+        missing = [k for k in ("mxfp8", "bf16") if k not in trace_paths]
+        if missing:
+            raise ValueError(f"trace_paths needs the keys 'mxfp8' and 'bf16'; missing {missing}")
+        return trace_paths["mxfp8"], trace_paths["bf16"]
+    pair = list(trace_paths)
+    if len(pair) != 2:
+        raise ValueError(f"trace_paths: give (mxfp8_trace, bf16_trace) or {{'mxfp8': …, 'bf16': …}}, "
+                         f"got {len(pair)} items")
+    return pair[0], pair[1]
+
+
+def _eval_trace(ctx: _Ctx, claim: Claim, trace_paths: Any) -> list[dict[str, Any]]:
+    if trace_paths is None:
+        return [_row(claim, None, "no trace", "not measurable here",
+                     "no GPU profiler trace was supplied (trace_paths={'mxfp8': …, 'bf16': …}); a CPU run has no "
+                     "device timeline on which the GPU could wait")]
+    from fp8rl_core.metrics import added_time_idle_fraction
+
+    m, b = _trace_pair(trace_paths)
+    res = added_time_idle_fraction(m, b)
+    frac = res["host_bound_fraction_of_added"]
+    if frac is None:
+        return [_row(claim, None, "no added time to attribute", "not measurable here", str(res["message"]))]
+    added_ms = res["added_wall_us"] / 1e3
+    idle = res["idle_fraction_of_added"]
+    measured = (f"host-bound idle = {frac:.0%} of the {added_ms:.3g} ms MXFP8 adds (all idle: {idle:.0%} of it)")
+    if frac > 0.5:
+        return [_row(claim, None, measured, "reproduced", "more than half of the added wall time the GPU sat idle "
+                     "waiting for the host to launch work", value=frac)]
+    return [_row(claim, None, measured, "not reproduced", f"only {frac:.0%} of the added time is the GPU waiting for "
+                 "the host (the claim needs most of it, > 50%)", value=frac)]
+
+
+_RUN_TIME_COLUMNS = {"step_s": "time/step_s", "generate_s": "time/generate_s", "learner_s": "time/learner_s"}
+
+
+def _time_units(data: SweepData, model: str, preset: str, metric: str) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """(keys [n, 2] (seed, step), seconds [n], source) of one preset's steps, or per run from the run
+    metrics when there is no steps table (keys (seed, 0))."""
+    runs = data.runs[(data.runs["model"].astype(str) == model) & (data.runs["preset"] == preset)]
+    if runs.empty:
+        return None
+    st = data.steps
+    col = "total_s" if metric == "step_s" else metric
+    if not st.empty and "run_id" in st.columns and col in st.columns:
+        st = st[st["run_id"].isin(runs["run_id"])]
+        if not st.empty:
+            st = with_run_columns(st, runs, ["seed"])
+            secs = st[col].to_numpy(np.float64)
+            src = "steps table"
+            if metric == "step_s" and "checks_s" in st.columns:  # the paper's pipeline runs no W1–W7 checks
+                secs = secs - st["checks_s"].fillna(0.0).to_numpy(np.float64)
+                src = "steps table, total_s − checks_s"
+            keys = np.column_stack([st["seed"].to_numpy(np.int64), st["step"].to_numpy(np.int64)])
+            return keys, secs, src
+    run_col = _RUN_TIME_COLUMNS.get(metric)
+    if run_col and run_col in runs.columns and runs[run_col].notna().all():
+        keys = np.column_stack([runs["seed"].to_numpy(np.int64), np.zeros(len(runs), np.int64)])
+        return keys, runs[run_col].to_numpy(np.float64), f"run metric {run_col}"
+    return None
+
+
+def _eval_time(ctx: _Ctx, claim: Claim) -> list[dict[str, Any]]:
+    rows = []
+    data = ctx.data
+    for model in _models(data, claim.models):
+        a = _time_units(data, model, claim.baseline, claim.metric)
+        b = _time_units(data, model, claim.candidate, claim.metric)
+        if a is None or b is None:
+            continue
+        (ka, va, src), (kb, vb, _) = a, b
+        same = np.array_equal(np.unique(ka, axis=0), np.unique(kb, axis=0))
+        try:
+            if same:
+                (an, ad), (bn, bd), keys = paired_units(ka, va, kb, vb)
+                c = compare_ratio((an, ad), (bn, bd), paired=True, groups=keys[:, 0], n_boot=ctx.n_boot,
+                                  level=ctx.level, seed=ctx.seed)
+                how = f"paired by (seed, step) over {keys.shape[0]} units"
+            else:
+                c = compare_ratio(va, vb, paired=False, groups=ka[:, 0], b_groups=kb[:, 0], n_boot=ctx.n_boot,
+                                  level=ctx.level, seed=ctx.seed)
+                how = f"unpaired, {len(va)} vs {len(vb)} units"
+        except ValueError as exc:
+            rows.append(_row(claim, model, "no usable times", "not measurable here", str(exc)))
+            continue
+        measured = (f"{claim.metric} {c.b:.3g} s vs {c.a:.3g} s: {_describe(c.ratio, c.lo, c.hi, c.level)}; "
+                    f"{how} ({src})")
+        verdict, why, inside = direction_verdict(c.lo, c.hi, claim.direction, level=c.level, paper=claim.paper_ratio)
+        if data.emulated:
+            why = f"{_CPU_TIMING} (measured: {why})"
+            verdict = "not measurable here"
+        rows.append(_row(claim, model, measured, verdict, why, ratio=c.ratio, lo=c.lo, hi=c.hi, paper_in_ci=inside))
+    return rows
+
+
+# --------------------------------------------------------------------------------------------- public
+
+def evaluate_claims(data: SweepData, *, trace_paths: Any = None, n_boot: int = 2000, level: float = 0.95,
+                    seed: int = 0, claims: Sequence[Claim] = CLAIMS) -> list[dict[str, Any]]:
+    """One row per (claim, model) the sweep can test, in :data:`CLAIMS` order (see the module docstring
+    for the rows, the rules and what is omitted).
+
+    ``trace_paths``: optional GPU profiler traces for claim g, ``{"mxfp8": path, "bf16": path}`` or a
+    pair (mxfp8, bf16) of anything :func:`fp8rl_core.metrics.load_trace` reads. ``n_boot``, ``level``,
+    ``seed``: every bootstrap's settings (seeded: deterministic)."""
+    ctx = _Ctx(data, n_boot, level, seed)
+    rows: list[dict[str, Any]] = []
+    cms: list | None = None
+    for claim in claims:
+        if claim.kind == "kl_ratio":
+            rows += _eval_kl_ratio(ctx, claim)
+        elif claim.kind == "kl_ratio_first_step":
+            rows += _eval_first_step(ctx, claim)
+        elif claim.kind == "sync":
+            rows += _eval_sync(ctx, claim)
+        elif claim.kind in ("cost_fixed", "cost_break_even"):
+            if cms is None:
+                cms = cost_models(data, n_boot=n_boot, level=level, seed=seed)
+            rows += _eval_cost(ctx, claim, cms)
+        elif claim.kind == "trace":
+            rows += _eval_trace(ctx, claim, trace_paths)
+        elif claim.kind == "time_ratio":
+            rows += _eval_time(ctx, claim)
+        else:
+            raise ValueError(f"claim {claim.id}: unknown kind {claim.kind!r}")
+    return rows
+
+
+def absent_claims(data: SweepData, rows: Sequence[Mapping[str, Any]] | None = None,
+                  claims: Sequence[Claim] = CLAIMS) -> list[dict[str, str]]:
+    """The claims this sweep does not test: ``{"id", "claim", "needs"}`` for each claim with no row in
+    ``rows`` (the output of :func:`evaluate_claims`; computed when not given)."""
+    if rows is None:
+        rows = evaluate_claims(data, n_boot=200, claims=claims)
+    have = {r["id"] for r in rows}
+    return [{"id": c.id, "claim": f"({c.id}) {c.text}", "needs": c.needs} for c in claims if c.id not in have]

@@ -1,0 +1,223 @@
+"""A sweep's report as one Markdown file with its figures beside it.
+
+:func:`write_report` writes ``summary.md`` and the PNGs into the directory it is given:
+
+1. title, sweep, what ran (runs, models, presets, seeds);
+2. the claims table — claim | paper | measured (CI) | verdict | why — from
+   :func:`~fp8rl_core.report.claims.evaluate_claims`, and the claims this sweep does not test;
+3. the runs (name, preset, model, seed, status and the run metrics present);
+4. per model, the mismatch metrics per preset with 95% bootstrap intervals
+   (:data:`~fp8rl_core.report.data.REPORT_METRICS`);
+5. the micro-batch cost model's verdict, when the sweep timed micro-batches;
+6. the weight-sync check pass counts per condition;
+7. the figures, linked relatively (``![…](kl_by_preset.png)``), so the directory can be moved or
+   uploaded as one artifact.
+
+The output is deterministic given the data: every bootstrap is seeded and nothing reads the clock —
+pass ``generated`` to stamp a date yourself. Where the figures come from: :mod:`.plots`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from . import plots
+from .claims import absent_claims, cost_models, evaluate_claims
+from .data import REPORT_METRICS, SweepData, interval_table, preset_order, with_run_columns
+
+__all__ = ["RUN_METRICS", "write_report"]
+
+#: run-level metric columns shown in the runs table when present: column → header
+RUN_METRICS: dict[str, str] = {
+    "kl/k3": "KL k3", "kl/mean_abs_logprob_diff": "mean |Δlogp|", "reward/final": "final reward",
+    "time/step_s": "step s", "time/generate_s": "generate s", "time/learner_s": "learner s",
+    "time/total_s": "run s",
+}
+_CONDITIONS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7")
+
+
+def _cell(v: Any) -> str:
+    """A Markdown table cell: numbers to 4 significant digits, pipes and newlines escaped."""
+    if v is None or (isinstance(v, float) and v != v):
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    out = ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(_cell(v) for v in r) + " |" for r in rows]
+    return out
+
+
+def _ci(est: float, lo: float, hi: float) -> str:
+    return f"{est:.4g} [{lo:.4g}, {hi:.4g}]"
+
+
+def _runs_section(data: SweepData) -> list[str]:
+    r = data.runs
+    ks = data.kl_summary
+    if "kl/k3" not in r.columns and not ks.empty and {"run_id", "step", "k3"} <= set(ks.columns):
+        whole = ks[ks["step"].isna()].drop_duplicates("run_id").set_index("run_id")["k3"]
+        if not whole.empty:  # the whole-run rows of the KL summary stand in for the run metric
+            r = r.assign(**{"kl/k3": r["run_id"].map(whole)})
+    metrics = [c for c in RUN_METRICS if c in r.columns]
+    header = ["name", "preset", "model", "seed", "status", *(RUN_METRICS[c] for c in metrics)]
+    rank = {p: i for i, p in enumerate(preset_order(data))}
+    order = r.assign(_m=r["model"].astype(str), _p=r["preset"].map(rank))
+    order = order.sort_values(["_m", "_p", "seed"], kind="stable")
+    rows = []
+    for _, x in order.iterrows():
+        name = x["name"] if "name" in r.columns else x["run_id"]
+        status = x["status"] if "status" in r.columns else "FINISHED"
+        rows.append([name, x["preset"], x["model"], int(x["seed"]), status, *(x[c] for c in metrics)])
+    return ["## Runs", "", *_table(header, rows), ""]
+
+
+def _kl_section(table: pd.DataFrame, order: list[str]) -> list[str]:
+    if table.empty:
+        return []
+    out = ["## Train–rollout mismatch per preset", "",
+           "Token means over every sampled token of the preset's runs; in brackets the 95% bootstrap interval "
+           "(seeds resampled, then sequences within them). k1, k3: KL(sampler‖learner); "
+           "k3_rev: KL(learner‖sampler); nats per token.", ""]
+    for model, sub in table.groupby(table["model"].astype(str), sort=False):
+        presets = [p for p in order if p in set(sub["preset"])]
+        seeds = {p: int(sub.loc[sub["preset"] == p, "seeds"].max()) for p in presets}
+        seqs = {p: int(sub.loc[sub["preset"] == p, "sequences"].max()) for p in presets}
+        rows = []
+        for metric in dict.fromkeys(sub["metric"]):
+            m = sub[sub["metric"] == metric].set_index("preset")
+            rows.append([metric, *(_ci(m.at[p, "estimate"], m.at[p, "lo"], m.at[p, "hi"]) if p in m.index else "–"
+                                   for p in presets)])
+        rows.append(["seeds / sequences", *(f"{seeds[p]} / {seqs[p]}" for p in presets)])
+        out += [f"### {model}", "", *_table(["metric", *presets], rows), ""]
+    return out
+
+
+def _cost_section(cms: list) -> list[str]:
+    if not cms:
+        return []
+    out = ["## MXFP8 cost per micro-batch", ""]
+    for model, cm in cms:
+        head = f"**{model}**: " if model else ""
+        if isinstance(cm, str):
+            out += [f"- {head}no fit: {cm}"]
+            continue
+        fits = cm["fits"]
+        out += [f"- {head}{cm['verdict']}",
+                f"  - status `{cm['status']}`; Δfixed {cm['delta_fixed'] * 1e3:.4g} ms per micro-batch; per-token "
+                f"saving {cm['per_token_saving']:.4g} s/token; fits: "
+                + "; ".join(f"{p} {f['fixed'] * 1e3:.4g} ms + {f['per_token'] * 1e6:.4g} µs/token (n = {f['n']})"
+                            for p, f in fits.items())]
+    return out + [""]
+
+
+def _checks_section(data: SweepData) -> list[str]:
+    ch = data.checks
+    if ch.empty or "condition" not in ch.columns:
+        return []
+    passed = ch["passed"].astype(bool)
+    rows = []
+    for c in _CONDITIONS:
+        sel = ch["condition"] == c
+        if not sel.any():
+            continue
+        runs = ch.loc[sel, "run_id"].nunique() if "run_id" in ch.columns else 1
+        rows.append([c, int(sel.sum()), int(passed[sel].sum()), int((~passed[sel]).sum()), runs])
+    return ["## Weight-sync checks", "", f"{int(passed.sum())} of {len(ch)} checks passed.", "",
+            *_table(["condition", "checks", "passed", "failed", "runs"], rows), ""]
+
+
+def _figures(data: SweepData, out: Path, table: pd.DataFrame, cms: list, n_boot: int,
+             seed: int) -> list[tuple[str, str]]:
+    """Draw every figure the data allows: [(file name, caption)]."""
+    figs: list[tuple[str, str]] = []
+    if not table.empty:
+        k3 = table[table["metric"] == "k3"].assign(sweep=data.sweep)
+        if not k3.empty:
+            plots.kl_by_preset(k3, out / "kl_by_preset.png", "k3")
+            figs.append(("kl_by_preset.png", "Train–rollout KL (k3) per sampler preset, 95% CI"))
+            plots.kl_over_steps(data, out / "kl_over_steps.png", "k3", n_boot=n_boot, seed=seed)
+            figs.append(("kl_over_steps.png", "KL (k3) per RL step, mean over seeds, 95% CI band"))
+    for i, (model, cm) in enumerate(cms):
+        if isinstance(cm, str):
+            continue
+        mb = data.microbatches
+        if model is not None:
+            mb = with_run_columns(mb, data.runs, ["model"])
+            mb = mb[mb["model"].astype(str) == model].drop(columns="model")
+        name = "microbatch_time.png" if len(cms) == 1 else f"microbatch_time_{i + 1}.png"
+        plots.microbatch_time(mb, cm, out / name, title=model or data.sweep)
+        figs.append((name, f"Seconds per micro-batch vs tokens, BF16 vs MXFP8{f' ({model})' if model else ''}"))
+    st = data.steps
+    if not st.empty and "run_id" in st.columns and any(c in st.columns for c in plots.STEP_PHASES):
+        joined = with_run_columns(st, data.runs, ["preset", "model", "seed"]).dropna(subset=["preset"])
+        if not joined.empty:
+            plots.step_breakdown(joined, out / "step_breakdown.png", presets=preset_order(data), title=data.sweep)
+            figs.append(("step_breakdown.png", "Mean seconds per RL step by phase and preset"))
+    if data.matrix:
+        plots.detection_matrix(data.matrix, out / "detection_matrix.png")
+        figs.append(("detection_matrix.png", "Detection matrix: injected faults × checks"))
+    return figs
+
+
+def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = None, generated: str | None = None,
+                 n_boot: int = 2000, seed: int = 0, metrics: Sequence[str] = REPORT_METRICS) -> Path:
+    """Write ``summary.md`` and the figures of ``data`` into ``out_dir`` (created if missing); return the
+    path of ``summary.md``.
+
+    ``trace_paths``: GPU profiler traces for claim g (see :func:`~fp8rl_core.report.claims.evaluate_claims`).
+    ``generated``: an optional stamp (e.g. a date) printed under the title — nothing else depends on
+    when the report is written. ``n_boot``, ``seed``: every bootstrap's settings. ``metrics``: the rows
+    of the per-preset mismatch tables."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = evaluate_claims(data, trace_paths=trace_paths, n_boot=n_boot, seed=seed)
+    absent = absent_claims(data, rows)
+    table = interval_table(data, metrics, by=("model", "preset"), n_boot=n_boot, seed=seed) \
+        if not data.tokens.empty else pd.DataFrame()
+    cms = cost_models(data, n_boot=n_boot, seed=seed)
+    figs = _figures(data, out, table, cms, n_boot, seed)
+
+    r = data.runs
+    models = list(dict.fromkeys(r["model"].astype(str))) if not r.empty else []
+    seeds = sorted({int(s) for s in r["seed"]}) if not r.empty else []
+    lines = [f"# fp8rl report: {data.sweep}", ""]
+    if generated:
+        lines += [f"Generated {generated}.", ""]
+    lines += [f"Sweep `{data.sweep}`: {len(r)} finished runs; models {', '.join(models) or '–'}; presets "
+              f"{', '.join(preset_order(data)) or '–'}; seeds {', '.join(map(str, seeds)) or '–'}"
+              + ("; MXFP8 emulated on CPU." if data.emulated else "."), ""]
+    lines += ["## The paper's claims", "",
+              "Paper: DESIGN.md, reference results (single seed, B200). Verdict: *reproduced* when the 95% CI lies on "
+              "the claimed side; *not reproduced* when it lies on the other side or includes no change; *not "
+              "measurable here* when this setup cannot show it (reason given).", ""]
+    if rows:
+        lines += _table(["claim", "paper", "measured (CI)", "verdict", "why"],
+                        [[c["claim"], c["paper"], c["measured"], f"**{c['verdict']}**", c["why"]] for c in rows])
+    else:
+        lines += ["No claim can be tested on this sweep."]
+    lines += [""]
+    if absent:
+        lines += ["Not tested by this sweep: " + "; ".join(f"{a['claim']} (needs {a['needs']})" for a in absent) + ".",
+                  ""]
+    if not r.empty:
+        lines += _runs_section(data)
+    lines += _kl_section(table, preset_order(data))
+    lines += _cost_section(cms)
+    lines += _checks_section(data)
+    if figs:
+        lines += ["## Figures", ""]
+        for name, caption in figs:
+            lines += [f"### {caption}", "", f"![{caption}]({name})", ""]
+    path = out / "summary.md"
+    path.write_text("\n".join(lines).rstrip("\n") + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,152 @@
+"""The report's figures: each writes a real PNG of the expected size, and draws what the data says —
+the planted KL levels in preset order, the break-even marker where the cost model finds one (and the
+verdict box where it does not), stacked step phases that add up to the step time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from fp8rl_core.metrics import cost_model
+from fp8rl_core.report import interval_table, plots, preset_order, with_run_columns
+
+from .test_claims import DENSE, MOE, cost_sweep, make_sweep
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    return make_sweep()
+
+
+def png_size(path) -> tuple[int, int]:
+    with open(path, "rb") as fh:
+        assert fh.read(8) == PNG_SIGNATURE
+    with Image.open(path) as im:
+        return im.size
+
+
+def by_gid(fig, gid):
+    return [a for ax in fig.axes for a in ax.findobj() if a.get_gid() == gid]
+
+
+# -------------------------------------------------------------------------------------- KL figures
+
+@pytest.mark.parametrize("metric", ["k3", "mean_abs_logprob_diff"])
+def test_kl_by_preset_writes_a_png(sweep, tmp_path, metric):
+    path = plots.kl_by_preset(sweep, tmp_path / f"{metric}.png", metric, n_boot=200)
+    assert path == tmp_path / f"{metric}.png"
+    assert png_size(path) == (990, 462)  # figsize (1.3·5 presets + 2.5, 4.2) in at 110 dpi
+
+
+def test_kl_by_preset_draws_each_models_estimates_in_axis_order(sweep):
+    sweep_axis = make_sweep(presets=("all", "other-grid", "bf16-e2e"), models=(MOE,), steps=False, checks=False)
+    sweep_axis.presets = ["all", "other-grid", "bf16-e2e"]  # the moe-grids file order
+    fig = plots.kl_by_preset_figure(sweep_axis, "k3", n_boot=200)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["all", "other-grid", "bf16-e2e"]
+    (line,) = by_gid(fig, f"kl-{MOE}")
+    table = interval_table(sweep_axis, ["k3"], n_boot=200)
+    assert list(line.get_ydata()) == pytest.approx(list(table["estimate"]))
+    assert list(table["preset"]) == ["all", "other-grid", "bf16-e2e"]
+    assert "n = 3 seeds" in ax.get_title()
+    plots._pyplot().close(fig)
+
+
+@pytest.mark.parametrize("estimates,scale", [([1e-4, 5e-3, 2e-2], "log"), ([0.010, 0.012, 0.015], "linear")])
+def test_kl_by_preset_from_rows_uses_a_log_axis_when_values_span_decades(estimates, scale):
+    rows = [{"preset": p, "estimate": e, "lo": 0.9 * e, "hi": 1.1 * e, "seeds": 3}
+            for p, e in zip(["bf16-e2e", "bf16-sampler", "all"], estimates)]
+    fig = plots.kl_by_preset_figure(rows, "k3")
+    assert fig.axes[0].get_yscale() == scale
+    (line,) = by_gid(fig, "kl-")
+    assert list(line.get_ydata()) == pytest.approx(estimates)
+    plots._pyplot().close(fig)
+
+
+def test_kl_over_steps_has_a_panel_per_model_and_a_line_per_preset(sweep, tmp_path):
+    fig = plots.kl_over_steps_figure(sweep, "k3", n_boot=200)
+    assert len(fig.axes) == 2 and [ax.get_title().split(" (")[0] for ax in fig.axes] == [DENSE, MOE]
+    per_step = interval_table(sweep, ["k3"], per_step=True, n_boot=200)
+    for preset in preset_order(sweep):
+        lines = by_gid(fig, f"kl-{preset}")
+        assert len(lines) == 2  # one per model
+        want = per_step[(per_step["model"] == DENSE) & (per_step["preset"] == preset)]["estimate"]
+        assert list(lines[0].get_xdata()) == [1, 2]
+        assert list(lines[0].get_ydata()) == pytest.approx(list(want))
+    plots._pyplot().close(fig)
+    path = plots.kl_over_steps(sweep, tmp_path / "steps.png", n_boot=200)
+    assert png_size(path) == (int(round((5.2 * 2 + 2.0) * 110)), 440)
+
+
+# ----------------------------------------------------------------------------------- micro-batches
+
+def test_microbatch_time_marks_a_planted_break_even(tmp_path):
+    data = cost_sweep(bf16=(2e-3, 3e-6), mxfp8=(6e-3, 1e-6), emulated=False)
+    cm = cost_model(data.microbatches, n_boot=300)
+    assert cm["status"] == "break_even" and cm["break_even"] == pytest.approx(2000, rel=0.05)
+    fig = plots.microbatch_time_figure(data.microbatches, cm)
+    (marker,) = by_gid(fig, "break-even")
+    assert marker.get_xdata()[0] == pytest.approx(cm["break_even"], rel=1e-12)
+    assert by_gid(fig, "break-even-ci") and not by_gid(fig, "verdict")
+    (fit,) = by_gid(fig, "fit-bf16")
+    x, y = fit.get_xdata(), fit.get_ydata()
+    assert y == pytest.approx(cm["fits"]["bf16"]["fixed"] + cm["fits"]["bf16"]["per_token"] * x)
+    assert fig.axes[0].get_xscale() == "log"  # 256 … 4096 tokens span more than a decade
+    plots._pyplot().close(fig)
+    path = plots.microbatch_time(data.microbatches, cm, tmp_path / "mb.png")
+    assert png_size(path) == (748, 484)
+
+
+def test_microbatch_time_without_break_even_shows_the_verdict():
+    data = cost_sweep(bf16=(2e-3, 1e-6), mxfp8=(5e-3, 1.5e-6))
+    cm = cost_model(data.microbatches, n_boot=200, emulated=True)
+    fig = plots.microbatch_time_figure(data.microbatches, cm)
+    assert not by_gid(fig, "break-even")
+    (box,) = by_gid(fig, "verdict")
+    assert box.get_text().replace("\n", " ").startswith("no break-even: mxfp8 costs more per token")
+    plots._pyplot().close(fig)
+
+
+# ---------------------------------------------------------------------------------- step breakdown
+
+def test_step_breakdown_stacks_the_phases_to_the_step_time(sweep, tmp_path):
+    steps = with_run_columns(sweep.steps, sweep.runs, ["preset", "model", "seed"])
+    fig = plots.step_breakdown_figure(steps, presets=preset_order(sweep))
+    bars = by_gid(fig, "phase-generate_s")
+    assert len(bars) == 10  # 2 models × 5 presets
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert labels[:2] == [f"bf16-e2e\n{DENSE}", f"bf16-sampler\n{DENSE}"]
+    i = labels.index(f"all\n{MOE}")
+    sel = steps[(steps["model"] == MOE) & (steps["preset"] == "all")]
+    assert bars[i].get_height() == pytest.approx(sel["generate_s"].mean())
+    top = max(b.get_y() + b.get_height() for b in fig.axes[0].patches if b.get_x() < i + 0.5 and b.get_x() > i - 0.5)
+    assert top == pytest.approx(sel["total_s"].mean())  # the untimed rest tops the stack up to total_s
+    plots._pyplot().close(fig)
+    path = plots.step_breakdown(steps, tmp_path / "steps.png")
+    w, h = png_size(path)
+    assert (w, h) == (int(round((1.1 * 10 + 3.0) * 110)), 484)
+
+
+def test_step_breakdown_needs_a_preset_column(sweep):
+    with pytest.raises(ValueError, match="needs a 'preset' column"):
+        plots.step_breakdown_figure(sweep.steps)
+
+
+# --------------------------------------------------------------------------------- detection matrix
+
+def test_detection_matrix_delegates_to_matrix_png(tmp_path):
+    cheap = ("W1", "W2", "W4", "W5", "W6")
+    rows = [{"fault": f, "condition": c, "caught_first": True, **{w: int(w == c) for w in cheap}, "W3": None,
+             "W7": None} for f, c in (("drop-bucket", "W1"), ("requant", "W2"))]
+    path = plots.detection_matrix(rows, tmp_path / "matrix.png")
+    w, h = png_size(path)
+    assert (w, h) == (825, int(0.42 * 2 * 110 + 1.6 * 110))
+
+
+def test_figures_are_deterministic(sweep, tmp_path):
+    a = plots.kl_by_preset(sweep, tmp_path / "a.png", n_boot=200)
+    b = plots.kl_by_preset(sweep, tmp_path / "b.png", n_boot=200)
+    assert np.array_equal(np.asarray(Image.open(a)), np.asarray(Image.open(b)))
