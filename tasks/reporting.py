@@ -56,10 +56,10 @@ def sweep_data(sweep: str, dest: str | Path, configs: str | Path = "configs") ->
     tables = {}
     for name in tracking.RUN_TABLES:
         if raw[name]:
-            extra = "run_id" if name in ("steps", "tokens", "checks") else None
             frame = pd.DataFrame(raw[name])
-            body = frame.drop(columns=[extra]) if extra else frame
-            validate(name, body)  # a report is only as good as its tables
+            for _, part in frame.groupby("run_id", sort=False):  # each run's table, as it was logged
+                body = part.drop(columns=["run_id"]) if name in ("steps", "tokens", "checks") else part
+                validate(name, body.reset_index(drop=True))  # a report is only as good as its tables
             tables[name] = frame
         else:
             tables[name] = pd.DataFrame()

@@ -1,0 +1,70 @@
+"""The sweep report from an MLflow store: several finished runs with their logged tables (as the flow
+logs them, one table per run), a failed run and an older duplicate left out, the report written and
+logged as the experiment's ``report`` run."""
+
+from __future__ import annotations
+
+import pytest
+
+from fp8rl_core.metrics.summary import run_kl_summary
+from tasks import reporting, tracking
+from tests.core.report.test_claims import check_rows, step_rows, token_rows
+
+DENSE = "qwen3-dense-mini"
+DELTA = {"bf16-sampler": 0.1, "all": 0.1 * 0.84 ** 0.5}  # k3 ∝ δ²: all's KL is 0.84 × the BF16 sampler's
+
+
+@pytest.fixture()
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("FP8RL_ARTIFACTS", str(tmp_path / "artifacts"))
+    return tmp_path
+
+
+def _log_run(sweep: str, preset: str, seed: int, status: str = "FINISHED", rid: str | None = None) -> str:
+    rid = rid or f"{preset}-{seed}"
+    params = {"preset": preset, "model": DENSE, "seed": str(seed), "learner.tokens_per_microbatch": "4096",
+              "learner.group_size": "4"}
+    run = tracking.open_run(sweep, "sid", rid, f"{DENSE}-{preset}-s{seed}", params, None)
+    tokens = token_rows(preset, seed, delta=DELTA[preset])
+    tracking.log_table(run, "tokens", tokens)
+    tracking.log_table(run, "steps", step_rows(preset, DENSE, seed))
+    tracking.log_table(run, "checks", check_rows())
+    tracking.log_table(run, "kl_summary", run_kl_summary(tokens, run_id=rid, preset=preset, model=DENSE, seed=seed,
+                                                         n_boot=50))
+    tracking.log_metrics(run, {"kl/k3": 1.0})
+    tracking.terminate(run, status)
+    return run
+
+
+def test_a_sweep_report_from_mlflow(store):
+    sweep = "dense-matching"
+    _log_run(sweep, "all", 0, rid="all-0")  # an older run of the same id: superseded by the newer one below
+    for seed in (0, 1, 2):
+        for preset in ("bf16-sampler", "all"):
+            _log_run(sweep, preset, seed)
+    _log_run(sweep, "all", 7, status="FAILED")
+    data = reporting.sweep_data(sweep, store / "dl", configs=store / "no-configs")
+    assert sorted(data.runs["run_id"]) == sorted(f"{p}-{s}" for p in DELTA for s in (0, 1, 2))
+    assert set(data.runs["learner_precision"]) == {"mxfp8"} and set(data.runs["seed"]) == {0, 1, 2}
+    assert len(data.tokens) == 6 * len(token_rows("all", 0, delta=0.1)) and data.tokens["run_id"].nunique() == 6
+    assert data.steps["run_id"].nunique() == 6 and len(data.kl_summary) == 6 * 3
+
+    out = store / "report"
+    summary = reporting.write_sweep_report(sweep, out, configs=store / "no-configs")
+    text = summary.read_text()
+    assert text.startswith("# fp8rl report: dense-matching") and "16%" in text
+    assert "reproduced" in text and any(p.suffix == ".png" for p in out.iterdir())
+    c = tracking.client()
+    reports = [r for r in c.search_runs([c.get_experiment_by_name(sweep).experiment_id])
+               if r.data.tags.get("fp8rl.kind") == "report"]
+    assert len(reports) == 1 and reports[0].info.status == "FINISHED"
+    assert "summary.md" in {f.path for f in c.list_artifacts(reports[0].info.run_id)}
+
+
+def test_an_unknown_or_empty_sweep_is_named(store):
+    with pytest.raises(LookupError, match="no MLflow experiment named 'nope'"):
+        reporting.sweep_data("nope", store / "dl")
+    _log_run("empty", "all", 0, status="FAILED")
+    with pytest.raises(LookupError, match="sweep 'empty' has no FINISHED run"):
+        reporting.sweep_data("empty", store / "dl")
