@@ -55,6 +55,12 @@ The tables
     (they are non-negative estimators); |Δ| ≥ 0 and max ≥ mean; |Δp| ≤ 1 (a probability difference);
     token_mult_prob_error ≥ 1 (a multiplicative error: exp of a mean |log ratio|); finite values; one
     row per (run, step) and one whole-run row per run; preset, model and seed fixed per run; lo ≤ hi.
+``probe`` — one row per sequence of the run's held-out probe batch: the *sums* over its positions of the
+    exact full-vocabulary KL(sampler‖learner) (``kl``), KL(learner‖sampler) (``kl_rev``) and Jensen–Shannon
+    (``js``), from :func:`fp8rl_core.loop.probe_divergence` at the final weights, with run_id, preset,
+    model, seed (the batch is drawn from the seed, so (seed, sequence) pairs presets). Protects the
+    exact-KL comparisons: divergences ≥ 0 (KL may be +inf when one side gives a token zero mass); JS ≤
+    ln 2 per position; one row per probe sequence; one preset and seed per run.
 ``checks`` — one row per (sync, condition) of the weight-sync checks: the flattened
     :meth:`fp8rl_core.checks.CheckReport.as_dict` (version, sync, tier, why, report_seconds) × its
     :meth:`CheckResult.as_dict` (condition, passed, measured, bound, count, seconds, detail, offenders);
@@ -415,6 +421,25 @@ _KL_SUMMARY_RULES = [
           "and the reverse", (), _ci_unpaired, tuple(f"{m}_{s}" for m in KL_METRICS for s in ("lo", "hi"))),
 ]
 
+_PROBE: dict[str, _Col] = {
+    "run_id": _col("str", NONEMPTY, doc="the run's id"),
+    "preset": _col("str", NONEMPTY, doc="the run's preset"),
+    "model": _col("str", NONEMPTY, doc="the run's model"),
+    "seed": _col("int", _ge(0, "a seed"), doc="the run's seed (the probe batch is drawn from it)"),
+    "sequence": _col("int", _ge(0, "a row index"), doc="row of the probe batch"),
+    "positions": _col("int", _ge(1, "a probe sequence scores at least one next token"), doc="scored positions"),
+    "kl": _col("float", _ge(0, "an exact KL divergence (a sum of them)"), doc="Σ over positions of KL(sampler‖learner)"),
+    "kl_rev": _col("float", _ge(0, "an exact KL divergence (a sum of them)"), doc="Σ of KL(learner‖sampler)"),
+    "js": _col("float", _ge(0, "a Jensen–Shannon divergence (a sum of them)"), FINITE, doc="Σ of JS"),
+}
+_PROBE_RULES = [
+    _unique("sequence", optional=("run_id",), what="one row per probe sequence"),
+    _rule("js ≤ ln 2 per position", "'js' must be ≤ ln 2 × 'positions' (JS is bounded by ln 2 nats per position)",
+          ("js", "positions"), lambda d: _num(d, "js") > math.log(2) * _num(d, "positions") + 1e-9),
+    _constant_per(["run_id"], "preset", "a run has one preset"),
+    _constant_per(["run_id"], "seed", "a run has one seed"),
+]
+
 _CHECKS: dict[str, _Col] = {
     "version": _col("int", _ge(0, "a weight version"), doc="learner version the sync carried"),
     "sync": _col("int", _ge(1, "syncs count from 1"), doc="the runner's sync counter"),
@@ -514,6 +539,7 @@ _TABLES: dict[str, tuple[dict[str, _Col], list[pa.Check], str]] = {
     "tokens": (_TOKENS, _TOKENS_RULES, "one row per sampled token (loop.rollout_and_learn)"),
     "microbatches": (_MICROBATCHES, _MICROBATCHES_RULES, "one row per learner micro-batch (grpo.MicroBatchTiming)"),
     "kl_summary": (_KL_SUMMARY, _KL_SUMMARY_RULES, "train–rollout mismatch per (run, step) or per run"),
+    "probe": (_PROBE, _PROBE_RULES, "exact full-vocabulary divergences per probe sequence (loop.probe_divergence)"),
     "checks": (_CHECKS, _CHECKS_RULES, "one row per (sync, condition) of the weight-sync checks"),
     "clean_syncs": (_CLEAN_SYNCS, _CLEAN_SYNCS_RULES, "one row per clean sync (checks.matrix.clean_series)"),
     "detection_matrix": (_DETECTION_MATRIX, _DETECTION_MATRIX_RULES, "one row per injected fault (checks.matrix.inject)"),

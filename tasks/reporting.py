@@ -36,9 +36,12 @@ def _preset_axis(sweep: str, configs: Path) -> list[str] | None:
     return [str(p) for p in axis] if isinstance(axis, list) else None
 
 
-def sweep_data(sweep: str, dest: str | Path, configs: str | Path = "configs") -> SweepData:
-    """The sweep's finished runs and their tables as :class:`SweepData` (tables validated on the way in)."""
-    raw = tracking.sweep_tables(sweep, dest)
+def sweep_data(sweep: str, dest: str | Path, configs: str | Path = "configs",
+               sweep_id: str | None = "latest") -> SweepData:
+    """The sweep's finished runs and their tables as :class:`SweepData` (tables validated on the way in).
+    ``sweep_id``: which expansion of the config (see :func:`tasks.tracking.sweep_tables`; default the
+    latest, so a report never mixes runs of an edited config with older ones)."""
+    raw = tracking.sweep_tables(sweep, dest, sweep_id)
     if not raw["runs"]:
         raise LookupError(f"sweep {sweep!r} has no FINISHED run in {tracking.tracking_uri()}; run it first "
                           f"(fp8rl run configs/{sweep}.yaml)")

@@ -49,6 +49,7 @@ class LiveRun:
     checks: list[dict] = field(default_factory=list)
     microbatches: list[dict] = field(default_factory=list)
     kl_summary: list[dict] = field(default_factory=list)
+    probe: list[dict] = field(default_factory=list)
     runner: CheckRunner | None = None
     last_good_version: int = 0  # the last version whose checks passed
 
@@ -187,7 +188,10 @@ def extract_kl_timing(key: str) -> dict:
     kl = {f"kl/{m}": float(run_row[m]) for m in KL_RUN_METRICS}
     kl |= {f"kl/{k}": float(v) for k, v in run_row.items() if k.endswith(("_lo", "_hi"))}
     probe = cfg.warmstart.task.prompts(cfg.metrics.probe_sequences, seed=cfg.seed + 70_001, split="eval").sequences
-    kl |= {f"kl/{k}": float(v) for k, v in probe_divergence(live.pipe, probe).items()}
+    div = probe_divergence(live.pipe, probe)
+    meta = {"run_id": key, "preset": cfg.preset, "model": cfg.model, "seed": cfg.seed}
+    live.probe = [meta | row for row in div.pop("per_sequence")]
+    kl |= {f"kl/{k}": float(v) for k, v in div.items()}
     timing = summarize_steps(live.steps, [c for c in TIMING_COLUMNS if c != "total_s"])
     return kl | {f"time/{k}": v for k, v in timing.items()} | {
         "reward/final": live.steps[-1]["mean_reward"], "reward/mean": sum(r["mean_reward"] for r in live.steps) / len(live.steps)}
@@ -217,7 +221,7 @@ def record_run(key: str, mlflow_run: str, summary: dict) -> None:
     """Log the run's summary metrics and its tables (parquet) and check results (JSON)."""
     live = _live(key)
     tables = {"steps": live.steps, "tokens": live.tokens, "microbatches": live.microbatches,
-              "kl_summary": live.kl_summary, "checks": check_rows(live.checks)}
+              "kl_summary": live.kl_summary, "probe": live.probe, "checks": check_rows(live.checks)}
     for name, rows in tables.items():  # every table is validated before anything is logged
         validate(name, rows)
     tracking.log_metrics(mlflow_run, summary, step=len(live.steps))

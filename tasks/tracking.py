@@ -203,16 +203,19 @@ def find_finished(sweep: str, run_id: str) -> str | None:
 
 
 #: the tables every finished run logs under ``tables/`` (tasks.stages.record_run)
-RUN_TABLES = ("steps", "tokens", "microbatches", "kl_summary", "checks")
+RUN_TABLES = ("steps", "tokens", "microbatches", "kl_summary", "probe", "checks")
 
 
-def sweep_tables(sweep: str, dest: str | Path) -> dict:
+def sweep_tables(sweep: str, dest: str | Path, sweep_id: str | None = "latest") -> dict:
     """Everything a report needs from a sweep's MLflow experiment: ``runs`` (one dict per FINISHED run —
     MLflow run id, fp8rl run id, name, params as logged, final metrics) and, per table of
     :data:`RUN_TABLES`, the concatenated rows of every run (with its fp8rl ``run_id``). Parquet files
     are downloaded under ``dest``. The newest FINISHED MLflow run wins when a run id was run twice;
     runs that are not FINISHED, and runs without an fp8rl run id (e.g. a report run), are left out.
-    Raises ``LookupError`` naming the known experiments when the sweep has none."""
+    ``sweep_id``: only runs of that expansion of the config (tag ``fp8rl.sweep_id``, a hash of its run
+    ids: a changed config is a new expansion); ``"latest"`` (default) the expansion of the newest
+    FINISHED run; None every expansion. Raises ``LookupError`` naming the known experiments when the
+    sweep has none."""
     import pyarrow.parquet as pq
 
     c = client()
@@ -222,11 +225,16 @@ def sweep_tables(sweep: str, dest: str | Path) -> dict:
         raise LookupError(f"no MLflow experiment named {sweep!r} at {tracking_uri()}; known: {', '.join(known) or 'none'}")
     found = c.search_runs([exp.experiment_id], filter_string="attributes.status = 'FINISHED'",
                           order_by=["attributes.start_time DESC"], max_results=5000)
+    found = [r for r in found if r.data.tags.get("fp8rl.run_id")]
+    if sweep_id == "latest":
+        sweep_id = found[0].data.tags.get("fp8rl.sweep_id") if found else None
+    if sweep_id is not None:
+        found = [r for r in found if r.data.tags.get("fp8rl.sweep_id") == sweep_id]
     runs, seen = [], set()
     tables: dict[str, list[dict]] = {t: [] for t in RUN_TABLES}
     for r in found:
         rid = r.data.tags.get("fp8rl.run_id")
-        if rid is None or rid in seen:
+        if rid in seen:
             continue
         seen.add(rid)
         runs.append({"mlflow_run": r.info.run_id, "run_id": rid, "name": r.info.run_name,
@@ -238,10 +246,11 @@ def sweep_tables(sweep: str, dest: str | Path) -> dict:
             if t not in have:
                 continue
             rows = pq.read_table(c.download_artifacts(r.info.run_id, f"tables/{t}.parquet", str(folder))).to_pylist()
-            if t != "microbatches" and t != "kl_summary":
+            if t in ("steps", "tokens", "checks"):  # the others carry their run id already
                 rows = [row | {"run_id": rid} for row in rows]
             tables[t].extend(rows)
-    return {"sweep": sweep, "experiment_id": exp.experiment_id, "runs": list(reversed(runs))} | tables
+    return {"sweep": sweep, "experiment_id": exp.experiment_id, "sweep_id": sweep_id,
+            "runs": list(reversed(runs))} | tables
 
 
 def open_report_run(sweep: str) -> str:

@@ -4,8 +4,10 @@ Pure like the rest of ``fp8rl_core``: it takes a :class:`SweepData` (DataFrames 
 from MLflow) and writes PNG and Markdown files into the directory it is given — nothing here knows
 where runs are stored.
 
-- :mod:`.data` — :class:`SweepData`, per-sequence units keyed (seed, step, sequence), interval tables;
-- :mod:`.claims` — DESIGN.md's reference results as :data:`CLAIMS` and :func:`evaluate_claims`;
+- :mod:`.data` — :class:`SweepData`, per-sequence units keyed (seed, step, sequence), exact probe-batch
+  units keyed (seed, 0, probe sequence), interval tables;
+- :mod:`.claims` — DESIGN.md's reference results as :data:`CLAIMS` and :func:`evaluate_claims` (KL claims
+  on the exact probe KL and on the sampled-token k3, one row each);
 - :mod:`.plots` — KL per preset and per step, micro-batch cost lines, step time breakdown, matrix;
 - :mod:`.markdown` — :func:`write_report`: ``summary.md`` + figures.
 
@@ -15,6 +17,8 @@ where runs are stored.
 
 from .claims import (
     CLAIMS,
+    MEASURE_LABELS,
+    PROBE_MEASURE,
     VERDICTS,
     Claim,
     absent_claims,
@@ -22,15 +26,21 @@ from .claims import (
     cost_models,
     direction_verdict,
     evaluate_claims,
+    measure_label,
 )
 from .data import (
     CANONICAL_PRESETS,
+    PROBE_COLUMNS,
+    PROBE_LABELS,
+    PROBE_METRICS,
     REPORT_METRICS,
     SweepData,
     Units,
     interval_table,
     is_moe,
+    is_probe_metric,
     preset_order,
+    probe_units,
     sequence_units,
     with_run_columns,
 )
@@ -38,8 +48,9 @@ from .markdown import write_report
 from .plots import detection_matrix, kl_by_preset, kl_over_steps, microbatch_time, step_breakdown
 
 __all__ = [
-    "CANONICAL_PRESETS", "CLAIMS", "REPORT_METRICS", "VERDICTS", "Claim", "SweepData", "Units", "absent_claims",
-    "compare_presets", "cost_models", "detection_matrix", "direction_verdict", "evaluate_claims", "interval_table",
-    "is_moe", "kl_by_preset", "kl_over_steps", "microbatch_time", "preset_order", "sequence_units", "step_breakdown",
-    "with_run_columns", "write_report",
+    "CANONICAL_PRESETS", "CLAIMS", "MEASURE_LABELS", "PROBE_COLUMNS", "PROBE_LABELS", "PROBE_MEASURE", "PROBE_METRICS",
+    "REPORT_METRICS", "VERDICTS", "Claim", "SweepData", "Units", "absent_claims", "compare_presets", "cost_models",
+    "detection_matrix", "direction_verdict", "evaluate_claims", "interval_table", "is_moe", "is_probe_metric",
+    "kl_by_preset", "kl_over_steps", "measure_label", "microbatch_time", "preset_order", "probe_units",
+    "sequence_units", "step_breakdown", "with_run_columns", "write_report",
 ]

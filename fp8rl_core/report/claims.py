@@ -3,13 +3,14 @@
 DESIGN.md ("Reference results") lists what the paper measured (dense Qwen3-8B, MoE Qwen3-30B-A3B,
 B200, single seed). :data:`CLAIMS` holds each statement with its number and what a sweep must contain
 to test it; :func:`evaluate_claims` measures each on a :class:`~fp8rl_core.report.data.SweepData` with
-confidence intervals and returns one row per (claim, model):
+confidence intervals and returns one row per (claim, model[, measure]):
 
-``{"id", "claim", "model", "paper", "measured", "ratio", "lo", "hi", "value", "paper_in_ci", "verdict",
-"why"}`` — ``ratio``/``lo``/``hi`` for claims that are a ratio b/a (else None), ``value`` the claim's
-number for the others (a fraction, seconds, tokens; else None), ``paper_in_ci`` whether the paper's
-number (or range) lies inside the interval (None when not applicable), ``verdict`` one of
-:data:`VERDICTS`, ``why`` the reason in words.
+``{"id", "claim", "model", "measure", "paper", "measured", "ratio", "lo", "hi", "value", "paper_in_ci",
+"verdict", "why"}`` — ``measure`` the KL measure of a KL claim's row (``"probe_kl"`` or ``"k3"``, see
+below; None for the other claims), ``ratio``/``lo``/``hi`` for claims that are a ratio b/a (else
+None), ``value`` the claim's number for the others (a fraction, seconds, tokens; else None),
+``paper_in_ci`` whether the paper's number (or range) lies inside the interval (None when not
+applicable), ``verdict`` one of :data:`VERDICTS`, ``why`` the reason in words.
 
 The claims
 ----------
@@ -60,10 +61,32 @@ Step and generation times (claim h) come from the ``steps`` table, one unit per 
 time being ``total_s − checks_s`` (the paper's pipeline runs no W1–W7 checks); without a steps table,
 from the runs' ``time/step_s`` / ``time/generate_s`` columns, one unit per run.
 
+Two KL measures
+---------------
+The KL claims (a, b, d, e) are measured twice when the sweep has a ``probe`` table
+(:attr:`SweepData.probe <fp8rl_core.report.data.SweepData>`), one row each, the measure named in the
+row's ``measure`` and at the end of its ``claim`` text:
+
+- ``"probe_kl"`` — "… — exact probe KL", listed first, the primary measure: the exact
+  full-vocabulary KL(sampler‖learner) per position on a fixed held-out probe batch at the final
+  weights (:func:`~fp8rl_core.report.data.probe_units`), paired by (seed, probe sequence) — the same
+  tokens for every preset. It is the divergence itself on fixed data, not an estimate from sampled
+  tokens, so it resolves differences the sampled estimator cannot;
+- ``"k3"`` (the claim's ``metric``) — "… — sampled-token k3": the k3 estimator on the tokens the
+  sampler drew, paired by prompt, as without a probe table. On tiny, very peaked policies it is
+  dominated by rare tokens and its intervals can span orders of magnitude.
+
+Both rows follow the same verdict rule; they are reported side by side, not combined. For claim d the
+probe row is whole-run only (the probe is measured at the final weights, so it has no step 1) and its
+verdict is the whole-run rule; "from the first step" is tested by the sampled-token row (whole run and
+step 1, as below). Without a probe table (an empty ``SweepData.probe``) the KL claims have their
+sampled-token rows only and the ``claim`` text carries no measure suffix — the rows are as before.
+
 Comparisons are paired (:func:`fp8rl_core.metrics.compare_ratio` with ``paired=True``) over
 sequence units keyed ``(seed, step, sequence)`` when both presets have the same keys (the same seeds,
 steps and batch shape: same prompts, see :mod:`fp8rl_core.report.data`), seeds as the upper-level
-cluster; otherwise unpaired, and ``why`` says so. Every bootstrap is seeded: the rows are
+cluster (probe units: keyed ``(seed, 0, probe sequence)``, paired when both presets have the same seeds
+and probe batch size); otherwise unpaired, and ``why`` says so. Every bootstrap is seeded: the rows are
 deterministic given the data.
 """
 
@@ -78,10 +101,16 @@ import pandas as pd
 
 from fp8rl_core.metrics import Comparison, compare_ratio, cost_model, describe_change, paired_units
 
-from .data import SweepData, Units, is_moe, sequence_units, with_run_columns
+from .data import SweepData, Units, is_moe, is_probe_metric, probe_units, sequence_units, with_run_columns
 
-__all__ = ["CLAIMS", "VERDICTS", "Claim", "absent_claims", "compare_presets", "cost_models", "direction_verdict",
-           "evaluate_claims"]
+__all__ = ["CLAIMS", "MEASURE_LABELS", "PROBE_MEASURE", "VERDICTS", "Claim", "absent_claims", "compare_presets",
+           "cost_models", "direction_verdict", "evaluate_claims", "measure_label"]
+
+#: the primary KL measure of the KL claims when the sweep has a probe table (a report metric name)
+PROBE_MEASURE = "probe_kl"
+#: a KL measure's name in a claim row's text (``"… — exact probe KL"``); other metrics: "sampled-token <metric>"
+MEASURE_LABELS = {"probe_kl": "exact probe KL", "probe_kl_rev": "exact probe KL(learner‖sampler)",
+                  "probe_js": "exact probe JS"}
 
 VERDICTS = ("reproduced", "not reproduced", "not measurable here")
 _CPU_TIMING = ("MXFP8 is emulated on CPU (no FP8 tensor cores, quantization is extra work) and the CPU sampler "
@@ -175,6 +204,19 @@ def _models(data: SweepData, which: str) -> list[str]:
     return models
 
 
+def measure_label(metric: str) -> str:
+    """A KL measure's name in words: ``"exact probe KL"`` for ``probe_kl``, ``"sampled-token k3"`` for
+    ``k3`` (:data:`MEASURE_LABELS`)."""
+    return MEASURE_LABELS.get(metric, f"sampled-token {metric}")
+
+
+def _units_of(data: SweepData, metric: str) -> dict[tuple, Units]:
+    """Units grouped by (model, preset): probe units for a probe measure, sequence units otherwise."""
+    if is_probe_metric(metric):
+        return probe_units(data, metric, ("model", "preset"))
+    return sequence_units(data, metric, ("model", "preset"))
+
+
 def _describe(cmp_ratio: float, lo: float, hi: float, level: float) -> str:
     """describe_change's words, or plain numbers when the interval does not hold the point estimate
     (a percentile interval can miss it on very skewed data) or a value is not a valid ratio."""
@@ -190,12 +232,17 @@ def compare_presets(data: SweepData, baseline: str, candidate: str, *, metric: s
     """``metric`` of ``candidate`` relative to ``baseline`` (a ratio b/a with its bootstrap interval).
 
     Units: :func:`~fp8rl_core.report.data.sequence_units` grouped by (model, preset) (``model`` None:
-    the sweep's only model — several models raise). ``step``: one RL step only. Paired when both
-    sides have the same ``(seed, step, sequence)`` keys (seeds as clusters), else unpaired.
-    Returns None when either preset has no tokens, else ``{"comparison": Comparison, "paired": bool,
-    "sequences": (n_a, n_b), "seeds": (s_a, s_b), "text": words}``. Raises ValueError from
+    the sweep's only model — several models raise); for a probe measure (``metric`` one of
+    :data:`~fp8rl_core.report.data.PROBE_METRICS`, e.g. ``"probe_kl"``)
+    :func:`~fp8rl_core.report.data.probe_units`, whose step column is 0. ``step``: one RL step only.
+    Paired when both sides have the same ``(seed, step, sequence)`` keys (seeds as clusters), else
+    unpaired.
+    Returns None when either preset has no units (no tokens, or no probe rows), else
+    ``{"comparison": Comparison, "paired": bool, "sequences": (n_a, n_b), "seeds": (s_a, s_b),
+    "text": words}``. Raises ValueError from
     :func:`~fp8rl_core.metrics.compare_ratio` when the baseline's metric is 0."""
-    units = _units if _units is not None else sequence_units(data, metric, ("model", "preset"))
+    units = _units if _units is not None else _units_of(data, metric)
+    probe = is_probe_metric(metric)
     if model is None:
         models = sorted({k[0] for k in units})
         if len(models) > 1:
@@ -212,13 +259,16 @@ def compare_presets(data: SweepData, baseline: str, candidate: str, *, metric: s
     if same_keys:
         a, b, keys = paired_units(ua.keys, (ua.num, ua.den), ub.keys, (ub.num, ub.den))
         cmp = compare_ratio(a, b, paired=True, groups=keys[:, 0], n_boot=n_boot, level=level, seed=seed)
-        how = f"paired by prompt over {keys.shape[0]} sequences, {np.unique(keys[:, 0]).size} seeds"
+        by = "held-out probe sequence" if probe else "prompt"
+        how = f"paired by {by} over {keys.shape[0]} sequences, {np.unique(keys[:, 0]).size} seeds"
     else:
         cmp = compare_ratio((ua.num, ua.den), (ub.num, ub.den), paired=False, groups=ua.seeds, b_groups=ub.seeds,
                             n_boot=n_boot, level=level, seed=seed)
-        how = (f"unpaired ({baseline} and {candidate} differ in seeds, steps or batch shape): "
+        differ = "seeds or probe batch size" if probe else "seeds, steps or batch shape"
+        how = (f"unpaired ({baseline} and {candidate} differ in {differ}): "
                f"{ua.keys.shape[0]} vs {ub.keys.shape[0]} sequences, {ua.n_seeds} vs {ub.n_seeds} seeds")
-    text = (f"{metric} {candidate} {_fmt(cmp.b)} vs {baseline} {_fmt(cmp.a)}: "
+    name = f"{measure_label(metric)} (nats/position)" if probe else metric
+    text = (f"{name} {candidate} {_fmt(cmp.b)} vs {baseline} {_fmt(cmp.a)}: "
             f"{_describe(cmp.ratio, cmp.lo, cmp.hi, level)}; {how}")
     return {"comparison": cmp, "paired": same_keys, "sequences": (ua.keys.shape[0], ub.keys.shape[0]),
             "seeds": (ua.n_seeds, ub.n_seeds), "text": text}
@@ -265,11 +315,14 @@ def direction_verdict(lo: float, hi: float, direction: str, *, null: float = 1.0
 
 
 def _row(claim: Claim, model: str | None, measured: str, verdict: str, why: str, *, ratio=None, lo=None, hi=None,
-         value=None, paper_in_ci=None) -> dict[str, Any]:
+         value=None, paper_in_ci=None, measure: str | None = None, suffix: bool = False) -> dict[str, Any]:
     label = f"({claim.id}) {claim.text}" + (f" — {model}" if model else "")
+    if suffix and measure is not None:
+        label += f" — {measure_label(measure)}"
     if verdict not in VERDICTS:
         raise AssertionError(f"unknown verdict {verdict!r}")
-    return {"id": claim.id, "claim": label, "model": model, "paper": claim.paper, "measured": measured,
+    return {"id": claim.id, "claim": label, "model": model, "measure": measure, "paper": claim.paper,
+            "measured": measured,
             "ratio": None if ratio is None else float(ratio), "lo": None if lo is None else float(lo),
             "hi": None if hi is None else float(hi), "value": None if value is None else float(value),
             "paper_in_ci": paper_in_ci, "verdict": verdict, "why": why}
@@ -283,38 +336,58 @@ class _Ctx:
     def __init__(self, data: SweepData, n_boot: int, level: float, seed: int) -> None:
         self.data, self.n_boot, self.level, self.seed = data, n_boot, level, seed
         self._units: dict[str, dict[tuple, Units]] = {}
+        #: whether the sweep has a probe table: then KL claim rows name their measure
+        self.has_probe = not data.probe.empty
 
     def units(self, metric: str) -> dict[tuple, Units]:
         if metric not in self._units:
-            self._units[metric] = sequence_units(self.data, metric, ("model", "preset"))
+            self._units[metric] = _units_of(self.data, metric)
         return self._units[metric]
 
-    def compare(self, claim: Claim, model: str, step: int | None = None) -> dict[str, Any] | None:
-        return compare_presets(self.data, claim.baseline, claim.candidate, metric=claim.metric, model=model,
+    def measures(self, claim: Claim) -> list[str]:
+        """A KL claim's measures, primary first: the exact probe KL (when there is a probe table), then
+        the claim's sampled-token metric."""
+        return ([PROBE_MEASURE] if self.has_probe else []) + [claim.metric]
+
+    def compare(self, claim: Claim, model: str, step: int | None = None,
+                metric: str | None = None) -> dict[str, Any] | None:
+        metric = metric or claim.metric
+        return compare_presets(self.data, claim.baseline, claim.candidate, metric=metric, model=model,
                                step=step, n_boot=self.n_boot, level=self.level, seed=self.seed,
-                               _units=self.units(claim.metric))
+                               _units=self.units(metric))
+
+    def row(self, claim: Claim, model: str | None, measure: str, *args, **kwargs) -> dict[str, Any]:
+        return _row(claim, model, *args, measure=measure, suffix=self.has_probe, **kwargs)
 
 
-def _kl_models(ctx: _Ctx, claim: Claim) -> list[str]:
-    units = ctx.units(claim.metric)
+def _kl_models(ctx: _Ctx, claim: Claim, metric: str | None = None) -> list[str]:
+    units = ctx.units(metric or claim.metric)
     return [m for m in _models(ctx.data, claim.models)
             if (m, claim.baseline) in units and (m, claim.candidate) in units]
 
 
-def _zero_baseline(claim: Claim, model: str, exc: ValueError) -> dict[str, Any]:
-    return _row(claim, model, f"{claim.metric} of {claim.baseline} is 0", "not measurable here",
-                f"the ratio is undefined: {claim.baseline} has zero {claim.metric} on (almost) every sequence, "
-                "i.e. its "
-                f"sampler and learner agreed exactly ({exc})")
+def _kl_cells(ctx: _Ctx, claim: Claim) -> list[tuple[str, str]]:
+    """The (model, measure) pairs a KL claim has rows for: per model (in runs order), the measures both
+    presets have, primary first."""
+    have = {m: set(_kl_models(ctx, claim, m)) for m in ctx.measures(claim)}
+    return [(model, m) for model in _models(ctx.data, claim.models) for m in ctx.measures(claim) if model in have[m]]
+
+
+def _zero_baseline(ctx: _Ctx, claim: Claim, model: str, exc: ValueError, metric: str) -> dict[str, Any]:
+    name = measure_label(metric) if is_probe_metric(metric) else metric
+    return ctx.row(claim, model, metric, f"{name} of {claim.baseline} is 0", "not measurable here",
+                   f"the ratio is undefined: {claim.baseline} has zero {name} on (almost) every sequence, "
+                   "i.e. its "
+                   f"sampler and learner agreed exactly ({exc})")
 
 
 def _eval_kl_ratio(ctx: _Ctx, claim: Claim) -> list[dict[str, Any]]:
     rows = []
-    for model in _kl_models(ctx, claim):
+    for model, metric in _kl_cells(ctx, claim):
         try:
-            res = ctx.compare(claim, model)
+            res = ctx.compare(claim, model, metric=metric)
         except ValueError as exc:
-            rows.append(_zero_baseline(claim, model, exc))
+            rows.append(_zero_baseline(ctx, claim, model, exc, metric))
             continue
         c: Comparison = res["comparison"]
         verdict, why, inside = direction_verdict(c.lo, c.hi, claim.direction, level=c.level, paper=claim.paper_ratio,
@@ -324,8 +397,8 @@ def _eval_kl_ratio(ctx: _Ctx, claim: Claim) -> list[dict[str, Any]]:
         precision = _learner_precisions(ctx.data, model, (claim.baseline, claim.candidate))
         if claim.id in ("a", "b") and precision != {"mxfp8"}:
             why += f"; note: the learner precision of these runs is {sorted(precision)}, the claim is about MXFP8"
-        rows.append(_row(claim, model, res["text"], verdict, why, ratio=c.ratio, lo=c.lo, hi=c.hi,
-                         paper_in_ci=inside))
+        rows.append(ctx.row(claim, model, metric, res["text"], verdict, why, ratio=c.ratio, lo=c.lo, hi=c.hi,
+                            paper_in_ci=inside))
     return rows
 
 
@@ -339,14 +412,28 @@ def _learner_precisions(data: SweepData, model: str, presets: Sequence[str]) -> 
 
 def _eval_first_step(ctx: _Ctx, claim: Claim) -> list[dict[str, Any]]:
     rows = []
-    for model in _kl_models(ctx, claim):
-        units = ctx.units(claim.metric)
+    for model, metric in _kl_cells(ctx, claim):
+        if is_probe_metric(metric):  # measured at the final weights only: a whole-run row
+            try:
+                res = ctx.compare(claim, model, metric=metric)
+            except ValueError as exc:
+                rows.append(_zero_baseline(ctx, claim, model, exc, metric))
+                continue
+            c = res["comparison"]
+            verdict, why, inside = direction_verdict(c.lo, c.hi, claim.direction, level=c.level,
+                                                     paper=claim.paper_ratio)
+            why = (f"whole run: {why}; the probe is measured at the final weights only, so this row is whole-run — "
+                   "'from the first step' is tested by the sampled-token row")
+            rows.append(ctx.row(claim, model, metric, f"final weights: {res['text']}", verdict, why, ratio=c.ratio,
+                                lo=c.lo, hi=c.hi, paper_in_ci=inside))
+            continue
+        units = ctx.units(metric)
         first = int(min(units[(model, p)].keys[:, 1].min() for p in (claim.baseline, claim.candidate)))
         try:
-            whole = ctx.compare(claim, model)
-            step1 = ctx.compare(claim, model, step=first)
+            whole = ctx.compare(claim, model, metric=metric)
+            step1 = ctx.compare(claim, model, step=first, metric=metric)
         except ValueError as exc:
-            rows.append(_zero_baseline(claim, model, exc))
+            rows.append(_zero_baseline(ctx, claim, model, exc, metric))
             continue
         c = whole["comparison"]
         v_all, why_all, inside = direction_verdict(c.lo, c.hi, claim.direction, level=c.level, paper=claim.paper_ratio)
@@ -359,7 +446,8 @@ def _eval_first_step(ctx: _Ctx, claim: Claim) -> list[dict[str, Any]]:
             measured += f"; step {first}: {step1['text']}"
             verdict = "reproduced" if v_all == v_1 == "reproduced" else "not reproduced"
             why = f"whole run: {why_all}; step {first}: {why_1}"
-        rows.append(_row(claim, model, measured, verdict, why, ratio=c.ratio, lo=c.lo, hi=c.hi, paper_in_ci=inside))
+        rows.append(ctx.row(claim, model, metric, measured, verdict, why, ratio=c.ratio, lo=c.lo, hi=c.hi,
+                            paper_in_ci=inside))
     return rows
 
 
@@ -578,8 +666,9 @@ def _eval_time(ctx: _Ctx, claim: Claim) -> list[dict[str, Any]]:
 
 def evaluate_claims(data: SweepData, *, trace_paths: Any = None, n_boot: int = 2000, level: float = 0.95,
                     seed: int = 0, claims: Sequence[Claim] = CLAIMS) -> list[dict[str, Any]]:
-    """One row per (claim, model) the sweep can test, in :data:`CLAIMS` order (see the module docstring
-    for the rows, the rules and what is omitted).
+    """One row per (claim, model) the sweep can test — per (claim, model, measure) for the KL claims when
+    the sweep has a probe table, the exact probe KL row first — in :data:`CLAIMS` order (see the module
+    docstring for the rows, the two measures, the rules and what is omitted).
 
     ``trace_paths``: optional GPU profiler traces for claim g, ``{"mxfp8": path, "bf16": path}`` or a
     pair (mxfp8, bf16) of anything :func:`fp8rl_core.metrics.load_trace` reads. ``n_boot``, ``level``,

@@ -25,6 +25,30 @@ the pairing by prompt.
 
 >>> # units = sequence_units(data, "k3", by=("model", "preset"))
 >>> # u = units[("qwen3-dense-mini", "all")]; u.num.sum() / u.den.sum() is the token-mean k3
+
+Probe units: the exact KL on a fixed held-out batch
+---------------------------------------------------
+The sampled-token estimators above (k3 on the tokens the sampler drew) are dominated by rare events
+when the policies are peaked: most sampled tokens have p ≈ 1 on both sides and contribute ≈ 0, a few
+contribute almost everything, and the interval spans orders of magnitude. Each run therefore also
+logs the ``probe`` table: at the run's final weights, the EXACT full-vocabulary divergences
+(:func:`fp8rl_core.metrics.full_vocab_divergence`) on a fixed held-out probe batch, one row per probe
+sequence with the sums over its scored positions (``kl`` = Σ KL(sampler‖learner), ``kl_rev`` =
+Σ KL(learner‖sampler), ``js`` = Σ Jensen–Shannon, nats) and the number of ``positions``.
+:func:`probe_units` turns it into (num, den) = (sum, positions) units — the per-position mean of a
+set of sequences is Σnum/Σden, exactly like a token mean — keyed ``(seed, 0, sequence)``: the step
+column is padded with 0 (the probe has no RL step; it is measured once, at the final weights) so that
+the units are :class:`Units` and go through the same bootstrap and comparison code. The probe batch is
+drawn from the run's seed only, so probe sequence ``i`` of a seed is the same held-out sequence for
+every preset: ``(seed, sequence)`` pairs presets exactly (same tokens, not only the same prompt), and
+a paired ratio cancels each sequence's difficulty.
+
+In the report's tables these measures are named :data:`PROBE_METRICS` (``probe_kl``,
+``probe_kl_rev``, ``probe_js``); :func:`interval_table` and
+:func:`~fp8rl_core.report.claims.compare_presets` accept them wherever they accept a token metric.
+
+>>> # units = probe_units(data, "kl", by=("model", "preset"))
+>>> # u = units[("qwen3-dense-mini", "all")]; u.estimate is the exact KL in nats per position
 """
 
 from __future__ import annotations
@@ -42,10 +66,15 @@ __all__ = [
     "CANONICAL_PRESETS",
     "REPORT_METRICS",
     "SweepData",
+    "PROBE_COLUMNS",
+    "PROBE_LABELS",
+    "PROBE_METRICS",
     "Units",
     "interval_table",
     "is_moe",
+    "is_probe_metric",
     "preset_order",
+    "probe_units",
     "sequence_units",
     "with_run_columns",
 ]
@@ -56,6 +85,15 @@ CANONICAL_PRESETS = ("bf16-e2e", "bf16-sampler", "half", "all", "other-grid")
 #: the mismatch metrics the report tabulates with confidence intervals (token means)
 REPORT_METRICS = ("k1", "k3", "k3_rev", "mean_abs_logprob_diff", "mean_abs_prob_diff", "token_mult_prob_error",
                   "chi2_token")
+
+#: the exact probe-batch divergences the report tabulates (per-position means), as report metric names
+PROBE_METRICS = ("probe_kl", "probe_kl_rev", "probe_js")
+#: report metric name → ``probe`` table column (the per-sequence sum over positions)
+PROBE_COLUMNS = {"probe_kl": "kl", "probe_kl_rev": "kl_rev", "probe_js": "js"}
+#: report metric name → its row label in the report (units included)
+PROBE_LABELS = {"probe_kl": "exact probe KL (nats/position)",
+                "probe_kl_rev": "exact probe KL(learner‖sampler) (nats/position)",
+                "probe_js": "exact probe JS (nats/position)"}
 
 
 def _empty() -> pd.DataFrame:
@@ -95,6 +133,14 @@ class SweepData:
     emulated
         True when the learner's MXFP8 is the CPU emulation (every CPU sweep): timing claims then cannot
         transfer to FP8 hardware and the report says so. False for runs on FP8 tensor cores.
+    probe
+        The ``probe`` table of every run: one row per held-out probe sequence, measured at the run's
+        final weights — ``run_id``, ``sequence`` (the probe row index, ≥ 0), ``positions`` (scored
+        next-token positions, ≥ 1), ``kl`` / ``kl_rev`` / ``js`` (SUMS over those positions of the
+        exact KL(sampler‖learner), KL(learner‖sampler) and Jensen–Shannon divergence, nats) and
+        optionally ``preset``, ``model``, ``seed`` (the run's own values are taken from ``runs``).
+        Empty: the report uses the sampled-token estimators only, exactly as without this field. See
+        the module docstring ("Probe units") and :func:`probe_units`.
 
     Missing tables are empty DataFrames; the report leaves out what they would have fed.
     """
@@ -109,9 +155,10 @@ class SweepData:
     matrix: list[dict] | None = None
     presets: Sequence[str] | None = None
     emulated: bool = True
+    probe: pd.DataFrame = field(default_factory=_empty)
 
     def __post_init__(self) -> None:
-        for name in ("runs", "tokens", "steps", "microbatches", "kl_summary", "checks"):
+        for name in ("runs", "tokens", "steps", "microbatches", "kl_summary", "checks", "probe"):
             value = getattr(self, name)
             if value is None:
                 setattr(self, name, _empty())
@@ -123,6 +170,10 @@ class SweepData:
         if not self.runs.empty and self.runs["run_id"].duplicated().any():
             dup = sorted(self.runs.loc[self.runs["run_id"].duplicated(), "run_id"].astype(str))
             raise ValueError(f"SweepData.runs must hold one row per run; run_id repeated: {dup[:3]}")
+        probe_needs = {"run_id", "sequence", "positions", "kl"}
+        if not self.probe.empty and not probe_needs <= set(self.probe.columns):
+            raise ValueError(f"SweepData.probe needs the columns {sorted(probe_needs)} (and kl_rev, js for those "
+                             f"measures); it has {list(self.probe.columns)}")
 
 
 def preset_order(data: SweepData) -> list[str]:
@@ -235,6 +286,59 @@ def sequence_units(data: SweepData, metric: str = "k3", by: Sequence[str] = ("pr
     return result
 
 
+def is_probe_metric(metric: str) -> bool:
+    """Whether a report metric name is an exact probe-batch measure (:data:`PROBE_METRICS`)."""
+    return metric in PROBE_COLUMNS
+
+
+def probe_units(data: SweepData, metric: str = "kl", by: Sequence[str] = ("model", "preset")
+                ) -> dict[tuple, Units]:
+    """Per-probe-sequence units of an exact divergence for each group of runs, from ``data.probe``.
+
+    ``metric``: a ``probe`` column — ``"kl"`` (KL(sampler‖learner)), ``"kl_rev"`` (KL(learner‖sampler)),
+    ``"js"`` — or its report name (``"probe_kl"``, ``"probe_kl_rev"``, ``"probe_js"``). Each unit is one
+    probe sequence of one run: ``num`` = the divergence summed over its positions, ``den`` = its
+    ``positions``, so :attr:`Units.estimate` is the per-position mean in nats. Keys are
+    ``(seed, 0, sequence)`` — the step column padded with 0, the probe being measured once, at the final
+    weights (module docstring, "Probe units") — which pair presets by held-out sequence. ``by`` and the
+    grouping work as in :func:`sequence_units`: the seed and group values come from ``data.runs``, probe
+    rows of runs not in ``runs`` are ignored, groups come in ``runs`` order. Empty probe table → ``{}``."""
+    column = PROBE_COLUMNS.get(metric, metric)
+    if column not in PROBE_COLUMNS.values():
+        raise ValueError(f"unknown probe metric {metric!r}: use one of {list(PROBE_COLUMNS.values())} "
+                         f"or {list(PROBE_COLUMNS)}")
+    by = list(by)
+    if data.probe.empty or data.runs.empty:
+        return {}
+    if column not in data.probe.columns:
+        raise ValueError(f"the probe table has no {column!r} column; it has {list(data.probe.columns)}")
+    missing = [c for c in by if c not in data.runs.columns]
+    if missing:
+        raise ValueError(f"cannot group by {missing}: runs has {list(data.runs.columns)}")
+    out: dict[tuple, list] = {}
+    probe_by_run = dict(tuple(data.probe.groupby("run_id", sort=False)))
+    for _, run in data.runs.iterrows():
+        rows = probe_by_run.get(run["run_id"])
+        if rows is None or rows.empty:
+            continue
+        seq = rows["sequence"].to_numpy(np.int64)
+        den = rows["positions"].to_numpy(np.float64)
+        if (den < 1).any():
+            raise ValueError(f"probe rows of run {run['run_id']} have positions < 1: every probe sequence scores "
+                             "at least one position")
+        keys = np.column_stack([np.full(len(seq), int(run["seed"]), np.int64), np.zeros(len(seq), np.int64), seq])
+        out.setdefault(tuple(run[c] for c in by), []).append(
+            (keys, rows[column].to_numpy(np.float64), den, str(run["run_id"])))
+    result = {}
+    for group, parts in out.items():
+        keys = np.concatenate([p[0] for p in parts])
+        num = np.concatenate([p[1] for p in parts])
+        den = np.concatenate([p[2] for p in parts])
+        order = np.lexsort(keys.T[::-1])
+        result[group] = Units(keys[order], num[order], den[order], tuple(p[3] for p in parts))
+    return result
+
+
 def interval_table(data: SweepData, metrics: Sequence[str] = REPORT_METRICS, *, by: Sequence[str] = ("model", "preset"),
                    per_step: bool = False, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> pd.DataFrame:
     """Each metric per group with its bootstrap interval: one row per (group, metric[, step]).
@@ -244,11 +348,20 @@ def interval_table(data: SweepData, metrics: Sequence[str] = REPORT_METRICS, *, 
     deterministic. ``per_step``: one row per RL step as well (column ``step``; each step's sequences
     only). Columns: the ``by`` columns, ``metric``, [``step``,] ``estimate``, ``lo``, ``hi``, ``level``,
     ``sequences``, ``seeds``, ``tokens``. Groups follow :func:`preset_order` when ``preset`` is a
-    ``by`` column."""
+    ``by`` column.
+
+    ``metrics`` may name the exact probe measures :data:`PROBE_METRICS` (``probe_kl`` …): their rows
+    come from :func:`probe_units` (``sequences`` = probe sequences, ``tokens`` = scored positions) and
+    are left out with ``per_step`` (the probe has no RL step)."""
     by = list(by)
     rows = []
     for metric in metrics:
-        units = sequence_units(data, metric, by)
+        if is_probe_metric(metric):
+            if per_step:
+                continue
+            units = probe_units(data, metric, by)
+        else:
+            units = sequence_units(data, metric, by)
         for group, u in units.items():
             parts = [(None, u)] if not per_step else [(int(s), u.at_step(int(s))) for s in np.unique(u.keys[:, 1])]
             for step, part in parts:
@@ -279,7 +392,7 @@ def _tokens_of(data: SweepData, units: Units, metric: str) -> float:
     """Tokens behind a group's units: the denominators for token means, else looked up from the keys."""
     from fp8rl_core.metrics import TOKEN_METRICS
 
-    if metric in TOKEN_METRICS:
+    if metric in TOKEN_METRICS or is_probe_metric(metric):
         return float(units.den.sum())
     toks = data.tokens[data.tokens["run_id"].isin(units.runs)]
     return float(len(toks))

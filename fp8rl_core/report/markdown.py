@@ -6,7 +6,9 @@
 2. the claims table — claim | paper | measured (CI) | verdict | why — from
    :func:`~fp8rl_core.report.claims.evaluate_claims`, and the claims this sweep does not test;
 3. the runs (name, preset, model, seed, status and the run metrics present);
-4. per model, the mismatch metrics per preset with 95% bootstrap intervals
+4. per model, the mismatch metrics per preset with 95% bootstrap intervals — the exact probe-batch
+   divergences first when the sweep has a ``probe`` table (:data:`~fp8rl_core.report.data.PROBE_METRICS`:
+   rows "exact probe KL (nats/position)", its reverse KL and JS), then the sampled-token estimators
    (:data:`~fp8rl_core.report.data.REPORT_METRICS`);
 5. the micro-batch cost model's verdict, when the sweep timed micro-batches;
 6. the weight-sync check pass counts per condition;
@@ -27,13 +29,15 @@ import pandas as pd
 
 from . import plots
 from .claims import absent_claims, cost_models, evaluate_claims
-from .data import REPORT_METRICS, SweepData, interval_table, preset_order, with_run_columns
+from .data import (PROBE_LABELS, PROBE_METRICS, REPORT_METRICS, SweepData, interval_table, is_probe_metric,
+                   preset_order, with_run_columns)
 
 __all__ = ["RUN_METRICS", "write_report"]
 
 #: run-level metric columns shown in the runs table when present: column → header
 RUN_METRICS: dict[str, str] = {
-    "kl/k3": "KL k3", "kl/mean_abs_logprob_diff": "mean |Δlogp|", "reward/final": "final reward",
+    "kl/k3": "KL k3", "kl/full_kl": "probe KL", "kl/mean_abs_logprob_diff": "mean |Δlogp|",
+    "reward/final": "final reward",
     "time/step_s": "step s", "time/generate_s": "generate s", "time/learner_s": "learner s",
     "time/total_s": "run s",
 }
@@ -68,36 +72,61 @@ def _runs_section(data: SweepData) -> list[str]:
         whole = ks[ks["step"].isna()].drop_duplicates("run_id").set_index("run_id")["k3"]
         if not whole.empty:  # the whole-run rows of the KL summary stand in for the run metric
             r = r.assign(**{"kl/k3": r["run_id"].map(whole)})
+    pr = data.probe
+    if "kl/full_kl" not in r.columns and not pr.empty:  # the run's exact probe KL per position from its rows
+        sums = pr.groupby("run_id", sort=False)[["kl", "positions"]].sum()
+        r = r.assign(**{"kl/full_kl": r["run_id"].map(sums["kl"] / sums["positions"])})
     metrics = [c for c in RUN_METRICS if c in r.columns]
-    header = ["name", "preset", "model", "seed", "status", *(RUN_METRICS[c] for c in metrics)]
+    # a sweep over the micro-batch budget has several runs per (model, preset, seed): show the budget
+    budget = "tokens_per_microbatch" in r.columns and r["tokens_per_microbatch"].nunique() > 1
+    header = ["name", "preset", "model", "seed", *(["tokens/micro-batch"] if budget else []), "status",
+              *(RUN_METRICS[c] for c in metrics)]
     rank = {p: i for i, p in enumerate(preset_order(data))}
     order = r.assign(_m=r["model"].astype(str), _p=r["preset"].map(rank))
-    order = order.sort_values(["_m", "_p", "seed"], kind="stable")
+    order = order.sort_values(["_m", "_p", "seed", *(["tokens_per_microbatch"] if budget else [])], kind="stable")
     rows = []
     for _, x in order.iterrows():
         name = x["name"] if "name" in r.columns else x["run_id"]
         status = x["status"] if "status" in r.columns else "FINISHED"
-        rows.append([name, x["preset"], x["model"], int(x["seed"]), status, *(x[c] for c in metrics)])
+        rows.append([name, x["preset"], x["model"], int(x["seed"]),
+                     *([int(x["tokens_per_microbatch"])] if budget else []), status, *(x[c] for c in metrics)])
     return ["## Runs", "", *_table(header, rows), ""]
 
 
 def _kl_section(table: pd.DataFrame, order: list[str]) -> list[str]:
     if table.empty:
         return []
-    out = ["## Train–rollout mismatch per preset", "",
-           "Token means over every sampled token of the preset's runs; in brackets the 95% bootstrap interval "
-           "(seeds resampled, then sequences within them). k1, k3: KL(sampler‖learner); "
-           "k3_rev: KL(learner‖sampler); nats per token.", ""]
+    probe = table["metric"].map(is_probe_metric).astype(bool)
+    if not probe.any():
+        intro = ("Token means over every sampled token of the preset's runs; in brackets the 95% bootstrap interval "
+                 "(seeds resampled, then sequences within them). k1, k3: KL(sampler‖learner); "
+                 "k3_rev: KL(learner‖sampler); nats per token.")
+    else:
+        intro = ("Exact probe rows: the exact full-vocabulary divergence per scored position on a fixed held-out "
+                 "probe batch at the final weights (the same sequences for every preset of a seed): KL = "
+                 "KL(sampler‖learner), KL(learner‖sampler), JS = Jensen–Shannon; nats per position — the "
+                 "divergences "
+                 "themselves, not estimates from sampled tokens."
+                 + (" Sampled-token rows: token means over every sampled token of the preset's runs; k1, k3: "
+                    "KL(sampler‖learner); k3_rev: KL(learner‖sampler); nats per token." if (~probe).any() else "")
+                 + " In brackets the 95% bootstrap interval (seeds resampled, then sequences within them).")
+    out = ["## Train–rollout mismatch per preset", "", intro, ""]
     for model, sub in table.groupby(table["model"].astype(str), sort=False):
         presets = [p for p in order if p in set(sub["preset"])]
-        seeds = {p: int(sub.loc[sub["preset"] == p, "seeds"].max()) for p in presets}
-        seqs = {p: int(sub.loc[sub["preset"] == p, "sequences"].max()) for p in presets}
+        is_probe = sub["metric"].map(is_probe_metric).astype(bool)
+        metrics = list(dict.fromkeys(sub.loc[is_probe, "metric"])) + list(dict.fromkeys(sub.loc[~is_probe, "metric"]))
         rows = []
-        for metric in dict.fromkeys(sub["metric"]):
+        for metric in metrics:
             m = sub[sub["metric"] == metric].set_index("preset")
-            rows.append([metric, *(_ci(m.at[p, "estimate"], m.at[p, "lo"], m.at[p, "hi"]) if p in m.index else "–"
-                                   for p in presets)])
-        rows.append(["seeds / sequences", *(f"{seeds[p]} / {seqs[p]}" for p in presets)])
+            rows.append([PROBE_LABELS.get(metric, metric),
+                         *(_ci(m.at[p, "estimate"], m.at[p, "lo"], m.at[p, "hi"]) if p in m.index else "–"
+                           for p in presets)])
+        for label, part in (("seeds / sequences", sub[~is_probe]), ("probe seeds / sequences", sub[is_probe])):
+            if part.empty:
+                continue
+            counts = part.groupby("preset")[["seeds", "sequences"]].max()
+            rows.append([label, *(f"{int(counts.at[p, 'seeds'])} / {int(counts.at[p, 'sequences'])}"
+                                  if p in counts.index else "–" for p in presets)])
         out += [f"### {model}", "", *_table(["metric", *presets], rows), ""]
     return out
 
@@ -140,11 +169,16 @@ def _figures(data: SweepData, out: Path, table: pd.DataFrame, cms: list, n_boot:
              seed: int) -> list[tuple[str, str]]:
     """Draw every figure the data allows: [(file name, caption)]."""
     figs: list[tuple[str, str]] = []
-    if not table.empty:
-        k3 = table[table["metric"] == "k3"].assign(sweep=data.sweep)
-        if not k3.empty:
-            plots.kl_by_preset(k3, out / "kl_by_preset.png", "k3")
-            figs.append(("kl_by_preset.png", "Train–rollout KL (k3) per sampler preset, 95% CI"))
+    kl_metrics = [m for m in ("probe_kl", "k3") if not table.empty and (table["metric"] == m).any()]
+    if kl_metrics:
+        rows = table[table["metric"].isin(kl_metrics)].assign(sweep=data.sweep)
+        plots.kl_by_preset(rows, out / "kl_by_preset.png", kl_metrics if len(kl_metrics) > 1 else kl_metrics[0])
+        caption = {("probe_kl", "k3"): "Train–rollout KL per sampler preset: exact probe KL (left) and sampled-token "
+                                       "k3 (right), 95% CI",
+                   ("probe_kl",): "Train–rollout KL per sampler preset: exact probe KL, 95% CI",
+                   ("k3",): "Train–rollout KL (k3) per sampler preset, 95% CI"}[tuple(kl_metrics)]
+        figs.append(("kl_by_preset.png", caption))
+        if "k3" in kl_metrics:
             plots.kl_over_steps(data, out / "kl_over_steps.png", "k3", n_boot=n_boot, seed=seed)
             figs.append(("kl_over_steps.png", "KL (k3) per RL step, mean over seeds, 95% CI band"))
     for i, (model, cm) in enumerate(cms):
@@ -176,14 +210,20 @@ def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = Non
 
     ``trace_paths``: GPU profiler traces for claim g (see :func:`~fp8rl_core.report.claims.evaluate_claims`).
     ``generated``: an optional stamp (e.g. a date) printed under the title — nothing else depends on
-    when the report is written. ``n_boot``, ``seed``: every bootstrap's settings. ``metrics``: the rows
-    of the per-preset mismatch tables."""
+    when the report is written. ``n_boot``, ``seed``: every bootstrap's settings. ``metrics``: the
+    sampled-token rows of the per-preset mismatch tables (the exact probe rows
+    :data:`~fp8rl_core.report.data.PROBE_METRICS` come first whenever ``data.probe`` is not empty)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = evaluate_claims(data, trace_paths=trace_paths, n_boot=n_boot, seed=seed)
     absent = absent_claims(data, rows)
-    table = interval_table(data, metrics, by=("model", "preset"), n_boot=n_boot, seed=seed) \
-        if not data.tokens.empty else pd.DataFrame()
+    parts = []
+    if not data.probe.empty:
+        parts.append(interval_table(data, PROBE_METRICS, by=("model", "preset"), n_boot=n_boot, seed=seed))
+    if not data.tokens.empty:
+        parts.append(interval_table(data, metrics, by=("model", "preset"), n_boot=n_boot, seed=seed))
+    parts = [p for p in parts if not p.empty]
+    table = pd.concat(parts, ignore_index=True) if len(parts) > 1 else (parts[0] if parts else pd.DataFrame())
     cms = cost_models(data, n_boot=n_boot, seed=seed)
     figs = _figures(data, out, table, cms, n_boot, seed)
 
@@ -199,7 +239,12 @@ def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = Non
     lines += ["## The paper's claims", "",
               "Paper: DESIGN.md, reference results (single seed, B200). Verdict: *reproduced* when the 95% CI lies on "
               "the claimed side; *not reproduced* when it lies on the other side or includes no change; *not "
-              "measurable here* when this setup cannot show it (reason given).", ""]
+              "measurable here* when this setup cannot show it (reason given)."
+              + (" Each KL claim is measured twice: *exact probe KL* (primary: the exact full-vocabulary KL per "
+                 "position on a fixed held-out probe batch at the final weights, paired by seed and probe sequence) "
+                 "and *sampled-token k3* (the k3 estimator on the tokens the sampler drew, paired by prompt; on "
+                 "very peaked policies it is dominated by rare tokens, so its intervals are wide)."
+                 if not data.probe.empty else ""), ""]
     if rows:
         lines += _table(["claim", "paper", "measured (CI)", "verdict", "why"],
                         [[c["claim"], c["paper"], c["measured"], f"**{c['verdict']}**", c["why"]] for c in rows])

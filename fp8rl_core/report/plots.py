@@ -4,7 +4,8 @@ returns that path.
 ===========================  ==============================================================================
 figure                       what it shows
 ===========================  ==============================================================================
-:func:`kl_by_preset`         the paper's matching figure: KL per sampler preset, 95% bootstrap CI bars
+:func:`kl_by_preset`         the paper's matching figure: KL per sampler preset, 95% bootstrap CI bars — one
+                             panel per measure given (e.g. exact probe KL | sampled-token k3)
 :func:`kl_over_steps`        KL per RL step and preset (mean over seeds) with its CI band
 :func:`microbatch_time`      seconds per micro-batch vs tokens, both precisions, fitted cost lines, break-even
 :func:`step_breakdown`       where a step's seconds go (generate, learner, export, …) per preset
@@ -31,10 +32,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .data import CANONICAL_PRESETS, SweepData, interval_table, preset_order
+from .data import CANONICAL_PRESETS, PROBE_METRICS, SweepData, interval_table, preset_order
 
 __all__ = [
     "METRIC_LABELS",
+    "PANEL_TITLES",
     "STEP_PHASES",
     "detection_matrix",
     "kl_by_preset",
@@ -59,6 +61,17 @@ METRIC_LABELS: dict[str, str] = {
     "token_mult_prob_error": "mean exp(|Δ log p|) [×, 1 = exact]",
     "chi2_token": "χ² per token [dimensionless]",
     "chi2_seq": "χ² per sequence [dimensionless]",
+    "probe_kl": "exact KL(sampler‖learner), probe batch [nats/position]",
+    "probe_kl_rev": "exact KL(learner‖sampler), probe batch [nats/position]",
+    "probe_js": "exact Jensen–Shannon, probe batch [nats/position]",
+}
+
+#: the panel title of each measure in a several-panel :func:`kl_by_preset` figure
+PANEL_TITLES: dict[str, str] = {
+    "probe_kl": "exact KL on a fixed held-out probe batch (final weights)",
+    "probe_kl_rev": "exact reverse KL on the probe batch (final weights)",
+    "probe_js": "exact Jensen–Shannon on the probe batch (final weights)",
+    "k3": "sampled-token k3 (on the tokens the sampler drew)",
 }
 
 #: steps-table time columns, in stacking order, with their legend names
@@ -122,17 +135,15 @@ def _interval_rows(source: Any, metric: str, *, per_step: bool, n_boot: int,
 
 # --------------------------------------------------------------------------------------- KL by preset
 
-def kl_by_preset_figure(source: Any, metric: str = "k3", *, n_boot: int = 2000, seed: int = 0):
-    """The figure of :func:`kl_by_preset`, unsaved (points carry ``gid="kl-<model>"``)."""
-    plt = _pyplot()
-    df, sweep, order = _interval_rows(source, metric, per_step=False, n_boot=n_boot, seed=seed)
-    if df.empty:
-        raise ValueError(f"no {metric} values to plot: the sweep has no tokens table (or no rows for {metric})")
-    models = list(dict.fromkeys(df["model"].astype(str)))
-    fig, ax = plt.subplots(figsize=(max(5.5, 1.3 * len(order) + 2.5), 4.2))
+def _kl_points(ax, df: pd.DataFrame, order: list[str], models: list[str]) -> None:
+    """One marker per (model, preset) with its CI bar and value; models keep their marker and offset
+    (their index in ``models``) whichever panel they are drawn in. Axis scale: log when the CIs span a
+    decade."""
     width = 0.6 / max(len(models), 1)
     for i, model in enumerate(models):
         sub = df[df["model"].astype(str) == model].set_index("preset")
+        if sub.empty:
+            continue
         xs, ys, lo, hi = [], [], [], []
         for j, p in enumerate(order):
             if p in sub.index:
@@ -144,7 +155,7 @@ def kl_by_preset_figure(source: Any, metric: str = "k3", *, n_boot: int = 2000, 
         ys_a, lo_a, hi_a = np.array(ys), np.array(lo), np.array(hi)
         yerr = np.vstack([np.clip(ys_a - lo_a, 0, None), np.clip(hi_a - ys_a, 0, None)])
         bars = ax.errorbar(xs, ys_a, yerr=yerr, fmt=_MODEL_MARKERS[i % len(_MODEL_MARKERS)], capsize=4, markersize=6,
-                           label=model or None)
+                           label=model or None, color=f"C{i}")
         bars.lines[0].set_gid(f"kl-{model}")  # the points; the CI bars are bars.lines[2]
         for coll in bars.lines[2]:
             coll.set_gid(f"ci-{model}")
@@ -154,27 +165,89 @@ def kl_by_preset_figure(source: Any, metric: str = "k3", *, n_boot: int = 2000, 
     ax.set_xticks(range(len(order)), order)
     ax.set_xlim(-0.6, len(order) - 0.4)
     ax.set_xlabel("sampler preset (pipeline)")
-    ax.set_ylabel(METRIC_LABELS.get(metric, metric))
     if _spans_decade(list(df["lo"]) + list(df["hi"])):
         ax.set_yscale("log")
     ax.grid(axis="y", color="#dddddd", linewidth=0.6)
+
+
+def kl_by_preset_figure(source: Any, metric: str | Sequence[str] = "k3", *, n_boot: int = 2000, seed: int = 0):
+    """The figure of :func:`kl_by_preset`, unsaved (points carry ``gid="kl-<model>"``; with several
+    measures each panel's axes carry ``gid="panel-<metric>"``)."""
+    metrics = [metric] if isinstance(metric, str) else list(metric)
+    if not metrics:
+        raise ValueError("kl_by_preset needs at least one metric")
+    panels = []
+    for m in metrics:
+        df, sweep, order = _interval_rows(source, m, per_step=False, n_boot=n_boot, seed=seed)
+        if not df.empty:
+            panels.append((m, df, sweep, order))
+    if not panels:
+        what = "tokens table" if not any(m in PROBE_METRICS for m in metrics) else "tokens or probe table"
+        raise ValueError(f"no {', '.join(metrics)} values to plot: the sweep has no {what} "
+                         f"(or no rows for {', '.join(metrics)})")
+    if len(metrics) == 1:
+        return _kl_single(*panels[0])
+    return _kl_panels(source, panels)
+
+
+def _kl_single(metric: str, df: pd.DataFrame, sweep: str, order: list[str]):
+    plt = _pyplot()
+    models = list(dict.fromkeys(df["model"].astype(str)))
+    fig, ax = plt.subplots(figsize=(max(5.5, 1.3 * len(order) + 2.5), 4.2))
+    _kl_points(ax, df, order, models)
+    ax.set_ylabel(METRIC_LABELS.get(metric, metric))
     if len(models) > 1 or models[0]:
         ax.legend(fontsize=8, title="model", title_fontsize=8)
     head = f"{sweep}: " if sweep else ""
+    mean = "mean per position over probe sequences" if metric in PROBE_METRICS else "token mean over sequences"
     ax.set_title(f"{head}train–rollout {metric} per sampler preset ({_seeds_text(df['seeds'])})\n"
-                 "points: token mean over sequences; bars: 95% CI, bootstrap over seeds then sequences", fontsize=9)
+                 f"points: {mean}; bars: 95% CI, bootstrap over seeds then sequences", fontsize=9)
     fig.tight_layout()
     return fig
 
 
-def kl_by_preset(source: Any, path: str | Path, metric: str = "k3", *, n_boot: int = 2000, seed: int = 0) -> Path:
+def _kl_panels(source: Any, panels: list[tuple[str, pd.DataFrame, str, list[str]]]):
+    """One panel per measure, side by side, sharing the preset axis and the model markers; each panel
+    has its own y axis (log where its CIs span a decade)."""
+    plt = _pyplot()
+    if isinstance(source, SweepData):
+        order = preset_order(source)
+    else:
+        present = list(dict.fromkeys(p for _, _, _, o in panels for p in o))
+        order = [p for p in CANONICAL_PRESETS if p in present] + [p for p in present if p not in CANONICAL_PRESETS]
+    models = list(dict.fromkeys(m for _, df, _, _ in panels for m in df["model"].astype(str)))
+    n = len(panels)
+    fig, axes = plt.subplots(1, n, figsize=(n * max(4.6, 1.1 * len(order) + 1.8), 4.6), squeeze=False)
+    for ax, (metric, df, _, _) in zip(axes[0], panels):
+        _kl_points(ax, df, order, models)
+        ax.set_gid(f"panel-{metric}")
+        ax.set_ylabel(METRIC_LABELS.get(metric, metric), fontsize=8.5)
+        ax.set_title(f"{PANEL_TITLES.get(metric, metric)}\n({_seeds_text(df['seeds'])})", fontsize=9)
+    if len(models) > 1 or models[0]:
+        axes[0][-1].legend(fontsize=8, title="model", title_fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    sweep = next((sw for _, _, sw, _ in panels if sw), "")
+    head = f"{sweep}: " if sweep else ""
+    fig.suptitle(f"{head}train–rollout KL per sampler preset — points: mean per position (probe) or per sampled "
+                 "token; bars: 95% CI, bootstrap over seeds then sequences", fontsize=9.5)
+    fig.tight_layout()
+    return fig
+
+
+def kl_by_preset(source: Any, path: str | Path, metric: str | Sequence[str] = "k3", *, n_boot: int = 2000,
+                 seed: int = 0) -> Path:
     """The paper's matching figure: train–rollout KL per sampler preset with 95% bootstrap CI bars.
 
     ``source``: a :class:`~fp8rl_core.report.data.SweepData` (intervals computed here: sequences
     resampled within seeds, seeds resampled, seeded) or precomputed rows (a DataFrame or dicts with
     ``preset``, ``estimate``, ``lo``, ``hi`` and optionally ``model``, ``seeds``, ``metric``, ``sweep`` —
     e.g. :func:`~fp8rl_core.report.data.interval_table` output). Presets follow the sweep's axis order
-    (:func:`~fp8rl_core.report.data.preset_order`); one marker per model. Writes ``path``, returns it."""
+    (:func:`~fp8rl_core.report.data.preset_order`); one marker per model.
+
+    ``metric``: one measure (one panel, e.g. ``"k3"``) or several (one panel each, side by side, same
+    preset axis and model markers, each panel its own y axis — log where its CIs span a decade): the
+    report draws ``["probe_kl", "k3"]`` when the sweep has a probe table, the exact probe KL (left)
+    next to the sampled-token k3 (right). Measures without values are left out. Writes ``path``,
+    returns it."""
     return _save(kl_by_preset_figure(source, metric, n_boot=n_boot, seed=seed), path)
 
 

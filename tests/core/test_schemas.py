@@ -343,8 +343,13 @@ def matrix_rows() -> list[dict]:
     return [dict(MATRIX_ROW), cheap, config]
 
 
+def probe_rows() -> list[dict]:
+    return [{"run_id": "r", "preset": "all", "model": "m", "seed": 0, "sequence": i, "positions": 10,
+             "kl": 0.01 * (i + 1), "kl_rev": 0.012 * (i + 1), "js": 0.003 * (i + 1)} for i in range(3)]
+
+
 BASES = {"steps": step_rows, "tokens": token_rows, "microbatches": microbatch_table, "kl_summary": kl_rows,
-         "checks": check_table, "clean_syncs": clean_rows, "detection_matrix": matrix_rows}
+         "probe": probe_rows, "checks": check_table, "clean_syncs": clean_rows, "detection_matrix": matrix_rows}
 
 
 @pytest.mark.parametrize("name", list(BASES))
@@ -354,7 +359,7 @@ def test_hand_made_tables_pass(name):
 
 
 def test_schemas_cover_every_table():
-    assert set(SCHEMAS) == {"steps", "tokens", "microbatches", "kl_summary", "checks", "clean_syncs",
+    assert set(SCHEMAS) == {"steps", "tokens", "microbatches", "kl_summary", "probe", "checks", "clean_syncs",
                             "detection_matrix"}
     assert all(s.strict is True for s in SCHEMAS.values())
 
@@ -478,6 +483,12 @@ CASES = [
     ("clean_syncs", _set(2, model="big"), "model", [2], "'dense', 'moe'"),
     ("clean_syncs", _set(2, mean_reward=2.0), "mean_reward", [2], "must lie in [0, 1]"),
     ("clean_syncs", _set(0, **{"check/W5": 1}), "check/W5", [0], "True/False or null"),
+    # probe
+    ("probe", _set(1, kl=-0.001), "kl", [1], "an exact KL divergence"),
+    ("probe", _set(2, js=7.0), "js", [2], "bounded by ln 2"),
+    ("probe", _set(2, sequence=0), "sequence", [0, 2], "one row per probe sequence"),
+    ("probe", _set(1, positions=0), "positions", [1], "at least one next token"),
+    ("probe", _set(1, seed=4), "seed", [1], "one seed"),
     # detection_matrix
     ("detection_matrix", _set(0, condition="W9"), "condition", [0], "must be one of"),
     ("detection_matrix", _set(0, stage="network"), "stage", [0], "'post-load'"),

@@ -79,6 +79,10 @@ def test_a_run_finishes_with_its_record_and_a_resume_skips_it(env):
     assert sum(r["real_tokens"] for r in mbs) > 0
     kls = pq.read_table(c.download_artifacts(run.info.run_id, "tables/kl_summary.parquet", str(env["root"]))).to_pylist()
     assert [r["step"] for r in kls] == [1, None] and kls[-1]["k3"] == pytest.approx(m["kl/k3"])
+    probe = pq.read_table(c.download_artifacts(run.info.run_id, "tables/probe.parquet", str(env["root"]))).to_pylist()
+    assert [r["sequence"] for r in probe] == list(range(16))  # metrics.probe_sequences
+    per_position = sum(r["kl"] for r in probe) / sum(r["positions"] for r in probe)
+    assert per_position == pytest.approx(m["kl/full_kl"], rel=1e-6)
     # the sweep's report: summary + figures on disk and in MLflow (run 'report')
     summary = Path(env["root"]) / "reports" / "smoke" / "summary.md"
     assert summary.is_file() and "# fp8rl report: smoke" in summary.read_text()

@@ -21,11 +21,12 @@ def store(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _log_run(sweep: str, preset: str, seed: int, status: str = "FINISHED", rid: str | None = None) -> str:
+def _log_run(sweep: str, preset: str, seed: int, status: str = "FINISHED", rid: str | None = None,
+             sweep_id: str = "sid") -> str:
     rid = rid or f"{preset}-{seed}"
     params = {"preset": preset, "model": DENSE, "seed": str(seed), "learner.tokens_per_microbatch": "4096",
               "learner.group_size": "4"}
-    run = tracking.open_run(sweep, "sid", rid, f"{DENSE}-{preset}-s{seed}", params, None)
+    run = tracking.open_run(sweep, sweep_id, rid, f"{DENSE}-{preset}-s{seed}", params, None)
     tokens = token_rows(preset, seed, delta=DELTA[preset])
     tracking.log_table(run, "tokens", tokens)
     tracking.log_table(run, "steps", step_rows(preset, DENSE, seed))
@@ -39,12 +40,15 @@ def _log_run(sweep: str, preset: str, seed: int, status: str = "FINISHED", rid: 
 
 def test_a_sweep_report_from_mlflow(store):
     sweep = "dense-matching"
+    _log_run(sweep, "all", 5, rid="old-config", sweep_id="older")  # another expansion of the config (an older sweep): left out
     _log_run(sweep, "all", 0, rid="all-0")  # an older run of the same id: superseded by the newer one below
     for seed in (0, 1, 2):
         for preset in ("bf16-sampler", "all"):
             _log_run(sweep, preset, seed)
     _log_run(sweep, "all", 7, status="FAILED")
     data = reporting.sweep_data(sweep, store / "dl", configs=store / "no-configs")
+    every = reporting.sweep_data(sweep, store / "dl2", configs=store / "no-configs", sweep_id=None)
+    assert "old-config" in set(every.runs["run_id"]) and "old-config" not in set(data.runs["run_id"])
     assert sorted(data.runs["run_id"]) == sorted(f"{p}-{s}" for p in DELTA for s in (0, 1, 2))
     assert set(data.runs["learner_precision"]) == {"mxfp8"} and set(data.runs["seed"]) == {0, 1, 2}
     assert len(data.tokens) == 6 * len(token_rows("all", 0, delta=0.1)) and data.tokens["run_id"].nunique() == 6

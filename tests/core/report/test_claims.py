@@ -372,7 +372,8 @@ def test_end_to_end_times(sweep, cid, model, planted, emulated):
 # ------------------------------------------------------------------------------------ bookkeeping
 
 def test_every_row_has_the_documented_fields_and_a_known_verdict(rows):
-    keys = {"id", "claim", "model", "paper", "measured", "ratio", "lo", "hi", "value", "paper_in_ci", "verdict", "why"}
+    keys = {"id", "claim", "model", "measure", "paper", "measured", "ratio", "lo", "hi", "value", "paper_in_ci",
+            "verdict", "why"}
     assert rows and all(set(r) == keys and r["verdict"] in VERDICTS for r in rows)
     assert [r["id"] for r in rows] == sorted((r["id"] for r in rows), key=[c.id for c in CLAIMS].index)
 

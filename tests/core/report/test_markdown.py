@@ -123,3 +123,14 @@ def test_runs_table_takes_k3_from_the_kl_summary_when_the_runs_lack_it(tmp_path)
                                                       {"run_id": rid, "step": 1, "k3": 0.5}])
     text = write_report(data, tmp_path, n_boot=N_BOOT).read_text()
     assert "| dense-mini/all/s0 | all | qwen3-dense-mini | 0 | FINISHED | 0.0123 | 2 |" in text
+
+
+def test_runs_table_shows_the_micro_batch_budget_when_it_varies(tmp_path):
+    data = cost_sweep(bf16=(2e-3, 1e-6), mxfp8=(5e-3, 1.5e-6))
+    budgets = sorted({int(b) for b in data.runs["tokens_per_microbatch"]})
+    assert len(budgets) > 1
+    text = write_report(data, tmp_path, n_boot=N_BOOT).read_text()
+    header = next(line for line in text.splitlines() if line.startswith("| name |"))
+    assert "| tokens/micro-batch |" in header
+    runs = [line for line in text.splitlines() if line.startswith("| ") and " | FINISHED |" in line]
+    assert {int(line.split(" | ")[4]) for line in runs} == set(budgets)
