@@ -227,7 +227,7 @@ def _kl_panels(source: Any, panels: list[tuple[str, pd.DataFrame, str, list[str]
         axes[0][-1].legend(fontsize=8, title="model", title_fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     sweep = next((sw for _, _, sw, _ in panels if sw), "")
     head = f"{sweep}: " if sweep else ""
-    fig.suptitle(f"{head}train–rollout KL per sampler preset — points: mean per position (probe) or per sampled "
+    fig.suptitle(f"{head}train–rollout KL per sampler preset\npoints: mean per position (probe) or per sampled "
                  "token; bars: 95% CI, bootstrap over seeds then sequences", fontsize=9.5)
     fig.tight_layout()
     return fig
@@ -345,8 +345,9 @@ def microbatch_time_figure(microbatches: pd.DataFrame, cost_model_result: Mappin
         if budgets.size <= 8:  # label the measured budgets themselves, in plain numbers
             ax.set_xticks(budgets, [f"{b:g}" for b in budgets])
             ax.xaxis.set_minor_formatter(NullFormatter())
-        else:
+        else:  # many budgets (padded sizes vary): plain numbers on the decades, no minor labels
             ax.xaxis.set_major_formatter(ScalarFormatter())
+            ax.xaxis.set_minor_formatter(NullFormatter())
     if _spans_decade(list(mb["seconds"])):
         ax.set_yscale("log")
     ax.set_xlabel("tokens per micro-batch (padded: rows × longest sequence)")
