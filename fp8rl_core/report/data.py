@@ -259,23 +259,36 @@ def sequence_units(data: SweepData, metric: str = "k3", by: Sequence[str] = ("pr
     for why that key pairs presets). ``metric``: a token- or sequence-mean metric of
     :func:`fp8rl_core.metrics.metric_units` (k1, k3, k3_rev, mean_abs_logprob_diff, chi2_seq …).
     Tokens of runs not in ``data.runs`` are ignored. Groups come in ``runs`` order."""
+    if data.tokens.empty:
+        return {}
+
+    def units(run: pd.Series, toks: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        tab = _run_table(toks)
+        num, den = metric_units(tab, metric)
+        seq = np.asarray(tab["seq_id"], np.int64)
+        keys = np.column_stack([np.full(len(seq), int(run["seed"]), np.int64), seq[:, 0], seq[:, 1]])
+        return keys, num, den
+
+    return _grouped_units(data, data.tokens, by, units)
+
+
+def _grouped_units(data: SweepData, table: pd.DataFrame, by: Sequence[str], units) -> dict[tuple, Units]:
+    """Units of each group of runs: ``units(run, rows)`` → (keys, num, den) for one run's rows of ``table``;
+    the runs of a group are concatenated and sorted by key. Runs without rows are skipped; groups come in
+    ``runs`` order."""
     by = list(by)
-    if data.tokens.empty or data.runs.empty:
+    if data.runs.empty:
         return {}
     missing = [c for c in by if c not in data.runs.columns]
     if missing:
         raise ValueError(f"cannot group by {missing}: runs has {list(data.runs.columns)}")
     out: dict[tuple, list] = {}
-    tokens_by_run = dict(tuple(data.tokens.groupby("run_id", sort=False)))
+    rows_by_run = dict(tuple(table.groupby("run_id", sort=False)))
     for _, run in data.runs.iterrows():
-        toks = tokens_by_run.get(run["run_id"])
-        if toks is None or toks.empty:
+        rows = rows_by_run.get(run["run_id"])
+        if rows is None or rows.empty:
             continue
-        tab = _run_table(toks)
-        num, den = metric_units(tab, metric)
-        seq = np.asarray(tab["seq_id"], np.int64)
-        keys = np.column_stack([np.full(len(seq), int(run["seed"]), np.int64), seq[:, 0], seq[:, 1]])
-        out.setdefault(tuple(run[c] for c in by), []).append((keys, num, den, str(run["run_id"])))
+        out.setdefault(tuple(run[c] for c in by), []).append((*units(run, rows), str(run["run_id"])))
     result = {}
     for group, parts in out.items():
         keys = np.concatenate([p[0] for p in parts])
@@ -307,36 +320,21 @@ def probe_units(data: SweepData, metric: str = "kl", by: Sequence[str] = ("model
     if column not in PROBE_COLUMNS.values():
         raise ValueError(f"unknown probe metric {metric!r}: use one of {list(PROBE_COLUMNS.values())} "
                          f"or {list(PROBE_COLUMNS)}")
-    by = list(by)
-    if data.probe.empty or data.runs.empty:
+    if data.probe.empty:
         return {}
     if column not in data.probe.columns:
         raise ValueError(f"the probe table has no {column!r} column; it has {list(data.probe.columns)}")
-    missing = [c for c in by if c not in data.runs.columns]
-    if missing:
-        raise ValueError(f"cannot group by {missing}: runs has {list(data.runs.columns)}")
-    out: dict[tuple, list] = {}
-    probe_by_run = dict(tuple(data.probe.groupby("run_id", sort=False)))
-    for _, run in data.runs.iterrows():
-        rows = probe_by_run.get(run["run_id"])
-        if rows is None or rows.empty:
-            continue
+
+    def units(run: pd.Series, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         seq = rows["sequence"].to_numpy(np.int64)
         den = rows["positions"].to_numpy(np.float64)
         if (den < 1).any():
             raise ValueError(f"probe rows of run {run['run_id']} have positions < 1: every probe sequence scores "
                              "at least one position")
         keys = np.column_stack([np.full(len(seq), int(run["seed"]), np.int64), np.zeros(len(seq), np.int64), seq])
-        out.setdefault(tuple(run[c] for c in by), []).append(
-            (keys, rows[column].to_numpy(np.float64), den, str(run["run_id"])))
-    result = {}
-    for group, parts in out.items():
-        keys = np.concatenate([p[0] for p in parts])
-        num = np.concatenate([p[1] for p in parts])
-        den = np.concatenate([p[2] for p in parts])
-        order = np.lexsort(keys.T[::-1])
-        result[group] = Units(keys[order], num[order], den[order], tuple(p[3] for p in parts))
-    return result
+        return keys, rows[column].to_numpy(np.float64), den
+
+    return _grouped_units(data, data.probe, by, units)
 
 
 def interval_table(data: SweepData, metrics: Sequence[str] = REPORT_METRICS, *, by: Sequence[str] = ("model", "preset"),
