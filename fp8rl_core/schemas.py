@@ -355,15 +355,20 @@ _MICROBATCHES_RULES = [
     _constant_per(["run_id"], "tokens_per_microbatch", "one packing budget per run"),
 ]
 
+#: the columns that say which run a per-run table row belongs to (KL summary, probe)
+_RUN_IDENTITY: dict[str, _Col] = {
+    "run_id": _col("str", NONEMPTY, doc="the run's id"),
+    "preset": _col("str", NONEMPTY, doc="the run's preset"),
+    "model": _col("str", NONEMPTY, doc="the run's model"),
+    "seed": _col("int", _ge(0, "a seed"), doc="the run's seed (it draws the prompts and the probe batch)"),
+}
+
 KL_METRICS = ("k1", "k2", "k3", "k1_rev", "k2_rev", "k3_rev", "mean_abs_logprob_diff", "max_abs_logprob_diff",
               "mean_abs_prob_diff", "max_abs_prob_diff", "token_mult_prob_error", "chi2_token", "chi2_seq",
               "log_ppl_diff", "log_ppl_abs_diff")
 _NONNEG_EST = _ge(0, "a non-negative KL estimator")
 _KL_SUMMARY: dict[str, _Col] = {
-    "run_id": _col("str", NONEMPTY, doc="the run's id"),
-    "preset": _col("str", NONEMPTY, doc="the run's preset"),
-    "model": _col("str", NONEMPTY, doc="the run's model"),
-    "seed": _col("int", _ge(0, "a seed"), doc="the run's seed"),
+    **_RUN_IDENTITY,
     "step": _col("Int64", _ge(1, "steps count from 1"), nullable=True, doc="RL step; null: the whole run"),
     "tokens": _col("int", _ge(1, "a summary covers at least one token"), doc="tokens summarised"),
     "sequences": _col("int", _ge(1, "a summary covers at least one sequence"), doc="sequences summarised"),
@@ -422,10 +427,7 @@ _KL_SUMMARY_RULES = [
 ]
 
 _PROBE: dict[str, _Col] = {
-    "run_id": _col("str", NONEMPTY, doc="the run's id"),
-    "preset": _col("str", NONEMPTY, doc="the run's preset"),
-    "model": _col("str", NONEMPTY, doc="the run's model"),
-    "seed": _col("int", _ge(0, "a seed"), doc="the run's seed (the probe batch is drawn from it)"),
+    **_RUN_IDENTITY,
     "sequence": _col("int", _ge(0, "a row index"), doc="row of the probe batch"),
     "positions": _col("int", _ge(1, "a probe sequence scores at least one next token"), doc="scored positions"),
     "kl": _col("float", _ge(0, "an exact KL divergence (a sum of them)"), doc="Σ over positions of KL(sampler‖learner)"),
