@@ -27,8 +27,9 @@ from fp8rl_core.learner.grpo import GRPOConfig
 from fp8rl_core.learner.mxfp8 import Recipe
 from fp8rl_core.learner.models import ModelSpec
 from fp8rl_core.learner.warmstart import WarmStartConfig, is_complete, warm_start, warmstart_key
-from fp8rl_core.loop import Pipeline, probe_divergence, rollout_and_learn, start_pipeline, sync_weights
+from fp8rl_core.loop import Pipeline, rollout_and_learn, start_pipeline, sync_weights
 from fp8rl_core.metrics import summarize_steps
+from fp8rl_core.metrics.probe import probe_divergence
 from fp8rl_core.metrics.summary import run_kl_summary
 from fp8rl_core.report.plots import detection_matrix
 from fp8rl_core.schemas import check_rows, microbatch_rows, validate
@@ -190,7 +191,7 @@ def extract_kl_timing(key: str) -> dict:
     kl = {f"kl/{m}": float(run_row[m]) for m in KL_RUN_METRICS}
     kl |= {f"kl/{k}": float(v) for k, v in run_row.items() if k.endswith(("_lo", "_hi"))}
     probe = cfg.warmstart.task.prompts(cfg.metrics.probe_sequences, seed=cfg.seed + 70_001, split="eval").sequences
-    div = probe_divergence(live.pipe, probe)
+    div = probe_divergence(live.pipe.sampler, live.pipe.learner, probe)
     meta = {"run_id": key, "preset": cfg.preset, "model": cfg.model, "seed": cfg.seed}
     live.probe = [meta | row for row in div.pop("per_sequence")]
     kl |= {f"kl/{k}": float(v) for k, v in div.items()}
