@@ -18,6 +18,7 @@ from pathlib import Path
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from fp8rl_core import correctness
 from fp8rl_core.checks import CheckPolicy, CheckRunner
 from fp8rl_core.checks import matrix as fault_matrix
 from fp8rl_core.checks.faults import fault as lookup_fault
@@ -26,9 +27,11 @@ from fp8rl_core.learner.grpo import GRPOConfig
 from fp8rl_core.learner.mxfp8 import Recipe
 from fp8rl_core.learner.models import ModelSpec
 from fp8rl_core.learner.warmstart import WarmStartConfig, is_complete, warm_start, warmstart_key
-from fp8rl_core.loop import Pipeline, probe_divergence, rollout_and_learn, start_pipeline, sync_weights
+from fp8rl_core.loop import Pipeline, rollout_and_learn, start_pipeline, sync_weights
 from fp8rl_core.metrics import summarize_steps
+from fp8rl_core.metrics.probe import probe_divergence
 from fp8rl_core.metrics.summary import run_kl_summary
+from fp8rl_core.report.plots import detection_matrix
 from fp8rl_core.schemas import check_rows, microbatch_rows, validate
 from fp8rl_core.sampler.engine import SamplerDeadError
 
@@ -188,7 +191,7 @@ def extract_kl_timing(key: str) -> dict:
     kl = {f"kl/{m}": float(run_row[m]) for m in KL_RUN_METRICS}
     kl |= {f"kl/{k}": float(v) for k, v in run_row.items() if k.endswith(("_lo", "_hi"))}
     probe = cfg.warmstart.task.prompts(cfg.metrics.probe_sequences, seed=cfg.seed + 70_001, split="eval").sequences
-    div = probe_divergence(live.pipe, probe)
+    div = probe_divergence(live.pipe.sampler, live.pipe.learner, probe)
     meta = {"run_id": key, "preset": cfg.preset, "model": cfg.model, "seed": cfg.seed}
     live.probe = [meta | row for row in div.pop("per_sequence")]
     kl |= {f"kl/{k}": float(v) for k, v in div.items()}
@@ -253,9 +256,9 @@ def clean_sync_series(key: str, syncs: int) -> list[dict]:
 
     with Progress(transient=True) as progress:
         bar = progress.add_task(f"clean syncs {live.cfg.model}", total=syncs)
-        return fault_matrix.clean_series(live.pipe, live.runner, live.cfg.warmstart.task, syncs,
-                                         prompts_per_step=live.cfg.loop.prompts_per_step, seed=live.cfg.seed,
-                                         on_sync=lambda _: progress.advance(bar))
+        return correctness.clean_series(live.pipe, live.runner, live.cfg.warmstart.task, syncs,
+                                        prompts_per_step=live.cfg.loop.prompts_per_step, seed=live.cfg.seed,
+                                        on_sync=lambda _: progress.advance(bar))
 
 
 @task(name="inject-fault", cache_policy=NO_CACHE)
@@ -264,9 +267,9 @@ def inject_fault(key: str, fault: str) -> dict:
     live = _live(key)
     f = lookup_fault(fault)
     try:
-        return fault_matrix.inject(live.pipe, live.runner, live.cfg.warmstart.task, f,
-                                   prompts_per_step=live.cfg.loop.prompts_per_step, seed=live.cfg.seed,
-                                   warmup=f.engine_schemes is None)
+        return correctness.inject(live.pipe, live.runner, live.cfg.warmstart.task, f,
+                                  prompts_per_step=live.cfg.loop.prompts_per_step, seed=live.cfg.seed,
+                                  warmup=f.engine_schemes is None)
     finally:
         if f.replicas > 1 or f.engine_schemes is not None:
             live.pipe.close_replicas()
@@ -289,7 +292,7 @@ def record_matrix(mlflow_run: str, matrix: list[dict], clean: list[dict]) -> dic
         w = csv.DictWriter(fh, fieldnames=cols)
         w.writeheader()
         w.writerows(matrix)
-    png = fault_matrix.matrix_png(matrix, out / "detection_matrix.png")
+    png = detection_matrix(matrix, out / "detection_matrix.png")
     tracking.log_file(mlflow_run, out / "detection_matrix.csv")
     tracking.log_file(mlflow_run, png)
     tracking.log_table(mlflow_run, "clean_syncs", clean)

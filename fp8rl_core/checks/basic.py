@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fp8rl_core.sampler.layout import fused_group
+from fp8rl_core.sync.layout import fused_group
 
 __all__ = ["CheckResult", "check_coverage", "check_derived_state", "check_grid_bytes", "check_grid_fingerprints",
            "check_precision", "check_precision_fingerprints", "check_version", "expected_grid_tensors",
@@ -125,8 +125,8 @@ DERIVED_SUFFIXES = (".fp8_data", ".fp8_scale_inv", ".w13_fp8_data", ".w13_fp8_sc
 
 def expected_sync_names(learner_params: list[str], gemm_layers: list[str], schemes: dict[str, str]) -> set[str]:
     """The tensor names a complete sync must write, derived from the learner's parameters and the
-    sampler's schemes (vLLM layer prefixes via :func:`fp8rl_core.sampler.layout.sampler_layer`)."""
-    from fp8rl_core.sampler.layout import sampler_layer
+    sampler's schemes (vLLM layer prefixes via :func:`fp8rl_core.sync.layout.sampler_layer`)."""
+    from fp8rl_core.sync.layout import sampler_layer
 
     params = set(learner_params)
     names: set[str] = set()

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import torch
 
 from fp8rl_core.learner.patterns import gemm_layers
-from fp8rl_core.sampler.layout import fused_group, sampler_layer
 from fp8rl_core.sync.fingerprint import fingerprints
+from fp8rl_core.sync.layout import fused_group, sampler_layer
 
 from .basic import expected_grid_tensors, expected_sync_names
 

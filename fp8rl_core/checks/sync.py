@@ -6,7 +6,7 @@ import torch
 
 from fp8rl_core.grids import bf16_view
 from fp8rl_core.learner.patterns import gemm_layers
-from fp8rl_core.sampler.layout import fused_group, sampler_layer
+from fp8rl_core.sync.layout import fused_group, sampler_layer
 
 
 __all__ = ["sampler_bf16_views"]

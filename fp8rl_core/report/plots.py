@@ -9,17 +9,17 @@ figure                       what it shows
 :func:`kl_over_steps`        KL per RL step and preset (mean over seeds) with its CI band
 :func:`microbatch_time`      seconds per micro-batch vs tokens, both precisions, fitted cost lines, break-even
 :func:`step_breakdown`       where a step's seconds go (generate, learner, export, …) per preset
-:func:`detection_matrix`     faults × checks (delegates to :func:`fp8rl_core.checks.matrix.matrix_png`)
+:func:`detection_matrix`     faults × checks: which check fired at each injected fault's first sync
 ===========================  ==============================================================================
 
-Each figure but the matrix also has a ``*_figure`` builder returning the matplotlib ``Figure``
-unsaved, so a caller (or a test) can inspect what is drawn: artists that carry a meaning have a
-``gid`` (``"break-even"``, ``"break-even-ci"``, ``"verdict"``, ``"kl-<preset>"`` …).
+Each figure also has a ``*_figure`` builder returning the matplotlib ``Figure`` unsaved, so a caller
+(or a test) can inspect what is drawn: artists that carry a meaning have a ``gid`` (``"break-even"``,
+``"break-even-ci"``, ``"verdict"``, ``"kl-<preset>"`` …).
 
-Conventions (the house style of :func:`~fp8rl_core.checks.matrix.matrix_png`): the ``Agg`` backend (no
-display needed), 110 dpi, axis labels with units, a title saying what is shown and over how many
-seeds, a log axis where the values span a decade or more. Confidence intervals come from
-:func:`~fp8rl_core.report.data.interval_table` (seeded: the same data draws the same figure).
+Conventions: the ``Agg`` backend (no display needed), 110 dpi, axis labels with units, a title saying
+what is shown and over how many seeds, a log axis where the values span a decade or more. Confidence
+intervals come from :func:`~fp8rl_core.report.data.interval_table` (seeded: the same data draws the
+same figure).
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fp8rl_core.checks.runner import CONDITIONS
+
 from .data import CANONICAL_PRESETS, PROBE_METRICS, SweepData, interval_table, preset_order
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "PANEL_TITLES",
     "STEP_PHASES",
     "detection_matrix",
+    "detection_matrix_figure",
     "kl_by_preset",
     "kl_by_preset_figure",
     "kl_over_steps",
@@ -446,10 +449,53 @@ def step_breakdown(steps: pd.DataFrame, path: str | Path, *, presets: Sequence[s
 
 # ---------------------------------------------------------------------------------- detection matrix
 
-def detection_matrix(rows: list[dict], path: str | Path, title: str = "fp8rl detection matrix") -> Path:
-    """The nightly detection matrix (faults × checks) as a heat map: delegates to
-    :func:`fp8rl_core.checks.matrix.matrix_png` (imported here, on use: that module pulls in the whole
-    RL loop). Writes ``path``, returns it."""
-    from fp8rl_core.checks.matrix import matrix_png
+def detection_matrix_figure(rows: list[dict], title: str = "fp8rl detection matrix"):
+    """Heat map: faults (rows) × checks (columns). Dark green = the declared check fired; light = another
+    check fired; red = the declared check did not fire; grey = the check did not run (a dash).
 
-    return matrix_png(rows, path, title=title)
+    ``rows``: the detection matrix, one row per fault as :func:`fp8rl_core.correctness.inject` writes it
+    (``fault``, ``condition``, ``caught_first`` and one column per condition W1–W7: 1 fired, 0 passed,
+    None not run). Returns the figure unsaved."""
+    plt = _pyplot()
+    from matplotlib.colors import ListedColormap
+
+    codes = []
+    for r in rows:
+        row = []
+        for c in CONDITIONS:
+            v = r.get(c)
+            if v is None:
+                row.append(0)
+            elif c == r["condition"]:
+                row.append(3 if v else 4)
+            else:
+                row.append(2 if v else 1)
+        codes.append(row)
+    cmap = ListedColormap(["#d9d9d9", "#ffffff", "#a1d99b", "#238b45", "#de2d26"])
+    fig, ax = plt.subplots(figsize=(7.5, 0.42 * len(rows) + 1.6))
+    ax.imshow(codes, cmap=cmap, vmin=0, vmax=4, aspect="auto")
+    ax.set_xticks(range(len(CONDITIONS)), CONDITIONS)
+    ax.set_yticks(range(len(rows)), [f"{r['fault']} ({r['condition']})" for r in rows])
+    ax.set_xlabel("check that fired at the fault's first sync")
+    ax.xaxis.set_label_position("top")
+    ax.xaxis.tick_top()
+    for i, r in enumerate(rows):
+        for j, c in enumerate(CONDITIONS):
+            v = r.get(c)
+            ax.text(j, i, "–" if v is None else ("✓" if v else ""), ha="center", va="center", fontsize=9,
+                    color="white" if codes[i][j] in (3, 4) else "black")
+    ax.set_xticks([x - 0.5 for x in range(1, len(CONDITIONS))], minor=True)
+    ax.set_yticks([y - 0.5 for y in range(1, len(rows))], minor=True)
+    ax.grid(which="minor", color="#bbbbbb", linewidth=0.5)
+    caught = sum(bool(r["caught_first"]) for r in rows)
+    ax.set_title(f"{title}: {caught}/{len(rows)} caught at the first sync by the declared check\n"
+                 "dark green: declared check fired · light green: another check fired · red: declared missed",
+                 fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def detection_matrix(rows: list[dict], path: str | Path, title: str = "fp8rl detection matrix") -> Path:
+    """The nightly detection matrix (faults × checks) as a heat map (:func:`detection_matrix_figure`).
+    Writes ``path``, returns it."""
+    return _save(detection_matrix_figure(rows, title=title), path)

@@ -43,7 +43,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from safetensors.torch import load_file, save_file
 
-from fp8rl_core.sampler.layout import ModelLayout, to_checkpoint
+from fp8rl_core.sync.layout import ModelLayout, to_checkpoint
 from fp8rl_core.sync.transport import SyncHandle, default_root, write_sync
 
 __all__ = [

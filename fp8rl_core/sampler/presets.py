@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from fp8rl_core.learner.patterns import resolve_names
-from fp8rl_core.sampler.layout import sampler_layer
+from fp8rl_core.sync.layout import sampler_layer
 
 __all__ = ["PRESETS", "Preset", "sampler_schemes"]
 

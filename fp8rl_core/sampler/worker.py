@@ -7,7 +7,7 @@ extension whose attributes collide with the worker's).
 
 Load (:meth:`fp8rl_load`): the manifest path of a sync (:mod:`fp8rl_core.sync.transport`) is read
 bucket by bucket; each sync tensor is split into checkpoint-format shards
-(:func:`~fp8rl_core.sampler.layout.to_checkpoint`) and fed to vLLM's in-place reload path
+(:func:`~fp8rl_core.sync.layout.to_checkpoint`) and fed to vLLM's in-place reload path
 (``model_runner.reload_weights(weights_iterator=…)``): layers are rebuilt from their recorded
 metadata, loaded through vLLM's own weight loaders, post-load processing runs once per layer when all
 of a layer's elements have arrived, and the results are copied into the live tensors. A layer that
@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from fp8rl_core.sampler.layout import ModelLayout, to_checkpoint
+from fp8rl_core.sync.layout import ModelLayout, to_checkpoint
 from fp8rl_core.sync.transport import read_manifest, read_sync
 
 __all__ = ["Fp8rlWorkerExtension"]

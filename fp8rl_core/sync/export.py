@@ -1,6 +1,6 @@
 """Export: the learner's state in the sampler's names and layout, per the sampler's grid of each layer.
 
-For every vLLM layer (see :mod:`fp8rl_core.sampler.layout`) the sampler's scheme decides what is sent:
+For every vLLM layer (see :mod:`fp8rl_core.sync.layout`) the sampler's scheme decides what is sent:
 
 ``mxfp8`` (on the learner's grid)
     the learner's *forward weights* — the rowwise MXFP8 operand of the fprop GEMM
@@ -26,7 +26,7 @@ import torch.nn as nn
 
 from fp8rl_core.grids import QuantizedTensor, bf16_view
 from fp8rl_core.learner.patterns import gemm_layers
-from fp8rl_core.sampler.layout import fused_group, sampler_layer
+from fp8rl_core.sync.layout import fused_group, sampler_layer
 
 __all__ = ["export_weights", "SyncError"]
 

@@ -1,8 +1,16 @@
-"""fp8rl_core is the pure library: nothing under it may import Prefect, MLflow or Ray."""
+"""The house's import rules, read from the source.
+
+- fp8rl_core is the pure library: nothing under it may import Prefect, MLflow or Ray.
+- The layers hold: every module of fp8rl_core/, tasks/ and flows/ sits in a layer of :data:`LAYERS`, and
+  an import (at module level or inside a function, absolute or relative, ``importlib.import_module``
+  with a literal name) may only go to the same or a lower rank. An upward import fails naming both
+  modules, the importer's file and line, and their layers; a module in no layer fails naming itself.
+"""
 
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,29 +21,125 @@ import fp8rl_core
 
 FORBIDDEN = {"prefect", "mlflow", "ray"}
 CORE = Path(fp8rl_core.__file__).parent
+ROOT = CORE.parent
+
+#: the layer order, bottom to top: a module may import its own rank or a lower one. A module belongs to
+#: the longest entry that is its name or a package above it; a new module or subpackage outside every
+#: entry fails the test until it is placed here.
+LAYERS: dict[str, int] = {
+    "fp8rl_core.vocabulary": 0,
+    "fp8rl_core.grids": 1,
+    "fp8rl_core.learner": 2,
+    "fp8rl_core.sync": 3,
+    "fp8rl_core.sampler": 4,
+    "fp8rl_core.loop": 5,
+    "fp8rl_core.checks": 6,
+    "fp8rl_core.metrics": 6,
+    "fp8rl_core.schemas": 6,
+    "fp8rl_core.config": 6,
+    "fp8rl_core.correctness": 7,
+    "fp8rl_core.verl": 7,
+    "fp8rl_core.report": 8,
+    "tasks": 9,
+    "flows": 10,
+}
+#: package ``__init__`` modules that hold no code of a layer: matched by exact name only (so they place
+#: no module under them), importable from every layer
+PACKAGE_ROOTS: dict[str, int] = {"fp8rl_core": 0}
+#: the packages whose modules are layered
+LAYERED = ("fp8rl_core", "tasks", "flows")
+#: this repository's top-level packages: an import of one of them is checked (bench/ and tests/ are in no
+#: layer, so nothing layered may import them)
+INTERNAL = {*LAYERED, "bench", "tests"}
+
+
+def module_name(path: Path, root: Path) -> str:
+    """``root/a/b/c.py`` → ``a.b.c``; ``root/a/b/__init__.py`` → ``a.b``."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(root: Path, name: str) -> bool:
+    if name.startswith("."):
+        return False
+    p = root.joinpath(*name.split("."))
+    return p.with_suffix(".py").is_file() or (p / "__init__.py").is_file()
+
+
+def imports_in(path: Path, root: Path) -> list[tuple[int, str]]:
+    """``(line, module)`` for every import in the file (also inside functions): ``import a.b`` → ``a.b``;
+    ``from a import b`` → ``a.b`` when that is a module under ``root``, else ``a``; relative imports
+    resolved against the file's package; ``importlib.import_module("a.b")`` / ``__import__("a.b")``."""
+    module = module_name(path, root)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            head = node.module or ""
+            if node.level:
+                parts = package.split(".") if package else []
+                up = node.level - 1
+                if up < len(parts):
+                    head = ".".join(parts[: len(parts) - up] + ([node.module] if node.module else []))
+                else:  # above the top-level package: kept as written (Python refuses it)
+                    head = "." * node.level + (node.module or "")
+            for a in node.names:
+                sub = f"{head}.{a.name}" if head else a.name
+                out.append((node.lineno, sub if a.name != "*" and _is_module(root, sub) else head))
+        elif (isinstance(node, ast.Call)
+              and getattr(node.func, "id", getattr(node.func, "attr", "")) in ("import_module", "__import__")
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            out.append((node.lineno, node.args[0].value))
+    return out
 
 
 def forbidden_imports(root: Path) -> list[str]:
     """Every ``import X`` / ``from X import`` (also inside functions) of a forbidden package under root."""
     hits = []
     for path in sorted(root.rglob("*.py")):
-        tree = ast.parse(path.read_text(), filename=str(path))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            elif isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in (
-                "import_module",
-                "__import__",
-            ) and node.args and isinstance(node.args[0], ast.Constant):
-                names = [str(node.args[0].value)]
-            else:
-                continue
-            hits += [f"{path.relative_to(root)}:{node.lineno} {n}" for n in names if n.split(".")[0] in FORBIDDEN]
+        hits += [f"{path.relative_to(root)}:{line} {name}" for line, name in imports_in(path, root)
+                 if name.split(".")[0] in FORBIDDEN]
     return hits
 
 
+def layer_of(module: str) -> str | None:
+    """The entry of :data:`LAYERS` (or :data:`PACKAGE_ROOTS`) that places ``module``; None if none does."""
+    if module in PACKAGE_ROOTS:
+        return module
+    holders = [k for k in LAYERS if module == k or module.startswith(k + ".")]
+    return max(holders, key=len) if holders else None
+
+
+def rank(layer: str) -> int:
+    return LAYERS[layer] if layer in LAYERS else PACKAGE_ROOTS[layer]
+
+
+def layer_violations(root: Path, packages: tuple[str, ...] = LAYERED) -> list[str]:
+    """Every module of ``packages`` under ``root`` in no layer, and every import that runs upward or to a
+    module in no layer, as ``file:line importer (layer, rank) → imported (layer, rank): why``."""
+    problems = []
+    for pkg in packages:
+        for path in sorted((root / pkg).rglob("*.py")):
+            rel, mod = path.relative_to(root), module_name(path, root)
+            src = layer_of(mod)
+            if src is None:
+                problems.append(f"{rel}: module {mod} is in no layer — place it in LAYERS ({Path(__file__).name})")
+                continue
+            for line, target in imports_in(path, root):
+                if target.split(".")[0] not in INTERNAL:
+                    continue
+                dst = layer_of(target)
+                where = f"{rel}:{line} {mod} ({src}, rank {rank(src)}) → {target}"
+                if dst is None:
+                    problems.append(f"{where} (in no layer): imports a module outside the layers")
+                elif rank(dst) > rank(src):
+                    problems.append(f"{where} ({dst}, rank {rank(dst)}): imports upward")
+    return problems
+
+
+# ---------------------------------------------------------------------------------- forbidden packages
 def test_no_forbidden_import_in_the_source():
     assert forbidden_imports(CORE) == []
     assert len(list(CORE.rglob("*.py"))) >= 8  # the scan really looked at the package
@@ -60,3 +164,99 @@ def test_importing_every_core_module_loads_none_of_them():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+# ------------------------------------------------------------------------------------------ the layers
+def test_every_module_sits_in_a_layer_and_imports_only_down():
+    assert layer_violations(ROOT) == []
+    scanned = [p for pkg in LAYERED for p in (ROOT / pkg).rglob("*.py")]
+    assert len(scanned) >= 50 and {module_name(p, ROOT).split(".")[0] for p in scanned} == set(LAYERED)
+
+
+def test_imports_resolve_to_the_module_they_name(tmp_path):
+    """Relative and ``from package import module`` forms name the module itself, not its package; a
+    package ``__init__`` resolves ``.`` to itself."""
+    files = {"pkg/__init__.py": "from . import a\nfrom .sub import b\n",
+             "pkg/a.py": "from .sub.b import X\nfrom . import sub\nfrom pkg.sub import b, Y\nimport pkg.a as q\n"
+                         "def f():\n    from ..pkg import a\n",
+             "pkg/sub/__init__.py": "from .. import a\nfrom ..a import Z\n",
+             "pkg/sub/b.py": ""}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert sorted(imports_in(tmp_path / "pkg/__init__.py", tmp_path)) == [(1, "pkg.a"), (2, "pkg.sub.b")]
+    assert sorted(imports_in(tmp_path / "pkg/a.py", tmp_path)) == [
+        (1, "pkg.sub.b"), (2, "pkg.sub"), (3, "pkg.sub"), (3, "pkg.sub.b"), (4, "pkg.a"), (6, "..pkg")]
+    assert sorted(imports_in(tmp_path / "pkg/sub/__init__.py", tmp_path)) == [(1, "pkg.a"), (2, "pkg.a")]
+    assert ("fp8rl_core.report.plots" in {t for _, t in imports_in(CORE / "report" / "markdown.py", ROOT)})
+
+
+def _copy_tree(tmp_path: Path) -> Path:
+    """The layered packages' sources, copied: a planted import changes the copy, never the repository."""
+    for pkg in LAYERED:
+        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return tmp_path
+
+
+# (file in the copy, line planted at its end, the two modules the failure must name)
+PLANTED = [
+    # the back-import issue 12 removed: the exporter reading the naming from the sampler
+    ("fp8rl_core/sync/export.py", "from fp8rl_core.sampler.engine import Sampler",
+     "fp8rl_core.sync.export (fp8rl_core.sync, rank 3) → fp8rl_core.sampler.engine (fp8rl_core.sampler, rank 4)"),
+    # lazy imports inside a function
+    ("fp8rl_core/sampler/worker.py", "def f():\n    import fp8rl_core.loop",
+     "fp8rl_core.sampler.worker (fp8rl_core.sampler, rank 4) → fp8rl_core.loop (fp8rl_core.loop, rank 5)"),
+    ("fp8rl_core/grids/api.py", "def f():\n    from fp8rl_core.learner import models",
+     "fp8rl_core.grids.api (fp8rl_core.grids, rank 1) → fp8rl_core.learner.models (fp8rl_core.learner, rank 2)"),
+    # relative imports, one and two levels up
+    ("fp8rl_core/checks/matrix.py", "from .. import correctness",
+     "fp8rl_core.checks.matrix (fp8rl_core.checks, rank 6) → fp8rl_core.correctness (fp8rl_core.correctness, rank 7)"),
+    ("fp8rl_core/sync/transport.py", "from ..loop import Pipeline",
+     "fp8rl_core.sync.transport (fp8rl_core.sync, rank 3) → fp8rl_core.loop (fp8rl_core.loop, rank 5)"),
+    ("fp8rl_core/loop.py", "from .checks import faults",
+     "fp8rl_core.loop (fp8rl_core.loop, rank 5) → fp8rl_core.checks.faults (fp8rl_core.checks, rank 6)"),
+    # importlib with a literal name; the core reaching into tasks; tasks into flows
+    ("fp8rl_core/metrics/stats.py", "import importlib\nimportlib.import_module('fp8rl_core.report.plots')",
+     "fp8rl_core.metrics.stats (fp8rl_core.metrics, rank 6) → fp8rl_core.report.plots (fp8rl_core.report, rank 8)"),
+    ("fp8rl_core/correctness.py", "from tasks import stages",
+     "fp8rl_core.correctness (fp8rl_core.correctness, rank 7) → tasks.stages (tasks, rank 9)"),
+    ("tasks/reporting.py", "from flows.cli import main",
+     "tasks.reporting (tasks, rank 9) → flows.cli (flows, rank 10)"),
+]
+
+
+@pytest.mark.parametrize("file, line, names", PLANTED, ids=[f"{p[0]}|{p[1].splitlines()[-1].strip()}" for p in PLANTED])
+def test_a_planted_back_import_fails_naming_both_modules(tmp_path, file, line, names):
+    root = _copy_tree(tmp_path)
+    target = root / file
+    lines = target.read_text().splitlines()
+    target.write_text("\n".join(lines + [line]) + "\n")
+    got = layer_violations(root)
+    assert len(got) == 1, got
+    planted_at = len(lines) + len(line.splitlines())
+    assert got == [f"{file}:{planted_at} {names}: imports upward"]
+
+
+def test_a_downward_import_passes(tmp_path):
+    root = _copy_tree(tmp_path)
+    with open(root / "fp8rl_core/report/plots.py", "a") as fh:
+        fh.write("\ndef f():\n    from fp8rl_core.correctness import inject\n    from ..loop import Pipeline\n")
+    assert layer_violations(root) == []
+
+
+def test_a_module_in_no_layer_fails_naming_itself(tmp_path):
+    """A new subpackage must be placed; nothing layered may import bench/ (in no layer)."""
+    root = _copy_tree(tmp_path)
+    (root / "fp8rl_core" / "newpkg").mkdir()
+    (root / "fp8rl_core" / "newpkg" / "__init__.py").write_text("")
+    (root / "fp8rl_core" / "newpkg" / "thing.py").write_text("import torch\n")
+    spec = root / "fp8rl_core" / "grids" / "spec.py"
+    n = len(spec.read_text().splitlines())
+    spec.write_text(spec.read_text() + "import bench.checks\n")
+    assert layer_violations(root) == [
+        f"fp8rl_core/grids/spec.py:{n + 1} fp8rl_core.grids.spec (fp8rl_core.grids, rank 1) → bench.checks "
+        "(in no layer): imports a module outside the layers",
+        "fp8rl_core/newpkg/__init__.py: module fp8rl_core.newpkg is in no layer — place it in LAYERS (test_purity.py)",
+        "fp8rl_core/newpkg/thing.py: module fp8rl_core.newpkg.thing is in no layer — place it in LAYERS "
+        "(test_purity.py)",
+    ]

@@ -14,8 +14,8 @@ import pyarrow as pa_arrow
 import pyarrow.parquet as pq
 import pytest
 
+from fp8rl_core import correctness as fault_matrix
 from fp8rl_core.checks import CheckReport, CheckResult
-from fp8rl_core.checks import matrix as fault_matrix
 from fp8rl_core.checks.faults import fault as lookup_fault
 from fp8rl_core.learner.grpo import GRPOConfig, MicroBatchTiming, plan_microbatches
 from fp8rl_core.learner.learner import Learner, LearnerConfig

@@ -137,13 +137,29 @@ def test_step_breakdown_needs_a_preset_column(sweep):
 
 # --------------------------------------------------------------------------------- detection matrix
 
-def test_detection_matrix_delegates_to_matrix_png(tmp_path):
+def test_detection_matrix_writes_the_heat_map(tmp_path):
     cheap = ("W1", "W2", "W4", "W5", "W6")
     rows = [{"fault": f, "condition": c, "caught_first": True, **{w: int(w == c) for w in cheap}, "W3": None,
              "W7": None} for f, c in (("drop-bucket", "W1"), ("requant", "W2"))]
     path = plots.detection_matrix(rows, tmp_path / "matrix.png")
     w, h = png_size(path)
     assert (w, h) == (825, int(0.42 * 2 * 110 + 1.6 * 110))
+
+
+def test_detection_matrix_figure_colours_each_cell_by_what_fired():
+    """Codes drawn: 0 not run (grey, a dash), 1 another check passed, 2 another check fired, 3 the declared
+    check fired, 4 the declared check missed (red); the title counts the faults caught first."""
+    rows = [{"fault": "drop-bucket", "condition": "W1", "caught_first": True, "W1": 1, "W2": 1, "W3": None,
+             "W4": 0, "W5": 0, "W6": 0, "W7": None},
+            {"fault": "requant", "condition": "W2", "caught_first": False, "W1": 0, "W2": 0, "W3": 1, "W4": 0,
+             "W5": 0, "W6": 0, "W7": 1}]
+    fig = plots.detection_matrix_figure(rows, title="t")
+    ax = fig.axes[0]
+    assert ax.images[0].get_array().tolist() == [[3, 2, 0, 1, 1, 1, 0], [1, 4, 2, 1, 1, 1, 2]]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["W1", "W2", "W3", "W4", "W5", "W6", "W7"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["drop-bucket (W1)", "requant (W2)"]
+    assert [t.get_text() for t in ax.texts[:7]] == ["✓", "✓", "–", "", "", "", "–"]
+    assert ax.get_title().startswith("t: 1/2 caught at the first sync by the declared check")
 
 
 def test_figures_are_deterministic(sweep, tmp_path):

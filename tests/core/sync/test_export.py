@@ -9,9 +9,9 @@ from fp8rl_core.grids import bf16_view
 from fp8rl_core.learner.learner import Learner, LearnerConfig
 from fp8rl_core.learner.models import ModelSpec, build_model
 from fp8rl_core.learner.patterns import gemm_layers
-from fp8rl_core.sampler.layout import ModelLayout, sampler_layer, to_checkpoint
 from fp8rl_core.sampler.presets import sampler_schemes
 from fp8rl_core.sync.export import SyncError, export_weights
+from fp8rl_core.sync.layout import ModelLayout, to_checkpoint
 
 DENSE = ModelSpec(name="x", kind="dense", vocab_size=1024, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=32)
@@ -21,18 +21,6 @@ TIED = ModelSpec(**(DENSE.model_dump() | dict(tie_word_embeddings=True)))
 
 def _learner(spec, precision="mxfp8", layers="all"):
     return Learner(build_model(spec, 0), LearnerConfig(precision=precision, layers=layers))
-
-
-@pytest.mark.parametrize("name, expected", [
-    ("model.layers.3.self_attn.k_proj", "model.layers.3.self_attn.qkv_proj"),
-    ("model.layers.0.mlp.up_proj", "model.layers.0.mlp.gate_up_proj"),
-    ("model.layers.1.mlp.experts.down_proj", "model.layers.1.mlp.experts"),
-    ("model.layers.1.mlp.gate", "model.layers.1.mlp.gate"),
-    ("model.layers.1.self_attn.o_proj", "model.layers.1.self_attn.o_proj"),
-    ("lm_head", "lm_head"),
-])
-def test_sampler_layer_names(name, expected):
-    assert sampler_layer(name) == expected
 
 
 def test_dense_on_grid_export_is_the_learners_forward_bytes_in_vllm_order():

@@ -1,4 +1,8 @@
-"""Names and layouts on the sampler side: learner layers → vLLM layers, fused tensors ↔ checkpoint shards.
+"""The vLLM naming of the learner's weights: learner layers → vLLM layers, fused tensors ↔ checkpoint shards.
+
+Shared by the exporter (:mod:`fp8rl_core.sync.export`), the sampler's engine and worker (which split
+fused sync tensors back into checkpoint shards) and the checks (expected names and fused groups), so it
+lives in the layer below all of them.
 
 vLLM's Qwen3 / Qwen3-MoE models fuse what the learner (Hugging Face) keeps apart::
 

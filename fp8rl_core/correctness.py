@@ -1,0 +1,78 @@
+"""The correctness driver: clean sync series and fault injection through the real RL loop.
+
+:func:`clean_series` runs RL steps (rollout → GRPO step → sync → checks) and counts false alarms.
+:func:`inject` runs one clean step (so the engine is known good), then one step whose sync carries the
+fault, records which checks fired at that sync (the first opportunity), and finishes with a clean repair
+sync that must pass again. Its rows make the detection matrix (faults × checks), which
+:func:`fp8rl_core.checks.matrix.summarize` judges and :func:`fp8rl_core.report.plots.detection_matrix`
+draws.
+
+This module drives the loop (:mod:`fp8rl_core.loop`) and asks the checks (:mod:`fp8rl_core.checks`) for
+verdicts, so it sits above both; the checks themselves only judge.
+"""
+
+from __future__ import annotations
+
+from fp8rl_core.checks.faults import Fault
+from fp8rl_core.checks.runner import CONDITIONS, CheckReport, CheckRunner
+from fp8rl_core.loop import Pipeline, rollout_and_learn, sync_weights
+
+__all__ = ["clean_series", "inject", "step"]
+
+
+def _tags(row: dict) -> list[tuple[int, int]]:
+    return [(int(row["version"]), int(row["new_version"]) - 1)]
+
+
+def step(pipe: Pipeline, runner: CheckRunner, task, index: int, *, prompts_per_step: int, seed: int,
+         fault: Fault | None = None) -> tuple[dict, CheckReport]:
+    """One RL step with its sync (optionally faulty) and the checks after it."""
+    if fault is not None and fault.captures_pre_step:
+        pipe.pre_step_export = pipe.export()
+    row, _ = rollout_and_learn(pipe, task, index, prompts_per_step=prompts_per_step, seed=seed)
+    row |= sync_weights(pipe, fault)
+    report = runner.check(pipe, _tags(row))
+    row["checks_s"] = report.seconds
+    return row, report
+
+
+def clean_series(pipe: Pipeline, runner: CheckRunner, task, syncs: int, *, prompts_per_step: int = 4,
+                 seed: int = 0, on_sync=None) -> list[dict]:
+    """``syncs`` clean RL steps; one row per sync: the checks' verdicts, tier and timings."""
+    rows = []
+    first = pipe.learner.version + 1
+    for i in range(first, first + syncs):
+        row, report = step(pipe, runner, task, i, prompts_per_step=prompts_per_step, seed=seed)
+        out = {"sync": report.sync, "version": report.version, "tier": "full" if report.full else "cheap",
+               "false_alarm": bool(report.failed), "alarms": report.message(), "checks_s": report.seconds,
+               "step_s": row["generate_s"] + row["learner_s"] + row["export_s"] + row["transport_s"] + row["load_s"]
+               + row["reset_s"], "mean_reward": row["mean_reward"]}
+        out |= {f"check/{c}": r.passed for c, r in report.results_by.items()}
+        rows.append(out)
+        if on_sync is not None:
+            on_sync(out)
+    return rows
+
+
+def inject(pipe: Pipeline, runner: CheckRunner, task, fault: Fault, *, prompts_per_step: int = 4, seed: int = 0,
+           warmup: bool = True) -> dict:
+    """The fault's row of the detection matrix (see the module docstring). ``warmup=False`` for faults
+    present from the engine's start (``config``): their first sync is the first opportunity."""
+    pre = None
+    if warmup:
+        _, pre = step(pipe, runner, task, pipe.learner.version + 1, prompts_per_step=prompts_per_step, seed=seed)
+    _, rep = step(pipe, runner, task, pipe.learner.version + 1, prompts_per_step=prompts_per_step, seed=seed,
+                  fault=fault)
+    fired = {c: (not rep.results_by[c].passed) if c in rep.results_by else None for c in CONDITIONS}
+    declared = rep.results_by.get(fault.condition)
+    row = {"fault": fault.name, "condition": fault.condition, "stage": fault.stage, "model": fault.model,
+           "what": fault.what, "tier": "full" if rep.full else "cheap", "why": rep.why,
+           "warmup_clean": None if pre is None else not pre.failed,
+           "caught_first": bool(fired.get(fault.condition)),
+           "declared_offenders": "; ".join((declared.offenders if declared else [])[:3])}
+    row |= {c: (None if v is None else int(v)) for c, v in fired.items()}
+    if fault.engine_schemes is None:  # repair: a clean sync of the same version must pass again
+        sync_weights(pipe)
+        rep2 = runner.check(pipe, [])
+        row["repaired"] = not rep2.failed
+    return row
