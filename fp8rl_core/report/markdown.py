@@ -27,6 +27,8 @@ from typing import Any
 
 import pandas as pd
 
+from fp8rl_core.vocabulary import CONDITIONS
+
 from . import plots
 from .claims import absent_claims, cost_models, evaluate_claims
 from .data import (PROBE_LABELS, PROBE_METRICS, REPORT_METRICS, SweepData, interval_table, is_probe_metric,
@@ -41,7 +43,6 @@ RUN_METRICS: dict[str, str] = {
     "time/step_s": "step s", "time/generate_s": "generate s", "time/learner_s": "learner s",
     "time/total_s": "run s",
 }
-_CONDITIONS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7")
 
 
 def _cell(v: Any) -> str:
@@ -155,7 +156,7 @@ def _checks_section(data: SweepData) -> list[str]:
         return []
     passed = ch["passed"].astype(bool)
     rows = []
-    for c in _CONDITIONS:
+    for c in CONDITIONS:
         sel = ch["condition"] == c
         if not sel.any():
             continue

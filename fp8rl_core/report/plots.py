@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fp8rl_core.vocabulary import STEP_STAGES, seconds_column
+
 from .data import CANONICAL_PRESETS, PROBE_METRICS, SweepData, interval_table, preset_order
 
 __all__ = [
@@ -75,10 +77,7 @@ PANEL_TITLES: dict[str, str] = {
 }
 
 #: steps-table time columns, in stacking order, with their legend names
-STEP_PHASES: dict[str, str] = {
-    "generate_s": "generate", "learner_s": "learner", "export_s": "export", "transport_s": "transport",
-    "load_s": "load", "reset_s": "reset", "checks_s": "checks",
-}
+STEP_PHASES: dict[str, str] = {seconds_column(s): s for s in (*STEP_STAGES, "checks")}
 _PHASE_COLORS = ["#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363", "#fd8d3c", "#9ecae1", "#d9d9d9"]
 _PRECISION_COLORS = {"bf16": "#3182bd", "mxfp8": "#e6550d"}
 _MODEL_MARKERS = ["o", "s", "D", "^", "v"]
