@@ -30,9 +30,9 @@ import pandas as pd
 from fp8rl_core.vocabulary import CONDITIONS
 
 from . import plots
-from .claims import absent_claims, cost_models, evaluate_claims
 from .data import (PROBE_LABELS, PROBE_METRICS, REPORT_METRICS, SweepData, interval_table, is_probe_metric,
                    preset_order, with_run_columns)
+from .verdicts import absent_claims, cost_models, evaluate_claims
 
 __all__ = ["RUN_METRICS", "write_report"]
 
@@ -141,12 +141,11 @@ def _cost_section(cms: list) -> list[str]:
         if isinstance(cm, str):
             out += [f"- {head}no fit: {cm}"]
             continue
-        fits = cm["fits"]
-        out += [f"- {head}{cm['verdict']}",
-                f"  - status `{cm['status']}`; Δfixed {cm['delta_fixed'] * 1e3:.4g} ms per micro-batch; per-token "
-                f"saving {cm['per_token_saving']:.4g} s/token; fits: "
-                + "; ".join(f"{p} {f['fixed'] * 1e3:.4g} ms + {f['per_token'] * 1e6:.4g} µs/token (n = {f['n']})"
-                            for p, f in fits.items())]
+        out += [f"- {head}{cm.verdict}",
+                f"  - status `{cm.status}`; Δfixed {cm.delta_fixed * 1e3:.4g} ms per micro-batch; per-token "
+                f"saving {cm.per_token_saving:.4g} s/token; fits: "
+                + "; ".join(f"{p} {f.fixed * 1e3:.4g} ms + {f.per_token * 1e6:.4g} µs/token (n = {f.n})"
+                            for p, f in cm.fits.items())]
     return out + [""]
 
 
