@@ -4,7 +4,7 @@
 
 1. title, sweep, what ran (runs, models, presets, seeds);
 2. the claims table — claim | paper | measured (CI) | verdict | why — from
-   :func:`~fp8rl_core.report.claims.evaluate_claims`, and the claims this sweep does not test;
+   :func:`~fp8rl_core.report.verdicts.evaluate_claims`, and the claims this sweep does not test;
 3. the runs (name, preset, model, seed, status and the run metrics present);
 4. per model, the mismatch metrics per preset with 95% bootstrap intervals — the exact probe-batch
    divergences first when the sweep has a ``probe`` table (:data:`~fp8rl_core.report.data.PROBE_METRICS`:
@@ -208,7 +208,7 @@ def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = Non
     """Write ``summary.md`` and the figures of ``data`` into ``out_dir`` (created if missing); return the
     path of ``summary.md``.
 
-    ``trace_paths``: GPU profiler traces for claim g (see :func:`~fp8rl_core.report.claims.evaluate_claims`).
+    ``trace_paths``: GPU profiler traces for claim g (see :func:`~fp8rl_core.report.verdicts.evaluate_claims`).
     ``generated``: an optional stamp (e.g. a date) printed under the title — nothing else depends on
     when the report is written. ``n_boot``, ``seed``: every bootstrap's settings. ``metrics``: the
     sampled-token rows of the per-preset mismatch tables (the exact probe rows
