@@ -24,6 +24,7 @@ from rich.table import Table
 
 from fp8rl_core.config import RunConfig, load_sweep, run_id
 from fp8rl_core.sampler.engine import release_all
+from fp8rl_core.vocabulary import CONDITIONS
 from tasks import reporting, stages, tracking
 
 __all__ = ["experiment", "mxfp8_sweep", "nightly_correctness"]
@@ -236,7 +237,7 @@ def _correctness(config: str, overrides: list[str]) -> dict:
                         stages.correctness_setup(fkey, cfg.model_dump(mode="json"), ckpt, f.name)
                     row = stages.inject_fault(fkey, f.name)
                     logger.info("fault %s (%s): caught at first sync: %s; fired: %s", f.name, f.condition,
-                                row["caught_first"], [c for c in ("W1", "W2", "W3", "W4", "W5", "W6", "W7") if row.get(c)])
+                                row["caught_first"], [c for c in CONDITIONS if row.get(c)])
                     matrix.append(row)
                 stages.LIVE.pop(key, None)
             result = stages.record_matrix(mlflow_run, matrix, clean)

@@ -19,11 +19,11 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from fp8rl_core import correctness
-from fp8rl_core.checks import CheckPolicy, CheckRunner
+from fp8rl_core.checks import CheckPolicy, CheckRunner, check_rows
 from fp8rl_core.checks import matrix as fault_matrix
 from fp8rl_core.checks.faults import fault as lookup_fault
 from fp8rl_core.config import RunConfig
-from fp8rl_core.learner.grpo import GRPOConfig
+from fp8rl_core.learner.grpo import GRPOConfig, microbatch_rows
 from fp8rl_core.learner.mxfp8 import Recipe
 from fp8rl_core.learner.models import ModelSpec
 from fp8rl_core.learner.warmstart import WarmStartConfig, is_complete, warm_start, warmstart_key
@@ -32,15 +32,14 @@ from fp8rl_core.metrics import summarize_steps
 from fp8rl_core.metrics.probe import probe_divergence
 from fp8rl_core.metrics.summary import run_kl_summary
 from fp8rl_core.report.plots import detection_matrix
-from fp8rl_core.schemas import check_rows, microbatch_rows, validate
+from fp8rl_core.schemas import validate
 from fp8rl_core.sampler.engine import SamplerDeadError
+from fp8rl_core.vocabulary import KL_RUN_METRICS, TIMING_COLUMNS
 
 from . import tracking
 
 __all__ = ["LIVE", "extract_kl_timing", "invariant_checks", "record_run", "record_step", "setup_sampler_grid",
            "train_step", "warm_start_checkpoint", "weight_sync"]
-
-TIMING_COLUMNS = ("generate_s", "learner_s", "export_s", "transport_s", "load_s", "reset_s", "checks_s", "total_s")
 
 
 @dataclass
@@ -170,12 +169,6 @@ def invariant_checks(key: str, rollout_tags: list[list[int]]) -> dict:
     else:
         live.last_good_version = report.version
     return out
-
-
-#: kl_summary columns logged as run metrics ``kl/<name>`` (with ``kl/<name>_lo``/``_hi`` where an interval exists)
-KL_RUN_METRICS = ("k1", "k2", "k3", "k1_rev", "k2_rev", "k3_rev", "mean_abs_logprob_diff", "max_abs_logprob_diff",
-                  "mean_abs_prob_diff", "max_abs_prob_diff", "token_mult_prob_error", "chi2_token", "chi2_seq",
-                  "log_ppl_diff", "tokens", "sequences")
 
 
 @task(name="extract-kl-timing", cache_policy=NO_CACHE)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fp8rl_core.grids import QuantizedTensor, parse_grid
+from fp8rl_core.vocabulary import CONDITIONS
 
 from .basic import (
     CheckResult,
@@ -47,8 +48,6 @@ from .expected import Expected, expected_from_learner
 from .layout import check_layout
 
 __all__ = ["CONDITIONS", "CheckPolicy", "CheckReport", "CheckRunner", "merge"]
-
-CONDITIONS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7")
 
 
 @dataclass(frozen=True)

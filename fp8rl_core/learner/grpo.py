@@ -39,7 +39,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Iterable, Iterator, Literal
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +52,7 @@ __all__ = [
     "StepResult",
     "MicroBatchTiming",
     "group_advantages",
+    "microbatch_rows",
     "plan_microbatches",
     "completion_logprobs",
     "grpo_step",
@@ -136,6 +137,16 @@ class MicroBatchTiming:
     @property
     def other_s(self) -> float:
         return max(self.seconds - self.quantize_s - self.gemm_s, 0.0)
+
+
+def microbatch_rows(run_id: str, precision: str, step: int, tokens_per_microbatch: int,
+                    timings: Iterable[MicroBatchTiming]) -> list[dict]:
+    """The ``microbatches`` table rows (:mod:`fp8rl_core.schemas.steps`) of one step from its
+    :class:`MicroBatchTiming` list (``StepResult.microbatches``), in order."""
+    return [{"run_id": run_id, "precision": precision, "step": step, "microbatch": i,
+             "tokens_per_microbatch": tokens_per_microbatch, "rows": t.rows, "tokens": t.tokens,
+             "real_tokens": t.real_tokens, "seconds": t.seconds, "quantize_s": t.quantize_s, "gemm_s": t.gemm_s,
+             "other_s": t.other_s} for i, t in enumerate(timings)]
 
 
 @dataclass

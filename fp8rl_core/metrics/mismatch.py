@@ -84,6 +84,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from fp8rl_core.vocabulary import LOGPROB_TOL
+
 __all__ = [
     "SEQ_LOG_RATIO_CLAMP",
     "TOKEN_METRICS",
@@ -99,9 +101,6 @@ __all__ = [
 
 #: |Σ_t log r_t| is clamped to this before exponentiating for ``chi2_seq`` (verl's SAFETY_BOUND).
 SEQ_LOG_RATIO_CLAMP = 20.0
-
-#: log-probs above this are refused (float32 log_softmax can return tiny positive values, never more).
-LOGPROB_POSITIVE_TOL = 1e-4
 
 #: token-mean metrics: name → per-sequence sum column in :func:`sequence_table` (denominator: ``tokens``)
 TOKEN_METRICS: dict[str, str] = {
@@ -134,7 +133,7 @@ def _check_logprobs(a: np.ndarray, name: str) -> None:
         i = int(np.flatnonzero(bad)[0])
         raise ValueError(f"{name} has {int(bad.sum())} non-finite log-probs (first {a[i]} at token {i}): a sampled "
                          "token must have a finite log-prob under both sides")
-    pos = a > LOGPROB_POSITIVE_TOL
+    pos = a > LOGPROB_TOL
     if pos.any():
         i = int(np.flatnonzero(pos)[0])
         raise ValueError(f"{name} has {int(pos.sum())} positive log-probs (first {a[i]} at token {i}): "

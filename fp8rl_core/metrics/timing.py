@@ -54,11 +54,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["HUBER_K", "cost_model", "fit_linear"]
+__all__ = ["HUBER_K", "CostModel", "CostStatus", "LinearFit", "cost_model", "fit_linear"]
 
 HUBER_K = 1.345  # 95% Gaussian efficiency (Huber 1964)
 _MAD_NORMAL = 0.6745  # median |Z| of a standard normal: MAD / 0.6745 estimates sigma
@@ -180,43 +181,63 @@ def _check_boot_args(level: float, n_boot: int) -> None:
         raise ValueError(f"n_boot: must be a non-negative integer, got {n_boot!r}")
 
 
+@dataclass(frozen=True)
+class LinearFit:
+    """A fitted cost line ``seconds ≈ fixed + per_token · tokens`` (:func:`fit_linear`).
+
+    ``fixed`` (s per micro-batch, the intercept), ``per_token`` (s/token, the slope), ``fixed_ci`` /
+    ``per_token_ci`` (``level`` percentile-bootstrap intervals, None when ``n_boot=0``), ``method``
+    ("huber" or "ols"), ``n`` observations, ``token_budgets`` (distinct token counts), ``tokens_range``,
+    ``residual_scale`` (MAD/0.6745 of the residuals, s), ``downweighted`` (observations the Huber fit gave
+    weight < 1, i.e. flagged as outlying), ``level``, ``n_boot``, ``n_boot_used``."""
+
+    fixed: float
+    per_token: float
+    fixed_ci: tuple[float, float] | None
+    per_token_ci: tuple[float, float] | None
+    method: Literal["huber", "ols"]
+    n: int
+    token_budgets: int
+    tokens_range: tuple[float, float]
+    residual_scale: float
+    downweighted: int
+    level: float
+    n_boot: int
+    n_boot_used: int
+
+
 def _fit_with_draws(tokens: Any, seconds: Any, *, robust: bool, level: float, n_boot: int,
-                    rng: np.random.Generator) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+                    rng: np.random.Generator) -> tuple[LinearFit, np.ndarray, np.ndarray]:
     x, y = _validate(tokens, seconds)
     a, b, w = _fit_lines(x, y, robust)
     fixed_draws, slope_draws = _bootstrap(x, y, robust, n_boot, rng)
     ok = ~(np.isnan(fixed_draws) | np.isnan(slope_draws))
     resid = y - float(a) - float(b) * x
-    result = {
-        "fixed": float(a),
-        "per_token": float(b),
-        "fixed_ci": _quantile_ci(fixed_draws[ok], level) if n_boot else None,
-        "per_token_ci": _quantile_ci(slope_draws[ok], level) if n_boot else None,
-        "method": "huber" if robust else "ols",
-        "n": int(x.size),
-        "token_budgets": int(np.unique(x).size),
-        "tokens_range": (float(x.min()), float(x.max())),
-        "residual_scale": float(np.median(np.abs(resid)) / _MAD_NORMAL),
-        "downweighted": int((w < 1.0).sum()),
-        "level": level,
-        "n_boot": int(n_boot),
-        "n_boot_used": int(ok.sum()),
-    }
+    result = LinearFit(
+        fixed=float(a),
+        per_token=float(b),
+        fixed_ci=_quantile_ci(fixed_draws[ok], level) if n_boot else None,
+        per_token_ci=_quantile_ci(slope_draws[ok], level) if n_boot else None,
+        method="huber" if robust else "ols",
+        n=int(x.size),
+        token_budgets=int(np.unique(x).size),
+        tokens_range=(float(x.min()), float(x.max())),
+        residual_scale=float(np.median(np.abs(resid)) / _MAD_NORMAL),
+        downweighted=int((w < 1.0).sum()),
+        level=level,
+        n_boot=int(n_boot),
+        n_boot_used=int(ok.sum()),
+    )
     return result, fixed_draws, slope_draws
 
 
 def fit_linear(tokens: Sequence[float], seconds: Sequence[float], *, robust: bool = True, level: float = 0.95,
-               n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
-    """Fit ``seconds ≈ fixed + per_token · tokens`` (see the module docstring for model, method and CI).
-
-    Returns a dict: ``fixed`` (s per micro-batch, the intercept), ``per_token`` (s/token, the slope),
-    ``fixed_ci`` / ``per_token_ci`` (``level`` percentile-bootstrap intervals, None when ``n_boot=0``),
-    ``method`` ("huber" or "ols"), ``n``, ``token_budgets`` (distinct token counts), ``tokens_range``,
-    ``residual_scale`` (MAD/0.6745 of the residuals, s), ``downweighted`` (observations the Huber fit
-    gave weight < 1, i.e. flagged as outlying), ``level``, ``n_boot``, ``n_boot_used``.
+               n_boot: int = 2000, seed: int = 0) -> LinearFit:
+    """Fit ``seconds ≈ fixed + per_token · tokens`` (see the module docstring for model, method and CI);
+    returns a :class:`LinearFit`.
 
     >>> fit = fit_linear([1000, 2000, 4000], [0.003, 0.004, 0.006], n_boot=0)
-    >>> round(fit["fixed"] * 1e3, 9), round(fit["per_token"] * 1e6, 9)  # 2 ms + 1 µs per token
+    >>> round(fit.fixed * 1e3, 9), round(fit.per_token * 1e6, 9)  # 2 ms + 1 µs per token
     (2.0, 1.0)
 
     Raises ValueError naming the argument for ragged, non-finite or negative inputs and when
@@ -262,6 +283,53 @@ def _quantity(text: str, ci: tuple[float, float] | None, fmt: str, level: float,
     return f"{text}, {'; '.join(inner)}" if inline else f"{text} ({'; '.join(inner)})"
 
 
+#: what the cost model found (see :class:`CostModel`)
+CostStatus = Literal["break_even", "always_faster", "no_break_even", "unresolved", "out_of_range"]
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The two precisions' cost lines and where they cross (:func:`cost_model`).
+
+    ``fits``: {baseline: fit, candidate: fit} (:class:`LinearFit`); ``delta_fixed`` / ``delta_fixed_ci``:
+    fixed_candidate − fixed_baseline (s per micro-batch); ``per_token_saving`` / ``per_token_saving_ci``:
+    per_token_baseline − per_token_candidate (s/token); ``saving_positive_fraction``: share of joint
+    resamples with a positive saving (None if n_boot=0); ``break_even_estimate``: max(Δfixed/saving, 0)
+    whenever the saving is positive, else None — the bare ratio, for the record; trust ``break_even``;
+    ``break_even`` / ``break_even_ci``: tokens per micro-batch above which the candidate is faster, given
+    only when ``status`` is "break_even" or "always_faster" (0 tokens), else None.
+
+    ``status``, one of:
+
+    - "break_even"    saving > 0 with its CI above 0, Δfixed > 0, and the crossing within
+      [min tokens / extrapolation, max tokens × extrapolation] of the measurements;
+    - "always_faster" saving > 0 (CI above 0) and Δfixed ≤ 0: faster at every size, break-even 0;
+    - "no_break_even" saving ≤ 0: the candidate costs more per token, the lines never cross above 0;
+    - "unresolved"    saving > 0 but its CI reaches 0: the data cannot tell;
+    - "out_of_range"  a crossing exists but lies far outside the measured token range.
+
+    ``headline``: the finding in a few words (e.g. "no break-even"); ``verdict``: the headline and the
+    numbers behind it, one sentence; ``tokens_range``, ``level``, ``n_boot``, ``n_boot_used`` (joint
+    resamples valid for both fits)."""
+
+    fits: dict[str, LinearFit]
+    delta_fixed: float
+    delta_fixed_ci: tuple[float, float] | None
+    per_token_saving: float
+    per_token_saving_ci: tuple[float, float] | None
+    saving_positive_fraction: float | None
+    break_even_estimate: float | None
+    break_even: float | None
+    break_even_ci: tuple[float, float] | None
+    status: CostStatus
+    headline: str
+    verdict: str
+    tokens_range: tuple[float, float]
+    level: float
+    n_boot: int
+    n_boot_used: int
+
+
 def cost_model(
     data: Any,
     *,
@@ -276,35 +344,16 @@ def cost_model(
     seed: int = 0,
     extrapolation: float = 2.0,
     emulated: bool | None = None,
-) -> dict[str, Any]:
+) -> CostModel:
     """Per-precision cost lines, MXFP8's extra fixed cost, its per-token saving, and the break-even.
 
     ``data``: a DataFrame or an iterable of row mappings with columns ``precision`` ("bf16"/"mxfp8";
     other values are ignored), ``tokens`` (per micro-batch) and ``seconds``. Each precision is fitted
     with :func:`fit_linear`; the bootstrap is joint (see the module docstring).
 
-    Returns a dict with
-      ``fits``: {baseline: fit, candidate: fit} as returned by :func:`fit_linear`;
-      ``delta_fixed`` / ``delta_fixed_ci``: fixed_candidate − fixed_baseline (s per micro-batch);
-      ``per_token_saving`` / ``per_token_saving_ci``: per_token_baseline − per_token_candidate (s/token);
-      ``saving_positive_fraction``: share of joint resamples with a positive saving (None if n_boot=0);
-      ``break_even_estimate``: max(Δfixed/saving, 0) whenever the saving is positive, else None — the
-          bare ratio, for the record; trust ``break_even``;
-      ``break_even`` / ``break_even_ci``: tokens per micro-batch above which the candidate is faster,
-          given only when ``status`` is "break_even" or "always_faster" (0 tokens), else None;
-      ``status``: one of
-          "break_even"    saving > 0 with its CI above 0, Δfixed > 0, and the crossing within
-                          [min tokens / extrapolation, max tokens × extrapolation] of the measurements;
-          "always_faster" saving > 0 (CI above 0) and Δfixed ≤ 0: faster at every size, break-even 0;
-          "no_break_even" saving ≤ 0: the candidate costs more per token, the lines never cross above 0;
-          "unresolved"    saving > 0 but its CI reaches 0: the data cannot tell;
-          "out_of_range"  a crossing exists but lies far outside the measured token range;
-      ``verdict``: one sentence saying the above with numbers;
-      ``tokens_range``, ``level``, ``n_boot``, ``n_boot_used`` (joint resamples valid for both fits).
-
-    ``emulated=True`` adds to a no-break-even verdict that this is expected on CPU emulation;
-    ``None`` (default) says it conditionally; ``False`` omits it. With ``n_boot=0`` there are no CIs
-    and the status is decided on the point estimates alone.
+    Returns a :class:`CostModel`. ``emulated=True`` adds to a no-break-even verdict that this is expected on
+    CPU emulation; ``None`` (default) says it conditionally; ``False`` omits it. With ``n_boot=0`` there
+    are no CIs and the status is decided on the point estimates alone.
     """
     _check_boot_args(level, n_boot)
     if not (extrapolation >= 1.0):
@@ -314,7 +363,7 @@ def cost_model(
     cols = _columns(data, [precision_col, tokens_col, seconds_col])
     prec = [str(p) for p in cols[precision_col]]
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2)]
-    fits: dict[str, dict[str, Any]] = {}
+    fits: dict[str, LinearFit] = {}
     draws: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for name, rng in zip((baseline, candidate), rngs):
         sel = [i for i, p in enumerate(prec) if p == name]
@@ -328,8 +377,8 @@ def cost_model(
         fits[name], draws[name] = fit, (a, b)
 
     fb, fc = fits[baseline], fits[candidate]
-    delta = fc["fixed"] - fb["fixed"]
-    saving = fb["per_token"] - fc["per_token"]
+    delta = fc.fixed - fb.fixed
+    saving = fb.per_token - fc.per_token
     d_draws = draws[candidate][0] - draws[baseline][0]
     s_draws = draws[baseline][1] - draws[candidate][1]
     ok = ~(np.isnan(d_draws) | np.isnan(s_draws))
@@ -340,8 +389,8 @@ def cost_model(
     delta_ci = _quantile_ci(d_draws, level) if have_ci else None
     saving_ci = _quantile_ci(s_draws, level) if have_ci else None
     pos_frac = float((s_draws > 0).mean()) if have_ci else None
-    t_lo = min(fb["tokens_range"][0], fc["tokens_range"][0])
-    t_hi = max(fb["tokens_range"][1], fc["tokens_range"][1])
+    t_lo = min(fb.tokens_range[0], fc.tokens_range[0])
+    t_hi = max(fb.tokens_range[1], fc.tokens_range[1])
     estimate = max(delta / saving, 0.0) if saving > 0 else None
 
     pos_txt = f"positive in {pos_frac:.1%} of bootstrap resamples" if pos_frac is not None else ""
@@ -350,50 +399,57 @@ def cost_model(
     saving_inline = _quantity(f"{saving:.3g} s/token", saving_ci, ".3g", level, extra=pos_txt, inline=True)
     delta_inline = _quantity(f"{delta * 1e3:.3g} ms per micro-batch", delta_ci, ".3g", level, scale=1e3, inline=True)
     break_even = break_even_ci = None
+    status: CostStatus
     if saving <= 0:
         status = "no_break_even"
-        verdict = f"no break-even: {candidate} costs more per token here (saving {saving_inline})"
+        headline = "no break-even"
+        detail = f"{candidate} costs more per token here (saving {saving_inline})"
         if emulated:
-            verdict += f"; expected for CPU emulation, where {_CPU_REASON}"
+            detail += f"; expected for CPU emulation, where {_CPU_REASON}"
         elif emulated is None:
-            verdict += f"; expected if this ran as CPU emulation, where {_CPU_REASON}"
+            detail += f"; expected if this ran as CPU emulation, where {_CPU_REASON}"
     elif saving_ci is not None and saving_ci[0] <= 0:
         status = "unresolved"
-        verdict = (f"break-even not resolved: the per-token saving of {candidate}, {saving_txt}, is not "
-                   f"distinguishable from zero; measure more token budgets or more repeats")
+        headline = "break-even not resolved"
+        detail = (f"the per-token saving of {candidate}, {saving_txt}, is not distinguishable from zero; measure "
+                  "more token budgets or more repeats")
     elif delta <= 0:
         status = "always_faster"
         break_even = 0.0
         break_even_ci = _quantile_ci(be_draws, level) if have_ci else None
-        verdict = (f"{candidate} is faster at every micro-batch size: no extra fixed cost (Δfixed {delta_inline}) "
-                   f"and a per-token saving of {saving_txt}")
+        headline = f"{candidate} is faster at every micro-batch size"
+        detail = f"no extra fixed cost (Δfixed {delta_inline}) and a per-token saving of {saving_txt}"
     elif not (t_lo / extrapolation <= estimate <= t_hi * extrapolation):
         status = "out_of_range"
-        verdict = (f"break-even outside the measured range: the fit puts it at ≈{estimate:.3g} tokens per "
-                   f"micro-batch, but the budgets span {t_lo:.0f}–{t_hi:.0f} tokens (extrapolation beyond "
-                   f"×{extrapolation:g} is not trusted); measure budgets around it")
+        headline = "break-even outside the measured range"
+        detail = (f"the fit puts it at ≈{estimate:.3g} tokens per micro-batch, but the budgets span "
+                  f"{t_lo:.0f}–{t_hi:.0f} tokens (extrapolation beyond ×{extrapolation:g} is not trusted); measure "
+                  "budgets around it")
     else:
         status = "break_even"
         break_even = float(estimate)
         break_even_ci = _quantile_ci(be_draws, level) if have_ci else None
         be_txt = _quantity(f"≈{break_even:.0f} tokens per micro-batch", break_even_ci, ".0f", level)
-        verdict = f"{candidate} pays off above {be_txt}: it adds {delta_txt} and saves {saving_txt}"
+        headline = f"{candidate} pays off above {be_txt}"
+        detail = f"it adds {delta_txt} and saves {saving_txt}"
+    verdict = f"{headline}: {detail}"
     if not have_ci:
         verdict += f" (no CI: {'n_boot=0' if n_boot == 0 else 'no valid bootstrap resample'})"
-    return {
-        "fits": fits,
-        "delta_fixed": float(delta),
-        "delta_fixed_ci": delta_ci,
-        "per_token_saving": float(saving),
-        "per_token_saving_ci": saving_ci,
-        "saving_positive_fraction": pos_frac,
-        "break_even_estimate": None if estimate is None else float(estimate),
-        "break_even": break_even,
-        "break_even_ci": break_even_ci,
-        "status": status,
-        "verdict": verdict,
-        "tokens_range": (t_lo, t_hi),
-        "level": level,
-        "n_boot": int(n_boot),
-        "n_boot_used": int(d_draws.size),
-    }
+    return CostModel(
+        fits=fits,
+        delta_fixed=float(delta),
+        delta_fixed_ci=delta_ci,
+        per_token_saving=float(saving),
+        per_token_saving_ci=saving_ci,
+        saving_positive_fraction=pos_frac,
+        break_even_estimate=None if estimate is None else float(estimate),
+        break_even=break_even,
+        break_even_ci=break_even_ci,
+        status=status,
+        headline=headline,
+        verdict=verdict,
+        tokens_range=(t_lo, t_hi),
+        level=level,
+        n_boot=int(n_boot),
+        n_boot_used=int(d_draws.size),
+    )

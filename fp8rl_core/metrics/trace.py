@@ -35,12 +35,13 @@ phase time (:func:`phase_times`)
     encloses its launch on the launching thread. ``by="names"`` matches op and kernel names against
     regular expressions (:data:`DEFAULT_PHASES`; the first phase that matches wins, GEMMs first so that
     ``cutlass_mxfp8_gemm`` is a GEMM). ``by="auto"`` uses annotations when the trace has any phase
-    annotation, else names. Compare traces of two precisions with the same ``by``: phase labels that
-    mirror the learner's timers (:mod:`fp8rl_core.learner.timers`) cover only the MXFP8 layers, names
-    cover every matmul. Note: ``timers.timed`` does not open ``record_function`` ranges today, so a
-    learner trace has no phase annotations; ``auto`` then falls back to names, and on CPU the MXFP8
-    emulation's quantization (plain ATen ops: abs, amax, bit operations) is not recognisable by name
-    — its time lands in ``other``. Wrapping ``timed(kind)`` in ``record_function(kind)`` fixes that.
+    annotation, else names. The learner's timers (:func:`fp8rl_core.learner.timers.timed`) open a
+    ``record_function(kind)`` range while a profiler records, so a trace of an MXFP8 step carries
+    ``quantize`` / ``gemm`` annotations and ``auto`` uses them — the only way to find the MXFP8
+    emulation's quantization on CPU, whose plain ATen ops (abs, amax, bit operations) no name pattern
+    recognises (by name, its time lands in ``other``). A BF16 learner has no MXFP8 layers and so no
+    annotations (``auto`` falls back to names there), and the annotations cover only the MXFP8 layers
+    while names cover every matmul: compare traces of two precisions with the same explicit ``by``.
 GPU idle (:func:`gpu_idle`)
     Device busy time is the union of all kernel/memcpy/memset intervals of one device over all its
     streams; idle is the window minus busy. A *gap* is a maximal idle interval. A gap is **host-bound**
@@ -69,12 +70,15 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
     "DEFAULT_PHASES",
     "DEVICE_CATEGORIES",
     "NO_DEVICE_MESSAGE",
+    "AddedTime",
+    "GpuIdle",
+    "IdleGap",
     "added_time_idle_fraction",
     "gpu_idle",
     "load_trace",
@@ -420,32 +424,70 @@ def _pick_device(t: _Trace, device: Any) -> list[int]:
     return idx
 
 
-def gpu_idle(trace: Any, window: Any = None, *, device: Any = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class IdleGap:
+    """A maximal idle interval of the device: ``start_us``/``end_us``/``dur_us``; ``cause`` "host" (the
+    device waited for the host to launch more work), "device" (the work was queued but held back) or
+    "unknown" (see the module docstring); ``next``: the kernel that ended it (None if none);
+    ``launch_us``: the start of that kernel's launch call (None if not linked)."""
+
+    start_us: float
+    end_us: float
+    dur_us: float
+    cause: Literal["host", "device", "unknown"]
+    next: str | None
+    launch_us: float | None
+
+
+@dataclass(frozen=True)
+class GpuIdle:
+    """Device busy/idle time over a window and its idle gaps (:func:`gpu_idle`).
+
+    ``has_device_activity``: False for a trace without device events (a CPU profile): then ``message``
+    says so and the times and fractions are None. ``device_events`` counted, ``window_us`` (start, end),
+    ``busy_us``, ``idle_us``, ``idle_fraction`` (of the window); ``gaps`` (:class:`IdleGap`, in time
+    order), ``n_gaps``, ``host_bound_gaps`` (how many were host-bound), ``host_bound_us``,
+    ``host_bound_fraction`` (of idle time), ``host_bound_gap_fraction`` (of gaps), ``device_side_us``,
+    ``unknown_us``."""
+
+    has_device_activity: bool
+    message: str | None
+    device_events: int
+    window_us: tuple[float, float] | None
+    busy_us: float | None
+    idle_us: float | None
+    idle_fraction: float | None
+    gaps: tuple[IdleGap, ...]
+    n_gaps: int
+    host_bound_gaps: int
+    host_bound_us: float | None
+    host_bound_fraction: float | None
+    host_bound_gap_fraction: float | None
+    device_side_us: float | None
+    unknown_us: float | None
+
+
+def gpu_idle(trace: Any, window: Any = None, *, device: Any = None) -> GpuIdle:
     """Device busy/idle time, the idle gaps, and how many of them were the device waiting for the host.
 
     ``window``: None (default) — first to last device activity; "wall" — the whole profiled span
     (idle before the first kernel and after the last one counts); or (start_us, end_us). ``device``:
     which device when the trace has several (``args.device``, else the event's ``pid``).
 
-    Returns ``{"has_device_activity", "message", "device_events", "window_us", "busy_us", "idle_us",
-    "idle_fraction", "gaps": [{"start_us", "end_us", "dur_us", "cause": "host"|"device"|"unknown",
-    "next": kernel name or None, "launch_us": launch start or None}], "n_gaps", "host_bound_gaps",
-    "host_bound_us", "host_bound_fraction" (of idle time), "host_bound_gap_fraction" (of gaps),
-    "device_side_us", "unknown_us"}`` (the module docstring defines the causes). A trace without device
+    Returns a :class:`GpuIdle` (the module docstring defines the causes). A trace without device
     activity (a CPU profile) is not an error: ``has_device_activity`` is False, ``message`` says so and
     the numbers are None.
     """
     return _gpu_idle(_parse(trace), window, device)
 
 
-def _gpu_idle(t: _Trace, window: Any, device: Any) -> dict[str, Any]:
+def _gpu_idle(t: _Trace, window: Any, device: Any) -> GpuIdle:
     if not t.device:
-        return {
-            "has_device_activity": False, "message": NO_DEVICE_MESSAGE, "device_events": 0,
-            "window_us": None, "busy_us": None, "idle_us": None, "idle_fraction": None, "gaps": [],
-            "n_gaps": 0, "host_bound_gaps": 0, "host_bound_us": None, "host_bound_fraction": None,
-            "host_bound_gap_fraction": None, "device_side_us": None, "unknown_us": None,
-        }
+        return GpuIdle(
+            has_device_activity=False, message=NO_DEVICE_MESSAGE, device_events=0, window_us=None, busy_us=None,
+            idle_us=None, idle_fraction=None, gaps=(), n_gaps=0, host_bound_gaps=0, host_bound_us=None,
+            host_bound_fraction=None, host_bound_gap_fraction=None, device_side_us=None, unknown_us=None,
+        )
     chosen = _pick_device(t, device)
     events = [t.device[i] for i in chosen]
     lo, hi = _window(window, _extent(events), t)
@@ -457,81 +499,98 @@ def _gpu_idle(t: _Trace, window: Any, device: Any) -> dict[str, Any]:
     for i in chosen:
         starting[t.device[i].start].append(i)
 
-    gaps = []
+    gaps: list[IdleGap] = []
     cursor = lo
     for s, e in busy + [(hi, hi)]:
         if s > cursor:
-            gap = {"start_us": cursor, "end_us": s, "dur_us": s - cursor, "cause": "unknown", "next": None,
-                   "launch_us": None}
+            cause, nxt, launch_us = "unknown", None, None
             cands = starting.get(s, []) if s < hi else []
             if cands:
                 linked = [i for i in cands if i in launches]
                 k = min(linked, key=lambda i: launches[i].start) if linked else cands[0]
-                gap["next"] = t.device[k].name
+                nxt = t.device[k].name
                 if k in launches:
-                    ls = launches[k].start
-                    gap["launch_us"] = ls
-                    gap["cause"] = "host" if ls >= cursor else "device"
-            gaps.append(gap)
+                    launch_us = launches[k].start
+                    cause = "host" if launch_us >= cursor else "device"
+            gaps.append(IdleGap(cursor, s, s - cursor, cause, nxt, launch_us))
         cursor = max(cursor, e)
 
     idle_us = (hi - lo) - busy_us
-    host_us = sum((g["dur_us"] for g in gaps if g["cause"] == "host"), 0.0)
-    n_host = sum(g["cause"] == "host" for g in gaps)
-    return {
-        "has_device_activity": True,
-        "message": None,
-        "device_events": len(events),
-        "window_us": (lo, hi),
-        "busy_us": busy_us,
-        "idle_us": idle_us,
-        "idle_fraction": idle_us / (hi - lo),
-        "gaps": gaps,
-        "n_gaps": len(gaps),
-        "host_bound_gaps": n_host,
-        "host_bound_us": host_us,
-        "host_bound_fraction": host_us / idle_us if idle_us > 0 else None,
-        "host_bound_gap_fraction": n_host / len(gaps) if gaps else None,
-        "device_side_us": sum((g["dur_us"] for g in gaps if g["cause"] == "device"), 0.0),
-        "unknown_us": sum((g["dur_us"] for g in gaps if g["cause"] == "unknown"), 0.0),
-    }
+    host_us = sum((g.dur_us for g in gaps if g.cause == "host"), 0.0)
+    n_host = sum(g.cause == "host" for g in gaps)
+    return GpuIdle(
+        has_device_activity=True,
+        message=None,
+        device_events=len(events),
+        window_us=(lo, hi),
+        busy_us=busy_us,
+        idle_us=idle_us,
+        idle_fraction=idle_us / (hi - lo),
+        gaps=tuple(gaps),
+        n_gaps=len(gaps),
+        host_bound_gaps=n_host,
+        host_bound_us=host_us,
+        host_bound_fraction=host_us / idle_us if idle_us > 0 else None,
+        host_bound_gap_fraction=n_host / len(gaps) if gaps else None,
+        device_side_us=sum((g.dur_us for g in gaps if g.cause == "device"), 0.0),
+        unknown_us=sum((g.dur_us for g in gaps if g.cause == "unknown"), 0.0),
+    )
 
 
-def added_time_idle_fraction(trace_mxfp8: Any, trace_bf16: Any, *, device: Any = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class AddedTime:
+    """Of the extra wall time the MXFP8 trace takes over the BF16 one, the share the device sat idle
+    (:func:`added_time_idle_fraction`).
+
+    ``wall_us``, ``idle_us``, ``host_bound_us``: per trace, ``{"mxfp8": …, "bf16": …}`` (idle None for a
+    trace without device activity); ``added_wall_us``, ``added_idle_us``, ``added_host_bound_us``: MXFP8
+    minus BF16; ``idle_fraction_of_added``, ``host_bound_fraction_of_added``: the added idle (host-bound
+    idle) over the added wall. The added idle and fractions are None, and ``message`` says why, when a
+    trace has no device activity or MXFP8 added no wall time."""
+
+    wall_us: dict[str, float]
+    idle_us: dict[str, float | None]
+    host_bound_us: dict[str, float | None]
+    added_wall_us: float
+    added_idle_us: float | None
+    added_host_bound_us: float | None
+    idle_fraction_of_added: float | None
+    host_bound_fraction_of_added: float | None
+    message: str | None
+
+
+def added_time_idle_fraction(trace_mxfp8: Any, trace_bf16: Any, *, device: Any = None) -> AddedTime:
     """Of the extra wall time the MXFP8 trace takes over the BF16 one, the share the device sat idle.
 
-    Each trace is measured over its own wall (:func:`wall_window`), with :func:`gpu_idle`. Returns
-    ``{"wall_us": {"mxfp8", "bf16"}, "idle_us": {...}, "host_bound_us": {...}, "added_wall_us",
-    "added_idle_us", "added_host_bound_us", "idle_fraction_of_added", "host_bound_fraction_of_added",
-    "message"}``; the fractions are None (with a message) when MXFP8 added no wall time or a trace has
-    no device activity.
+    Each trace is measured over its own wall (:func:`wall_window`), with :func:`gpu_idle`. Returns an
+    :class:`AddedTime`; its fractions are None (with a message) when MXFP8 added no wall time or a trace
+    has no device activity.
     """
-    res: dict[str, dict[str, float | None]] = {"wall_us": {}, "idle_us": {}, "host_bound_us": {}}
+    wall: dict[str, float] = {}
+    idle: dict[str, float | None] = {}
+    host: dict[str, float | None] = {}
     missing = []
     for name, tr in (("mxfp8", trace_mxfp8), ("bf16", trace_bf16)):
         t = _parse(tr)
         lo, hi = _wall(t)
-        res["wall_us"][name] = hi - lo
-        idle = _gpu_idle(t, (lo, hi), device) if t.device else None
-        if idle is None:
-            missing.append(name)
-            res["idle_us"][name] = res["host_bound_us"][name] = None
+        wall[name] = hi - lo
+        if t.device:
+            g = _gpu_idle(t, (lo, hi), device)
+            idle[name], host[name] = g.idle_us, g.host_bound_us
         else:
-            res["idle_us"][name] = idle["idle_us"]
-            res["host_bound_us"][name] = idle["host_bound_us"]
-    added = res["wall_us"]["mxfp8"] - res["wall_us"]["bf16"]
-    out: dict[str, Any] = {**res, "added_wall_us": added, "added_idle_us": None, "added_host_bound_us": None,
-                           "idle_fraction_of_added": None, "host_bound_fraction_of_added": None, "message": None}
+            missing.append(name)
+            idle[name] = host[name] = None
+    added = wall["mxfp8"] - wall["bf16"]
+
+    def result(message: str | None, added_idle: float | None = None, added_host: float | None = None,
+               fractions: bool = False) -> AddedTime:
+        return AddedTime(wall, idle, host, added, added_idle, added_host,
+                         added_idle / added if fractions else None, added_host / added if fractions else None, message)
+
     if missing:
-        out["message"] = f"{' and '.join(missing)} trace: {NO_DEVICE_MESSAGE}"
-        return out
-    out["added_idle_us"] = res["idle_us"]["mxfp8"] - res["idle_us"]["bf16"]
-    out["added_host_bound_us"] = res["host_bound_us"]["mxfp8"] - res["host_bound_us"]["bf16"]
+        return result(f"{' and '.join(missing)} trace: {NO_DEVICE_MESSAGE}")
+    added_idle, added_host = idle["mxfp8"] - idle["bf16"], host["mxfp8"] - host["bf16"]
     if added <= 0:
-        out["message"] = f"MXFP8 added no wall time ({added:.6g} µs): there is no added time to attribute"
-        return out
-    out["idle_fraction_of_added"] = out["added_idle_us"] / added
-    out["host_bound_fraction_of_added"] = out["added_host_bound_us"] / added
-    return out
-
-
+        return result(f"MXFP8 added no wall time ({added:.6g} µs): there is no added time to attribute", added_idle,
+                      added_host)
+    return result(None, added_idle, added_host, fractions=True)

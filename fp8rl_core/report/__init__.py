@@ -6,8 +6,9 @@ where runs are stored.
 
 - :mod:`.data` — :class:`SweepData`, per-sequence units keyed (seed, step, sequence), exact probe-batch
   units keyed (seed, 0, probe sequence), interval tables;
-- :mod:`.claims` — DESIGN.md's reference results as :data:`CLAIMS` and :func:`evaluate_claims` (KL claims
-  on the exact probe KL and on the sampled-token k3, one row each);
+- :mod:`.claims` — DESIGN.md's reference results as :data:`CLAIMS` (definitions; :func:`claims_table`);
+- :mod:`.verdicts` — :func:`evaluate_claims`, the claims' verdicts on a sweep (KL claims on the exact probe
+  KL and on the sampled-token k3, one row each), and the comparisons behind them;
 - :mod:`.plots` — KL per preset and per step, micro-batch cost lines, step time breakdown, matrix;
 - :mod:`.markdown` — :func:`write_report`: ``summary.md`` + figures.
 
@@ -15,19 +16,7 @@ where runs are stored.
 >>> # write_report(SweepData(sweep="dense-matching", runs=runs, tokens=tokens, ...), "report/")
 """
 
-from .claims import (
-    CLAIMS,
-    MEASURE_LABELS,
-    PROBE_MEASURE,
-    VERDICTS,
-    Claim,
-    absent_claims,
-    compare_presets,
-    cost_models,
-    direction_verdict,
-    evaluate_claims,
-    measure_label,
-)
+from .claims import CLAIMS, MEASURE_LABELS, PROBE_MEASURE, VERDICTS, Claim, Verdict, claims_table, measure_label
 from .data import (
     CANONICAL_PRESETS,
     PROBE_COLUMNS,
@@ -46,10 +35,12 @@ from .data import (
 )
 from .markdown import write_report
 from .plots import detection_matrix, kl_by_preset, kl_over_steps, microbatch_time, step_breakdown
+from .verdicts import PresetComparison, absent_claims, compare_presets, cost_models, direction_verdict, evaluate_claims
 
 __all__ = [
     "CANONICAL_PRESETS", "CLAIMS", "MEASURE_LABELS", "PROBE_COLUMNS", "PROBE_LABELS", "PROBE_MEASURE", "PROBE_METRICS",
-    "REPORT_METRICS", "VERDICTS", "Claim", "SweepData", "Units", "absent_claims", "compare_presets", "cost_models",
+    "REPORT_METRICS", "VERDICTS", "Claim", "PresetComparison", "SweepData", "Units", "Verdict", "absent_claims",
+    "claims_table", "compare_presets", "cost_models",
     "detection_matrix", "direction_verdict", "evaluate_claims", "interval_table", "is_moe", "is_probe_metric",
     "kl_by_preset", "kl_over_steps", "measure_label", "microbatch_time", "preset_order", "probe_units",
     "sequence_units", "step_breakdown", "with_run_columns", "write_report",

@@ -45,7 +45,7 @@ a paired ratio cancels each sequence's difficulty.
 
 In the report's tables these measures are named :data:`PROBE_METRICS` (``probe_kl``,
 ``probe_kl_rev``, ``probe_js``); :func:`interval_table` and
-:func:`~fp8rl_core.report.claims.compare_presets` accept them wherever they accept a token metric.
+:func:`~fp8rl_core.report.verdicts.compare_presets` accept them wherever they accept a token metric.
 
 >>> # units = probe_units(data, "kl", by=("model", "preset"))
 >>> # u = units[("qwen3-dense-mini", "all")]; u.estimate is the exact KL in nats per position

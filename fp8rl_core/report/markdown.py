@@ -4,7 +4,7 @@
 
 1. title, sweep, what ran (runs, models, presets, seeds);
 2. the claims table — claim | paper | measured (CI) | verdict | why — from
-   :func:`~fp8rl_core.report.claims.evaluate_claims`, and the claims this sweep does not test;
+   :func:`~fp8rl_core.report.verdicts.evaluate_claims`, and the claims this sweep does not test;
 3. the runs (name, preset, model, seed, status and the run metrics present);
 4. per model, the mismatch metrics per preset with 95% bootstrap intervals — the exact probe-batch
    divergences first when the sweep has a ``probe`` table (:data:`~fp8rl_core.report.data.PROBE_METRICS`:
@@ -27,10 +27,12 @@ from typing import Any
 
 import pandas as pd
 
+from fp8rl_core.vocabulary import CONDITIONS
+
 from . import plots
-from .claims import absent_claims, cost_models, evaluate_claims
 from .data import (PROBE_LABELS, PROBE_METRICS, REPORT_METRICS, SweepData, interval_table, is_probe_metric,
                    preset_order, with_run_columns)
+from .verdicts import absent_claims, cost_models, evaluate_claims
 
 __all__ = ["RUN_METRICS", "write_report"]
 
@@ -41,7 +43,6 @@ RUN_METRICS: dict[str, str] = {
     "time/step_s": "step s", "time/generate_s": "generate s", "time/learner_s": "learner s",
     "time/total_s": "run s",
 }
-_CONDITIONS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7")
 
 
 def _cell(v: Any) -> str:
@@ -140,12 +141,11 @@ def _cost_section(cms: list) -> list[str]:
         if isinstance(cm, str):
             out += [f"- {head}no fit: {cm}"]
             continue
-        fits = cm["fits"]
-        out += [f"- {head}{cm['verdict']}",
-                f"  - status `{cm['status']}`; Δfixed {cm['delta_fixed'] * 1e3:.4g} ms per micro-batch; per-token "
-                f"saving {cm['per_token_saving']:.4g} s/token; fits: "
-                + "; ".join(f"{p} {f['fixed'] * 1e3:.4g} ms + {f['per_token'] * 1e6:.4g} µs/token (n = {f['n']})"
-                            for p, f in fits.items())]
+        out += [f"- {head}{cm.verdict}",
+                f"  - status `{cm.status}`; Δfixed {cm.delta_fixed * 1e3:.4g} ms per micro-batch; per-token "
+                f"saving {cm.per_token_saving:.4g} s/token; fits: "
+                + "; ".join(f"{p} {f.fixed * 1e3:.4g} ms + {f.per_token * 1e6:.4g} µs/token (n = {f.n})"
+                            for p, f in cm.fits.items())]
     return out + [""]
 
 
@@ -155,7 +155,7 @@ def _checks_section(data: SweepData) -> list[str]:
         return []
     passed = ch["passed"].astype(bool)
     rows = []
-    for c in _CONDITIONS:
+    for c in CONDITIONS:
         sel = ch["condition"] == c
         if not sel.any():
             continue
@@ -208,7 +208,7 @@ def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = Non
     """Write ``summary.md`` and the figures of ``data`` into ``out_dir`` (created if missing); return the
     path of ``summary.md``.
 
-    ``trace_paths``: GPU profiler traces for claim g (see :func:`~fp8rl_core.report.claims.evaluate_claims`).
+    ``trace_paths``: GPU profiler traces for claim g (see :func:`~fp8rl_core.report.verdicts.evaluate_claims`).
     ``generated``: an optional stamp (e.g. a date) printed under the title — nothing else depends on
     when the report is written. ``n_boot``, ``seed``: every bootstrap's settings. ``metrics``: the
     sampled-token rows of the per-preset mismatch tables (the exact probe rows

@@ -25,14 +25,15 @@ same figure).
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from fp8rl_core.checks.runner import CONDITIONS
+from fp8rl_core.metrics import CostModel
+from fp8rl_core.vocabulary import CONDITIONS, STEP_STAGES, seconds_column
 
 from .data import CANONICAL_PRESETS, PROBE_METRICS, SweepData, interval_table, preset_order
 
@@ -78,10 +79,7 @@ PANEL_TITLES: dict[str, str] = {
 }
 
 #: steps-table time columns, in stacking order, with their legend names
-STEP_PHASES: dict[str, str] = {
-    "generate_s": "generate", "learner_s": "learner", "export_s": "export", "transport_s": "transport",
-    "load_s": "load", "reset_s": "reset", "checks_s": "checks",
-}
+STEP_PHASES: dict[str, str] = {seconds_column(s): s for s in (*STEP_STAGES, "checks")}
 _PHASE_COLORS = ["#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363", "#fd8d3c", "#9ecae1", "#d9d9d9"]
 _PRECISION_COLORS = {"bf16": "#3182bd", "mxfp8": "#e6550d"}
 _MODEL_MARKERS = ["o", "s", "D", "^", "v"]
@@ -298,7 +296,7 @@ def kl_over_steps(data: SweepData, path: str | Path, metric: str = "k3", *, n_bo
 
 # ------------------------------------------------------------------------------- micro-batch time
 
-def microbatch_time_figure(microbatches: pd.DataFrame, cost_model_result: Mapping[str, Any] | None = None, *,
+def microbatch_time_figure(microbatches: pd.DataFrame, cost_model_result: CostModel | None = None, *,
                            title: str = "", emulated: bool | None = None):
     """The figure of :func:`microbatch_time`, unsaved. With ``status == "break_even"`` it has a vertical
     line ``gid="break-even"`` at the break-even (and a band ``gid="break-even-ci"`` for its CI), else a
@@ -313,7 +311,7 @@ def microbatch_time_figure(microbatches: pd.DataFrame, cost_model_result: Mappin
     fig, ax = plt.subplots(figsize=(6.8, 4.4))
     tokens = mb["tokens"].to_numpy(np.float64)
     x_hi = float(tokens.max())
-    be = cm.get("break_even") if cm.get("status") == "break_even" else None
+    be = cm.break_even if cm.status == "break_even" else None
     if be is not None:
         x_hi = max(x_hi, 1.15 * be)
     log_x = _spans_decade([float(tokens.min()), x_hi])
@@ -325,19 +323,19 @@ def microbatch_time_figure(microbatches: pd.DataFrame, cost_model_result: Mappin
         color = _PRECISION_COLORS[prec]
         ax.scatter(mb.loc[sel, "tokens"], mb.loc[sel, "seconds"], s=12, alpha=0.45, color=color,
                    label=f"{prec} micro-batches (n = {int(sel.sum())})", gid=f"points-{prec}")
-        fit = cm.get("fits", {}).get(prec)
+        fit = cm.fits.get(prec)
         if fit is not None:
-            ax.plot(x, fit["fixed"] + fit["per_token"] * x, color=color, linewidth=1.6, gid=f"fit-{prec}",
-                    label=f"{prec} fit: {fit['fixed'] * 1e3:.3g} ms + {fit['per_token'] * 1e6:.3g} µs/token")
+            ax.plot(x, fit.fixed + fit.per_token * x, color=color, linewidth=1.6, gid=f"fit-{prec}",
+                    label=f"{prec} fit: {fit.fixed * 1e3:.3g} ms + {fit.per_token * 1e6:.3g} µs/token")
     if be is not None:
         ax.axvline(be, color="black", linestyle="--", linewidth=1.2, gid="break-even")
-        ci = cm.get("break_even_ci")
+        ci = cm.break_even_ci
         if ci is not None and np.isfinite(ci[1]):
             ax.axvspan(ci[0], ci[1], color="black", alpha=0.08, gid="break-even-ci")
         ax.annotate(f"break-even ≈ {be:.0f} tokens", (be, 0.97), xycoords=("data", "axes fraction"),
                     xytext=(5, 0), textcoords="offset points", va="top", fontsize=8)
     else:
-        ax.text(0.02, 0.97, textwrap.fill(str(cm.get("verdict", "")), 70), transform=ax.transAxes, va="top",
+        ax.text(0.02, 0.97, textwrap.fill(cm.verdict, 70), transform=ax.transAxes, va="top",
                 ha="left", fontsize=7.5, gid="verdict",
                 bbox={"boxstyle": "round", "facecolor": "#fff7e6", "edgecolor": "#cc8800"})
     if log_x:
@@ -360,16 +358,16 @@ def microbatch_time_figure(microbatches: pd.DataFrame, cost_model_result: Mappin
     runs = mb["run_id"].nunique() if "run_id" in mb.columns else None
     head = f"{title}: " if title else ""
     ax.set_title(f"{head}learner time per micro-batch, BF16 vs MXFP8 ({len(mb)} micro-batches"
-                 + (f", {runs} runs" if runs else "") + f")\nstatus: {cm.get('status', '?')}", fontsize=9)
+                 + (f", {runs} runs" if runs else "") + f")\nstatus: {cm.status}", fontsize=9)
     fig.tight_layout()
     return fig
 
 
-def microbatch_time(microbatches: pd.DataFrame, cost_model_result: Mapping[str, Any] | None, path: str | Path, *,
+def microbatch_time(microbatches: pd.DataFrame, cost_model_result: CostModel | None, path: str | Path, *,
                     title: str = "", emulated: bool | None = None) -> Path:
     """Seconds per micro-batch against tokens per micro-batch: each precision's micro-batches as points
     and its fitted cost line ``fixed + per_token · tokens``; a dashed vertical line at the break-even
-    (with its CI band) when ``cost_model_result["status"] == "break_even"``, otherwise the cost model's
+    (with its CI band) when ``cost_model_result.status == "break_even"``, otherwise the cost model's
     verdict in a box (e.g. "no break-even: …" on CPU emulation).
 
     ``microbatches``: the ``microbatches`` table (columns precision, tokens, seconds; run_id counted

@@ -63,19 +63,19 @@ def test_fixture_is_a_chrome_trace():
 
 def test_gpu_idle_recovers_the_planted_gaps():
     r = gpu_idle(FIXTURE)
-    assert r["has_device_activity"] and r["message"] is None
-    assert r["device_events"] == 7  # gpu_user_annotation is not device work
-    assert r["window_us"] == (1100.0, 1710.0)
-    assert (r["busy_us"], r["idle_us"]) == (370.0, 240.0)
-    assert r["idle_fraction"] == 240 / 610
-    got = [(g["start_us"], g["end_us"], g["cause"], g["launch_us"]) for g in r["gaps"]]
+    assert r.has_device_activity and r.message is None
+    assert r.device_events == 7  # gpu_user_annotation is not device work
+    assert r.window_us == (1100.0, 1710.0)
+    assert (r.busy_us, r.idle_us) == (370.0, 240.0)
+    assert r.idle_fraction == 240 / 610
+    got = [(g.start_us, g.end_us, g.cause, g.launch_us) for g in r.gaps]
     assert got == [(1250, 1300, "host", 1280), (1400, 1420, "device", 1350), (1480, 1600, "host", 1590),
                    (1650, 1700, "host", 1695)]
-    assert r["gaps"][2]["next"] == "ampere_bf16_s16816gemm_bf16_128x64"  # linked through flow events only
-    assert (r["n_gaps"], r["host_bound_gaps"]) == (4, 3)
-    assert (r["host_bound_us"], r["device_side_us"], r["unknown_us"]) == (220.0, 20.0, 0.0)
-    assert r["host_bound_fraction"] == 220 / 240
-    assert r["host_bound_gap_fraction"] == 3 / 4
+    assert r.gaps[2].next == "ampere_bf16_s16816gemm_bf16_128x64"  # linked through flow events only
+    assert (r.n_gaps, r.host_bound_gaps) == (4, 3)
+    assert (r.host_bound_us, r.device_side_us, r.unknown_us) == (220.0, 20.0, 0.0)
+    assert r.host_bound_fraction == 220 / 240
+    assert r.host_bound_gap_fraction == 3 / 4
 
 
 @pytest.mark.parametrize(
@@ -88,9 +88,9 @@ def test_gpu_idle_recovers_the_planted_gaps():
 )
 def test_gpu_idle_windows(window, busy, idle, host, unknown, first_gap):
     r = gpu_idle(FIXTURE, window)
-    assert (r["busy_us"], r["idle_us"], r["host_bound_us"], r["unknown_us"]) == (busy, idle, host, unknown)
-    assert (r["gaps"][0]["start_us"], r["gaps"][0]["end_us"], r["gaps"][0]["cause"]) == first_gap
-    assert sum(g["dur_us"] for g in r["gaps"]) == idle
+    assert (r.busy_us, r.idle_us, r.host_bound_us, r.unknown_us) == (busy, idle, host, unknown)
+    assert (r.gaps[0].start_us, r.gaps[0].end_us, r.gaps[0].cause) == first_gap
+    assert sum(g.dur_us for g in r.gaps) == idle
 
 
 @pytest.mark.parametrize(
@@ -121,18 +121,18 @@ def test_auto_prefers_annotations_and_falls_back_to_names():
 def test_added_time_idle_fraction_planted():
     # MXFP8 wall 660, idle 290 (host-bound 270); BF16 wall 400, idle 100 (host-bound 100)
     r = added_time_idle_fraction(FIXTURE, bf16_trace())
-    assert r["wall_us"] == {"mxfp8": 660.0, "bf16": 400.0}
-    assert r["idle_us"] == {"mxfp8": 290.0, "bf16": 100.0}
-    assert (r["added_wall_us"], r["added_idle_us"], r["added_host_bound_us"]) == (260.0, 190.0, 170.0)
-    assert r["idle_fraction_of_added"] == 190 / 260
-    assert r["host_bound_fraction_of_added"] == 170 / 260
-    assert r["message"] is None
+    assert r.wall_us == {"mxfp8": 660.0, "bf16": 400.0}
+    assert r.idle_us == {"mxfp8": 290.0, "bf16": 100.0}
+    assert (r.added_wall_us, r.added_idle_us, r.added_host_bound_us) == (260.0, 190.0, 170.0)
+    assert r.idle_fraction_of_added == 190 / 260
+    assert r.host_bound_fraction_of_added == 170 / 260
+    assert r.message is None
 
 
 def test_added_time_is_undefined_when_mxfp8_is_not_slower():
     r = added_time_idle_fraction(bf16_trace(), FIXTURE)
-    assert r["added_wall_us"] == -260.0
-    assert r["idle_fraction_of_added"] is None and "added no wall time" in r["message"]
+    assert r.added_wall_us == -260.0
+    assert r.idle_fraction_of_added is None and "added no wall time" in r.message
 
 
 # --------------------------------------------------------------------------- attribution, edge cases
@@ -176,7 +176,7 @@ def test_device_choice_is_required_with_two_devices():
     events = bf16_trace()["traceEvents"] + [X("k", "kernel", 1100, 10, pid=1, tid=7, device=1)]
     with pytest.raises(ValueError, match="device"):
         gpu_idle(events)
-    assert gpu_idle(events, device=1)["busy_us"] == 10
+    assert gpu_idle(events, device=1).busy_us == 10
 
 
 @pytest.mark.parametrize(
@@ -230,10 +230,10 @@ def test_recorded_cpu_trace_phases(cpu_trace):
 
 def test_cpu_trace_has_no_device_kernels(cpu_trace):
     r = gpu_idle(cpu_trace)
-    assert r["has_device_activity"] is False and r["message"] == NO_DEVICE_MESSAGE
-    assert r["idle_us"] is None and r["gaps"] == []
+    assert r.has_device_activity is False and r.message == NO_DEVICE_MESSAGE
+    assert r.idle_us is None and r.gaps == ()
     a = added_time_idle_fraction(cpu_trace, cpu_trace)
-    assert a["idle_fraction_of_added"] is None and "no device kernels" in a["message"]
+    assert a.idle_fraction_of_added is None and "no device kernels" in a.message
 
 
 def test_trace_of_a_grpo_step(tmp_path):
@@ -255,7 +255,7 @@ def test_trace_of_a_grpo_step(tmp_path):
     r = phase_times(path, by="names")
     assert r["phases_us"]["gemm"] > 0 and r["counts"]["gemm"] > 0
     assert r["phases_us"]["gemm"] + r["phases_us"]["quantize"] <= r["wall_us"]
-    assert gpu_idle(path)["message"] == NO_DEVICE_MESSAGE
+    assert gpu_idle(path).message == NO_DEVICE_MESSAGE
 
 
 def test_trace_of_an_mxfp8_learner_step_names_its_phases(tmp_path):

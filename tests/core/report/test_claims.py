@@ -17,8 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fp8rl_core.report import CLAIMS, VERDICTS, SweepData, absent_claims, evaluate_claims, sequence_units
-from fp8rl_core.report.claims import compare_presets, direction_verdict
+from fp8rl_core.report import (CLAIMS, VERDICTS, SweepData, absent_claims, claims_table, cost_models,
+                               evaluate_claims, sequence_units)
+from fp8rl_core.report.verdicts import compare_presets, direction_verdict
 from fp8rl_core.schemas import validate
 
 DENSE, MOE = "qwen3-dense-mini", "qwen3-moe-mini"
@@ -171,6 +172,15 @@ def rows(sweep) -> list[dict]:
 
 # ------------------------------------------------------------------------------------ the builders
 
+def test_the_claims_table_is_rendered_from_the_claims():
+    lines = claims_table().splitlines()
+    assert lines[0] == lines[2] == lines[-1] and set(lines[0]) == {"=", " "}
+    assert lines[1].split()[:3] == ["id", "statement", "paper"]
+    body = lines[3:-1]
+    assert [ln.split()[0] for ln in body] == [c.id for c in CLAIMS]
+    assert all(c.text in ln and c.paper in ln and ln.endswith(c.needs) for c, ln in zip(CLAIMS, body))
+
+
 def test_the_synthetic_tables_satisfy_their_schemas(sweep):
     one = sweep.runs["run_id"].iloc[0]
     validate("tokens", sweep.tokens[sweep.tokens["run_id"] == one].drop(columns="run_id"))
@@ -274,8 +284,8 @@ def test_unpaired_when_the_presets_differ_in_seeds():
     drop = data.runs["run_id"] == f"{DENSE}-all-2"
     data.runs = data.runs[~drop].reset_index(drop=True)
     res = compare_presets(data, "bf16-sampler", "all", n_boot=500)
-    assert res["paired"] is False and res["seeds"] == (3, 2)
-    assert "unpaired" in res["text"]
+    assert res.paired is False and res.seeds == (3, 2)
+    assert "unpaired" in res.text
 
 
 # ------------------------------------------------------------------------------------ sync claim
@@ -315,6 +325,10 @@ def test_planted_break_even_at_2000_tokens(emulated, verdict):
     assert f2["verdict"] == verdict and "status break_even" in f2["measured"]
     if not emulated:
         assert f2["paper_in_ci"] is False and "the paper's 4500 lies outside" in f2["why"]
+    else:  # the cost model's headline, not a piece cut out of its sentence
+        ((_, cm),) = cost_models(data, n_boot=300)
+        assert cm.headline.startswith("mxfp8 pays off above ≈") and ": " not in cm.headline
+        assert f2["why"].endswith(f"the cost model's finding: {cm.headline}")
 
 
 def test_a_single_token_budget_cannot_be_fitted():

@@ -86,14 +86,14 @@ def test_kl_over_steps_has_a_panel_per_model_and_a_line_per_preset(sweep, tmp_pa
 def test_microbatch_time_marks_a_planted_break_even(tmp_path):
     data = cost_sweep(bf16=(2e-3, 3e-6), mxfp8=(6e-3, 1e-6), emulated=False)
     cm = cost_model(data.microbatches, n_boot=300)
-    assert cm["status"] == "break_even" and cm["break_even"] == pytest.approx(2000, rel=0.05)
+    assert cm.status == "break_even" and cm.break_even == pytest.approx(2000, rel=0.05)
     fig = plots.microbatch_time_figure(data.microbatches, cm)
     (marker,) = by_gid(fig, "break-even")
-    assert marker.get_xdata()[0] == pytest.approx(cm["break_even"], rel=1e-12)
+    assert marker.get_xdata()[0] == pytest.approx(cm.break_even, rel=1e-12)
     assert by_gid(fig, "break-even-ci") and not by_gid(fig, "verdict")
     (fit,) = by_gid(fig, "fit-bf16")
     x, y = fit.get_xdata(), fit.get_ydata()
-    assert y == pytest.approx(cm["fits"]["bf16"]["fixed"] + cm["fits"]["bf16"]["per_token"] * x)
+    assert y == pytest.approx(cm.fits["bf16"].fixed + cm.fits["bf16"].per_token * x)
     assert fig.axes[0].get_xscale() == "log"  # 256 … 4096 tokens span more than a decade
     plots._pyplot().close(fig)
     path = plots.microbatch_time(data.microbatches, cm, tmp_path / "mb.png")

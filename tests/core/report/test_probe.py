@@ -20,7 +20,7 @@ import pytest
 from fp8rl_core.metrics import compare_ratio
 from fp8rl_core.report import (CLAIMS, PROBE_METRICS, SweepData, evaluate_claims, interval_table, plots, probe_units,
                                write_report)
-from fp8rl_core.report.claims import compare_presets
+from fp8rl_core.report.verdicts import compare_presets
 
 from .test_claims import DENSE, MOE, make_sweep
 
@@ -134,10 +134,10 @@ def test_pairing_by_probe_sequence_narrows_the_interval(sweep):
     units = probe_units(sweep, "kl")
     a, b = units[(DENSE, "bf16-sampler")], units[(DENSE, "all")]
     paired = compare_presets(sweep, "bf16-sampler", "all", metric="probe_kl", model=DENSE, n_boot=N_BOOT)
-    assert paired["paired"] is True
+    assert paired.paired is True
     unpaired = compare_ratio((a.num, a.den), (b.num, b.den), paired=False, groups=a.seeds, b_groups=b.seeds,
                              n_boot=N_BOOT)
-    c = paired["comparison"]
+    c = paired.comparison
     assert c.ratio == pytest.approx(unpaired.ratio)
     assert (c.hi - c.lo) * 5 < unpaired.hi - unpaired.lo  # the shared difficulty cancels
 

@@ -1,0 +1,42 @@
+"""The table registry (fp8rl_core.schemas.tables): every table is declared, strict, passes its hand-made
+valid rows, and takes its shared names from fp8rl_core.vocabulary."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from fp8rl_core.schemas import SCHEMAS, TABLES, validate
+from fp8rl_core.vocabulary import CONDITIONS, KL_METRICS, KL_OPTIONAL_METRICS, STEP_TIMES, TIMING_COLUMNS
+
+from .samples import BASES
+
+
+@pytest.mark.parametrize("name", list(BASES))
+def test_hand_made_tables_pass(name):
+    assert len(validate(name, BASES[name]())) == len(BASES[name]())
+    assert len(validate(name, pd.DataFrame(BASES[name]()))) == len(BASES[name]())
+
+
+def test_schemas_cover_every_table():
+    assert set(SCHEMAS) == set(TABLES) == {"steps", "tokens", "microbatches", "kl_summary", "probe", "checks",
+                                           "clean_syncs", "detection_matrix"}
+    assert all(s.strict is True for s in SCHEMAS.values())
+    assert all(SCHEMAS[n].name == n and SCHEMAS[n].description == TABLES[n].doc for n in SCHEMAS)
+
+
+def test_the_tables_use_the_vocabulary():
+    kl = TABLES["kl_summary"].columns
+    metrics = [c for c in kl if c not in ("run_id", "preset", "model", "seed", "step", "tokens", "sequences",
+                                          "chi2_seq_clamped") and not kl[c].regex]
+    assert metrics == [*KL_METRICS, *KL_OPTIONAL_METRICS]
+    assert [c for c in KL_METRICS if not kl[c].required] == []
+    assert [c for c in KL_OPTIONAL_METRICS if kl[c].required] == []
+    steps = TABLES["steps"]
+    assert set(TIMING_COLUMNS) <= set(steps.columns) and all(steps.columns[c].required for c in STEP_TIMES)
+    matrix = TABLES["detection_matrix"].columns
+    assert [c for c in matrix if c.startswith("W")] == list(CONDITIONS)
+    for table in ("steps", "clean_syncs"):
+        spec = TABLES[table]
+        assert all(spec.spec_for(f"check/{c}") is not None for c in CONDITIONS)
+        assert spec.spec_for("check/W0") is None and spec.spec_for("check/W8") is None
