@@ -14,8 +14,9 @@ verdicts, so it sits above both; the checks themselves only judge.
 from __future__ import annotations
 
 from fp8rl_core.checks.faults import Fault
-from fp8rl_core.checks.runner import CONDITIONS, CheckReport, CheckRunner
+from fp8rl_core.checks.runner import CheckReport, CheckRunner
 from fp8rl_core.loop import Pipeline, rollout_and_learn, sync_weights
+from fp8rl_core.vocabulary import CONDITIONS, STEP_TIMES
 
 __all__ = ["clean_series", "inject", "step"]
 
@@ -45,8 +46,7 @@ def clean_series(pipe: Pipeline, runner: CheckRunner, task, syncs: int, *, promp
         row, report = step(pipe, runner, task, i, prompts_per_step=prompts_per_step, seed=seed)
         out = {"sync": report.sync, "version": report.version, "tier": "full" if report.full else "cheap",
                "false_alarm": bool(report.failed), "alarms": report.message(), "checks_s": report.seconds,
-               "step_s": row["generate_s"] + row["learner_s"] + row["export_s"] + row["transport_s"] + row["load_s"]
-               + row["reset_s"], "mean_reward": row["mean_reward"]}
+               "step_s": sum(row[c] for c in STEP_TIMES), "mean_reward": row["mean_reward"]}
         out |= {f"check/{c}": r.passed for c, r in report.results_by.items()}
         rows.append(out)
         if on_sync is not None:
