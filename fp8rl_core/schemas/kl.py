@@ -1,5 +1,5 @@
 """The train–rollout mismatch tables: ``kl_summary`` (:func:`fp8rl_core.metrics.summary.run_kl_summary`) and
-``probe`` (:func:`fp8rl_core.loop.probe_divergence`). The metric names are those of
+``probe`` (:func:`fp8rl_core.metrics.probe.probe_divergence`). The metric names are those of
 :data:`fp8rl_core.vocabulary.KL_METRICS`.
 
 ``kl_summary`` — one row per (run, step), or per run (step null), of train–rollout mismatch: Schulman's
@@ -13,7 +13,7 @@
     whole-run row per run; preset, model and seed fixed per run; lo ≤ hi.
 ``probe`` — one row per sequence of the run's held-out probe batch: the *sums* over its positions of the
     exact full-vocabulary KL(sampler‖learner) (``kl``), KL(learner‖sampler) (``kl_rev``) and
-    Jensen–Shannon (``js``), from :func:`fp8rl_core.loop.probe_divergence` at the final weights, with
+    Jensen–Shannon (``js``), from :func:`fp8rl_core.metrics.probe.probe_divergence` at the final weights, with
     run_id, preset, model, seed (the batch is drawn from the seed, so (seed, sequence) pairs presets).
     Protects the exact-KL comparisons: divergences ≥ 0 (KL may be +inf when one side gives a token zero
     mass); JS ≤ ln 2 per position; one row per probe sequence; one preset and seed per run.
@@ -114,4 +114,4 @@ PROBE = Table("probe", {
          ("js", "positions"), lambda d: num(d, "js") > math.log(2) * num(d, "positions") + 1e-9),
     constant_per(["run_id"], "preset", "a run has one preset"),
     constant_per(["run_id"], "seed", "a run has one seed"),
-), "exact full-vocabulary divergences per probe sequence (loop.probe_divergence)")
+), "exact full-vocabulary divergences per probe sequence (metrics.probe.probe_divergence)")
