@@ -19,7 +19,8 @@ from fp8rl_core.checks import matrix as fault_matrix
 from fp8rl_core.checks.faults import fault as lookup_fault
 from fp8rl_core.learner.grpo import GRPOConfig, MicroBatchTiming, plan_microbatches
 from fp8rl_core.learner.learner import Learner, LearnerConfig
-from fp8rl_core.learner.models import ModelSpec, build_model
+from fp8rl_core.learner.models import build_model
+from fp8rl_core.learner.spec import ModelSpec
 from fp8rl_core.learner.rollout import sample_completions
 from fp8rl_core.learner.task import AdditionTask
 from fp8rl_core.loop import run_rl

@@ -20,7 +20,8 @@ from fp8rl_core.checks import (
 )
 from fp8rl_core.sync.fingerprint import fingerprints
 from fp8rl_core.learner.learner import Learner, LearnerConfig
-from fp8rl_core.learner.models import ModelSpec, build_model
+from fp8rl_core.learner.models import build_model
+from fp8rl_core.learner.spec import ModelSpec
 from fp8rl_core.learner.patterns import gemm_layers
 from fp8rl_core.sampler.presets import sampler_schemes
 from fp8rl_core.sync.export import export_weights

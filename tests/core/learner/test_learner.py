@@ -11,7 +11,7 @@ import torch
 from fp8rl_core.grids import bf16_view, quantize
 from fp8rl_core.learner.grpo import GRPOConfig, RolloutBatch
 from fp8rl_core.learner.learner import Learner, LearnerConfig
-from fp8rl_core.learner.models import ModelSpec
+from fp8rl_core.learner.spec import ModelSpec
 from fp8rl_core.learner.mxfp8 import Recipe
 from fp8rl_core.learner.rollout import sample_completions
 from fp8rl_core.learner.task import EOS, AdditionTask

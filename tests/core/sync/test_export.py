@@ -7,7 +7,8 @@ import torch
 
 from fp8rl_core.grids import bf16_view
 from fp8rl_core.learner.learner import Learner, LearnerConfig
-from fp8rl_core.learner.models import ModelSpec, build_model
+from fp8rl_core.learner.models import build_model
+from fp8rl_core.learner.spec import ModelSpec
 from fp8rl_core.learner.patterns import gemm_layers
 from fp8rl_core.sampler.layout import ModelLayout, sampler_layer, to_checkpoint
 from fp8rl_core.sampler.presets import sampler_schemes
