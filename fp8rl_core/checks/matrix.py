@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fp8rl_core.loop import Pipeline, rollout_and_learn, sync_weights
+from fp8rl_core.sync.hooks import NO_HOOKS
 
 from .faults import Fault
 from .runner import CONDITIONS, CheckReport, CheckRunner
@@ -47,7 +48,7 @@ def step(pipe: Pipeline, runner: CheckRunner, task, index: int, *, prompts_per_s
     if fault is not None and fault.captures_pre_step:
         pipe.pre_step_export = pipe.export()
     row, _ = rollout_and_learn(pipe, task, index, prompts_per_step=prompts_per_step, seed=seed)
-    row |= sync_weights(pipe, fault)
+    row |= sync_weights(pipe, fault or NO_HOOKS)
     report = runner.check(pipe, _tags(row))
     row["checks_s"] = report.seconds
     return row, report
