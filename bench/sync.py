@@ -116,7 +116,8 @@ def transport_only(args) -> float:
 
 
 def with_engine(args, model_yaml: str) -> None:
-    from fp8rl_core.learner.learner import Learner, LearnerConfig
+    from fp8rl_core.learner.config import LearnerConfig
+    from fp8rl_core.learner.learner import Learner
     from fp8rl_core.learner.models import build_model
     from fp8rl_core.learner.spec import load_model_spec
     from fp8rl_core.learner.patterns import gemm_layers

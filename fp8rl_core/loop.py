@@ -99,16 +99,16 @@ def start_pipeline(
                          f"{preset.learner_precision} on {preset.learner_layers!r}; build it with "
                          f"PRESETS[{preset.name!r}].learner_config(...)")
     model = load_policy(checkpoint)
-    recipe = cfg.recipe
-    learner = Learner(model, cfg)
+    policy = Learner(model, cfg)
     configured = sampler_schemes(gemm_layers(model), preset.sampler_layers, preset.sampler_grid)
     schemes = dict(hooks.schemes_for_engine(configured))
-    tensors = export_weights(model, learner.forward_weights(), schemes)
-    sampler, resync = acquire(checkpoint, schemes, tensors, sampler_cfg, version=learner.version,
-                              mx_grid=recipe.fwd_grid, work_root=work_root)
-    extra = [Sampler(checkpoint, schemes, tensors, sampler_cfg, version=learner.version, mx_grid=recipe.fwd_grid,
+    tensors = export_weights(model, policy.forward_weights(), schemes)
+    grid = cfg.recipe.fwd_grid
+    sampler, resync = acquire(checkpoint, schemes, tensors, sampler_cfg, version=policy.version, mx_grid=grid,
+                              work_root=work_root)
+    extra = [Sampler(checkpoint, schemes, tensors, sampler_cfg, version=policy.version, mx_grid=grid,
                      work_root=work_root) for _ in range(replicas - 1)]
-    return Pipeline(preset, learner, sampler, schemes, reused=resync is not None, configured=configured,
+    return Pipeline(preset, policy, sampler, schemes, reused=resync is not None, configured=configured,
                     replicas=extra)
 
 

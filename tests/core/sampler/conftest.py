@@ -14,7 +14,8 @@ import pytest
 
 from fp8rl_core.learner.spec import ModelSpec
 from fp8rl_core.learner.task import AdditionTask
-from fp8rl_core.learner.warmstart import WarmStartConfig, warm_start
+from fp8rl_core.learner.config import WarmStartConfig
+from fp8rl_core.learner.warmstart import warm_start
 from fp8rl_core.loop import Pipeline, start_pipeline
 from fp8rl_core.sampler.config import SamplerConfig
 from fp8rl_core.sampler.pool import release_all
