@@ -23,17 +23,17 @@ import argparse
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fp8rl_core.checks import CheckPolicy, CheckRunner, expected_from_learner  # noqa: E402
+from fp8rl_core.checks import CheckRunner, expected_from_learner  # noqa: E402
 from fp8rl_core.config import load_sweep  # noqa: E402
-from fp8rl_core.learner.mxfp8 import Recipe  # noqa: E402
 from fp8rl_core.learner.warmstart import warm_start  # noqa: E402
 from fp8rl_core.loop import rollout_and_learn, start_pipeline, sync_weights  # noqa: E402
-from fp8rl_core.sampler.engine import release_all  # noqa: E402
+from fp8rl_core.sampler.pool import release_all  # noqa: E402
 
 
 def main() -> None:
@@ -48,26 +48,17 @@ def main() -> None:
     _, runs = load_sweep(args.config, [f"axes.model=[{args.model}]", f"axes.preset=[{args.preset}]", "axes.seed=[0]"])
     cfg = runs[0]
     ckpt = warm_start(cfg.spec(), cfg.warmstart, Path(args.cache).resolve(), progress=True).path
-    lc = cfg.learner
-    from fp8rl_core.learner.grpo import GRPOConfig
-
-    pipe = start_pipeline(ckpt, cfg.preset, sampler_cfg=cfg.sampler, lr=lc.lr,
-                          recipe=Recipe(grad=lc.grad, rule=lc.rule, cache_weights=lc.cache_weights),
-                          grpo=GRPOConfig(group_size=lc.group_size, clip_eps_low=lc.clip_eps, clip_eps_high=lc.clip_eps,
-                                          old_logprobs=lc.old_logprobs, tokens_per_microbatch=lc.tokens_per_microbatch,
-                                          max_grad_norm=lc.max_grad_norm))
-    mean, mx = cfg.checks.w7_bounds(cfg.sampler.dtype, cfg.preset)
-    probe = cfg.warmstart.task.prompts(cfg.checks.probe_sequences, seed=cfg.seed + 90_001, split="eval").sequences
+    pipe = start_pipeline(ckpt, cfg.preset, learner=cfg.learner_config(), sampler_cfg=cfg.sampler)
+    policy, probe = cfg.check_policy(), cfg.check_probe()
 
     def runner(full_every: int) -> CheckRunner:
-        r = CheckRunner(CheckPolicy(full_every=full_every, w7_mean=mean, w7_max=mx), probe)
+        r = CheckRunner(replace(policy, full_every=full_every), probe)
         r.start(pipe.samplers)
         r.seen.update(s.instance for s in pipe.samplers)
         r.request_full("")
         return r
 
-    cheap, full, cadence = runner(10**9), runner(1), CheckRunner(
-        CheckPolicy(full_every=cfg.checks.full_every, w7_mean=mean, w7_max=mx), probe)
+    cheap, full, cadence = runner(10**9), runner(1), CheckRunner(policy, probe)
     cadence.start(pipe.samplers)
     cols: dict[str, list[float]] = {k: [] for k in ("step", "cheap", "full", "cadence", "expected", "snapshot",
                                                     "snapshot_no_fp", "bare_rpc")}

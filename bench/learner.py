@@ -24,10 +24,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fp8rl_core.learner.grpo import GRPOConfig, RolloutBatch  # noqa: E402
-from fp8rl_core.learner.learner import Learner, LearnerConfig  # noqa: E402
-from fp8rl_core.learner.models import build_model, load_model_spec  # noqa: E402
-from fp8rl_core.learner.mxfp8 import Recipe  # noqa: E402
+from fp8rl_core.learner.config import GRPOConfig, LearnerConfig, Recipe  # noqa: E402
+from fp8rl_core.learner.grpo import RolloutBatch  # noqa: E402
+from fp8rl_core.learner.learner import Learner  # noqa: E402
+from fp8rl_core.learner.models import build_model  # noqa: E402
+from fp8rl_core.learner.spec import load_model_spec  # noqa: E402
 
 
 def make_batch(vocab: int, rows: int, prompt_len: int, completion_len: int, group: int) -> RolloutBatch:

@@ -116,10 +116,13 @@ def transport_only(args) -> float:
 
 
 def with_engine(args, model_yaml: str) -> None:
-    from fp8rl_core.learner.learner import Learner, LearnerConfig
-    from fp8rl_core.learner.models import build_model, load_model_spec
+    from fp8rl_core.learner.config import LearnerConfig
+    from fp8rl_core.learner.learner import Learner
+    from fp8rl_core.learner.models import build_model
+    from fp8rl_core.learner.spec import load_model_spec
     from fp8rl_core.learner.patterns import gemm_layers
-    from fp8rl_core.sampler.engine import Sampler, SamplerConfig
+    from fp8rl_core.sampler.config import SamplerConfig
+    from fp8rl_core.sampler.engine import Sampler
     from fp8rl_core.sampler.presets import sampler_schemes
     from fp8rl_core.sync.export import export_weights
 

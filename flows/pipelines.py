@@ -23,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from fp8rl_core.config import RunConfig, load_sweep, run_id
-from fp8rl_core.sampler.engine import release_all
+from fp8rl_core.sampler.pool import release_all
 from fp8rl_core.vocabulary import CONDITIONS
 from tasks import reporting, stages, tracking
 

@@ -46,10 +46,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from fp8rl_core.learner.models import ModelSpec, load_model_spec, spec_hash
-from fp8rl_core.learner.warmstart import WarmStartConfig
-from fp8rl_core.sampler.engine import SamplerConfig
-from fp8rl_core.sampler.presets import PRESETS
+from fp8rl_core.checks.runner import CheckPolicy
+from fp8rl_core.learner.config import GRAD_FORMATS, RULES, GRPOConfig, LearnerConfig, Recipe, WarmStartConfig
+from fp8rl_core.learner.spec import ModelSpec, load_model_spec, spec_hash
+from fp8rl_core.metrics.summary import BOOTSTRAP_RESAMPLES, CI_LEVEL
+from fp8rl_core.sampler.config import SamplerConfig
+from fp8rl_core.sampler.presets import PRESETS, Preset
 
 __all__ = [
     "ChecksSection",
@@ -71,21 +73,38 @@ class ConfigError(ValueError):
     """A config file or override is invalid; the message names the file, field and valid values."""
 
 
+# Each section's defaults are its component's (declared once, in the component's config class).
+_RECIPE, _GRPO, _LEARNER, _POLICY = Recipe(), GRPOConfig(), LearnerConfig(), CheckPolicy()
+
+
 class LearnerSection(BaseModel):
+    """The learner's settings of a run, flat (fp8rl_core.learner.config: Recipe, GRPOConfig, LearnerConfig
+    hold the defaults); :meth:`build` makes the run's :class:`LearnerConfig`."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    lr: float = Field(1e-4, gt=0)
-    rule: Literal["rceil", "floor"] = "rceil"
-    grad: Literal["e4m3", "e5m2"] = "e4m3"
-    cache_weights: bool = True
-    group_size: int = Field(4, ge=2)
-    tokens_per_microbatch: int = Field(4096, ge=1)
-    clip_eps: float = Field(0.2, gt=0, lt=1)
-    old_logprobs: Literal["learner", "sampler"] = "learner"
-    max_grad_norm: float = Field(1.0, gt=0)
+    lr: float = Field(_LEARNER.lr, gt=0, description="AdamW learning rate")
+    rule: Literal[RULES] = Field(_RECIPE.rule, description="E8M0 scale rule of the learner's MXFP8 operands")
+    grad: Literal[GRAD_FORMATS] = Field(_RECIPE.grad, description="element format of the gradient operand dY")
+    cache_weights: bool = Field(_RECIPE.cache_weights, description="quantize each weight once per step (TE's cache)")
+    group_size: int = Field(_GRPO.group_size, ge=2, description="completions per prompt (GRPO group)")
+    tokens_per_microbatch: int = Field(_GRPO.tokens_per_microbatch, ge=1, description="padded tokens per micro-batch")
+    clip_eps: float = Field(_GRPO.clip_eps_low, gt=0, lt=1, description="PPO clip range (both sides)")
+    old_logprobs: Literal["learner", "sampler"] = Field(_GRPO.old_logprobs, description="π_old of the ratio")
+    max_grad_norm: float = Field(_GRPO.max_grad_norm, gt=0, description="global gradient-norm clip")
+
+    def build(self, preset: Preset) -> LearnerConfig:
+        """The learner's config for a run of ``preset`` (precision and layers are the preset's)."""
+        return preset.learner_config(
+            recipe=Recipe(grad=self.grad, rule=self.rule, cache_weights=self.cache_weights), lr=self.lr,
+            grpo=GRPOConfig(group_size=self.group_size, clip_eps_low=self.clip_eps, clip_eps_high=self.clip_eps,
+                            old_logprobs=self.old_logprobs, tokens_per_microbatch=self.tokens_per_microbatch,
+                            max_grad_norm=self.max_grad_norm))
 
 
 class LoopSection(BaseModel):
+    """The RL loop (fp8rl_core.loop): steps and prompts per step (each sampled ``learner.group_size`` times)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     steps: int = Field(3, ge=1)
@@ -97,7 +116,7 @@ class ChecksSection(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    full_every: int = Field(10, ge=1, description="full tier every N syncs (and at an engine's first sync, and on suspicion)")
+    full_every: int = Field(_POLICY.full_every, ge=1, description="full tier every N syncs (and at an engine's first sync, and on suspicion)")
     on_failure: Literal["fail", "warn"] = Field("fail", description="fail: a failed check fails the run; warn: log it and go on")
     probe_sequences: int = Field(8, ge=1, description="W7 probe batch: held-out task sequences")
     w7_mean: float | None = Field(None, gt=0, description="W7 bound on mean |Δlogp| (None: by engine dtype and preset)")
@@ -109,10 +128,15 @@ class ChecksSection(BaseModel):
         the peaked smoke mini, preset all: mean 0.09, max 0.79 over held-out sequences), and a sampler on
         another grid (block FP8) that grid's rounding, which the learner's probe does not model — there
         W7 is a coarse backstop; run the exact check with ``sampler.dtype: float32``."""
-        mean, mx = (1e-3, 0.05) if dtype == "float32" else (0.5, 8.0)
+        mean, mx = (_POLICY.w7_mean, _POLICY.w7_max) if dtype == "float32" else (0.5, 8.0)
         if PRESETS[preset].sampler_grid != "learner":
             mean, mx = max(mean, 0.5), max(mx, 8.0)
         return self.w7_mean or mean, self.w7_max or mx
+
+    def policy(self, dtype: str, preset: str) -> CheckPolicy:
+        """The checks' policy of a run with this engine dtype and preset (cadence, W7 bound)."""
+        mean, mx = self.w7_bounds(dtype, preset)
+        return CheckPolicy(full_every=self.full_every, w7_mean=mean, w7_max=mx)
 
 
 class MetricsSection(BaseModel):
@@ -120,8 +144,8 @@ class MetricsSection(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    bootstrap: int = Field(1000, ge=0, description="bootstrap resamples of sequences for each interval (0: no intervals)")
-    ci_level: float = Field(0.95, gt=0.5, lt=1.0, description="coverage of the confidence intervals")
+    bootstrap: int = Field(BOOTSTRAP_RESAMPLES, ge=0, description="bootstrap resamples of sequences for each interval (0: no intervals)")
+    ci_level: float = Field(CI_LEVEL, gt=0.5, lt=1.0, description="coverage of the confidence intervals")
     probe_sequences: int = Field(16, ge=1, description="held-out sequences for the exact full-vocabulary KL/JS")
 
 
@@ -148,6 +172,18 @@ class RunConfig(BaseModel):
         if v not in PRESETS:
             raise ValueError(f"unknown preset {v!r}; valid presets: {', '.join(PRESETS)}")
         return v
+
+    def learner_config(self) -> LearnerConfig:
+        """The run's learner config: the ``learner`` section for the run's preset."""
+        return self.learner.build(PRESETS[self.preset])
+
+    def check_policy(self) -> CheckPolicy:
+        """The run's check policy: the ``checks`` section for its engine dtype and preset."""
+        return self.checks.policy(self.sampler.dtype, self.preset)
+
+    def check_probe(self):
+        """The W7 probe batch: ``checks.probe_sequences`` held-out task sequences (a [B, T] tensor)."""
+        return self.warmstart.task.prompts(self.checks.probe_sequences, seed=self.seed + 90_001, split="eval").sequences
 
     def spec_path(self) -> Path:
         p = Path(self.model)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from fp8rl_core.checks.faults import Fault
 from fp8rl_core.checks.runner import CheckReport, CheckRunner
 from fp8rl_core.loop import Pipeline, rollout_and_learn, sync_weights
+from fp8rl_core.sync.hooks import NO_HOOKS
 from fp8rl_core.vocabulary import CONDITIONS, STEP_TIMES
 
 __all__ = ["clean_series", "inject", "step"]
@@ -31,7 +32,7 @@ def step(pipe: Pipeline, runner: CheckRunner, task, index: int, *, prompts_per_s
     if fault is not None and fault.captures_pre_step:
         pipe.pre_step_export = pipe.export()
     row, _ = rollout_and_learn(pipe, task, index, prompts_per_step=prompts_per_step, seed=seed)
-    row |= sync_weights(pipe, fault)
+    row |= sync_weights(pipe, fault or NO_HOOKS)
     report = runner.check(pipe, _tags(row))
     row["checks_s"] = report.seconds
     return row, report

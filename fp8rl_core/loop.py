@@ -3,7 +3,7 @@
 :func:`start_pipeline` builds the two sides of one run from a warm-start checkpoint and a preset
 (:mod:`fp8rl_core.sampler.presets`): the learner (BF16 or MXFP8 layers) and a live sampler engine
 loaded with the learner's current weights in the sampler's layout (reusing a running engine with
-the same identity, see :func:`fp8rl_core.sampler.engine.acquire`). :func:`run_rl` then runs N steps::
+the same identity, see :func:`fp8rl_core.sampler.pool.acquire`). :func:`run_rl` then runs N steps::
 
     for step in 1..N:
         rollout  = sampler.generate(prompts, n=G)                 # tagged with the engine's version v
@@ -26,15 +26,18 @@ from pathlib import Path
 
 import torch
 
-from fp8rl_core.learner.grpo import GRPOConfig, RolloutBatch
-from fp8rl_core.learner.learner import Learner, LearnerConfig
-from fp8rl_core.learner.mxfp8 import Recipe
+from fp8rl_core.learner.config import LearnerConfig
+from fp8rl_core.learner.grpo import RolloutBatch
+from fp8rl_core.learner.learner import Learner
 from fp8rl_core.learner.patterns import gemm_layers
 from fp8rl_core.learner.task import EOS, PAD, AdditionTask
 from fp8rl_core.learner.warmstart import load_policy
-from fp8rl_core.sampler.engine import Sampler, SamplerConfig, acquire
+from fp8rl_core.sampler.config import SamplerConfig
+from fp8rl_core.sampler.engine import Sampler
+from fp8rl_core.sampler.pool import acquire
 from fp8rl_core.sampler.presets import PRESETS, Preset, sampler_schemes
 from fp8rl_core.sync.export import SyncError, export_weights
+from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 
 __all__ = ["LoopResult", "Pipeline", "rollout_and_learn", "run_rl", "start_pipeline", "sync_weights"]
 
@@ -71,38 +74,41 @@ def start_pipeline(
     checkpoint: str | Path,
     preset: str | Preset,
     *,
+    learner: LearnerConfig | None = None,
     sampler_cfg: SamplerConfig = SamplerConfig(),
-    rule: str = "rceil",
-    recipe: Recipe | None = None,
-    lr: float = 1e-5,
-    grpo: GRPOConfig = GRPOConfig(),
     work_root: str | Path | None = None,
     replicas: int = 1,
-    engine_schemes: Callable[[dict[str, str]], dict[str, str]] | None = None,
+    hooks: SyncHooks = NO_HOOKS,
 ) -> Pipeline:
     """Learner + live sampler for ``preset`` on the warm-start ``checkpoint`` (both at version 0).
 
+    ``learner``: the learner's config, built for this preset (:meth:`Preset.learner_config`, or a run's
+    :meth:`fp8rl_core.config.RunConfig.learner_config`); None: the preset's with the defaults.
     ``replicas`` > 1 starts further engine replicas (not shared through :func:`acquire`; close them with
-    :meth:`Pipeline.close_replicas`); every sync lands in all of them. ``engine_schemes`` maps the
-    configured per-layer schemes to the ones the engine and the exporter use instead — only fault
-    injection (:mod:`fp8rl_core.checks.faults`) passes one, to model a sampler configured off the run's
-    grid; the checks keep expecting the configured schemes."""
+    :meth:`Pipeline.close_replicas`); every sync lands in all of them. ``hooks``
+    (:class:`~fp8rl_core.sync.hooks.SyncHooks`) may map the configured per-layer schemes to the ones the
+    engine and the exporter use instead (only fault injection does, to model a sampler configured off
+    the run's grid); the checks keep expecting the configured schemes."""
     if isinstance(preset, str):
         if preset not in PRESETS:
             raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
         preset = PRESETS[preset]
+    cfg = learner if learner is not None else preset.learner_config()
+    if (cfg.precision, cfg.layers) != (preset.learner_precision, preset.learner_layers):
+        raise ValueError(f"the learner config runs {cfg.precision} on layers {cfg.layers!r}, preset {preset.name!r} "
+                         f"{preset.learner_precision} on {preset.learner_layers!r}; build it with "
+                         f"PRESETS[{preset.name!r}].learner_config(...)")
     model = load_policy(checkpoint)
-    recipe = recipe if recipe is not None else Recipe(rule=rule)
-    learner = Learner(model, LearnerConfig(precision=preset.learner_precision, layers=preset.learner_layers,
-                                           recipe=recipe, lr=lr, grpo=grpo))
+    policy = Learner(model, cfg)
     configured = sampler_schemes(gemm_layers(model), preset.sampler_layers, preset.sampler_grid)
-    schemes = dict(engine_schemes(configured)) if engine_schemes is not None else configured
-    tensors = export_weights(model, learner.forward_weights(), schemes)
-    sampler, resync = acquire(checkpoint, schemes, tensors, sampler_cfg, version=learner.version,
-                              mx_grid=recipe.fwd_grid, work_root=work_root)
-    extra = [Sampler(checkpoint, schemes, tensors, sampler_cfg, version=learner.version, mx_grid=recipe.fwd_grid,
+    schemes = dict(hooks.schemes_for_engine(configured))
+    tensors = export_weights(model, policy.forward_weights(), schemes)
+    grid = cfg.recipe.fwd_grid
+    sampler, resync = acquire(checkpoint, schemes, tensors, sampler_cfg, version=policy.version, mx_grid=grid,
+                              work_root=work_root)
+    extra = [Sampler(checkpoint, schemes, tensors, sampler_cfg, version=policy.version, mx_grid=grid,
                      work_root=work_root) for _ in range(replicas - 1)]
-    return Pipeline(preset, learner, sampler, schemes, reused=resync is not None, configured=configured,
+    return Pipeline(preset, policy, sampler, schemes, reused=resync is not None, configured=configured,
                     replicas=extra)
 
 
@@ -112,7 +118,7 @@ class LoopResult:
     tokens: list[dict] = field(default_factory=list)
 
 
-def rollout_and_learn(pipe: Pipeline, task: AdditionTask, step: int, *, prompts_per_step: int = 8, seed: int = 0,
+def rollout_and_learn(pipe: Pipeline, task: AdditionTask, step: int, *, prompts_per_step: int, seed: int = 0,
                       max_new_tokens: int | None = None, microbatches: list | None = None) -> tuple[dict, list[dict]]:
     """One rollout on the sampler and one learner step on it: (the step's row so far, its token rows).
     ``microbatches``: when given, the step's per-micro-batch timings
@@ -157,28 +163,19 @@ def rollout_and_learn(pipe: Pipeline, task: AdditionTask, step: int, *, prompts_
     return row, tokens
 
 
-def sync_weights(pipe: Pipeline, fault=None) -> dict:
+def sync_weights(pipe: Pipeline, hooks: SyncHooks = NO_HOOKS) -> dict:
     """Export the learner's current weights and sync them into every sampler replica: the timing
-    columns. ``fault`` (a :class:`fp8rl_core.checks.faults.Fault`) perturbs one step of the path."""
+    columns. ``hooks`` (:mod:`fp8rl_core.sync.hooks`; only fault injection passes any) may perturb one
+    step of the path."""
     t0 = time.perf_counter()
     bad = pipe.learner.nonfinite_parameters()
     if bad:
         raise SyncError(f"refusing to export version {pipe.learner.version}: non-finite values (NaN/Inf) in "
                         f"{len(bad)} learner tensors, e.g. {bad[:5]}")
-    tensors = pipe.export()
-    if fault is not None:
-        tensors = fault.on_export(pipe, tensors)
+    tensors = hooks.on_export(pipe, pipe.export())
     export_s = time.perf_counter() - t0
-    timings = []
-    for i, sampler in enumerate(pipe.samplers):
-        if fault is not None and fault.skips_replica(i):
-            continue
-        timings.append(sampler.sync(
-            tensors, pipe.learner.version, export_s=export_s,
-            reset_prefix_cache=fault is None or fault.resets_cache,
-            tamper=None if fault is None else fault.on_transport,
-            worker_fault=None if fault is None else fault.worker,
-            bucket_mb=None if fault is None else fault.bucket_mb))
+    timings = [sampler.sync(tensors, pipe.learner.version, export_s=export_s, hooks=hooks)
+               for i, sampler in enumerate(pipe.samplers) if not hooks.skips_replica(i)]
     sync = timings[0]
     return {"export_s": export_s, "transport_s": sum(t.transport_s for t in timings),
             "load_s": sum(t.load_s for t in timings), "reset_s": sum(t.reset_s for t in timings),
@@ -190,7 +187,7 @@ def run_rl(
     task: AdditionTask,
     steps: int,
     *,
-    prompts_per_step: int = 8,
+    prompts_per_step: int,
     seed: int = 0,
     max_new_tokens: int | None = None,
     on_step: Callable[[dict], None] | None = None,

@@ -19,14 +19,14 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from fp8rl_core import correctness
-from fp8rl_core.checks import CheckPolicy, CheckRunner, check_rows
+from fp8rl_core.checks import CheckRunner, check_rows
 from fp8rl_core.checks import matrix as fault_matrix
 from fp8rl_core.checks.faults import fault as lookup_fault
 from fp8rl_core.config import RunConfig
-from fp8rl_core.learner.grpo import GRPOConfig, microbatch_rows
-from fp8rl_core.learner.mxfp8 import Recipe
-from fp8rl_core.learner.models import ModelSpec
-from fp8rl_core.learner.warmstart import WarmStartConfig, is_complete, warm_start, warmstart_key
+from fp8rl_core.learner.config import WarmStartConfig
+from fp8rl_core.learner.grpo import microbatch_rows
+from fp8rl_core.learner.spec import ModelSpec
+from fp8rl_core.learner.warmstart import is_complete, warm_start, warmstart_key
 from fp8rl_core.loop import Pipeline, rollout_and_learn, start_pipeline, sync_weights
 from fp8rl_core.metrics import summarize_steps
 from fp8rl_core.metrics.probe import probe_divergence
@@ -58,9 +58,7 @@ class LiveRun:
 
 def check_runner(cfg: RunConfig) -> CheckRunner:
     """The run's checks: cadence and W7 bound from ``cfg.checks``, probe batch = held-out sequences."""
-    mean, mx = cfg.checks.w7_bounds(cfg.sampler.dtype, cfg.preset)
-    probe = cfg.warmstart.task.prompts(cfg.checks.probe_sequences, seed=cfg.seed + 90_001, split="eval").sequences
-    return CheckRunner(CheckPolicy(full_every=cfg.checks.full_every, w7_mean=mean, w7_max=mx), probe)
+    return CheckRunner(cfg.check_policy(), cfg.check_probe())
 
 
 LIVE: dict[str, LiveRun] = {}
@@ -92,15 +90,8 @@ def warm_start_checkpoint(spec: dict, warmstart: dict, cache_root: str) -> str:
 
 def _start_live(key: str, cfg: RunConfig, checkpoint: str, **pipeline_args) -> Pipeline:
     """Start the run's pipeline (learner + engine) and its check runner; register them in LIVE."""
-    lc = cfg.learner
-    pipe = start_pipeline(
-        checkpoint, cfg.preset, sampler_cfg=cfg.sampler,
-        recipe=Recipe(grad=lc.grad, rule=lc.rule, cache_weights=lc.cache_weights), lr=lc.lr,
-        grpo=GRPOConfig(group_size=lc.group_size, clip_eps_low=lc.clip_eps, clip_eps_high=lc.clip_eps,
-                        old_logprobs=lc.old_logprobs, tokens_per_microbatch=lc.tokens_per_microbatch,
-                        max_grad_norm=lc.max_grad_norm),
-        **pipeline_args,
-    )
+    pipe = start_pipeline(checkpoint, cfg.preset, learner=cfg.learner_config(), sampler_cfg=cfg.sampler,
+                          **pipeline_args)
     runner = check_runner(cfg)
     runner.start(pipe.samplers)
     LIVE[key] = LiveRun(cfg, pipe, runner=runner)
@@ -236,8 +227,7 @@ def correctness_setup(key: str, run: dict, checkpoint: str, fault: str | None = 
     cfg = RunConfig.model_validate(run)
     f = lookup_fault(fault) if fault else None
     t0 = time.perf_counter()
-    pipe = _start_live(key, cfg, checkpoint, replicas=f.replicas if f else 1,
-                       engine_schemes=f.engine_schemes if f else None)
+    pipe = _start_live(key, cfg, checkpoint, replicas=f.replicas, hooks=f) if f else _start_live(key, cfg, checkpoint)
     return {"setup_s": time.perf_counter() - t0, "replicas": len(pipe.samplers)}
 
 

@@ -1,14 +1,16 @@
 """The fault catalogue: named perturbations of one step of the real sync path, each declaring the
 condition it breaks (DESIGN, "Failures seen in real systems").
 
-A :class:`Fault` acts at one stage of :func:`fp8rl_core.loop.sync_weights`:
+A :class:`Fault` is a set of sync hooks (:class:`fp8rl_core.sync.hooks.SyncHooks`): whoever injects it
+passes it as ``hooks`` to :func:`fp8rl_core.loop.start_pipeline` (a ``config`` fault) or
+:func:`fp8rl_core.loop.sync_weights` (the others), and it acts at one stage of the sync path:
 
 * ``config``    — the engine (and the exporter) run other per-layer schemes than the run configures
-                  (:func:`fp8rl_core.loop.start_pipeline`'s ``engine_schemes``); present from the start.
+                  (:meth:`~Fault.schemes_for_engine`); present from the start.
 * ``export``    — the sync tensors are changed after :func:`~fp8rl_core.sync.export.export_weights`.
 * ``transport`` — the written sync (buckets + manifest) is changed before the engine reads it.
 * ``load`` / ``post-load`` — a hook runs in the engine's worker process around vLLM's in-place reload
-  (``fp8rl_load``'s ``fault`` argument names a ``module:function`` of this module).
+  (:meth:`~Fault.worker_hook` names a ``module:function`` of this module).
 * ``engine``    — what the sampler does around the load: a replica not synced, the cache not reset.
 
 Everything else is the production path: the same exporter, transport, worker loader, vLLM's reload
@@ -25,6 +27,7 @@ import torch
 
 from fp8rl_core.grids import QuantizedTensor, parse_grid, quantize
 from fp8rl_core.grids.formats import bf16_view
+from fp8rl_core.sync.hooks import SyncHooks
 
 __all__ = ["FAULTS", "Fault", "fault"]
 
@@ -32,7 +35,7 @@ Tensors = dict[str, torch.Tensor]
 
 
 @dataclass(frozen=True)
-class Fault:
+class Fault(SyncHooks):
     name: str
     condition: str  # the DESIGN condition it breaks: W1 … W7
     stage: str
@@ -49,18 +52,30 @@ class Fault:
     captures_pre_step: bool = False
     params: dict = field(default_factory=dict)
 
-    # -- hooks used by fp8rl_core.loop.sync_weights -------------------------------------------------
+    # -- the sync hooks (fp8rl_core.sync.hooks) -----------------------------------------------------
+    def schemes_for_engine(self, configured: dict[str, str]) -> dict[str, str]:
+        return self.engine_schemes(dict(configured)) if self.engine_schemes is not None else configured
+
     def on_export(self, pipe, tensors: Tensors) -> Tensors:
         if self.captures_pre_step:
             return dict(getattr(pipe, "pre_step_export"))
         return self.export(pipe, dict(tensors)) if self.export is not None else tensors
 
+    def skips_replica(self, index: int) -> bool:
+        return self.stale_replica == index
+
+    def sync_bucket_mb(self, configured: float) -> float:
+        return self.bucket_mb if self.bucket_mb is not None else configured
+
     def on_transport(self, handle) -> None:
         if self.transport is not None:
             self.transport(handle)
 
-    def skips_replica(self, index: int) -> bool:
-        return self.stale_replica == index
+    def worker_hook(self) -> str | None:
+        return self.worker
+
+    def resets_prefix_cache(self) -> bool:
+        return self.resets_cache
 
 
 # ----------------------------------------------------------------------------------------------------

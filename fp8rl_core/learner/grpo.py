@@ -39,15 +39,15 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Literal
+from typing import Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
 
+from .config import GRPOConfig
 from .timers import Timers
 
 __all__ = [
-    "GRPOConfig",
     "RolloutBatch",
     "StepResult",
     "MicroBatchTiming",
@@ -57,35 +57,6 @@ __all__ = [
     "completion_logprobs",
     "grpo_step",
 ]
-
-
-@dataclass(frozen=True)
-class GRPOConfig:
-    """Settings of one GRPO update (validated on construction)."""
-
-    group_size: int = 4
-    clip_eps_low: float = 0.2
-    clip_eps_high: float = 0.2
-    scale_rewards: bool = True
-    old_logprobs: Literal["learner", "sampler"] = "learner"
-    tokens_per_microbatch: int = 4096
-    max_grad_norm: float = 1.0
-    adv_eps: float = 1e-6
-
-    def __post_init__(self) -> None:
-        problems = []
-        if self.group_size < 2:
-            problems.append(f"group_size must be at least 2 (advantages are relative to the group), got {self.group_size}")
-        if not (0 < self.clip_eps_low < 1) or not (0 < self.clip_eps_high):
-            problems.append(f"clip_eps_low must be in (0, 1) and clip_eps_high > 0, got {self.clip_eps_low}, {self.clip_eps_high}")
-        if self.old_logprobs not in ("learner", "sampler"):
-            problems.append(f"old_logprobs must be 'learner' or 'sampler', got {self.old_logprobs!r}")
-        if self.tokens_per_microbatch < 1:
-            problems.append(f"tokens_per_microbatch must be positive, got {self.tokens_per_microbatch}")
-        if self.max_grad_norm <= 0:
-            problems.append(f"max_grad_norm must be positive, got {self.max_grad_norm}")
-        if problems:
-            raise ValueError("invalid GRPO settings: " + "; ".join(problems))
 
 
 @dataclass

@@ -18,35 +18,17 @@ round-to-nearest-even BF16 of its fp32 master.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import torch
 
 from ..grids import QuantizedTensor, bf16_view
-from .grpo import GRPOConfig, RolloutBatch, StepResult, completion_logprobs, grpo_step
-from .mxfp8 import Recipe, apply_recipe, bf16_autocast, forward_weights
+from .config import LearnerConfig
+from .grpo import RolloutBatch, StepResult, completion_logprobs, grpo_step
+from .mxfp8 import apply_recipe, bf16_autocast, forward_weights
 from .patterns import resolve_layers
 
-__all__ = ["LearnerConfig", "Learner"]
-
-
-@dataclass(frozen=True)
-class LearnerConfig:
-    precision: Literal["bf16", "mxfp8"] = "mxfp8"
-    layers: str | tuple[str, ...] = "all"
-    recipe: Recipe = field(default_factory=Recipe)
-    lr: float = 1e-5
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    grpo: GRPOConfig = field(default_factory=GRPOConfig)
-
-    def __post_init__(self) -> None:
-        if self.precision not in ("bf16", "mxfp8"):
-            raise ValueError(f"learner precision must be 'bf16' or 'mxfp8', got {self.precision!r}")
-        if self.lr <= 0:
-            raise ValueError(f"learner lr must be positive, got {self.lr}")
+__all__ = ["Learner"]
 
 
 class Learner:

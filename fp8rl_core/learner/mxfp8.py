@@ -81,6 +81,7 @@ import torch.nn.functional as F
 
 from fp8rl_core.grids import QuantizedTensor, quantize
 
+from .config import Recipe
 from .patterns import gemm_layers
 from .timers import timed
 
@@ -90,7 +91,6 @@ __all__ = [
     "MXFP8Experts",
     "MXFP8Linear",
     "MXFP8Router",
-    "Recipe",
     "apply_recipe",
     "bf16_autocast",
     "capture_operands",
@@ -102,63 +102,7 @@ __all__ = [
 ]
 
 BLOCK = 32
-FWD_FORMATS = ("e4m3",)
-GRAD_FORMATS = ("e4m3", "e5m2")
-RULES = ("rceil", "floor")
 _ACT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-
-# ----------------------------------------------------------------------------------------------------
-# Recipe
-# ----------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Recipe:
-    """TE ``MXFP8BlockScaling``: element formats of the operands, the scale rule, weight caching.
-
-    fwd:   elements of the fprop operands (and of W / X in the backward GEMMs): ``"e4m3"`` only —
-           TE rejects pure-E5M2 MXFP8 training.
-    grad:  elements of the gradient operand dY: ``"e4m3"`` (``Format.E4M3``, TE's default for
-           MXFP8) or ``"e5m2"`` (``Format.HYBRID``; see :meth:`hybrid`).
-    rule:  E8M0 scale rule: ``"rceil"`` (TE, cuBLAS, hardware) or ``"floor"`` (OCP MX spec §6.3).
-    cache_weights: reuse a weight's quantized copies while it is unchanged (TE's first-micro-batch
-           weight caching; see the module docstring).
-    """
-
-    fwd: str = "e4m3"
-    grad: str = "e4m3"
-    rule: str = "rceil"
-    cache_weights: bool = False
-
-    def __post_init__(self) -> None:
-        if self.fwd not in FWD_FORMATS:
-            raise ValueError(
-                f"Recipe.fwd={self.fwd!r} is not supported: fprop operands of TE's MXFP8BlockScaling are "
-                f"E4M3 (valid: {', '.join(FWD_FORMATS)}); use grad='e5m2' for E5M2 gradients"
-            )
-        if self.grad not in GRAD_FORMATS:
-            raise ValueError(f"Recipe.grad={self.grad!r} is not valid; valid: {', '.join(GRAD_FORMATS)}")
-        if self.rule not in RULES:
-            raise ValueError(
-                f"Recipe.rule={self.rule!r} is not valid; valid: {', '.join(RULES)} "
-                f"(rceil = Transformer Engine / cuBLAS, floor = OCP MX spec)"
-            )
-        if not isinstance(self.cache_weights, bool):
-            raise ValueError(f"Recipe.cache_weights must be a bool, got {self.cache_weights!r}")
-
-    @classmethod
-    def hybrid(cls, rule: str = "rceil", cache_weights: bool = False) -> "Recipe":
-        """TE's ``Format.HYBRID``: E4M3 forward operands, E5M2 gradients."""
-        return cls(fwd="e4m3", grad="e5m2", rule=rule, cache_weights=cache_weights)
-
-    @property
-    def fwd_grid(self) -> str:
-        """Grid spec of X and W (all three GEMMs), e.g. ``mxfp8-e4m3-rceil``."""
-        return f"mxfp8-{self.fwd}-{self.rule}"
-
-    @property
-    def grad_grid(self) -> str:
-        """Grid spec of dY (dgrad and wgrad), e.g. ``mxfp8-e5m2-rceil`` under HYBRID."""
-        return f"mxfp8-{self.grad}-{self.rule}"
 
 
 # ----------------------------------------------------------------------------------------------------

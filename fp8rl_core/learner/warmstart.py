@@ -50,15 +50,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 import transformers
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
-from .models import ModelSpec, build_model
+from .config import WarmStartConfig
+from .models import build_model
+from .spec import ModelSpec
 from .task import EOS, PAD, AdditionTask, Prompts
 
 __all__ = [
     "WARMSTART_VERSION",
-    "WarmStartConfig",
     "WarmStartResult",
     "answer_entropy",
     "evaluate_policy",
@@ -75,46 +75,6 @@ __all__ = [
 WARMSTART_VERSION = 1
 METRICS_FILE = "warmstart.json"
 _REQUIRED = ("config.json", "model.safetensors", METRICS_FILE)
-
-
-class WarmStartConfig(BaseModel):
-    """Settings of the supervised warm start (see the module docstring for how each is used).
-
-    Measured with these defaults (3-digit addition, little-endian operands and answer; 2 shared cores):
-    ``qwen3-dense-tiny`` seeds 0, 1, 2 reach held-out exact match 1.0 / 1.0 / 1.0 with mean answer
-    entropy 0.0006 / 0.0004 / 0.0007 nats in 170–260 s; ``qwen3-moe-tiny`` seeds 0, 1 reach 1.0 / 1.0
-    (entropy 0.0014 / 0.0016 nats) in 120–500 s (the spread is load on the shared machine). With
-    written-order operands the same settings left dense seed 1 and MoE seed 0 near 0.1 (see
-    :mod:`fp8rl_core.learner.task`). Still check ``WarmStartResult.accuracy`` before using a checkpoint.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    steps: int = Field(default=1200, ge=1)
-    batch_size: int = Field(default=64, ge=1)
-    lr: float = Field(default=2e-3, gt=0)
-    weight_decay: float = Field(default=0.1, ge=0)
-    warmup: int = Field(default=50, ge=0)
-    seed: int = Field(default=0, ge=0, le=2**31 - 1)
-    eval_prompts: int = Field(default=512, ge=1)
-    decay_fraction: float = Field(default=0.3, ge=0, le=1)
-    grad_clip: float = Field(default=1.0, gt=0)
-    task: AdditionTask = AdditionTask()
-
-    @property
-    def decay_steps(self) -> int:
-        """Number of final steps over which the learning rate falls linearly to 0."""
-        return round(self.decay_fraction * self.steps)
-
-    @model_validator(mode="after")
-    def _phases_fit(self) -> "WarmStartConfig":
-        if self.warmup + self.decay_steps > self.steps:
-            raise ValueError(
-                f"warmup ({self.warmup}) plus the decay phase (decay_fraction {self.decay_fraction} of {self.steps} = "
-                f"{self.decay_steps} steps) exceeds steps ({self.steps}); lower warmup to at most "
-                f"{self.steps - self.decay_steps} or decay_fraction"
-            )
-        return self
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,11 @@ import numpy as np
 from .mismatch import metric_units, sequence_table, token_mismatch
 from .stats import cluster_bootstrap
 
-__all__ = ["CI_METRICS", "run_kl_summary"]
+__all__ = ["BOOTSTRAP_RESAMPLES", "CI_LEVEL", "CI_METRICS", "run_kl_summary"]
+
+#: defaults of the run's intervals (also the experiment config's ``metrics`` section defaults)
+BOOTSTRAP_RESAMPLES = 1000
+CI_LEVEL = 0.95
 
 #: metrics that get a bootstrap interval (token means and sequence means; maxima have none)
 CI_METRICS = ("k1", "k3", "k1_rev", "k3_rev", "mean_abs_logprob_diff", "mean_abs_prob_diff",
@@ -43,7 +47,7 @@ def _row(s: np.ndarray, lrn: np.ndarray, ids: np.ndarray, meta: Mapping, step: i
 
 
 def run_kl_summary(tokens: Sequence[Mapping], *, run_id: str, preset: str, model: str, seed: int,
-                   n_boot: int = 1000, level: float = 0.95, boot_seed: int = 0) -> list[dict]:
+                   n_boot: int = BOOTSTRAP_RESAMPLES, level: float = CI_LEVEL, boot_seed: int = 0) -> list[dict]:
     """``kl_summary`` rows of one run: one per step (in step order), then the whole-run row (step None).
 
     ``tokens``: the run's token rows (keys step, sequence, sampler_logprob, learner_logprob). Intervals

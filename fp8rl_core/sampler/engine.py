@@ -11,12 +11,8 @@ Engine directory. vLLM reads a Hugging Face directory: :func:`prepare_engine_dir
 "layers": {vLLM prefix: scheme}}`` (see :mod:`.plugin`) and the initial sync tensors in checkpoint
 format, so the first load goes through vLLM's own loaders exactly like every later sync.
 
-Engine reuse. The engine's identity (:attr:`Sampler.key`) is what vLLM builds at start: the model
-config, the per-layer schemes, dtype, KV-cache dtype, lengths and memory. Anything else — which learner
-the weights come from (BF16 or MXFP8), the sampling seed — is per sync or per request, so several
-sampler configurations with one key reuse one engine (:func:`acquire`); a test proves that an engine
-re-synced to weights A after serving weights B generates exactly what a freshly started engine on A
-generates.
+Engine reuse: :mod:`.pool` (``acquire``, ``release_all``). Workarounds for vLLM 0.32 (a dead engine core
+hanging the caller; the engine-core utilities the checks read): :mod:`.vllm_compat`.
 
 Log-probs. Generation returns, per sampled token, the log-probability vLLM's sampler reports
 (``logprobs_mode="raw_logprobs"``: log-softmax of the model's logits, before temperature — what the
@@ -26,41 +22,36 @@ the prefix cache) and, for exact KL, the full-vocabulary log-probs of a probe ba
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 from safetensors.torch import load_file, save_file
 
+from fp8rl_core.sampler.config import SamplerConfig, cpu_fp8_kv_support, engine_key
+from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 from fp8rl_core.sync.layout import ModelLayout, to_checkpoint
 from fp8rl_core.sync.transport import SyncHandle, default_root, write_sync
 
+from .vllm_compat import EngineCoreDied, engine_core_alive, watched_call
+
 __all__ = [
-    "KV_CACHE_DTYPES",
     "Rollout",
     "Sampler",
-    "SamplerConfig",
     "SamplerDeadError",
     "SamplerError",
     "SyncTiming",
-    "acquire",
-    "cpu_fp8_kv_support",
+    "engine_config",
     "prepare_engine_dir",
-    "release_all",
 ]
 
-KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2")
 WORKER_EXTENSION = "fp8rl_core.sampler.worker.Fp8rlWorkerExtension"
 
 
@@ -70,48 +61,6 @@ class SamplerError(RuntimeError):
 
 class SamplerDeadError(SamplerError):
     """The engine's process exited (killed, crashed, out of memory): its weights and cache are gone."""
-
-
-class SamplerConfig(BaseModel):
-    """How the vLLM engine is built (engine identity) and how it samples."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    dtype: Literal["bfloat16", "float32"] = Field(
-        "bfloat16", description="engine compute dtype; float32 is the exact probe mode (W7)")
-    kv_cache_dtype: Literal["auto", "fp8_e4m3", "fp8_e5m2"] = Field(
-        "auto", description="auto = the model dtype (BF16); fp8_* = FP8 KV cache with per-tensor scales")
-    max_model_len: int = Field(128, ge=16, description="prompt + completion tokens per sequence")
-    max_num_seqs: int = Field(256, ge=1, description="sequences the scheduler runs at once")
-    kv_cache_gib: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE: whole GiB of RAM for the KV cache")
-    memory_fraction: float = Field(0.1, gt=0, le=1, description="gpu_memory_utilization (a fraction of RAM on CPU)")
-    block_size: int = Field(32, ge=16, description="KV block size; CPU attention needs a multiple of 32")
-    enable_prefix_caching: bool = True
-    temperature: float = Field(1.0, gt=0)
-    bucket_mb: float = Field(64.0, gt=0, description="sync bucket size in MiB")
-    threads: int | None = Field(None, ge=1, description="OMP threads of the worker (None: vLLM's default)")
-
-    @field_validator("block_size")
-    @classmethod
-    def _block_multiple_of_32(cls, v: int) -> int:
-        if v % 32:
-            raise ValueError(f"block_size must be a multiple of 32 (vLLM's CPU attention), got {v}")
-        return v
-
-
-def cpu_fp8_kv_support(cpuinfo: str | None = None) -> tuple[bool, str]:
-    """Whether this CPU can run vLLM's FP8 KV cache (its CPU attention needs AVX-512 or AMX); the
-    flags are read from ``/proc/cpuinfo`` unless its text is given."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            cpuinfo = ""
-    flags = set(cpuinfo.split())
-    has = sorted(f for f in flags if f.startswith(("avx512f", "amx_")))
-    if has:
-        return True, f"CPU flags {', '.join(has)}"
-    return False, "this CPU has neither AVX-512 (avx512f) nor AMX, which vLLM's CPU attention needs for an FP8 KV cache"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -255,66 +204,22 @@ class Sampler:
     @property
     def alive(self) -> bool:
         """False once the engine was closed or its engine-core process exited."""
-        llm = self.llm
-        if llm is None:
-            return False
-        core = llm.llm_engine.engine_core
-        resources = getattr(core, "resources", None)
-        if resources is not None and getattr(resources, "engine_dead", False):
-            return False
-        manager = getattr(resources, "engine_manager", None)
-        procs = getattr(manager, "processes", None) or []
-        return all(p.is_alive() for p in procs)
+        return engine_core_alive(self.llm)
 
     def _call(self, what: str, fn: Callable, *args, **kwargs):
-        """Run one call into the engine, failing fast if the engine core dies meanwhile.
-
-        vLLM 0.32's synchronous client waits on a utility future (``collective_rpc``, ``call_utility``)
-        or its output queue (``generate``) with no timeout; when the engine-core process dies, its
-        monitor thread marks the client dead but never resolves that wait, so the caller would hang
-        forever. The call runs in a daemon thread while this thread polls :attr:`alive`; on death the
-        pending waits are failed (so the thread ends too) and :class:`SamplerDeadError` is raised."""
+        """Run one call into the engine, failing fast with :class:`SamplerDeadError` if the engine core
+        dies meanwhile (vLLM 0.32 would wait forever: :func:`.vllm_compat.watched_call`)."""
         if not self.alive:
             raise SamplerDeadError(f"the vLLM engine core is not running (it exited or was closed; {what} refused); "
                                    "its weights are lost — start a new engine")
-        box: dict = {}
-        done = threading.Event()
-
-        def run() -> None:
-            try:
-                box["value"] = fn(*args, **kwargs)
-            except BaseException as e:  # noqa: BLE001 — re-raised in the caller's thread
-                box["error"] = e
-            finally:
-                done.set()
-
-        threading.Thread(target=run, name=f"fp8rl-{what}", daemon=True).start()
-        while not done.wait(0.1):
-            if not self.alive:
-                self._fail_pending()
-                done.wait(2.0)
-                raise SamplerDeadError(f"the vLLM engine core died during {what} (engine {self.key}, last synced "
-                                       f"version {self.version}); its weights are lost — the run's last good version is "
-                                       "the last one whose checks passed")
-        if "error" in box:
-            if not self.alive:
-                raise SamplerDeadError(f"the vLLM engine core died during {what}: {box['error']}") from box["error"]
-            raise box["error"]
-        return box["value"]
-
-    def _fail_pending(self) -> None:
-        """Resolve the client's waits that a dead engine will never answer (see :meth:`_call`)."""
-        core = self.llm.llm_engine.engine_core if self.llm is not None else None
-        err = SamplerDeadError("the vLLM engine core died")
-        for fut in list(getattr(core, "utility_results", {}).values()):
-            if not fut.done():
-                try:
-                    fut.set_exception(err)
-                except Exception:  # noqa: BLE001 — resolved meanwhile
-                    pass
-        queue = getattr(core, "outputs_queue", None)
-        if queue is not None:
-            queue.put_nowait(err)
+        try:
+            return watched_call(self.llm, what, fn, *args, **kwargs)
+        except EngineCoreDied as e:
+            if e.__cause__ is not None:
+                raise SamplerDeadError(f"the vLLM engine core died during {what}: {e.__cause__}") from e.__cause__
+            raise SamplerDeadError(f"the vLLM engine core died during {what} (engine {self.key}, last synced "
+                                   f"version {self.version}); its weights are lost — the run's last good version is "
+                                   "the last one whose checks passed") from None
 
     def _rpc(self, method: str, *args) -> list:
         return self._call(method, self.llm.collective_rpc, method, args=args)
@@ -338,31 +243,29 @@ class Sampler:
         return bool(self._call("reset_prefix_cache", self.llm.reset_prefix_cache))
 
     # -- weights ------------------------------------------------------------------------------------
-    def sync(self, tensors: Mapping[str, torch.Tensor], version: int, *, reset_prefix_cache: bool = True,
-             export_s: float = 0.0, tamper: Callable[[SyncHandle], None] | None = None,
-             worker_fault: str | None = None, bucket_mb: float | None = None) -> SyncTiming:
+    def sync(self, tensors: Mapping[str, torch.Tensor], version: int, *, export_s: float = 0.0,
+             hooks: SyncHooks = NO_HOOKS) -> SyncTiming:
         """Write ``tensors`` (sync names, see :mod:`.layout`) as buckets, load them in place, reset the
-        prefix cache. ``reset_prefix_cache=False``, ``tamper`` (called with the written sync before the
-        load) and ``worker_fault`` (a hook run in the worker after the load) exist for fault injection
-        (:mod:`fp8rl_core.checks.faults`) — to prove that the checks catch what they perturb."""
+        prefix cache. ``hooks`` (:mod:`fp8rl_core.sync.hooks`; only fault injection passes any) may change
+        the bucket size, the written sync before the load, the worker's load, or skip the reset."""
         timing = SyncTiming(version=version, export_s=export_s)
         t0 = time.perf_counter()
-        handle: SyncHandle = write_sync(tensors, version, bucket_bytes=int((bucket_mb or self.cfg.bucket_mb) * 2**20),
+        bucket_mb = hooks.sync_bucket_mb(self.cfg.bucket_mb)
+        handle: SyncHandle = write_sync(tensors, version, bucket_bytes=int(bucket_mb * 2**20),
                                         root=self.work_root / "sync")
         timing.transport_s = time.perf_counter() - t0
         timing.bytes, timing.buckets = handle.total_bytes, handle.buckets
         try:
-            if tamper is not None:
-                tamper(handle)
+            hooks.on_transport(handle)
             t0 = time.perf_counter()
-            results = self._rpc("fp8rl_load", str(handle.manifest), worker_fault)
+            results = self._rpc("fp8rl_load", str(handle.manifest), hooks.worker_hook())
             timing.load_s = time.perf_counter() - t0
         finally:
             handle.remove()
         versions = {int(r["version"]) for r in results}
         if versions != {version}:
             raise SamplerError(f"sync to version {version}: workers report versions {sorted(versions)}")
-        if reset_prefix_cache:
+        if hooks.resets_prefix_cache():
             t0 = time.perf_counter()
             if not self.reset_prefix_cache():
                 raise SamplerError("the prefix cache could not be reset after a sync (requests still running?)")
@@ -374,7 +277,7 @@ class Sampler:
     def state(self, *, fingerprints: bool = True) -> dict:
         """The engine's cheap-tier snapshot (see ``fp8rl_state`` in :mod:`.worker`) per rank, plus the
         engine core's prefix-cache blocks and reset count."""
-        snap = self._utility("fp8rl_snapshot", fingerprints)  # one round trip (see plugin._patch_engine_core)
+        snap = self._utility("fp8rl_snapshot", fingerprints)  # one round trip (vllm_compat.patch_engine_core)
         return {"ranks": snap["ranks"], "cache_blocks": int(snap["cache_blocks"]),
                 "cache_resets": int(snap["cache_resets"]), "instance": self.instance}
 
@@ -454,43 +357,3 @@ class Sampler:
                 pass
             self.llm = None
         shutil.rmtree(getattr(self, "dir", ""), ignore_errors=True)
-
-
-def engine_key(model_cfg: Mapping, cfg: SamplerConfig) -> str:
-    """What makes two engines interchangeable: model config (incl. schemes) and engine settings."""
-    engine_fields = cfg.model_dump(exclude={"temperature", "bucket_mb"})
-    canon = json.dumps({"model": model_cfg, "engine": engine_fields}, sort_keys=True, default=str)
-    return hashlib.sha256(canon.encode()).hexdigest()[:16]
-
-
-_ENGINES: dict[str, Sampler] = {}
-
-
-def acquire(checkpoint: str | Path, schemes: Mapping[str, str], tensors: Mapping[str, torch.Tensor],
-            cfg: SamplerConfig = SamplerConfig(), *, version: int = 0, mx_grid: str = "mxfp8-e4m3-rceil",
-            work_root: str | Path | None = None, max_live: int = 2) -> tuple[Sampler, SyncTiming | None]:
-    """A live engine for (checkpoint config, schemes, cfg) loaded with ``tensors`` at ``version``: the
-    running one when its key matches (then the weights are synced in — no second startup), else a
-    new one, after shutting down the least recently used engines beyond ``max_live - 1`` (each holds
-    its KV cache and worker processes). Returns the sampler and the sync timing (None for a fresh start)."""
-    key = engine_key(engine_config(checkpoint, schemes, mx_grid), cfg)
-    live = _ENGINES.pop(key, None)
-    if live is not None and not live.alive:  # died (or closed): its weights are gone, start afresh
-        live.close()
-        live = None
-    if live is not None:
-        _ENGINES[key] = live  # most recently used last
-        live.cfg = cfg
-        return live, live.sync(tensors, version)
-    while len(_ENGINES) >= max(1, max_live):
-        _ENGINES.pop(next(iter(_ENGINES))).close()
-    sampler = Sampler(checkpoint, schemes, tensors, cfg, version=version, mx_grid=mx_grid, work_root=work_root)
-    _ENGINES[key] = sampler
-    return sampler, None
-
-
-def release_all() -> None:
-    """Shut every engine started by :func:`acquire` down."""
-    for s in list(_ENGINES.values()):
-        s.close()
-    _ENGINES.clear()

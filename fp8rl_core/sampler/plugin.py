@@ -49,6 +49,7 @@ import torch
 import torch.nn.functional as F
 
 from fp8rl_core.grids import QuantizedTensor, parse_grid, quantize
+from fp8rl_core.sampler.vllm_compat import patch_engine_core
 from vllm.model_executor.layers.fused_moe import RoutedExperts
 from vllm.model_executor.layers.fused_moe.config import FusedMoEQuantConfig
 from vllm.model_executor.layers.fused_moe.fused_moe_method_base import FusedMoEMethodBase
@@ -327,43 +328,5 @@ def register() -> None:
     if _REGISTERED:
         return
     register_quantization_config(QUANT_METHOD)(Fp8rlConfig)
-    _patch_engine_core()
+    patch_engine_core()  # the checks' engine-core utilities (a vLLM 0.32 workaround)
     _REGISTERED = True
-
-
-def _patch_engine_core() -> None:
-    """Give the engine core read-only utilities: the number of blocks its prefix cache can hit, how many
-    times the cache was reset (counted by wrapping ``EngineCore.reset_prefix_cache``), and both with the
-    workers' ``fp8rl_state`` in one call (``fp8rl_snapshot``: the checks' cheap tier in one round trip)."""
-    try:
-        from vllm.v1.engine.core import EngineCore
-    except ImportError:  # pragma: no cover — a vLLM without the v1 engine
-        return
-
-    def fp8rl_prefix_cache_blocks(self) -> int:
-        pool = self.scheduler.kv_cache_manager.block_pool
-        return sum(1 if not isinstance(v, dict) else len(v) for v in pool.cached_block_hash_to_block._cache.values())
-
-    def fp8rl_prefix_cache_resets(self) -> int:
-        return int(getattr(self, "_fp8rl_resets", 0))
-
-    def fp8rl_snapshot(self, with_fingerprints: bool = True) -> dict:
-        # the cheap tier's whole snapshot in one client round trip: the workers' state (their
-        # ``fp8rl_state``, through the engine core's own executor) and the engine core's cache counters
-        ranks = self.model_executor.collective_rpc("fp8rl_state", None, (with_fingerprints,), None)
-        return {"ranks": ranks, "cache_blocks": fp8rl_prefix_cache_blocks(self),
-                "cache_resets": fp8rl_prefix_cache_resets(self)}
-
-    if not hasattr(EngineCore, "fp8rl_prefix_cache_blocks"):
-        EngineCore.fp8rl_prefix_cache_blocks = fp8rl_prefix_cache_blocks
-        EngineCore.fp8rl_prefix_cache_resets = fp8rl_prefix_cache_resets
-        EngineCore.fp8rl_snapshot = fp8rl_snapshot
-        reset = EngineCore.reset_prefix_cache
-
-        def counted_reset(self, *args, **kwargs):  # the engine's own record of successful resets (W6)
-            done = reset(self, *args, **kwargs)
-            if done:
-                self._fp8rl_resets = getattr(self, "_fp8rl_resets", 0) + 1
-            return done
-
-        EngineCore.reset_prefix_cache = counted_reset

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from fp8rl_core.learner.config import LearnerConfig
 from fp8rl_core.learner.patterns import resolve_names
 from fp8rl_core.sync.layout import sampler_layer
 
@@ -36,6 +37,11 @@ class Preset:
     sampler_layers: str
     sampler_grid: Literal["learner", "block128"]
     what: str
+
+    def learner_config(self, **settings) -> LearnerConfig:
+        """The learner's config under this preset: its precision and layers; recipe, lr, GRPO … as given
+        (else :class:`~fp8rl_core.learner.config.LearnerConfig`'s defaults)."""
+        return LearnerConfig(precision=self.learner_precision, layers=self.learner_layers, **settings)
 
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (

@@ -47,11 +47,12 @@ class Fp8rlWorkerExtension:
     fp8rl_load_count: int = 0
 
     # -- weights in ---------------------------------------------------------------------------------
-    def fp8rl_load(self, manifest_path: str, fault: str | None = None) -> dict:
+    def fp8rl_load(self, manifest_path: str, hook: str | None = None) -> dict:
         """Load the sync at ``manifest_path`` in place; the engine's version becomes the sync's, and
         every sync tensor read is tagged with it (the engine's own record of what this sync wrote, W1).
-        ``fault`` (``"module:function"``) names a fault-injection hook called with the worker and
-        the phase ("before", "after") around the reload — only the fault catalogue (:mod:`fp8rl_core.checks.faults`) passes one."""
+        ``hook`` (``"module:function"``, :meth:`fp8rl_core.sync.hooks.SyncHooks.worker_hook`) is called
+        with the worker and the phase ("before", "after") around the reload — only the fault catalogue
+        (:mod:`fp8rl_core.checks.faults`) names one."""
         t0 = time.perf_counter()
         manifest = read_manifest(manifest_path)
         layout = ModelLayout.from_hf_config(self.model_runner.model_config.hf_config)
@@ -66,14 +67,14 @@ class Fp8rlWorkerExtension:
                 written[name] = version
                 yield from to_checkpoint(name, tensor, layout)
 
-        hook = None
-        if fault:
-            module, _, fn = fault.partition(":")
-            hook = getattr(importlib.import_module(module), fn)
-            hook(self, "before")
+        around = None
+        if hook:
+            module, _, fn = hook.partition(":")
+            around = getattr(importlib.import_module(module), fn)
+            around(self, "before")
         self.model_runner.reload_weights(weights_iterator=shards())
-        if hook is not None:
-            hook(self, "after")
+        if around is not None:
+            around(self, "after")
         self.fp8rl_weight_version = version
         self.fp8rl_load_count += 1
         return {"version": self.fp8rl_weight_version, "tensors": count, "seconds": time.perf_counter() - t0}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fp8rl_core.config import ConfigError, RunConfig, load_sweep, run_id
-from fp8rl_core.learner.models import MXFP8_BLOCK, load_model_spec, spec_hash
+from fp8rl_core.learner.spec import MXFP8_BLOCK, load_model_spec, spec_hash
 from fp8rl_core.sampler.presets import PRESETS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -363,3 +363,77 @@ def test_editing_the_model_spec_changes_the_run_id(tmp_path):
     (after,) = load_sweep(cfg)[1]
     assert before == after  # the run config itself is unchanged ...
     assert run_id(after) != id_before  # ... but the architecture is not
+
+
+# ----------------------------------------------------------------------------------------------------
+# One config tree: each section builds its component's config; the defaults are declared once
+# ----------------------------------------------------------------------------------------------------
+def test_the_learner_section_builds_the_learner_config_with_the_documented_defaults():
+    from fp8rl_core.learner.config import GRPOConfig, LearnerConfig, Recipe
+
+    built = RunConfig().learner_config()  # preset "all"
+    assert built == LearnerConfig(precision="mxfp8", layers="all", recipe=Recipe(cache_weights=True), lr=1e-4,
+                                  grpo=GRPOConfig(group_size=4, clip_eps_low=0.2, clip_eps_high=0.2,
+                                                  tokens_per_microbatch=4096, max_grad_norm=1.0))
+    assert built.recipe == Recipe(fwd="e4m3", grad="e4m3", rule="rceil", cache_weights=True)
+    assert built.lr == 1e-4 and built.grpo.old_logprobs == "learner"
+    bf16 = RunConfig(preset="bf16-e2e").learner_config()
+    assert (bf16.precision, bf16.layers) == ("bf16", "none") and bf16.recipe == built.recipe
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_the_learner_sections_defaults_are_the_learners_defaults(preset):
+    """No drift possible: a default section builds exactly the component's default config."""
+    from fp8rl_core.config import LearnerSection
+
+    assert LearnerSection().build(PRESETS[preset]) == PRESETS[preset].learner_config()
+
+
+def test_every_learner_setting_reaches_the_learner_config():
+    from fp8rl_core.config import LearnerSection
+
+    s = LearnerSection(lr=3e-3, rule="floor", grad="e5m2", cache_weights=False, group_size=8,
+                       tokens_per_microbatch=512, clip_eps=0.1, old_logprobs="sampler", max_grad_norm=0.5)
+    cfg = s.build(PRESETS["half"])
+    assert (cfg.precision, cfg.layers, cfg.lr) == ("mxfp8", "all", 3e-3)
+    assert (cfg.recipe.rule, cfg.recipe.grad, cfg.recipe.cache_weights) == ("floor", "e5m2", False)
+    g = cfg.grpo
+    assert (g.group_size, g.tokens_per_microbatch, g.clip_eps_low, g.clip_eps_high, g.old_logprobs, g.max_grad_norm) == (
+        8, 512, 0.1, 0.1, "sampler", 0.5)
+    assert set(LearnerSection.model_fields) == {"lr", "rule", "grad", "cache_weights", "group_size",
+                                                "tokens_per_microbatch", "clip_eps", "old_logprobs", "max_grad_norm"}
+
+
+def test_the_checks_and_metrics_sections_defaults_are_their_components():
+    import inspect
+
+    from fp8rl_core.checks.runner import CheckPolicy
+    from fp8rl_core.metrics.summary import run_kl_summary
+
+    run = RunConfig(sampler={"dtype": "float32"})
+    assert run.check_policy() == CheckPolicy()  # float32 engine, learner grid: the policy's own bounds
+    assert RunConfig().check_policy() == CheckPolicy(w7_mean=0.5, w7_max=8.0)  # BF16 engine: the coarse bound
+    assert RunConfig(checks={"full_every": 3}).check_policy().full_every == 3
+    defaults = inspect.signature(run_kl_summary).parameters
+    assert (run.metrics.bootstrap, run.metrics.ci_level) == (defaults["n_boot"].default, defaults["level"].default)
+    assert tuple(run.check_probe().shape) == (run.checks.probe_sequences, run.warmstart.task.seq_len)
+
+
+def test_a_learner_config_for_another_preset_is_refused():
+    from fp8rl_core.loop import start_pipeline
+
+    with pytest.raises(ValueError, match=r"preset 'bf16-e2e' bf16 on 'none'.*PRESETS\['bf16-e2e'\]\.learner_config"):
+        start_pipeline("/nonexistent", "bf16-e2e", learner=PRESETS["all"].learner_config())
+
+
+def test_importing_the_config_loads_no_model_library():
+    """fp8rl_core.config validates configs with light modules only: no vLLM, no transformers (torch is
+    still loaded: the task's prompts, the presets' layer patterns and the checks' policy live beside it)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, fp8rl_core.config; "
+            "print(','.join(m for m in ('vllm', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.stdout.strip() == ""

@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from fp8rl_core.learner.config import GRPOConfig
 from fp8rl_core.learner.grpo import (
-    GRPOConfig,
     RolloutBatch,
     completion_logprobs,
     group_advantages,

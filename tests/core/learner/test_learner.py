@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from fp8rl_core.grids import bf16_view, quantize
-from fp8rl_core.learner.grpo import GRPOConfig, RolloutBatch
-from fp8rl_core.learner.learner import Learner, LearnerConfig
-from fp8rl_core.learner.models import ModelSpec
-from fp8rl_core.learner.mxfp8 import Recipe
+from fp8rl_core.learner.config import GRPOConfig, LearnerConfig, Recipe, WarmStartConfig
+from fp8rl_core.learner.grpo import RolloutBatch
+from fp8rl_core.learner.learner import Learner
+from fp8rl_core.learner.spec import ModelSpec
 from fp8rl_core.learner.rollout import sample_completions
 from fp8rl_core.learner.task import EOS, AdditionTask
-from fp8rl_core.learner.warmstart import WarmStartConfig, load_policy, warm_start
+from fp8rl_core.learner.warmstart import load_policy, warm_start
 
 SPECS = {
     "dense": ModelSpec(name="qwen3-dense-grpo-test", kind="dense", vocab_size=1024, hidden_size=128,

@@ -11,7 +11,8 @@ import torch
 import yaml
 from safetensors import safe_open
 
-from fp8rl_core.learner.models import ModelSpec, build_model, load_model_spec, spec_hash
+from fp8rl_core.learner.models import build_model
+from fp8rl_core.learner.spec import ModelSpec, load_model_spec, spec_hash
 from fp8rl_core.learner.warmstart import load_policy
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "models"

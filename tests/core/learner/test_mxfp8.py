@@ -21,11 +21,11 @@ from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3Moe
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts, Qwen3MoeTopKRouter
 
 from fp8rl_core.grids import QuantizedTensor, quantize
+from fp8rl_core.learner.config import Recipe
 from fp8rl_core.learner.mxfp8 import (
     MXFP8Experts,
     MXFP8Linear,
     MXFP8Router,
-    Recipe,
     apply_recipe,
     bf16_autocast,
     capture_operands,

@@ -11,10 +11,11 @@ import torch
 from safetensors.torch import load_file
 from transformers import PreTrainedModel
 
-from fp8rl_core.learner.models import ModelSpec, build_model, load_model_spec
+from fp8rl_core.learner.config import WarmStartConfig
+from fp8rl_core.learner.models import build_model
+from fp8rl_core.learner.spec import ModelSpec, load_model_spec
 from fp8rl_core.learner.task import EOS, PAD, AdditionTask
 from fp8rl_core.learner.warmstart import (
-    WarmStartConfig,
     answer_entropy,
     evaluate_policy,
     greedy_generate,

@@ -240,7 +240,8 @@ def test_trace_of_a_grpo_step(tmp_path):
     """The learner's own trace (grpo_step(trace_path=...)) parses; its matmuls are found by name."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from fp8rl_core.learner.grpo import GRPOConfig, RolloutBatch, grpo_step
+    from fp8rl_core.learner.config import GRPOConfig
+    from fp8rl_core.learner.grpo import RolloutBatch, grpo_step
     from fp8rl_core.learner.rollout import sample_completions
 
     torch.manual_seed(0)
@@ -264,7 +265,8 @@ def test_trace_of_an_mxfp8_learner_step_names_its_phases(tmp_path):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from fp8rl_core.learner.grpo import RolloutBatch
-    from fp8rl_core.learner.learner import Learner, LearnerConfig
+    from fp8rl_core.learner.config import LearnerConfig
+    from fp8rl_core.learner.learner import Learner
     from fp8rl_core.learner.rollout import sample_completions
 
     torch.manual_seed(0)

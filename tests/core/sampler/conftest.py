@@ -1,7 +1,7 @@
 """Shared fixtures for tests that start real vLLM engines.
 
 Engines are expensive (~20 s to start on 2 cores), so tests share them: :func:`engines` hands out
-pipelines whose samplers come from ``fp8rl_core.sampler.engine.acquire`` (an engine is reused while its
+pipelines whose samplers come from ``fp8rl_core.sampler.pool.acquire`` (an engine is reused while its
 identity matches, at most two stay alive) and closes all at the end of the session. Test modules are ordered so that the tests using
 one engine run together. The policies are small models warm-started for a few hundred steps (so their
 rollouts earn partial rewards and GRPO steps move the weights), with hidden ≠ intermediate size and
@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import pytest
 
-from fp8rl_core.learner.models import ModelSpec
+from fp8rl_core.learner.spec import ModelSpec
 from fp8rl_core.learner.task import AdditionTask
-from fp8rl_core.learner.warmstart import WarmStartConfig, warm_start
+from fp8rl_core.learner.config import WarmStartConfig
+from fp8rl_core.learner.warmstart import warm_start
 from fp8rl_core.loop import Pipeline, start_pipeline
-from fp8rl_core.sampler.engine import SamplerConfig, release_all
+from fp8rl_core.sampler.config import SamplerConfig
+from fp8rl_core.sampler.pool import release_all
+from fp8rl_core.sampler.presets import PRESETS
 
 SPECS = {
     "dense": ModelSpec(
@@ -48,7 +51,8 @@ class EngineCache:
     def get(self, kind: str, preset: str, cfg: SamplerConfig = ENGINE) -> Pipeline:
         """A fresh learner (version 0) and a live sampler synced to it. ``acquire`` reuses a running
         engine with the same identity and keeps at most two alive (older ones are shut down)."""
-        return start_pipeline(self.checkpoints[kind], preset, sampler_cfg=cfg, lr=1e-3, work_root=self.root)
+        return start_pipeline(self.checkpoints[kind], preset, learner=PRESETS[preset].learner_config(lr=1e-3),
+                              sampler_cfg=cfg, work_root=self.root)
 
 
 @pytest.fixture(scope="session")

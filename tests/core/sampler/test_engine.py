@@ -13,7 +13,9 @@ import torch
 from fp8rl_core.checks import CheckPolicy, CheckRunner
 from fp8rl_core.learner.task import EOS
 from fp8rl_core.loop import run_rl
-from fp8rl_core.sampler.engine import SamplerConfig, SamplerError, cpu_fp8_kv_support
+from fp8rl_core.checks.faults import fault
+from fp8rl_core.sampler.config import SamplerConfig, cpu_fp8_kv_support
+from fp8rl_core.sampler.engine import SamplerError
 
 from .conftest import ENGINE, TASK
 
@@ -114,7 +116,7 @@ def test_sync_changes_generation_and_the_prefix_cache_reset_is_needed(engines):
     runner.start(pipe.samplers)
     runner.request_full("")  # cheap tier only: the cache check needs no read-back
     runner.seen.add(sampler.instance)
-    sampler.sync(pipe.export(), learner.version, reset_prefix_cache=False)
+    sampler.sync(pipe.export(), learner.version, hooks=fault("prefix-cache-kept"))  # the catalogue's fault
     assert sampler.prefix_cache_blocks() > 0
     report = runner.check(pipe)
     w6 = report.results_by["W6"]

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from fp8rl_core.grids import quantize
-from fp8rl_core.learner.mxfp8 import Recipe, linear
+from fp8rl_core.learner.config import Recipe
+from fp8rl_core.learner.mxfp8 import linear
 from fp8rl_core.sampler.plugin import SCHEMES, block_gemm, mx_gemm, mx_weight
 
 

@@ -7,9 +7,11 @@ import time
 
 import pytest
 
-from fp8rl_core.learner.grpo import GRPOConfig, microbatch_rows
-from fp8rl_core.learner.learner import Learner, LearnerConfig
-from fp8rl_core.learner.models import ModelSpec, build_model
+from fp8rl_core.learner.config import GRPOConfig, LearnerConfig
+from fp8rl_core.learner.grpo import microbatch_rows
+from fp8rl_core.learner.learner import Learner
+from fp8rl_core.learner.models import build_model
+from fp8rl_core.learner.spec import ModelSpec
 from fp8rl_core.learner.rollout import sample_completions
 from fp8rl_core.loop import run_rl
 from fp8rl_core.sampler.engine import Rollout, SyncTiming

@@ -6,8 +6,10 @@ import pytest
 import torch
 
 from fp8rl_core.grids import bf16_view
-from fp8rl_core.learner.learner import Learner, LearnerConfig
-from fp8rl_core.learner.models import ModelSpec, build_model
+from fp8rl_core.learner.config import LearnerConfig
+from fp8rl_core.learner.learner import Learner
+from fp8rl_core.learner.models import build_model
+from fp8rl_core.learner.spec import ModelSpec
 from fp8rl_core.learner.patterns import gemm_layers
 from fp8rl_core.sampler.presets import sampler_schemes
 from fp8rl_core.sync.export import SyncError, export_weights

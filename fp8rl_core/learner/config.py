@@ -1,0 +1,170 @@
+"""The learner layer's configs, in one light module (no torch model code, no transformers): what the
+experiment config (:mod:`fp8rl_core.config`) builds, and the single home of their defaults.
+
+* :class:`Recipe` — TE's MXFP8 recipe the MXFP8 layers run (:mod:`.mxfp8`),
+* :class:`GRPOConfig` — one GRPO update (:mod:`.grpo`),
+* :class:`LearnerConfig` — the learner: precision, layers, recipe, optimizer, GRPO (:mod:`.learner`),
+* :class:`WarmStartConfig` — the supervised warm start (:mod:`.warmstart`).
+
+Defaults are declared here once; the experiment config's ``learner`` section takes its defaults from
+these classes (see :class:`fp8rl_core.config.LearnerSection`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .task import AdditionTask
+
+__all__ = ["FWD_FORMATS", "GRAD_FORMATS", "RULES", "GRPOConfig", "LearnerConfig", "Recipe", "WarmStartConfig"]
+
+FWD_FORMATS = ("e4m3",)
+GRAD_FORMATS = ("e4m3", "e5m2")
+RULES = ("rceil", "floor")
+_CLIP_EPS = 0.2  # the PPO clip range, both sides by default
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """TE ``MXFP8BlockScaling``: element formats of the operands, the scale rule, weight caching.
+
+    fwd:   elements of the fprop operands (and of W / X in the backward GEMMs): ``"e4m3"`` only —
+           TE rejects pure-E5M2 MXFP8 training.
+    grad:  elements of the gradient operand dY: ``"e4m3"`` (``Format.E4M3``, TE's default for
+           MXFP8) or ``"e5m2"`` (``Format.HYBRID``; see :meth:`hybrid`).
+    rule:  E8M0 scale rule: ``"rceil"`` (TE, cuBLAS, hardware) or ``"floor"`` (OCP MX spec §6.3).
+    cache_weights: reuse a weight's quantized copies while it is unchanged (TE's first-micro-batch
+           weight caching; see :mod:`fp8rl_core.learner.mxfp8`). On by default: a Megatron learner passes
+           ``is_first_microbatch``, so TE quantizes each weight once per step; the results are
+           byte-identical with and without the cache, only the time differs (``bench/learner.py``).
+    """
+
+    fwd: str = "e4m3"
+    grad: str = "e4m3"
+    rule: str = "rceil"
+    cache_weights: bool = True
+
+    def __post_init__(self) -> None:
+        if self.fwd not in FWD_FORMATS:
+            raise ValueError(
+                f"Recipe.fwd={self.fwd!r} is not supported: fprop operands of TE's MXFP8BlockScaling are "
+                f"E4M3 (valid: {', '.join(FWD_FORMATS)}); use grad='e5m2' for E5M2 gradients"
+            )
+        if self.grad not in GRAD_FORMATS:
+            raise ValueError(f"Recipe.grad={self.grad!r} is not valid; valid: {', '.join(GRAD_FORMATS)}")
+        if self.rule not in RULES:
+            raise ValueError(
+                f"Recipe.rule={self.rule!r} is not valid; valid: {', '.join(RULES)} "
+                f"(rceil = Transformer Engine / cuBLAS, floor = OCP MX spec)"
+            )
+        if not isinstance(self.cache_weights, bool):
+            raise ValueError(f"Recipe.cache_weights must be a bool, got {self.cache_weights!r}")
+
+    @classmethod
+    def hybrid(cls, rule: str | None = None, **kwargs) -> "Recipe":
+        """TE's ``Format.HYBRID``: E4M3 forward operands, E5M2 gradients (other fields as given, else the defaults)."""
+        return cls(fwd="e4m3", grad="e5m2", **({} if rule is None else {"rule": rule}), **kwargs)
+
+    @property
+    def fwd_grid(self) -> str:
+        """Grid spec of X and W (all three GEMMs), e.g. ``mxfp8-e4m3-rceil``."""
+        return f"mxfp8-{self.fwd}-{self.rule}"
+
+    @property
+    def grad_grid(self) -> str:
+        """Grid spec of dY (dgrad and wgrad), e.g. ``mxfp8-e5m2-rceil`` under HYBRID."""
+        return f"mxfp8-{self.grad}-{self.rule}"
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    """Settings of one GRPO update (validated on construction)."""
+
+    group_size: int = 4
+    clip_eps_low: float = _CLIP_EPS
+    clip_eps_high: float = _CLIP_EPS
+    scale_rewards: bool = True
+    old_logprobs: Literal["learner", "sampler"] = "learner"
+    tokens_per_microbatch: int = 4096
+    max_grad_norm: float = 1.0
+    adv_eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.group_size < 2:
+            problems.append(f"group_size must be at least 2 (advantages are relative to the group), got {self.group_size}")
+        if not (0 < self.clip_eps_low < 1) or not (0 < self.clip_eps_high):
+            problems.append(f"clip_eps_low must be in (0, 1) and clip_eps_high > 0, got {self.clip_eps_low}, {self.clip_eps_high}")
+        if self.old_logprobs not in ("learner", "sampler"):
+            problems.append(f"old_logprobs must be 'learner' or 'sampler', got {self.old_logprobs!r}")
+        if self.tokens_per_microbatch < 1:
+            problems.append(f"tokens_per_microbatch must be positive, got {self.tokens_per_microbatch}")
+        if self.max_grad_norm <= 0:
+            problems.append(f"max_grad_norm must be positive, got {self.max_grad_norm}")
+        if problems:
+            raise ValueError("invalid GRPO settings: " + "; ".join(problems))
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """The learner (:class:`fp8rl_core.learner.learner.Learner`): precision and on-grid layers (a run takes
+    both from its preset), the MXFP8 recipe, AdamW's settings and the GRPO update. ``lr`` 1e-4 is a
+    placeholder for the tiny CPU models (the shipped configs set their own: 1e-3 on the minis, 1e-6 for
+    8B-class models on GPU)."""
+
+    precision: Literal["bf16", "mxfp8"] = "mxfp8"
+    layers: str | tuple[str, ...] = "all"
+    recipe: Recipe = field(default_factory=Recipe)
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+
+    def __post_init__(self) -> None:
+        if self.precision not in ("bf16", "mxfp8"):
+            raise ValueError(f"learner precision must be 'bf16' or 'mxfp8', got {self.precision!r}")
+        if self.lr <= 0:
+            raise ValueError(f"learner lr must be positive, got {self.lr}")
+
+
+class WarmStartConfig(BaseModel):
+    """Settings of the supervised warm start (see :mod:`fp8rl_core.learner.warmstart` for how each is used).
+
+    Measured with these defaults (3-digit addition, little-endian operands and answer; 2 shared cores):
+    ``qwen3-dense-tiny`` seeds 0, 1, 2 reach held-out exact match 1.0 / 1.0 / 1.0 with mean answer
+    entropy 0.0006 / 0.0004 / 0.0007 nats in 170–260 s; ``qwen3-moe-tiny`` seeds 0, 1 reach 1.0 / 1.0
+    (entropy 0.0014 / 0.0016 nats) in 120–500 s (the spread is load on the shared machine). With
+    written-order operands the same settings left dense seed 1 and MoE seed 0 near 0.1 (see
+    :mod:`fp8rl_core.learner.task`). Still check ``WarmStartResult.accuracy`` before using a checkpoint.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    steps: int = Field(default=1200, ge=1)
+    batch_size: int = Field(default=64, ge=1)
+    lr: float = Field(default=2e-3, gt=0)
+    weight_decay: float = Field(default=0.1, ge=0)
+    warmup: int = Field(default=50, ge=0)
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+    eval_prompts: int = Field(default=512, ge=1)
+    decay_fraction: float = Field(default=0.3, ge=0, le=1)
+    grad_clip: float = Field(default=1.0, gt=0)
+    task: AdditionTask = AdditionTask()
+
+    @property
+    def decay_steps(self) -> int:
+        """Number of final steps over which the learning rate falls linearly to 0."""
+        return round(self.decay_fraction * self.steps)
+
+    @model_validator(mode="after")
+    def _phases_fit(self) -> "WarmStartConfig":
+        if self.warmup + self.decay_steps > self.steps:
+            raise ValueError(
+                f"warmup ({self.warmup}) plus the decay phase (decay_fraction {self.decay_fraction} of {self.steps} = "
+                f"{self.decay_steps} steps) exceeds steps ({self.steps}); lower warmup to at most "
+                f"{self.steps - self.decay_steps} or decay_fraction"
+            )
+        return self

@@ -1,0 +1,69 @@
+"""How the sampler's vLLM engine is built and samples (:class:`SamplerConfig`), in a light module:
+pydantic only — the experiment config (:mod:`fp8rl_core.config`) validates it without importing vLLM.
+The engine itself is :class:`fp8rl_core.sampler.engine.Sampler`; :func:`engine_key` says which of these
+fields make an engine's identity (the pool, :mod:`fp8rl_core.sampler.pool`, reuses engines by it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["KV_CACHE_DTYPES", "SamplerConfig", "cpu_fp8_kv_support", "engine_key"]
+
+KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2")
+
+
+class SamplerConfig(BaseModel):
+    """How the vLLM engine is built (engine identity) and how it samples."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dtype: Literal["bfloat16", "float32"] = Field(
+        "bfloat16", description="engine compute dtype; float32 is the exact probe mode (W7)")
+    kv_cache_dtype: Literal[KV_CACHE_DTYPES] = Field(
+        "auto", description="auto = the model dtype (BF16); fp8_* = FP8 KV cache with per-tensor scales")
+    max_model_len: int = Field(128, ge=16, description="prompt + completion tokens per sequence")
+    max_num_seqs: int = Field(256, ge=1, description="sequences the scheduler runs at once")
+    kv_cache_gib: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE: whole GiB of RAM for the KV cache")
+    memory_fraction: float = Field(0.1, gt=0, le=1, description="gpu_memory_utilization (a fraction of RAM on CPU)")
+    block_size: int = Field(32, ge=16, description="KV block size; CPU attention needs a multiple of 32")
+    enable_prefix_caching: bool = True
+    temperature: float = Field(1.0, gt=0)
+    bucket_mb: float = Field(64.0, gt=0, description="sync bucket size in MiB")
+    threads: int | None = Field(None, ge=1, description="OMP threads of the worker (None: vLLM's default)")
+
+    @field_validator("block_size")
+    @classmethod
+    def _block_multiple_of_32(cls, v: int) -> int:
+        if v % 32:
+            raise ValueError(f"block_size must be a multiple of 32 (vLLM's CPU attention), got {v}")
+        return v
+
+
+def cpu_fp8_kv_support(cpuinfo: str | None = None) -> tuple[bool, str]:
+    """Whether this CPU can run vLLM's FP8 KV cache (its CPU attention needs AVX-512 or AMX); the
+    flags are read from ``/proc/cpuinfo`` unless its text is given."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    flags = set(cpuinfo.split())
+    has = sorted(f for f in flags if f.startswith(("avx512f", "amx_")))
+    if has:
+        return True, f"CPU flags {', '.join(has)}"
+    return False, "this CPU has neither AVX-512 (avx512f) nor AMX, which vLLM's CPU attention needs for an FP8 KV cache"
+
+
+def engine_key(model_cfg: Mapping, cfg: SamplerConfig) -> str:
+    """What makes two engines interchangeable: model config (incl. schemes) and the engine settings vLLM
+    builds at start (everything but ``temperature`` and ``bucket_mb``, which are per request / per sync)."""
+    engine_fields = cfg.model_dump(exclude={"temperature", "bucket_mb"})
+    canon = json.dumps({"model": model_cfg, "engine": engine_fields}, sort_keys=True, default=str)
+    return hashlib.sha256(canon.encode()).hexdigest()[:16]

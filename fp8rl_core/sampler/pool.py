@@ -1,0 +1,54 @@
+"""The engine pool: live sampler engines reused across runs by identity, least recently used evicted.
+
+An engine's identity (:func:`fp8rl_core.sampler.config.engine_key`, :attr:`Sampler.key`) is what vLLM
+builds at start: the model config, the per-layer schemes, dtype, KV-cache dtype, lengths and memory.
+Anything else — which learner the weights come from (BF16 or MXFP8), the sampling seed — is per sync or
+per request, so several sampler configurations with one key reuse one engine (:func:`acquire`); a test
+proves that an engine re-synced to weights A after serving weights B generates exactly what a freshly
+started engine on A generates. Each live engine holds its KV cache and worker processes, so at most
+``max_live`` stay alive; :func:`release_all` shuts them down (a flow does so at its end).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from fp8rl_core.sampler.config import SamplerConfig, engine_key
+from fp8rl_core.sampler.engine import Sampler, SyncTiming, engine_config
+
+__all__ = ["acquire", "release_all"]
+
+_ENGINES: dict[str, Sampler] = {}
+
+
+def acquire(checkpoint: str | Path, schemes: Mapping[str, str], tensors: Mapping[str, torch.Tensor],
+            cfg: SamplerConfig = SamplerConfig(), *, version: int = 0, mx_grid: str = "mxfp8-e4m3-rceil",
+            work_root: str | Path | None = None, max_live: int = 2) -> tuple[Sampler, SyncTiming | None]:
+    """A live engine for (checkpoint config, schemes, cfg) loaded with ``tensors`` at ``version``: the
+    running one when its key matches (then the weights are synced in — no second startup), else a
+    new one, after shutting down the least recently used engines beyond ``max_live - 1`` (each holds
+    its KV cache and worker processes). Returns the sampler and the sync timing (None for a fresh start)."""
+    key = engine_key(engine_config(checkpoint, schemes, mx_grid), cfg)
+    live = _ENGINES.pop(key, None)
+    if live is not None and not live.alive:  # died (or closed): its weights are gone, start afresh
+        live.close()
+        live = None
+    if live is not None:
+        _ENGINES[key] = live  # most recently used last
+        live.cfg = cfg
+        return live, live.sync(tensors, version)
+    while len(_ENGINES) >= max(1, max_live):
+        _ENGINES.pop(next(iter(_ENGINES))).close()
+    sampler = Sampler(checkpoint, schemes, tensors, cfg, version=version, mx_grid=mx_grid, work_root=work_root)
+    _ENGINES[key] = sampler
+    return sampler, None
+
+
+def release_all() -> None:
+    """Shut every engine started by :func:`acquire` down."""
+    for s in list(_ENGINES.values()):
+        s.close()
+    _ENGINES.clear()

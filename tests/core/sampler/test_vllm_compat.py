@@ -1,0 +1,72 @@
+"""The vLLM 0.32 workarounds (fp8rl_core.sampler.vllm_compat): the watchdog fails a call whose engine core
+died, and a test that tells when vLLM no longer needs it. No engine is started here."""
+
+from __future__ import annotations
+
+import inspect
+import multiprocessing as mp
+import threading
+from concurrent.futures import Future
+from queue import Queue
+from types import SimpleNamespace
+
+import pytest
+
+from fp8rl_core.sampler.vllm_compat import EngineCoreDied, engine_core_alive, watched_call
+
+
+def test_vllm_still_leaves_a_dead_engines_pending_waits_unresolved():
+    """Why the watchdog exists. When this test fails, vLLM's monitor resolves pending waits itself (or
+    waits take a timeout): drop ``watched_call`` / ``fail_pending_waits`` and call the client directly."""
+    from vllm.v1.engine.core_client import MPClient, SyncMPClient
+
+    monitor = inspect.getsource(MPClient.start_engine_core_monitor)
+    assert "engine_dead = True" in monitor  # the flag engine_core_alive reads
+    assert "utility_results" not in monitor and "outputs_queue" not in monitor, (
+        "vLLM's engine-core monitor now touches the pending waits: the watchdog in vllm_compat may go")
+    assert "future.result()" in inspect.getsource(SyncMPClient.call_utility), (
+        "SyncMPClient.call_utility no longer waits without a timeout: the watchdog in vllm_compat may go")
+
+
+def _sleeper() -> None:
+    import time
+
+    time.sleep(600)
+
+
+def _client(proc) -> SimpleNamespace:
+    """The attributes of vllm.LLM the watchdog reads: the engine-core processes, the client's dead flag,
+    its pending utility futures and output queue."""
+    core = SimpleNamespace(resources=SimpleNamespace(engine_dead=False, engine_manager=SimpleNamespace(processes=[proc])),
+                           utility_results={}, outputs_queue=Queue())
+    return SimpleNamespace(llm_engine=SimpleNamespace(engine_core=core))
+
+
+def test_a_call_whose_engine_core_dies_fails_instead_of_hanging():
+    proc = mp.get_context("spawn").Process(target=_sleeper, daemon=True)
+    proc.start()
+    llm = _client(proc)
+    pending: Future = Future()  # what SyncMPClient.call_utility waits on, with no timeout
+    llm.llm_engine.engine_core.utility_results[1] = pending
+    assert engine_core_alive(llm)
+    assert watched_call(llm, "fast", lambda x: x + 1, 41) == 42  # a call that returns is passed through
+    with pytest.raises(ValueError, match="own error"):
+        watched_call(llm, "raising", lambda: (_ for _ in ()).throw(ValueError("own error")))
+
+    out: dict = {}
+
+    def call() -> None:
+        try:
+            watched_call(llm, "fp8rl_load", pending.result)
+        except EngineCoreDied as e:
+            out["error"] = e
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    proc.kill()
+    t.join(120)  # a liveness guard (the call would otherwise block forever), not a timing assert
+    assert not t.is_alive() and str(out["error"]) == "fp8rl_load"
+    assert not engine_core_alive(llm)
+    assert pending.done() and isinstance(pending.exception(), EngineCoreDied)  # the pending wait was resolved
+    assert isinstance(llm.llm_engine.engine_core.outputs_queue.get_nowait(), EngineCoreDied)
+    assert not engine_core_alive(None)
