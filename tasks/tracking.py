@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 __all__ = [

@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import torch
-import torch.nn.functional as F
 
 from .config import GRPOConfig
 from .timers import Timers
