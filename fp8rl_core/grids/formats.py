@@ -63,7 +63,7 @@ def saturating_cast(v: torch.Tensor, fmt: FP8Format) -> torch.Tensor:
 def bf16_view(x: torch.Tensor) -> torch.Tensor:
     """The learner's BF16 view of a tensor: round-to-nearest-even of its fp32 value.
 
-    This is the "off-grid" precision of DESIGN.md (condition W4): fp32 master weights reach the
+    This is the "off-grid" precision of docs/design.md (condition W4): fp32 master weights reach the
     sampler as ``bf16(x)``, RNE, NaN and Inf preserved. Inputs of other dtypes are widened to fp32
     first (exact for fp16/bf16/fp8), so the result depends only on the value.
     """

@@ -9,7 +9,7 @@ Precision
     :mod:`.patterns`) are swapped for the Transformer-Engine-faithful MXFP8 emulation of
     :mod:`.mxfp8` (fprop/dgrad/wgrad operands quantized to MXFP8); the rest stays BF16 as above.
 
-The learner's weights as the sampler must receive them (DESIGN.md, W2/W4):
+The learner's weights as the sampler must receive them (docs/design.md, W2/W4):
 :meth:`Learner.forward_weights` — the rowwise MXFP8 QuantizedTensor of every on-grid layer's master
 weight, exactly the forward GEMM's operand; :meth:`Learner.bf16_view` — every other parameter as the
 round-to-nearest-even BF16 of its fp32 master.

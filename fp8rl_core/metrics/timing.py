@@ -17,7 +17,7 @@ saves per-token work (FP8 GEMMs run at about twice the BF16 rate). With
     saving = per_token_bf16 − per_token_mxfp8  (s per token,       > 0 when MXFP8 is cheaper per token)
 
 the two cost lines cross at ``break_even = Δfixed / saving`` tokens per micro-batch; MXFP8 is faster
-above it. This is the analysis behind the reference result in DESIGN.md ("Reference results": dense
+above it. This is the analysis behind the reference result in docs/design.md ("Reference results": dense
 break-even ≈ 4.5k tokens per micro-batch on B200). On CPU emulation the saving is expected to be
 negative — quantizing is extra work and there are no FP8 tensor cores — and the analysis then says so
 instead of printing a meaningless ratio.

@@ -54,7 +54,7 @@ GPU idle (:func:`gpu_idle`)
 Added time (:func:`added_time_idle_fraction`)
     ``(idle_mxfp8 − idle_bf16) / (wall_mxfp8 − wall_bf16)``, idle measured over each trace's wall: of
     the extra wall time MXFP8 costs, the share during which the device did nothing; the same with
-    host-bound idle says how much of the added time is the GPU waiting for the host (DESIGN.md,
+    host-bound idle says how much of the added time is the GPU waiting for the host (docs/design.md,
     "Reference results": "a trace shows the GPU waiting for the host for most of the added time").
     Both traces must profile the same work (same micro-batch plan). The ratio is not clipped: above 1
     means device busy time shrank (faster FP8 kernels) while idle grew by more than the wall did.

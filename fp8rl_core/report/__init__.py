@@ -6,7 +6,7 @@ where runs are stored.
 
 - :mod:`.data` — :class:`SweepData`, per-sequence units keyed (seed, step, sequence), exact probe-batch
   units keyed (seed, 0, probe sequence), interval tables;
-- :mod:`.claims` — DESIGN.md's reference results as :data:`CLAIMS` (definitions; :func:`claims_table`);
+- :mod:`.claims` — docs/design.md's reference results as :data:`CLAIMS` (definitions; :func:`claims_table`);
 - :mod:`.verdicts` — :func:`evaluate_claims`, the claims' verdicts on a sweep (KL claims on the exact probe
   KL and on the sampled-token k3, one row each), and the comparisons behind them;
 - :mod:`.plots` — KL per preset and per step, micro-batch cost lines, step time breakdown, matrix;

@@ -1,4 +1,4 @@
-"""The paper's claims as data: :data:`CLAIMS` holds each statement of DESIGN.md ("Reference results":
+"""The paper's claims as data: :data:`CLAIMS` holds each statement of docs/design.md ("Reference results":
 dense Qwen3-8B, MoE Qwen3-30B-A3B, B200, single seed) with its number, how it is measured and what a
 sweep must contain to test it. :func:`claims_table` renders them as a table (for docs and reports);
 :mod:`fp8rl_core.report.verdicts` measures each on a sweep and gives its verdict.

@@ -237,7 +237,7 @@ def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = Non
               f"{', '.join(preset_order(data)) or '–'}; seeds {', '.join(map(str, seeds)) or '–'}"
               + ("; MXFP8 emulated on CPU." if data.emulated else "."), ""]
     lines += ["## The paper's claims", "",
-              "Paper: DESIGN.md, reference results (single seed, B200). Verdict: *reproduced* when the 95% CI lies on "
+              "Paper: docs/design.md, reference results (single seed, B200). Verdict: *reproduced* when the 95% CI lies on "
               "the claimed side; *not reproduced* when it lies on the other side or includes no change; *not "
               "measurable here* when this setup cannot show it (reason given)."
               + (" Each KL claim is measured twice: *exact probe KL* (primary: the exact full-vocabulary KL per "
