@@ -4,10 +4,12 @@ reads a temporary MLflow store."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from flows import cli
@@ -30,11 +32,15 @@ def _invoke(*args: str):
     return runner.invoke(cli.app, list(args))
 
 
-def test_help_lists_the_four_commands():
+COMMANDS = ["run", "deploy", "ui", "runs", "report"]  # in the order the help lists them
+
+
+def test_help_lists_the_five_commands_by_name():
     result = _invoke("--help")
     assert result.exit_code == 0, result.output
-    for command in ("run", "deploy", "ui", "runs"):
-        assert command in result.output
+    # the first word of each row of the commands table (a row: a box edge or indent, the name, then its help)
+    assert re.findall(r"^\W ([a-z][a-z-]*) {2,}\S", result.output, re.M) == COMMANDS
+    assert sorted(typer.main.get_command(cli.app).commands) == sorted(COMMANDS)
 
 
 def test_console_script_is_declared():
