@@ -49,6 +49,7 @@ import torch
 import torch.nn.functional as F
 
 from fp8rl_core.grids import QuantizedTensor, parse_grid, quantize
+from fp8rl_core.sampler import quiet
 from vllm.model_executor.layers.fused_moe import RoutedExperts
 from vllm.model_executor.layers.fused_moe.config import FusedMoEQuantConfig
 from vllm.model_executor.layers.fused_moe.fused_moe_method_base import FusedMoEMethodBase
@@ -326,6 +327,7 @@ def register() -> None:
     global _REGISTERED
     if _REGISTERED:
         return
+    quiet.install()  # this vLLM process's known-harmless lines (fp8rl_core.sampler.quiet)
     register_quantization_config(QUANT_METHOD)(Fp8rlConfig)
     _patch_engine_core()
     _REGISTERED = True
