@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from safetensors.torch import load_file, save_file
 
 from fp8rl_core.sampler.layout import ModelLayout, to_checkpoint
+from fp8rl_core.sampler.quiet import SHUTDOWN_S
 from fp8rl_core.sync.transport import SyncHandle, default_root, write_sync
 
 __all__ = [
@@ -235,6 +236,7 @@ class Sampler:
                 worker_extension_cls=WORKER_EXTENSION,
                 max_logprobs=-1,
                 logprobs_mode="raw_logprobs",
+                use_tqdm_on_load=False,  # no progress bar per start and reload (see .quiet)
             )
         except Exception as e:
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -449,7 +451,7 @@ class Sampler:
         llm = getattr(self, "llm", None)
         if llm is not None:
             try:
-                llm.llm_engine.engine_core.shutdown()
+                llm.llm_engine.engine_core.shutdown(timeout=SHUTDOWN_S)  # see .quiet: a forced kill leaks shm
             except Exception:  # noqa: BLE001 — best effort at teardown
                 pass
             self.llm = None

@@ -23,9 +23,11 @@ rules a real engine start still needs).
 from __future__ import annotations
 
 import logging
+import os
+import warnings
 from dataclasses import dataclass
 
-__all__ = ["RULES", "KnownHarmless", "Rule", "install"]
+__all__ = ["ENV", "RULES", "SHUTDOWN_S", "WARNINGS", "KnownHarmless", "Rule", "install"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,36 @@ RULES: tuple[Rule, ...] = (
     Rule("vllm.platforms.cpu", ("Triton is not installed",),
          "a performance hint: vLLM's CPU path runs without Triton kernels here (enforce_eager, fp8rl's own "
          "quantized GEMMs); no result depends on it"),
+    Rule("vllm.triton_utils.importing", ("Triton is installed, but doesn't include CPU backend",),
+         "the same: the CPU wheel ships Triton without its CPU backend and vLLM simply does not use it"),
+    Rule("vllm.config.vllm", ("Model Runner V2 requires Triton",),
+         "without Triton vLLM picks its V1 model runner, the one this project is tested with"),
+    Rule("vllm.config.vllm", ("Enforce eager set, disabling torch.compile",),
+         "the sampler asks for enforce_eager=True on purpose (no compilation: quick starts, exact eager numerics)"),
+    Rule("vllm.config.vllm", ("Inductor compilation was disabled by user settings",),
+         "the same request (enforce_eager) seen from the compilation settings"),
+    Rule("vllm.renderers.base", ("EOS token id because tokenizer is not initialized",),
+         "the engine has no tokenizer on purpose (skip_tokenizer_init=True); every request names its stop "
+         "token ids itself (Sampler.generate)"),
+    Rule("vllm.model_executor.layers.utils", ("Failed to create oneDNN linear, fallback to torch linear",),
+         "on CPUs without oneDNN's primitive for the dtype, vLLM's BF16 layers run torch's own linear instead of "
+         "oneDNN's: the same product by another kernel; fp8rl's grid layers use their own GEMM either way"),
+)
+
+#: Seconds an engine gets to stop (``Sampler.close``) and its engine core to stop its workers
+#: (``VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS``, read by the engine core it is inherited by). vLLM's 5 s
+#: default is short on a loaded 2-core machine: a process still alive then is SIGKILLed ("force killing
+#: remaining processes"), so it never unlinks its shared-memory message queues (``/dev/shm/psm_*``,
+#: 160-250 MB each) — they stay allocated until the sweep exits and Python's resource tracker reports
+#: them as leaked. A process that stops in time unlinks its own.
+SHUTDOWN_S = 60
+ENV = {"VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS": str(SHUTDOWN_S)}
+
+#: Python warnings (``warnings.warn``) that are harmless here: (message regex, category, module regex, why)
+WARNINGS: tuple[tuple[str, type[Warning], str, str], ...] = (
+    (r"`torch\.distributed\.reduce_op` is deprecated", FutureWarning, r"vllm\.triton_utils",
+     "vLLM's Triton dispatcher walks torch.distributed's attributes at import and touches the deprecated alias; "
+     "nothing calls it"),
 )
 
 
@@ -80,7 +112,12 @@ class KnownHarmless(logging.Filter):
 
 
 def install(rules: tuple[Rule, ...] = RULES) -> None:
-    """Add a :class:`KnownHarmless` filter to each logger named in ``rules`` (once per logger per process)."""
+    """Add a :class:`KnownHarmless` filter to each logger named in ``rules`` (once per logger per process)
+    and ignore the Python warnings in :data:`WARNINGS`; set :data:`ENV` where the environment does not."""
+    for key, value in ENV.items():
+        os.environ.setdefault(key, value)
+    for message, category, module, _ in WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category, module=module)
     for name in sorted({r.logger for r in rules}):
         logger = logging.getLogger(name)
         mine = tuple(r for r in rules if r.logger == name)
