@@ -90,6 +90,39 @@ def test_run_calls_the_sweep_flow_with_the_config_and_overrides(store, monkeypat
     assert calls == [(str(SMOKE), ["axes.seed=[0]", "loop.steps=1"])]
 
 
+def test_run_prints_the_sweep_log_which_gets_the_lines_the_terminal_does_not(store, monkeypatch):
+    import logging
+
+    import flows.logs
+    import flows.pipelines as pipelines
+
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    consoles = []
+
+    def flow(config, overrides):  # logs as the flow and vLLM do: INFO to the file only, warnings to both
+        consoles.extend(h.level for h in logging.getLogger().handlers if isinstance(h, PrefectConsoleHandler))
+        logging.getLogger("prefect.fp8rl-test").info("task run finished")
+        logging.getLogger("vllm.engine").info("engine config dump")
+        logging.getLogger("prefect.fp8rl-test").warning("a real problem")
+        return []
+
+    monkeypatch.setattr(flows.logs, "LOGS", store / "logs")
+    monkeypatch.setattr(pipelines, "mxfp8_sweep", flow)
+    vllm = logging.getLogger("vllm")
+    monkeypatch.setattr(vllm, "level", logging.INFO)
+    result = _invoke("run", str(SMOKE), "axes.seed=[0]")
+    assert result.exit_code == 0, result.output
+    (line,) = [x for x in result.output.splitlines() if x.startswith("log: ")]
+    path = Path(line.removeprefix("log: "))
+    assert path.parent == (store / "logs").resolve() and path.name.startswith("smoke-") and path.suffix == ".log"
+    text = path.read_text()
+    assert "task run finished" in text and "engine config dump" in text and "a real problem" in text
+    assert consoles and all(level >= logging.WARNING for level in consoles)  # the terminal: warnings and up
+    assert "task run finished" not in result.output and "engine config dump" not in result.output
+    assert vllm.handlers == [h for h in vllm.handlers if not isinstance(h, logging.FileHandler)]  # removed after
+
+
 def test_runs_on_an_empty_store_prints_an_empty_table(store):
     result = _invoke("runs")
     assert result.exit_code == 0, result.output
