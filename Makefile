@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test bench results clean
+.PHONY: setup run test test-fast bench results clean
 
 setup: $(STAMP)
 
@@ -29,8 +29,13 @@ results: setup
 	for s in $(RESULTS); do $(VENV)/bin/fp8rl run configs/$$s.yaml || exit 1; done
 	for s in $(RESULTS); do $(VENV)/bin/fp8rl report $$s --out docs/results/$$s --no-log || exit 1; done
 
+# every test (what CI runs), then the 25 slowest
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
+
+# the edit loop: no vLLM engine, no flow, nothing slow (tiers set by path in tests/conftest.py); < 3 min on 2 cores
+test-fast: setup
+	$(PY) -m pytest -m "not engine and not flow and not slow" --durations=10
 
 bench: setup
 	$(PY) bench/quantize.py
