@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # pyvers pins packaging<26 (docs/gpu.md, Environments); their imports are tested in tests/verl
 VERL_NODEPS := verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0
 
-.PHONY: setup setup-gpu run test bench results clean
+.PHONY: setup setup-gpu run test test-fast bench results clean
 
 setup: $(STAMP)
 
@@ -46,8 +46,13 @@ results: setup
 	for s in $(RESULTS); do $(VENV)/bin/fp8rl run configs/$$s.yaml || exit 1; done
 	for s in $(RESULTS); do $(VENV)/bin/fp8rl report $$s --out docs/results/$$s --no-log || exit 1; done
 
+# every test (what CI runs), then the 25 slowest
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
+
+# the edit loop: no vLLM engine, no flow, nothing slow (tiers set by path in tests/conftest.py); < 3 min on 2 cores
+test-fast: setup
+	$(PY) -m pytest -m "not engine and not flow and not slow" --durations=10
 
 bench: setup
 	$(PY) bench/quantize.py

@@ -1,4 +1,5 @@
 """Prefect flows: compose tasks only (one run, a sweep of runs, nightly correctness) and the `fp8rl` CLI.
 
-Flows arrive with the orchestration issue.
+:mod:`flows.pipelines` holds the flows (``experiment``, ``mxfp8-sweep``, ``nightly-correctness``),
+:mod:`flows.cli` the command line, :mod:`flows.logs` where the terminal and the log files get their lines.
 """

@@ -23,7 +23,13 @@ from typing import Annotated
 
 import typer
 
+from flows.logs import quiet_process, sweep_log
+
 __all__ = ["app"]
+
+# Before anything imports torch or vLLM: vLLM's spawned engine processes re-import this module first,
+# so the known-harmless lines of their imports are silenced too (flows.logs, fp8rl_core.sampler.quiet).
+quiet_process()
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFECT_FILE = "deployments/prefect.yaml"
@@ -65,15 +71,16 @@ def run(
         raise _fail(str(e)) from None
     typer.echo(f"sweep {sweep.sweep}: {len(runs)} runs from {config}")
 
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # vLLM's INFO lines would bury the progress
     from flows.pipelines import mxfp8_sweep
 
-    try:
-        mxfp8_sweep(str(config), overrides)
-    except ConfigError as e:
-        raise _fail(str(e)) from None
-    except RuntimeError as e:  # some runs failed: the table above says which; rerun to retry them
-        raise _fail(str(e)) from None
+    with sweep_log(sweep.sweep) as log:
+        typer.echo(f"log: {log}")
+        try:
+            mxfp8_sweep(str(config), overrides)
+        except ConfigError as e:
+            raise _fail(f"{e} (log: {log})") from None
+        except RuntimeError as e:  # some runs failed: the table above says which; rerun to retry them
+            raise _fail(f"{e} (log: {log})") from None
     typer.echo("MLflow UI: .venv/bin/fp8rl ui  (then http://127.0.0.1:5000)")
 
 

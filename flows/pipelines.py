@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -140,10 +141,15 @@ def _sweep(config: str, overrides: list[str], resume: bool = True, report: bool 
                         TextColumn("{task.description}"), TimeElapsedColumn())
     bar = progress.add_task("", total=len(runs))
 
+    done = iter(range(1, len(runs) + 1))
+
     def tracked(cfg: RunConfig) -> dict:
         progress.update(bar, description=run_name(cfg))
+        t0 = time.monotonic()
         row = one(cfg)
         progress.advance(bar)
+        progress.console.print(f"{next(done):>3}/{len(runs)} {row['name']}: {row['status']} ({time.monotonic() - t0:.0f} s)",
+                               markup=False, highlight=False)  # one line per run: the progress in a log too
         return row
 
     try:

@@ -1,9 +1,106 @@
-"""Test-wide settings: hypothesis is derandomized in CI (CI=true) so a run is reproducible."""
+"""Test-wide settings: the test tiers, and hypothesis derandomized in CI (CI=true) so a run is reproducible.
+
+Tiers. Every test gets its markers here, from where it lives and what it uses — never by hand in the
+test file, so a new test lands in the right tier by itself:
+
+``engine``
+    starts real vLLM engines (~20 s per start on 2 cores): every test under ``tests/core/sampler/``,
+    and any test elsewhere that uses the engine fixtures of ``tests/core/sampler/conftest.py``.
+``flow``
+    runs Prefect flows with real engines and MLflow stores: every test under ``tests/flows/``.
+
+A file in :data:`EXCEPT` does not get its folder's marker (it starts no engine, runs no flow: the CLI's
+tests replace the flow with a recorder; the noise rules are checked on log records).
+``slow``
+    measured slow on the 2-core machine without starting an engine (warm starts, exhaustive numerics,
+    MLflow stores): the folders, files and tests in :data:`SLOW` and the users of :data:`SLOW_FIXTURES`.
+
+``make test-fast`` runs ``-m "not engine and not flow and not slow"``; ``make test`` runs all. A guard
+keeps the fast tier honest: a test that constructs a :class:`~fp8rl_core.sampler.engine.Sampler`
+without being marked ``engine`` or ``flow`` fails, naming this file.
+"""
+
+from __future__ import annotations
 
 import os
+from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+TESTS = Path(__file__).resolve().parent
+
+#: folders whose every test gets the marker (paths relative to tests/, with a trailing slash)
+BY_FOLDER = {"engine": ("core/sampler/",), "flow": ("flows/",)}
+#: fixtures that start engines: a test using one is an engine test wherever it lives
+ENGINE_FIXTURES = frozenset({"engines", "checkpoints"})
+#: files that do not get their folder's marker: path → marker
+EXCEPT = {"flows/test_cli.py": "flow", "core/sampler/test_quiet.py": "engine"}
+#: slow without an engine, measured with ``pytest --durations=0`` on the 2-core machine (seconds there, loaded):
+#: a folder (``path/``), a file (``path``) or a test with all its parameters (``path::name``)
+SLOW = frozenset({
+    "tasks/",  # a fresh MLflow SQLite store per test (~10 s each), report from MLflow (~30 s)
+    "core/learner/test_learner.py",  # warm-start fixture + five GRPO steps per preset (~2 min each)
+    "core/learner/test_mxfp8.py::test_model_with_all_layers_on_grid_trains",  # 4 × ~5 s
+    "core/learner/test_mxfp8.py::test_experts_on_grid_equal_hf_experts_when_operands_are_on_the_grid",  # 8 × 1-6 s
+    "core/grids/test_properties.py",  # hypothesis round trips (~45 s in all)
+    "core/grids/test_mx.py::test_compiled_kernel_gives_the_eager_bytes",  # torch.compile (15-40 s each)
+    "core/grids/test_mx.py::test_every_bf16_value_quantizes_as_the_reference",  # 20 × 3-6 s
+    "core/grids/test_mx.py::test_every_bf16_value_in_mixed_blocks",  # 5 × 3 s
+    "core/grids/test_tensor_and_kv.py::test_current_scaling_matches_te",  # every BF16 value (4-6 s each)
+    "core/test_purity.py::test_importing_every_core_module_loads_none_of_them",  # imports vLLM (~40 s)
+    "core/test_schemas.py::test_real_steps_tokens_and_microbatches_pass",  # real learner steps (~15 s)
+    "flows/test_cli.py::test_runs_on_an_empty_store_prints_an_empty_table",  # MLflow store (~10 s)
+    "flows/test_cli.py::test_runs_lists_runs_with_status_and_headline_metrics",  # MLflow store (~10 s)
+})
+#: fixtures that make every test using them slow
+SLOW_FIXTURES = frozenset({"trained"})  # tests/core/learner/test_warmstart.py: a 600-step warm start
+
+def tiers_of(path: str, name: str, fixtures: frozenset[str] | set[str]) -> set[str]:
+    """The markers of the test ``name`` in the file ``path`` (relative to tests/) that uses ``fixtures``."""
+    out = {m for m, folders in BY_FOLDER.items() if path.startswith(folders)}
+    out.discard(EXCEPT.get(path, ""))
+    if ENGINE_FIXTURES & set(fixtures):
+        out.add("engine")
+    base = name.split("[", 1)[0]
+    folders = {p for p in SLOW if p.endswith("/")}
+    if path in SLOW or f"{path}::{base}" in SLOW or path.startswith(tuple(folders)) or SLOW_FIXTURES & set(fixtures):
+        out.add("slow")
+    return out
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.path)).resolve().relative_to(TESTS).as_posix()
+        for m in sorted(tiers_of(path, item.name, set(getattr(item, "fixturenames", ())))):
+            item.add_marker(m)
+
+
+@pytest.fixture(autouse=True)
+def _engines_only_in_engine_tiers(request: pytest.FixtureRequest):
+    """Fail a test that starts a vLLM engine but is in neither the ``engine`` nor the ``flow`` tier."""
+    if any(request.node.get_closest_marker(m) for m in ("engine", "flow")):
+        yield
+        return
+    from fp8rl_core.sampler import engine
+
+    started: list[int] = []
+    original = engine.Sampler.__init__
+
+    def counted(self, *args, **kwargs):
+        started.append(1)
+        original(self, *args, **kwargs)
+
+    engine.Sampler.__init__ = counted
+    try:
+        yield
+    finally:
+        engine.Sampler.__init__ = original
+    if started:
+        pytest.fail(f"{request.node.nodeid} started {len(started)} vLLM engine(s) but is not in the engine tier: "
+                    "use the engine fixtures of tests/core/sampler/conftest.py or list it in tests/conftest.py",
+                    pytrace=False)

@@ -18,14 +18,16 @@ W7         —                                           probe-batch log-probs v
 
 A fingerprint mismatch escalates to the full tier at the same sync, so a fault is named by the check of
 its condition at the first sync where it happens, not N syncs later. A new engine instance (a restart)
-always starts with a full check. :class:`CheckRunner` keeps the state this needs across syncs: the
-engine's processing counts and reset count at the previous check, the learner's fingerprints of recent
-versions (W5 content), the engine instances seen.
+always starts with a full check. The choice of tier is the pure function :func:`full_tier_reason`;
+:class:`CheckRunner` keeps the state it needs across syncs: the engine's processing counts and reset
+count at the previous check, the learner's fingerprints of recent versions (W5 content), the engine
+instances seen.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -47,7 +49,7 @@ from .behaviour import check_behaviour
 from .expected import Expected, expected_from_learner
 from .layout import check_layout
 
-__all__ = ["CONDITIONS", "CheckPolicy", "CheckReport", "CheckRunner", "merge"]
+__all__ = ["CONDITIONS", "CheckPolicy", "CheckReport", "CheckRunner", "full_tier_reason", "merge"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,36 @@ class CheckReport:
     def message(self) -> str:
         return "; ".join(f"{r.condition} failed: {r.count} offenders, e.g. {r.offenders[:3]} ({r.detail}; measured "
                          f"{r.measured:g}, bound {r.bound:g})" for r in self.failed)
+
+
+def full_tier_reason(sync: int, full_every: int, *, forced: str = "", new_engine: bool = False,
+                     cheap_failed: Sequence[str] = ()) -> str:
+    """Why sync number ``sync`` (1-based) runs the full tier, or ``""`` for the cheap tier alone.
+
+    The first reason that applies wins, in this order:
+
+    1. ``forced``: a reason the caller set — :class:`CheckRunner` starts with ``"first sync"`` and
+       :meth:`CheckRunner.request_full` sets one for the next sync;
+    2. ``new_engine``: an engine instance not seen before (a start or a restart) holds weights no
+       full check has read back yet;
+    3. the cadence: every ``full_every``-th sync (``sync % full_every == 0``);
+    4. suspicion: a cheap-tier check failed (``cheap_failed`` names the conditions), so the full tier
+       names the fault at this sync rather than at the next scheduled one.
+
+    With ``full_every=3`` and nothing else happening, syncs 1, 2, 3, …, 7 give ``"first sync"`` (forced),
+    ``""``, ``"every 3 syncs"``, ``""``, ``""``, ``"every 3 syncs"``, ``""``.
+    """
+    if full_every < 1:
+        raise ValueError(f"full_every must be at least 1, got {full_every}")
+    if forced:
+        return forced
+    if new_engine:
+        return "new engine instance (start or restart)"
+    if sync % full_every == 0:
+        return f"every {full_every} syncs"
+    if cheap_failed:
+        return f"cheap tier failed: {', '.join(cheap_failed)}"
+    return ""
 
 
 def merge(condition: str, parts: list[CheckResult]) -> CheckResult:
@@ -148,15 +180,10 @@ class CheckRunner:
                 before = {p: n - 1 for p, n in after.items()}
             parts["W6"].append(check_derived_state(st["cache_blocks"], st["cache_resets"] - self.resets.get(inst, 0),
                                                    before, after))
-        why = self.force_full
-        new = [st["instance"] for st in states if st["instance"] not in self.seen]
-        if not why and new:
-            why = "new engine instance (start or restart)"
-        if not why and self.syncs % self.policy.full_every == 0:
-            why = f"every {self.policy.full_every} syncs"
+        new = any(st["instance"] not in self.seen for st in states)
         cheap_failed = [c for c, ps in parts.items() if any(not p.passed for p in ps)]
-        if not why and cheap_failed:
-            why = f"cheap tier failed: {', '.join(cheap_failed)}"
+        why = full_tier_reason(self.syncs, self.policy.full_every, forced=self.force_full, new_engine=new,
+                               cheap_failed=cheap_failed)
         if why:
             self._full(pipe, samplers[0], exp, parts)
         results = [merge(c, ps) for c, ps in parts.items() if ps]

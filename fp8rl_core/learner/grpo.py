@@ -20,6 +20,8 @@ and the sampler's log-probs of the sampled tokens (from any sampler: only tensor
    ``old_logprobs="learner"`` (default): π_old is the learner itself before this update (one update per
    batch, so ρ = 1 in value and the gradient is the policy gradient); ``"sampler"``: π_old is the
    sampler's log-probs, i.e. the importance ratio corrects for the train–rollout mismatch.
+   ``clip_fraction`` is the share of tokens where the clipped term is the one taken
+   (:func:`clipped_tokens`: ``ρ > 1+ε_high`` with ``A > 0``, ``ρ < 1−ε_low`` with ``A < 0``).
 4. Micro-batches by a token budget: sequences (prompt + completion, in their original order) are
    packed greedily so that each micro-batch's padded size ``rows × max_len`` stays within
    ``tokens_per_microbatch`` (a single longer sequence still forms its own micro-batch). The split
@@ -53,6 +55,7 @@ __all__ = [
     "group_advantages",
     "microbatch_rows",
     "plan_microbatches",
+    "clipped_tokens",
     "completion_logprobs",
     "grpo_step",
 ]
@@ -163,6 +166,18 @@ def plan_microbatches(lengths: list[int], tokens_per_microbatch: int) -> list[li
     return plan
 
 
+def clipped_tokens(ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:
+    """Where the clipped term is the one ``min(ρ A, clip(ρ, 1−ε_low, 1+ε_high) A)`` takes (bool, ``ratio``'s shape).
+
+    That is where clipping removes the gradient: ``ρ > 1+ε_high`` on a positive advantage (the update
+    would raise an already raised probability further) and ``ρ < 1−ε_low`` on a negative one. A ratio
+    outside the bounds on the other side is *not* clipped — the unclipped term is smaller and is taken —
+    and a zero advantage is never clipped. This is PPO's clip fraction with DAPO's separate bounds
+    ("clip-higher"); ``advantages`` broadcasts against ``ratio`` (e.g. [B, 1] against [B, T])."""
+    a = advantages.expand_as(ratio)
+    return ((ratio > 1 + eps_high) & (a > 0)) | ((ratio < 1 - eps_low) & (a < 0))
+
+
 def completion_logprobs(model: torch.nn.Module, prompt_ids: torch.Tensor, completion_ids: torch.Tensor,
                         completion_mask: torch.Tensor) -> torch.Tensor:
     """log π(y_t | x, y_<t) of each completion token under ``model`` (fp32 log-softmax), 0 where masked.
@@ -245,7 +260,7 @@ def grpo_step(
             seconds = time.perf_counter() - t0
             learner_lp[idx] = lp.detach() * m
             loss_total += float(loss.detach())
-            clipped += float((((ratio - 1).abs() > cfg.clip_eps_low).float() * m).sum())
+            clipped += float((clipped_tokens(ratio.detach(), a, cfg.clip_eps_low, cfg.clip_eps_high) * m).sum())
             n_max = int(max(lengths[i] for i in rows))
             timings.append(MicroBatchTiming(
                 rows=len(rows), tokens=len(rows) * n_max, real_tokens=int(sum(lengths[i] for i in rows)),

@@ -36,6 +36,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from fp8rl_core.sampler.config import SamplerConfig, cpu_fp8_kv_support, engine_key
+from fp8rl_core.sampler.quiet import SHUTDOWN_S
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 from fp8rl_core.sync.layout import ModelLayout, to_checkpoint
 from fp8rl_core.sync.transport import SyncHandle, default_root, write_sync
@@ -184,6 +185,7 @@ class Sampler:
                 worker_extension_cls=WORKER_EXTENSION,
                 max_logprobs=-1,
                 logprobs_mode="raw_logprobs",
+                use_tqdm_on_load=False,  # no progress bar per start and reload (see .quiet)
             )
         except Exception as e:
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -352,7 +354,7 @@ class Sampler:
         llm = getattr(self, "llm", None)
         if llm is not None:
             try:
-                llm.llm_engine.engine_core.shutdown()
+                llm.llm_engine.engine_core.shutdown(timeout=SHUTDOWN_S)  # see .quiet: a forced kill leaks shm
             except Exception:  # noqa: BLE001 — best effort at teardown
                 pass
             self.llm = None

@@ -11,10 +11,17 @@ Buckets are filled in the exporter's order and closed when the next tensor would
 ``bucket_bytes`` (a tensor larger than a bucket gets a bucket of its own), so the reader's peak
 memory is one bucket and a dropped bucket drops a known set of names. :func:`read_sync` yields
 ``(name, tensor)`` in manifest order and checks that every listed name is present.
+
+Memory. Files under ``/dev/shm`` are RAM until deleted, so a sync's folder lives only until the engine
+has loaded it: the caller removes it (:meth:`SyncHandle.remove`, in a ``finally``), and any folder this
+process wrote and did not remove — an exception between write and remove, an interpreter exit in between
+— is removed when the process exits (:func:`atexit`; only a killed process can leave one behind, under a
+name that says what it was: ``fp8rl-sync-v<version>-…``).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -49,7 +56,19 @@ class SyncHandle:
     buckets: int
 
     def remove(self) -> None:
+        _LIVE.discard(self.manifest.parent)
         shutil.rmtree(self.manifest.parent, ignore_errors=True)
+
+
+#: sync folders this process wrote and has not removed yet (removed at exit, see the module docstring)
+_LIVE: set[Path] = set()
+
+
+@atexit.register
+def _remove_left_over() -> None:
+    for folder in list(_LIVE):
+        shutil.rmtree(folder, ignore_errors=True)
+    _LIVE.clear()
 
 
 def write_sync(
@@ -63,6 +82,7 @@ def write_sync(
     root = Path(root) if root is not None else default_root()
     root.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=f"fp8rl-sync-v{version}-", dir=root))
+    _LIVE.add(folder)
     buckets: list[dict] = []
     current: dict[str, torch.Tensor] = {}
     size = 0

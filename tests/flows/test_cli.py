@@ -4,10 +4,12 @@ reads a temporary MLflow store."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from flows import cli
@@ -30,11 +32,15 @@ def _invoke(*args: str):
     return runner.invoke(cli.app, list(args))
 
 
-def test_help_lists_the_four_commands():
+COMMANDS = ["run", "deploy", "ui", "runs", "report"]  # in the order the help lists them
+
+
+def test_help_lists_the_five_commands_by_name():
     result = _invoke("--help")
     assert result.exit_code == 0, result.output
-    for command in ("run", "deploy", "ui", "runs"):
-        assert command in result.output
+    # the first word of each row of the commands table (a row: a box edge or indent, the name, then its help)
+    assert re.findall(r"^\W ([a-z][a-z-]*) {2,}\S", result.output, re.M) == COMMANDS
+    assert sorted(typer.main.get_command(cli.app).commands) == sorted(COMMANDS)
 
 
 def test_console_script_is_declared():
@@ -82,6 +88,39 @@ def test_run_calls_the_sweep_flow_with_the_config_and_overrides(store, monkeypat
     assert result.exit_code == 0, result.output
     assert "sweep smoke: 10 runs" in result.output
     assert calls == [(str(SMOKE), ["axes.seed=[0]", "loop.steps=1"])]
+
+
+def test_run_prints_the_sweep_log_which_gets_the_lines_the_terminal_does_not(store, monkeypatch):
+    import logging
+
+    import flows.logs
+    import flows.pipelines as pipelines
+
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    consoles = []
+
+    def flow(config, overrides):  # logs as the flow and vLLM do: INFO to the file only, warnings to both
+        consoles.extend(h.level for h in logging.getLogger().handlers if isinstance(h, PrefectConsoleHandler))
+        logging.getLogger("prefect.fp8rl-test").info("task run finished")
+        logging.getLogger("vllm.engine").info("engine config dump")
+        logging.getLogger("prefect.fp8rl-test").warning("a real problem")
+        return []
+
+    monkeypatch.setattr(flows.logs, "LOGS", store / "logs")
+    monkeypatch.setattr(pipelines, "mxfp8_sweep", flow)
+    vllm = logging.getLogger("vllm")
+    monkeypatch.setattr(vllm, "level", logging.INFO)
+    result = _invoke("run", str(SMOKE), "axes.seed=[0]")
+    assert result.exit_code == 0, result.output
+    (line,) = [x for x in result.output.splitlines() if x.startswith("log: ")]
+    path = Path(line.removeprefix("log: "))
+    assert path.parent == (store / "logs").resolve() and path.name.startswith("smoke-") and path.suffix == ".log"
+    text = path.read_text()
+    assert "task run finished" in text and "engine config dump" in text and "a real problem" in text
+    assert consoles and all(level >= logging.WARNING for level in consoles)  # the terminal: warnings and up
+    assert "task run finished" not in result.output and "engine config dump" not in result.output
+    assert vllm.handlers == [h for h in vllm.handlers if not isinstance(h, logging.FileHandler)]  # removed after
 
 
 def test_runs_on_an_empty_store_prints_an_empty_table(store):

@@ -13,6 +13,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from fp8rl_core.learner.config import GRPOConfig
 from fp8rl_core.learner.grpo import (
     RolloutBatch,
+    clipped_tokens,
     completion_logprobs,
     group_advantages,
     grpo_step,
@@ -104,9 +105,46 @@ def test_sampler_old_logprobs_are_an_importance_ratio():
     batch.sampler_logprobs = batch.sampler_logprobs - 0.5 * batch.completion_mask  # a mismatched sampler
     res = grpo_step(model, torch.optim.SGD(model.parameters(), lr=0.0), batch,
                     GRPOConfig(old_logprobs="sampler"), version=0)
-    assert res.clip_fraction == pytest.approx(1.0)  # ρ = e^0.5 > 1.2 on every token
+    # ρ = e^0.5 > 1.2 on every token: clipped exactly where the advantage is positive (there the clipped
+    # term is the smaller one); on a negative advantage the unclipped ρA is taken
+    mask = batch.completion_mask.float()
+    positive = float(((res.advantages > 0).float().unsqueeze(-1) * mask).sum())
+    assert 0 < positive < float(mask.sum())
+    assert res.clip_fraction == positive / float(mask.sum())
     res2 = grpo_step(model, torch.optim.SGD(model.parameters(), lr=0.0), batch, GRPOConfig(), version=0)
     assert res2.clip_fraction == 0.0
+
+
+def test_clipped_tokens_follow_the_bound_on_the_advantages_side():
+    # bounds 0.8 and 1.3 (ε_low = 0.2, ε_high = 0.3); each row: one advantage, four ratios
+    ratio = torch.tensor([[0.7, 0.9, 1.2, 1.4]] * 3)
+    adv = torch.tensor([[1.0], [-1.0], [0.0]])
+    got = clipped_tokens(ratio, adv, 0.2, 0.3)
+    assert got.tolist() == [[False, False, False, True],   # A > 0: only above 1 + ε_high
+                            [True, False, False, False],   # A < 0: only below 1 − ε_low
+                            [False, False, False, False]]  # A = 0: the two terms are equal
+    # 1.25 is outside a symmetric 0.2 bound but inside ε_high = 0.3: not clipped
+    assert clipped_tokens(torch.tensor([[1.25]]), torch.tensor([[1.0]]), 0.2, 0.2).item() is True
+    assert clipped_tokens(torch.tensor([[1.25]]), torch.tensor([[1.0]]), 0.2, 0.3).item() is False
+
+
+def test_clip_fraction_counts_asymmetric_bounds_exactly():
+    model = tiny_model()
+    batch = rollout(model)
+    mask = batch.completion_mask.float()
+    learner = completion_logprobs(model, batch.prompt_ids, batch.completion_ids, batch.completion_mask)
+    # ratios ρ = exp(δ) cycling through 0.7, 0.9, 1.25, 1.4 over the positions: far from the bounds
+    # 0.8 / 1.3 compared with the ~1e-5 the learner's recomputation may differ by
+    pattern = torch.tensor([0.7, 0.9, 1.25, 1.4])
+    rho = pattern[torch.arange(mask.shape[1]) % 4].expand_as(mask)
+    batch.sampler_logprobs = (learner - torch.log(rho)) * mask
+    cfg = GRPOConfig(old_logprobs="sampler", clip_eps_low=0.2, clip_eps_high=0.3)
+    res = grpo_step(model, torch.optim.SGD(model.parameters(), lr=0.0), batch, cfg, version=0)
+    a = res.advantages.unsqueeze(-1)
+    expected = float((((rho == 1.4) & (a > 0)) | ((rho == 0.7) & (a < 0))).float().mul(mask).sum())
+    symmetric = float(((rho == 1.4) | (rho == 0.7)).float().mul(mask).sum())  # the old |ρ−1| > ε_low count
+    assert 0 < expected < symmetric
+    assert res.clip_fraction == expected / float(mask.sum())
 
 
 @pytest.mark.parametrize(

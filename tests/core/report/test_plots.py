@@ -1,4 +1,5 @@
-"""The report's figures: each writes a real PNG of the expected size, and draws what the data says —
+"""The report's figures: each writes a real PNG (a valid image of sane size with a drawing on it, shaped as
+its panels are laid out), and draws what the data says —
 the planted KL levels in preset order, the break-even marker where the cost model finds one (and the
 verdict box where it does not), stacked step phases that add up to the step time."""
 
@@ -22,10 +23,20 @@ def sweep():
 
 
 def png_size(path) -> tuple[int, int]:
+    """(width, height) of ``path`` after checking it is a PNG a viewer opens, of a sane size (0.2–4 k px a
+    side) and with a drawing on it: some ink (not blank, not a solid fill) in more than a few colours."""
     with open(path, "rb") as fh:
         assert fh.read(8) == PNG_SIGNATURE
     with Image.open(path) as im:
-        return im.size
+        im.verify()  # the chunks and their CRCs
+    with Image.open(path) as im:
+        px = np.asarray(im.convert("RGB"))
+    h, w, _ = px.shape
+    assert 200 <= w <= 4000 and 200 <= h <= 4000, (w, h)
+    ink = float((px < 240).any(axis=-1).mean())  # share of pixels that are not (near) white
+    assert 0.01 < ink < 0.9, ink
+    assert len(np.unique(px.reshape(-1, 3), axis=0)) >= 16  # lines, text, markers: more than a few colours
+    return w, h
 
 
 def by_gid(fig, gid):
@@ -38,7 +49,8 @@ def by_gid(fig, gid):
 def test_kl_by_preset_writes_a_png(sweep, tmp_path, metric):
     path = plots.kl_by_preset(sweep, tmp_path / f"{metric}.png", metric, n_boot=200)
     assert path == tmp_path / f"{metric}.png"
-    assert png_size(path) == (990, 462)  # figsize (1.3·5 presets + 2.5, 4.2) in at 110 dpi
+    w, h = png_size(path)
+    assert 1.8 * h < w < 2.6 * h  # one panel widened for 5 presets (figsize 9.0 × 4.2 in)
 
 
 def test_kl_by_preset_draws_each_models_estimates_in_axis_order(sweep):
@@ -78,7 +90,8 @@ def test_kl_over_steps_has_a_panel_per_model_and_a_line_per_preset(sweep, tmp_pa
         assert list(lines[0].get_ydata()) == pytest.approx(list(want))
     plots._pyplot().close(fig)
     path = plots.kl_over_steps(sweep, tmp_path / "steps.png", n_boot=200)
-    assert png_size(path) == (int(round((5.2 * 2 + 2.0) * 110)), 440)
+    w, h = png_size(path)
+    assert w > 2.5 * h  # two panels side by side (figsize 12.4 × 4.0 in)
 
 
 # ----------------------------------------------------------------------------------- micro-batches
@@ -97,7 +110,8 @@ def test_microbatch_time_marks_a_planted_break_even(tmp_path):
     assert fig.axes[0].get_xscale() == "log"  # 256 … 4096 tokens span more than a decade
     plots._pyplot().close(fig)
     path = plots.microbatch_time(data.microbatches, cm, tmp_path / "mb.png")
-    assert png_size(path) == (748, 484)
+    w, h = png_size(path)
+    assert h < w < 2 * h  # one panel (figsize 6.8 × 4.4 in)
 
 
 def test_microbatch_time_without_break_even_shows_the_verdict():
@@ -127,7 +141,7 @@ def test_step_breakdown_stacks_the_phases_to_the_step_time(sweep, tmp_path):
     plots._pyplot().close(fig)
     path = plots.step_breakdown(steps, tmp_path / "steps.png")
     w, h = png_size(path)
-    assert (w, h) == (int(round((1.1 * 10 + 3.0) * 110)), 484)
+    assert w > 2.5 * h  # widened for 10 bars (figsize 14.0 × 4.4 in)
 
 
 def test_step_breakdown_needs_a_preset_column(sweep):
@@ -143,7 +157,7 @@ def test_detection_matrix_writes_the_heat_map(tmp_path):
              "W7": None} for f, c in (("drop-bucket", "W1"), ("requant", "W2"))]
     path = plots.detection_matrix(rows, tmp_path / "matrix.png")
     w, h = png_size(path)
-    assert (w, h) == (825, int(0.42 * 2 * 110 + 1.6 * 110))
+    assert w > 2 * h  # two fault rows under seven condition columns (figsize 7.5 × 2.4 in)
 
 
 def test_detection_matrix_figure_colours_each_cell_by_what_fired():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -60,3 +62,18 @@ def test_bad_arguments(tmp_path, kwargs, match):
     args = {"bucket_bytes": 1024, "version": 0} | kwargs
     with pytest.raises(ValueError, match=match):
         write_sync(_tensors(), args["version"], bucket_bytes=args["bucket_bytes"], root=tmp_path)
+
+
+def test_a_removed_sync_leaves_nothing_and_a_forgotten_one_is_removed_at_exit(tmp_path):
+    h = write_sync(_tensors(), 2, bucket_bytes=4096, root=tmp_path)
+    assert len(list(h.manifest.parent.iterdir())) == 1 + h.buckets
+    h.remove()
+    assert list(tmp_path.iterdir()) == []
+    # a process that writes a sync and exits without removing it (an exception in between, say)
+    code = ("import sys, torch\n"
+            "from fp8rl_core.sync.transport import write_sync\n"
+            "h = write_sync({'w': torch.ones(64, 64)}, 5, bucket_bytes=4096, root=sys.argv[1])\n"
+            "print(h.manifest)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().startswith(str(tmp_path / "fp8rl-sync-v5-"))
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,73 @@
+"""Where a sweep's lines go: the terminal shows the progress, the table, the paths and real problems; a
+sweep log file gets every log line (each run's lines also go to its ``run.log`` artifact in MLflow).
+
+:func:`quiet_process` silences what is known to be harmless, once per process, before the libraries
+start: vLLM's INFO lines (``VLLM_LOGGING_LEVEL=WARNING``, inherited by the engine processes), MLflow's
+"Downloading artifacts" progress bar (one per run while a report reads the runs back: a bar on a
+terminal, dozens of lines in a log), transformers' progress bars for local checkpoints, and the library lines of :mod:`fp8rl_core.sampler.quiet`.
+Settings a user made in the environment win (``setdefault``).
+
+:func:`sweep_log` is the block a sweep runs in: Prefect's console handler (on the root logger, see
+Prefect's ``logging.yml``) shows only warnings and errors, while a file handler on the root and ``vllm``
+loggers (``vllm`` does not propagate) writes everything from INFO up to ``logs/<sweep>-<time>.log``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from fp8rl_core.sampler import quiet
+
+__all__ = ["LOGS", "quiet_process", "sweep_log"]
+
+LOGS = Path(os.environ.get("FP8RL_LOGS", "logs"))
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+ENV = {
+    "VLLM_LOGGING_LEVEL": "WARNING",  # vLLM's INFO lines (config dumps, per-step timings) would bury the progress
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",  # reading a run's tables back is not a download to watch
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # transformers' bars for loading/saving a local few-MB checkpoint
+}
+
+
+def quiet_process() -> None:
+    """Set the environment defaults in :data:`ENV` and install :func:`fp8rl_core.sampler.quiet.install`."""
+    for key, value in ENV.items():
+        os.environ.setdefault(key, value)
+    quiet.install()
+
+
+def _console_handlers() -> list[logging.Handler]:
+    """The stream handlers writing to the terminal that log records reach through the root logger."""
+    return [h for h in logging.getLogger().handlers
+            if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
+
+
+@contextmanager
+def sweep_log(sweep: str, root: str | Path | None = None, console_level: int = logging.WARNING) -> Iterator[Path]:
+    """Write every log line (INFO and up) of the block to ``<root>/<sweep>-<YYYYmmdd-HHMMSS>.log`` and show
+    only ``console_level`` and up on the terminal; yields the file's path (restores everything after)."""
+    folder = Path(root) if root is not None else LOGS
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{sweep}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter(FORMAT))
+    targets = [logging.getLogger(), logging.getLogger("vllm")]
+    for lg in targets:
+        lg.addHandler(handler)
+    consoles = {h: h.level for h in _console_handlers()}
+    for h in consoles:
+        h.setLevel(max(h.level, console_level))
+    try:
+        yield path.resolve()
+    finally:
+        for h, level in consoles.items():
+            h.setLevel(level)
+        for lg in targets:
+            lg.removeHandler(handler)
+        handler.close()
