@@ -52,7 +52,7 @@ test: setup
 
 # the edit loop: no vLLM engine, no flow, nothing slow (tiers set by path in tests/conftest.py); < 3 min on 2 cores
 test-fast: setup
-	$(PY) -m pytest -m "not engine and not flow and not slow" --durations=10
+	$(PY) -m pytest --fast --durations=10
 
 bench: setup
 	$(PY) bench/quantize.py

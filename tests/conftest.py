@@ -15,7 +15,8 @@ tests replace the flow with a recorder; the noise rules are checked on log recor
     measured slow on the 2-core machine without starting an engine (warm starts, exhaustive numerics,
     MLflow stores): the folders, files and tests in :data:`SLOW` and the users of :data:`SLOW_FIXTURES`.
 
-``make test-fast`` runs ``-m "not engine and not flow and not slow"``; ``make test`` runs all. A guard
+``make test-fast`` runs ``pytest --fast``: the tests in none of the tiers (same as ``-m "not engine and not
+flow and not slow"``, but files wholly in a tier are not even imported); ``make test`` runs all. A guard
 keeps the fast tier honest: a test that constructs a :class:`~fp8rl_core.sampler.engine.Sampler`
 without being marked ``engine`` or ``flow`` fails, naming this file.
 """
@@ -54,6 +55,11 @@ SLOW = frozenset({
     "core/grids/test_tensor_and_kv.py::test_current_scaling_matches_te",  # every BF16 value (4-6 s each)
     "core/test_purity.py::test_importing_every_core_module_loads_none_of_them",  # imports vLLM (~40 s)
     "core/schemas/test_steps.py::test_real_steps_tokens_and_microbatches_pass",  # real learner steps (~15 s)
+    "core/learner/test_warmstart.py::test_training_is_deterministic",  # two warm starts per model (~11 s)
+    "core/learner/test_warmstart.py::test_load_policy_names_both_shapes_when_checkpoint_and_config_disagree",  # 7-27 s
+    "core/learner/test_warmstart.py::test_a_failed_save_leaves_no_complete_looking_directory",  # two warm starts
+    "core/learner/test_warmstart.py::test_progress_bar_runs",  # a warm start (~6 s)
+    "core/sampler/test_quiet.py::test_the_rules_silence_the_real_import_lines_of_the_pinned_torchao",  # 2 imports
     "flows/test_cli.py::test_runs_on_an_empty_store_prints_an_empty_table",  # MLflow store (~10 s)
     "flows/test_cli.py::test_runs_lists_runs_with_status_and_headline_metrics",  # MLflow store (~10 s)
     "verl/test_compose.py",  # composes verl's whole Hydra config per case (~10 s each)
@@ -74,11 +80,33 @@ def tiers_of(path: str, name: str, fixtures: frozenset[str] | set[str]) -> set[s
     return out
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fast", action="store_true",
+                     help="the fast tier: no engine, flow or slow test (files wholly in those tiers are not even imported)")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With ``--fast``, a test file whose folder or name puts all its tests in a tier is not imported."""
+    if not config.getoption("fast") or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    try:
+        path = collection_path.resolve().relative_to(TESTS).as_posix()
+    except ValueError:  # not under tests/
+        return None
+    return True if tiers_of(path, "", set()) else None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    kept, dropped = [], []
     for item in items:
         path = Path(str(item.path)).resolve().relative_to(TESTS).as_posix()
-        for m in sorted(tiers_of(path, item.name, set(getattr(item, "fixturenames", ())))):
+        tiers = tiers_of(path, item.name, set(getattr(item, "fixturenames", ())))
+        for m in sorted(tiers):
             item.add_marker(m)
+        (dropped if tiers else kept).append(item)
+    if config.getoption("fast") and dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 @pytest.fixture(autouse=True)

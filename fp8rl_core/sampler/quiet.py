@@ -15,6 +15,9 @@ runs its engine core and worker in processes of their own (spawned), so it must 
 ``fp8rl`` command calls it at import (a spawned process re-imports the main module before anything else,
 so the import-time lines of the child processes are caught too). :func:`install` is idempotent.
 
+:data:`ENV` is the one environment default set here (inherited by the engine processes): the time an
+engine gets to stop, so that it frees its shared memory itself (see :data:`SHUTDOWN_S`).
+
 Each rule is tied to the library versions pinned in ``constraints.txt``; when a message changes or goes
 away with an upgrade its rule simply stops matching (``tests/core/sampler/test_quiet.py`` shows which
 rules a real engine start still needs).
