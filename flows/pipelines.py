@@ -121,6 +121,9 @@ def _table(sweep: str, rows: list[dict]) -> Table:
 def _sweep(config: str, overrides: list[str], resume: bool = True, report: bool = False) -> list[dict]:
     logger = get_run_logger()
     sweep, runs = load_sweep(config, overrides)
+    if any(r.backend == "verl" for r in runs):  # refused before anything runs: never fall back to native
+        raise ValueError(f"{config}: backend: verl — fp8rl composes and validates these runs' verl config "
+                         f"(`fp8rl verl-config {config}`) but does not launch verl's trainer yet (docs/gpu.md)")
     ids = [run_id(r) for r in runs]
     sweep_id = hashlib.sha256(",".join(ids).encode()).hexdigest()[:12]
     logger.info("sweep %s (%s): %d runs from %s", sweep.sweep, sweep_id, len(runs), config)

@@ -203,3 +203,13 @@ def test_sigterm_marks_the_run_killed(env):
     assert run.info.status == "KILLED", proc.stdout.read().decode()[-3000:]
     assert "SIGTERM" in run.data.tags["error"]
     assert "time/step_s" in run.data.metrics  # what was logged before stays
+
+
+def test_a_verl_backend_sweep_is_refused_before_anything_runs(env):
+    """``backend: verl`` runs are composed by fp8rl_core.verl but not launched yet: the sweep says so and
+    runs nothing natively (an 8B model on the CPU path would be wrong, not just slow)."""
+    from flows.pipelines import mxfp8_sweep
+
+    with pytest.raises(ValueError, match=r"backend: verl .*fp8rl verl-config .*docs/gpu.md"):
+        mxfp8_sweep(str(ROOT / "configs" / "gpu" / "qwen3-8b.yaml"))
+    assert _runs("gpu-qwen3-8b") == []
