@@ -173,6 +173,8 @@ def _sweep(config: str, overrides: list[str], resume: bool = True, report: bool 
         try:
             path = reporting.sweep_report(sweep.sweep, str(Path(REPORTS) / sweep.sweep))
             logger.info("sweep report: %s (also in MLflow, run 'report' of experiment %s)", path, sweep.sweep)
+            console.print(f"report: {path} (also in MLflow, run 'report' of experiment {sweep.sweep})",
+                          markup=False, highlight=False)  # the log line above reaches the log file only
         except Exception as e:  # noqa: BLE001 — the runs are recorded; a report can be rebuilt with `fp8rl report`
             logger.error("the sweep report failed (rebuild it with `fp8rl report %s`): %s: %s",
                          sweep.sweep, type(e).__name__, e)

@@ -12,6 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+import flows.logs
 from flows import cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +26,7 @@ def store(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.setenv("FP8RL_ARTIFACTS", str(tmp_path / "artifacts"))
     monkeypatch.setenv("COLUMNS", "220")
+    monkeypatch.setattr(flows.logs, "LOGS", tmp_path / "logs")  # sweep logs of `run`
     return tmp_path
 
 
@@ -93,7 +95,6 @@ def test_run_calls_the_sweep_flow_with_the_config_and_overrides(store, monkeypat
 def test_run_prints_the_sweep_log_which_gets_the_lines_the_terminal_does_not(store, monkeypatch):
     import logging
 
-    import flows.logs
     import flows.pipelines as pipelines
 
     from prefect.logging.handlers import PrefectConsoleHandler
@@ -107,7 +108,6 @@ def test_run_prints_the_sweep_log_which_gets_the_lines_the_terminal_does_not(sto
         logging.getLogger("prefect.fp8rl-test").warning("a real problem")
         return []
 
-    monkeypatch.setattr(flows.logs, "LOGS", store / "logs")
     monkeypatch.setattr(pipelines, "mxfp8_sweep", flow)
     vllm = logging.getLogger("vllm")
     monkeypatch.setattr(vllm, "level", logging.INFO)
