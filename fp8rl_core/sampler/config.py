@@ -14,9 +14,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["KV_CACHE_DTYPES", "SamplerConfig", "cpu_fp8_kv_support", "engine_key"]
+__all__ = ["KV_CACHE_DTYPES", "MX_GRID", "SamplerConfig", "cpu_fp8_kv_support", "engine_key"]
 
 KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2")
+#: the MXFP8 grid of the sampler's on-grid layers unless the run names another (the learner's default rule)
+MX_GRID = "mxfp8-e4m3-rceil"
 
 
 class SamplerConfig(BaseModel):

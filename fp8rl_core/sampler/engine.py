@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from fp8rl_core.sampler.config import SamplerConfig, cpu_fp8_kv_support, engine_key
+from fp8rl_core.sampler.config import MX_GRID, SamplerConfig, cpu_fp8_kv_support, engine_key
 from fp8rl_core.sampler.quiet import SHUTDOWN_S
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 from fp8rl_core.sync.layout import ModelLayout, to_checkpoint
@@ -144,7 +144,7 @@ class Sampler:
         cfg: SamplerConfig = SamplerConfig(),
         *,
         version: int = 0,
-        mx_grid: str = "mxfp8-e4m3-rceil",
+        mx_grid: str = MX_GRID,
         work_root: str | Path | None = None,
         seed: int = 0,
     ) -> None:

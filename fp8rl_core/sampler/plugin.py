@@ -50,6 +50,7 @@ import torch.nn.functional as F
 
 from fp8rl_core.grids import QuantizedTensor, parse_grid, quantize
 from fp8rl_core.sampler import quiet
+from fp8rl_core.sampler.config import MX_GRID
 from fp8rl_core.sampler.vllm_compat import patch_engine_core
 from vllm.model_executor.layers.fused_moe import RoutedExperts
 from vllm.model_executor.layers.fused_moe.config import FusedMoEQuantConfig
@@ -273,7 +274,7 @@ class Fp8rlMoEMethod(FusedMoEMethodBase):
 class Fp8rlConfig(QuantizationConfig):
     """Per-layer sampler grids for fp8rl (see the module docstring)."""
 
-    def __init__(self, layers: dict[str, str], mx_grid: str = "mxfp8-e4m3-rceil",
+    def __init__(self, layers: dict[str, str], mx_grid: str = MX_GRID,
                  block_grid: str = "fp8-block128-e4m3") -> None:
         super().__init__()
         bad = {p: s for p, s in layers.items() if s not in SCHEMES}
@@ -300,7 +301,7 @@ class Fp8rlConfig(QuantizationConfig):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "Fp8rlConfig":
-        return cls(config.get("layers", {}), config.get("mx_grid", "mxfp8-e4m3-rceil"),
+        return cls(config.get("layers", {}), config.get("mx_grid", MX_GRID),
                    config.get("block_grid", "fp8-block128-e4m3"))
 
     def _scheme(self, prefix: str) -> _Scheme:

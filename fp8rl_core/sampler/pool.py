@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from fp8rl_core.sampler.config import SamplerConfig, engine_key
+from fp8rl_core.sampler.config import MX_GRID, SamplerConfig, engine_key
 from fp8rl_core.sampler.engine import Sampler, SyncTiming, engine_config
 
 __all__ = ["acquire", "release_all"]
@@ -25,7 +25,7 @@ _ENGINES: dict[str, Sampler] = {}
 
 
 def acquire(checkpoint: str | Path, schemes: Mapping[str, str], tensors: Mapping[str, torch.Tensor],
-            cfg: SamplerConfig = SamplerConfig(), *, version: int = 0, mx_grid: str = "mxfp8-e4m3-rceil",
+            cfg: SamplerConfig = SamplerConfig(), *, version: int = 0, mx_grid: str = MX_GRID,
             work_root: str | Path | None = None, max_live: int = 2) -> tuple[Sampler, SyncTiming | None]:
     """A live engine for (checkpoint config, schemes, cfg) loaded with ``tensors`` at ``version``: the
     running one when its key matches (then the weights are synced in — no second startup), else a
