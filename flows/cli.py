@@ -4,7 +4,7 @@ Thin by design — argument parsing and calls into the flows (:mod:`flows.pipeli
 (:mod:`fp8rl_core.config`) and the tracking helpers (:mod:`tasks.tracking`). Heavy imports (torch, vLLM,
 Prefect) happen inside the commands, so ``fp8rl --help`` and ``fp8rl runs`` stay quick.
 
-    fp8rl run configs/smoke.yaml [key=value ...]   # the mxfp8-sweep flow, locally (embedded Prefect)
+    fp8rl run configs/smoke.yaml [key=value ...]   # the mxfp8-sweep flow: runs on a local Ray (or --ray-address)
     fp8rl deploy [--pool fp8rl-local]               # prefect deploy --all (deployments/prefect.yaml)
     fp8rl ui [--port 5000]                          # mlflow ui on the local store, 127.0.0.1
     fp8rl runs [--sweep NAME] [--limit N]           # recent MLflow runs with the headline metrics
@@ -58,8 +58,14 @@ def run(
     overrides: Annotated[list[str] | None, typer.Argument(
         help="key=value overrides (value parsed as YAML): learner.lr=1e-3, base.loop.steps=1, axes.seed=[0]",
         show_default=False)] = None,
+    ray_address: Annotated[str | None, typer.Option(
+        "--ray-address", envvar="RAY_ADDRESS",
+        help="join this Ray cluster (auto, host:6379, ray://host:10001); default: a local Ray on this machine")] = None,
+    inline: Annotated[bool, typer.Option(help="no Ray: the runs one after another in this process (debugging)")] = False,
 ) -> None:
-    """Run a sweep locally through the mxfp8-sweep flow (embedded Prefect, MLflow store of the cwd).
+    """Run a sweep through the mxfp8-sweep flow: each run a task on Ray (a local Ray unless --ray-address),
+    Prefect's API (PREFECT_API_URL, else a temporary local one), MLflow (MLFLOW_TRACKING_URI, else
+    ./mlflow.db).
 
     Runs already FINISHED in MLflow (same run id) are skipped; failed ones run again."""
     from fp8rl_core.config import ConfigError, load_sweep
@@ -76,7 +82,7 @@ def run(
     with sweep_log(sweep.sweep) as log:
         typer.echo(f"log: {log}")
         try:
-            mxfp8_sweep(str(config), overrides)
+            mxfp8_sweep(str(config), overrides, ray_address=ray_address, inline=inline)
         except ConfigError as e:
             raise _fail(f"{e} (log: {log})") from None
         except RuntimeError as e:  # some runs failed: the table above says which; rerun to retry them

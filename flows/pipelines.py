@@ -9,24 +9,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import signal
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-from prefect import flow, get_run_logger
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run as runtime_flow_run
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fp8rl_core.config import RunConfig, load_sweep, run_id
+from fp8rl_core.config import RunConfig, SweepConfig, load_sweep, run_id
 from fp8rl_core.sampler.pool import release_all
 from fp8rl_core.vocabulary import CONDITIONS
-from tasks import reporting, stages, tracking
+from tasks import cluster, reporting, stages, tracking
 
 __all__ = ["experiment", "mxfp8_sweep", "nightly_correctness"]
 
@@ -64,13 +65,17 @@ def _killed_on_signal(mlflow_run: str):
 
 
 @flow(name="experiment", log_prints=True)
-def experiment(run: dict, sweep: str = "adhoc", sweep_id: str = "adhoc") -> dict:
+def experiment(run: dict, sweep: str = "adhoc", sweep_id: str = "adhoc", mlflow_run: str | None = None) -> dict:
     """One run: warm start → sampler-grid setup → (train step → weight sync → checks) × steps → KL and
-    timing extraction → record. Returns the run's summary metrics."""
+    timing extraction → record. Returns the run's summary metrics. ``mlflow_run``: the MLflow run the
+    sweep opened for it (SCHEDULED; on Ray the sweep opens runs before dispatch), else a new one."""
     cfg = RunConfig.model_validate(run)
     key = run_id(cfg)
-    params = tracking.flatten(cfg.model_dump(mode="json", exclude={"models_dir"}))
-    mlflow_run = tracking.open_run(sweep, sweep_id, key, run_name(cfg), params, str(runtime_flow_run.id or "none"))
+    flow_run = str(runtime_flow_run.id or "none")
+    if mlflow_run is None:
+        params = tracking.flatten(cfg.model_dump(mode="json", exclude={"models_dir"}))
+        mlflow_run = tracking.open_run(sweep, sweep_id, key, run_name(cfg), params, flow_run)
+    tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run})
     try:
         with tracking.captured_logs(mlflow_run), _killed_on_signal(mlflow_run):
             ckpt = stages.warm_start_checkpoint(cfg.spec().model_dump(mode="json"),
@@ -118,7 +123,173 @@ def _table(sweep: str, rows: list[dict]) -> Table:
     return t
 
 
-def _sweep(config: str, overrides: list[str], resume: bool = True, report: bool = False) -> list[dict]:
+def _portable(cfg: RunConfig) -> dict:
+    """The run as a dict a worker on any node can load: the model-spec folder as an absolute path (a
+    worker's working directory is not the driver's; every host has the checkout at the same path)."""
+    return cfg.model_dump(mode="json") | {"models_dir": str(Path(cfg.models_dir).resolve())}
+
+
+@task(name="run-experiment", cache_policy=NO_CACHE)
+def run_experiment(run: dict, sweep: str, sweep_id: str, mlflow_run: str, cwd: str) -> dict:
+    """One run on the Ray worker this task landed on: the experiment flow, a subflow of this task run.
+    The worker keeps its engines for the next run it gets (the engine pool is per process)."""
+    if Path(cwd).is_dir():  # the checkout's relative paths (configs, caches) as on the driver
+        os.chdir(cwd)
+    return experiment(run, sweep, sweep_id, mlflow_run)
+
+
+def _prefect_api_url() -> str:
+    """The Prefect API the sweep reports to — the configured server, or this process's temporary one."""
+    from prefect import get_client
+
+    with get_client(sync_client=True) as c:
+        return str(c.api_url)
+
+
+def _crash(future, reason: str) -> None:
+    """Tell Prefect a task run whose Ray worker died is over (nobody else will: it stays Running)."""
+    from prefect import get_client
+    from prefect.states import Crashed
+
+    try:
+        with get_client(sync_client=True) as c:
+            c.set_task_run_state(future.task_run_id, Crashed(message=reason), force=True)
+    except Exception as e:  # noqa: BLE001 — the MLflow record is what matters; say why Prefect's is stale
+        get_run_logger().warning("could not mark task run %s Crashed: %s", future.task_run_id, e)
+
+
+@contextmanager
+def _on_ray(sweep: SweepConfig, sweep_id: str, address: str | None):
+    """Connect to Ray — a local Ray without an address (or ``RAY_ADDRESS``), else that cluster — check
+    that the sweep can run there, and yield ``dispatch(todo, done)``: it runs ``todo`` (run config, MLflow
+    run opened SCHEDULED) as Prefect task runs on Ray and returns one row per run as each ends
+    (``done(row)`` each time). Raises :class:`ClusterError` before anything is dispatched when one run
+    fits on no node, or when a multi-node cluster could not reach the tracking store or the Prefect API.
+    A run whose worker died (killed, out of memory, node lost) is ended FAILED in MLflow with Ray's
+    reason; on SIGTERM/SIGINT the runs still scheduled or running are cancelled and ended KILLED."""
+    import ray
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect_ray import RayTaskRunner
+    from prefect_ray.context import remote_options
+
+    logger = get_run_logger()
+    env = {"MLFLOW_TRACKING_URI": tracking.tracking_uri(), "FP8RL_ARTIFACTS": str(tracking.artifact_root().resolve()),
+           "FP8RL_CACHE": str(Path(WARMSTART_CACHE).resolve())}
+    local = address is None and not os.environ.get("RAY_ADDRESS")
+    init = {"log_to_driver": False, "logging_level": logging.WARNING, "runtime_env": {"env_vars": env}}
+    if local:  # the embedded default: this machine's cores, no dashboard, a small object store (rows only)
+        init |= {"include_dashboard": False, "object_store_memory": 256 * 2**20}
+    api = _prefect_api_url()
+    with RayTaskRunner(address=address, init_kwargs=init) as runner:
+        where = "a local Ray" if local else f"the Ray cluster at {address or os.environ['RAY_ADDRESS']}"
+        found = cluster.nodes()
+        here = ray.util.get_node_ip_address()
+        problems = [cluster.fit_problem(sweep.resources.ray_options(), found, where),
+                    tracking.shared_store_problem(len(found), tracking.tracking_uri()),
+                    cluster.loopback_problem("MLFLOW_TRACKING_URI", tracking.tracking_uri(), found, here),
+                    cluster.loopback_problem("the Prefect API (PREFECT_API_URL)", api, found, here)]
+        problems = [p for p in problems if p]
+        if problems:
+            raise ClusterError("\n".join(problems))
+        logger.info("%s: %d nodes; each run asks for %s", where, len(found), sweep.resources.describe())
+
+        def dispatch(todo: list[tuple[RunConfig, str]], done) -> list[dict]:
+            futures = {}
+            with temporary_settings(updates={PREFECT_API_URL: api}), \
+                    remote_options(**sweep.resources.ray_options(), max_retries=0, max_calls=0):
+                for cfg, mlflow_run in todo:
+                    f = runner.submit(run_experiment, {"run": _portable(cfg), "sweep": sweep.sweep, "sweep_id": sweep_id,
+                                                       "mlflow_run": mlflow_run, "cwd": os.getcwd()})
+                    futures[f.wrapped_future] = (f, cfg, mlflow_run)
+            pending, rows = list(futures), []
+            try:
+                with _interrupts_raise():
+                    while pending:  # a timeout, so a signal is handled within a second
+                        ready, pending = ray.wait(pending, num_returns=1, timeout=1.0)
+                        for ref in ready:
+                            row = _collect(*futures[ref])
+                            rows.append(row)
+                            done(row)
+            except BaseException as e:  # interrupted: nothing keeps running, nothing is left SCHEDULED/RUNNING
+                reason = f"the sweep was interrupted ({type(e).__name__}: {e}) before this run finished"
+                for ref in pending:
+                    ray.cancel(ref, force=True)
+                for ref in pending:
+                    tracking.end_unfinished(futures[ref][2], "KILLED", reason)
+                raise
+            return rows
+
+        yield dispatch
+
+
+class ClusterError(RuntimeError):
+    """The sweep cannot run on this cluster as configured (nothing was run)."""
+
+
+def _collect(f, cfg: RunConfig, mlflow_run: str) -> dict:
+    """The row of a finished task run: its result, the run's own failure, or its worker's death."""
+    import ray
+
+    key = run_id(cfg)
+    try:
+        return f.result()
+    except ray.exceptions.RayError as e:  # the worker (or its node) died: nobody ended the MLflow run
+        reason = f"the Ray worker running this run died: {type(e).__name__}: {str(e).splitlines()[0]}"
+        get_run_logger().error("run %s: %s", run_name(cfg), reason)
+        tracking.end_unfinished(mlflow_run, "FAILED", reason)
+        _crash(f, reason)
+        return {"run_id": key, "mlflow_run": mlflow_run, "name": run_name(cfg), "status": f"FAILED: {type(e).__name__}"}
+    except Exception as e:  # noqa: BLE001 — the run failed (and its experiment flow ended it FAILED)
+        get_run_logger().error("run %s failed: %s: %s", run_name(cfg), type(e).__name__, e)
+        tracking.end_unfinished(mlflow_run, "FAILED", f"{type(e).__name__}: {e}")
+        return {"run_id": key, "mlflow_run": mlflow_run, "name": run_name(cfg), "status": f"FAILED: {type(e).__name__}"}
+
+
+@contextmanager
+def _interrupts_raise():
+    """SIGTERM (and SIGINT) raise KeyboardInterrupt in the driver's main thread while it waits on Ray."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    for s in previous:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _inline(sweep: SweepConfig, sweep_id: str, todo: list[tuple[RunConfig, str]], done: callable) -> list[dict]:
+    """The runs one after another in this process (``inline=True``): for a debugger, and the baseline of
+    bench/orchestration.py. No Ray."""
+    rows = []
+    try:
+        for cfg, mlflow_run in todo:
+            try:
+                row = experiment(cfg.model_dump(mode="json"), sweep.sweep, sweep_id, mlflow_run)
+            except Exception as e:  # noqa: BLE001 — one failed run must not stop the others
+                get_run_logger().error("run %s failed: %s: %s", run_name(cfg), type(e).__name__, e)
+                row = {"run_id": run_id(cfg), "mlflow_run": mlflow_run, "name": run_name(cfg),
+                       "status": f"FAILED: {type(e).__name__}"}
+            rows.append(row)
+            done(row)
+    except BaseException as e:
+        for _, mlflow_run in todo:
+            tracking.end_unfinished(mlflow_run, "KILLED", f"the sweep was interrupted ({type(e).__name__}: {e})")
+        raise
+    finally:
+        release_all()
+    return rows
+
+
+def _sweep(config: str, overrides: list[str], resume: bool = True, report: bool = False,
+           ray_address: str | None = None, inline: bool = False) -> list[dict]:
     logger = get_run_logger()
     sweep, runs = load_sweep(config, overrides)
     if any(r.backend == "verl" for r in runs):  # refused before anything runs: never fall back to native
@@ -128,42 +299,45 @@ def _sweep(config: str, overrides: list[str], resume: bool = True, report: bool 
     sweep_id = hashlib.sha256(",".join(ids).encode()).hexdigest()[:12]
     logger.info("sweep %s (%s): %d runs from %s", sweep.sweep, sweep_id, len(runs), config)
 
-    def one(cfg: RunConfig) -> dict:
+    rows: dict[str, dict] = {}
+    pending: list[RunConfig] = []
+    for cfg in runs:
         key = run_id(cfg)
-        done = tracking.find_finished(sweep.sweep, key) if resume else None
-        if done is not None:
-            logger.info("run %s (%s) already finished as MLflow run %s: skipped", run_name(cfg), key, done)
-            return {"run_id": key, "mlflow_run": done, "name": run_name(cfg), "status": "SKIPPED (done)"}
-        try:
-            return experiment(cfg.model_dump(mode="json"), sweep.sweep, sweep_id)
-        except Exception as e:  # noqa: BLE001 — one failed run must not stop the others
-            logger.error("run %s failed: %s: %s", run_name(cfg), type(e).__name__, e)
-            return {"run_id": key, "name": run_name(cfg), "status": f"FAILED: {type(e).__name__}"}
+        found = tracking.find_finished(sweep.sweep, key) if resume else None
+        if found is not None:
+            logger.info("run %s (%s) already finished as MLflow run %s: skipped", run_name(cfg), key, found)
+            rows[key] = {"run_id": key, "mlflow_run": found, "name": run_name(cfg), "status": "SKIPPED (done)"}
+        else:
+            pending.append(cfg)
 
-    progress = Progress(TextColumn(f"sweep {sweep.sweep}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.description}"), TimeElapsedColumn())
-    bar = progress.add_task("", total=len(runs))
+    def opened() -> list[tuple[RunConfig, str]]:  # every run gets its MLflow record before any is dispatched
+        out = []
+        for cfg in pending:
+            params = tracking.flatten(cfg.model_dump(mode="json", exclude={"models_dir"}))
+            mlflow_run = tracking.open_run(sweep.sweep, sweep_id, run_id(cfg), run_name(cfg), params, None)
+            tracking.schedule(mlflow_run)
+            out.append((cfg, mlflow_run))
+        return out
 
-    done = iter(range(1, len(runs) + 1))
+    progress = Progress(TextColumn(f"sweep {sweep.sweep}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    bar = progress.add_task("", total=len(pending))
+    t0 = time.monotonic()
 
-    def tracked(cfg: RunConfig) -> dict:
-        progress.update(bar, description=run_name(cfg))
-        t0 = time.monotonic()
-        row = one(cfg)
+    def done(row: dict) -> None:  # one line per run as it ends: the progress in a log too
         progress.advance(bar)
-        progress.console.print(f"{next(done):>3}/{len(runs)} {row['name']}: {row['status']} ({time.monotonic() - t0:.0f} s)",
-                               markup=False, highlight=False)  # one line per run: the progress in a log too
-        return row
+        n = int(progress.tasks[0].completed)
+        progress.console.print(f"{n:>3}/{len(pending)} {row['name']}: {row['status']} (after {time.monotonic() - t0:.0f} s)",
+                               markup=False, highlight=False)
 
-    try:
+    if pending and inline:
         with progress:
-            if sweep.concurrency == 1:
-                rows = [tracked(cfg) for cfg in runs]
-            else:
-                with ThreadPoolExecutor(max_workers=sweep.concurrency) as pool:
-                    rows = list(pool.map(tracked, runs))
-    finally:
-        release_all()
+            rows |= {r["run_id"]: r for r in _inline(sweep, sweep_id, opened(), done)}
+    elif pending:
+        with _on_ray(sweep, sweep_id, ray_address) as dispatch:  # checks the cluster before opening runs
+            todo = opened()
+            with progress:
+                rows |= {r["run_id"]: r for r in dispatch(todo, done)}
+    rows = [rows[k] for k in ids]
     console = Console()
     if not console.is_terminal:
         console = Console(width=140)  # logs and CI: room for the full run names
@@ -184,27 +358,31 @@ def _sweep(config: str, overrides: list[str], resume: bool = True, report: bool 
 
 
 @flow(name="mxfp8-sweep", log_prints=True)
-def mxfp8_sweep(config: str = "configs/smoke.yaml", overrides: list[str] | None = None, report: bool = True) -> list[dict]:
-    """Expand the sweep config (with ``key=value`` overrides) and run its experiments; runs already
+def mxfp8_sweep(config: str = "configs/smoke.yaml", overrides: list[str] | None = None, report: bool = True,
+                ray_address: str | None = None, inline: bool = False) -> list[dict]:
+    """Expand the sweep config (with ``key=value`` overrides) and run its experiments, each a task run on
+    Ray (``ray_address``: join that cluster — ``auto``, ``host:port``, ``ray://host:10001``; else
+    ``RAY_ADDRESS``; else a local Ray on this machine), placed by the sweep's ``resources``. Runs already
     FINISHED in MLflow (same run id) are skipped, failed ones run again. ``report``: then write the
     sweep's report (Markdown summary with the paper's claims, PNG figures) to ``reports/<sweep>/`` and
-    log it to MLflow."""
-    return _sweep(config, list(overrides or []), report=report)
+    log it to MLflow. ``inline``: no Ray, the runs one after another in this process (debugging)."""
+    return _sweep(config, list(overrides or []), report=report, ray_address=ray_address, inline=inline)
 
 
 @flow(name="nightly-correctness", log_prints=True)
 def nightly_correctness(config: str = "configs/nightly.yaml", overrides: list[str] | None = None,
-                        stages_to_run: list[str] | None = None) -> dict:
+                        stages_to_run: list[str] | None = None, ray_address: str | None = None) -> dict:
     """The nightly correctness run (no resume): the sweep of every preset with the checks on, then the
     correctness stage — clean sync series on the dense and MoE models and every fault of the catalogue
     through the real sync path — whose detection matrix (CSV + PNG), verdicts and summary metrics go to
     one MLflow run named ``correctness``. Fails when a fault is not caught at its first sync by the
     check of its condition, or a clean sync raised an alarm. ``stages_to_run``: ``sweep``, ``correctness``
-    (default both)."""
+    (default both). ``ray_address``: where the sweep's runs go (as in mxfp8-sweep); the correctness stage
+    runs in this process."""
     which = set(stages_to_run or ("sweep", "correctness"))
     out: dict = {}
     if "sweep" in which:
-        out["sweep"] = _sweep(config, list(overrides or []), resume=False)
+        out["sweep"] = _sweep(config, list(overrides or []), resume=False, ray_address=ray_address)
     if "correctness" in which:
         out["correctness"] = _correctness(config, list(overrides or []))
     return out

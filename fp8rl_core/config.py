@@ -15,7 +15,7 @@ no axes)::
       model: [qwen3-dense-tiny, qwen3-moe-tiny]
       preset: [bf16-e2e, bf16-sampler, half, all, other-grid]
       seed: [0, 1, 2]
-    concurrency: 1                    # experiments run at once (1 on a 2-core box)
+    resources: {num_cpus: 1}          # what one run needs on a Ray node (num_cpus, num_gpus, memory_gb)
 
 Overrides (``key=value``, value parsed as YAML) address the file: ``base.loop.steps=2``,
 ``axes.seed=[0]``; a key without ``base.``/``axes.`` is taken as ``base.<key>`` (``learner.lr=1e-3``).
@@ -28,6 +28,10 @@ Paths: a model name is looked up in ``<config dir>/models``; ``base.models_dir``
 relative ``models_dir`` is taken relative to the config file's directory (``models_dir: ../models`` in
 ``configs/gpu/*.yaml``), so a sweep loads the same from any working directory. A ``model`` given as a
 path to a ``.yaml`` spec is used as written (relative to the working directory).
+
+``resources`` is what one run asks of the Ray node it runs on: a sweep runs as many runs at once as the
+cluster's free resources allow (``fp8rl run`` starts a local Ray; ``--ray-address`` joins a cluster).
+It is not part of a run's identity (its id), like ``sweep`` and ``description``.
 
 Every error names the file, the dotted field and what would be valid. Each run has a stable id: the
 first 12 hex digits of the SHA-256 of its resolved config (canonical JSON) — the same run gets the
@@ -59,6 +63,7 @@ __all__ = [
     "MetricsSection",
     "ConfigError",
     "CorrectnessSection",
+    "ResourcesSection",
     "correctness_runs",
     "LearnerSection",
     "LoopSection",
@@ -281,6 +286,31 @@ class CorrectnessSection(BaseModel):
         return out
 
 
+class ResourcesSection(BaseModel):
+    """What one run of the sweep asks of the Ray node it runs on (Ray's logical resources: a run is
+    placed on a node with that much free, and a node runs as many runs at once as its resources allow).
+    The defaults fit the CPU minis; ``configs/gpu/`` sweeps ask for GPUs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_cpus: float = Field(1.0, gt=0, description="CPU cores per run (Ray also sets OMP_NUM_THREADS to it)")
+    num_gpus: float = Field(0.0, ge=0, description="GPUs per run (fractions share a GPU)")
+    memory_gb: float | None = Field(None, gt=0, description="RAM per run in GiB, reserved on the node (None: not reserved)")
+
+    def ray_options(self) -> dict[str, float]:
+        """Ray's ``.options()``/``@ray.remote`` keywords for one run (memory in bytes)."""
+        out: dict[str, float] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
+        if self.memory_gb is not None:
+            out["memory"] = int(self.memory_gb * 2**30)
+        return out
+
+    def describe(self) -> str:
+        parts = [f"num_cpus={self.num_cpus:g}", f"num_gpus={self.num_gpus:g}"]
+        if self.memory_gb is not None:
+            parts.append(f"memory_gb={self.memory_gb:g}")
+        return ", ".join(parts)
+
+
 class SweepConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -290,7 +320,16 @@ class SweepConfig(BaseModel):
     description: str = ""
     base: dict[str, Any] = Field(default_factory=dict)
     axes: dict[str, list[Any]] = Field(default_factory=dict)
-    concurrency: int = Field(1, ge=1)
+    resources: ResourcesSection = ResourcesSection()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_concurrency(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "concurrency" in data:
+            raise ValueError("'concurrency' is gone: a sweep's runs are dispatched on Ray, which runs as many at once "
+                             "as the cluster's free resources allow; say what one run needs instead, e.g. "
+                             "resources: {num_cpus: 2} (docs/configs.md)")
+        return data
 
     @field_validator("axes")
     @classmethod
@@ -344,7 +383,7 @@ def _parse_override(item: str) -> tuple[str, Any]:
         value = yaml.safe_load(raw)
     except yaml.YAMLError as e:
         raise ConfigError(f"override {key}: value {raw!r} is not valid YAML ({e})") from None
-    if key.split(".")[0] not in ("base", "axes", "sweep", "description", "concurrency", "correctness"):
+    if key.split(".")[0] not in ("base", "axes", "sweep", "description", "resources", "correctness"):
         key = f"base.{key}"
     return key, value
 

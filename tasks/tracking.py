@@ -260,3 +260,42 @@ def open_report_run(sweep: str) -> str:
     run = c.create_run(experiment_id(c, sweep), run_name="report",
                        tags={"fp8rl.kind": "report", "fp8rl.sweep": sweep, "git.commit": _git_commit()})
     return run.info.run_id
+
+
+def schedule(mlflow_run: str) -> None:
+    """Mark a run opened ahead of its execution SCHEDULED (a sweep on Ray opens every run before dispatch,
+    so a run whose worker dies before it starts still has a record to mark FAILED)."""
+    client().update_run(mlflow_run, status="SCHEDULED")
+
+
+def start(mlflow_run: str, tags: Mapping[str, str]) -> None:
+    """The run starts executing: RUNNING, with where it runs (host, pid, Ray node) and its flow run as tags."""
+    c = client()
+    c.update_run(mlflow_run, status="RUNNING")
+    for k, v in tags.items():
+        c.set_tag(mlflow_run, k, v)
+
+
+def status(mlflow_run: str) -> str:
+    return client().get_run(mlflow_run).info.status
+
+
+def end_unfinished(mlflow_run: str, status: str, reason: str) -> bool:
+    """End a run that is still SCHEDULED or RUNNING as ``status`` (FAILED, KILLED) with ``reason`` as its
+    ``error`` tag; True if it was unfinished. Runs that already ended keep their status and reason."""
+    if client().get_run(mlflow_run).info.status not in ("SCHEDULED", "RUNNING"):
+        return False
+    set_tag(mlflow_run, "error", reason)
+    terminate(mlflow_run, status)
+    return True
+
+
+def shared_store_problem(nodes: int, uri: str) -> str | None:
+    """None when ``uri`` is a store runs on ``nodes`` Ray nodes can share; a message when a sweep on more
+    than one node would write to a SQLite file or a file store (each node would write its own copy, or
+    several writers one file: runs lost or corrupted)."""
+    if nodes <= 1 or uri.startswith(("http://", "https://", "postgresql", "mysql", "mssql", "databricks")):
+        return None
+    return (f"the sweep runs on {nodes} Ray nodes but MLFLOW_TRACKING_URI is {uri!r}, a local store: it would corrupt "
+            "or scatter the runs. Start a tracking server (`fp8rl tracking-server --host 0.0.0.0`) and export "
+            "MLFLOW_TRACKING_URI=http://<its host>:<port> before running the sweep (README, Scale out).")

@@ -85,11 +85,18 @@ def test_run_calls_the_sweep_flow_with_the_config_and_overrides(store, monkeypat
     import flows.pipelines as pipelines
 
     calls = []
-    monkeypatch.setattr(pipelines, "mxfp8_sweep", lambda config, overrides: calls.append((config, overrides)) or [])
+    monkeypatch.setattr(pipelines, "mxfp8_sweep", lambda config, overrides, **kw: calls.append((config, overrides, kw)) or [])
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     result = _invoke("run", str(SMOKE), "axes.seed=[0]", "loop.steps=1")
     assert result.exit_code == 0, result.output
     assert "sweep smoke: 10 runs" in result.output
-    assert calls == [(str(SMOKE), ["axes.seed=[0]", "loop.steps=1"])]
+    assert calls == [(str(SMOKE), ["axes.seed=[0]", "loop.steps=1"], {"ray_address": None, "inline": False})]
+    # a cluster: --ray-address, or RAY_ADDRESS as Ray itself reads it; --inline: no Ray
+    assert _invoke("run", str(SMOKE), "--ray-address", "10.0.0.1:6379").exit_code == 0
+    monkeypatch.setenv("RAY_ADDRESS", "auto")
+    assert _invoke("run", str(SMOKE), "--inline").exit_code == 0
+    assert [c[2] for c in calls[1:]] == [{"ray_address": "10.0.0.1:6379", "inline": False},
+                                         {"ray_address": "auto", "inline": True}]
 
 
 def test_run_prints_the_sweep_log_which_gets_the_lines_the_terminal_does_not(store, monkeypatch):
@@ -101,7 +108,7 @@ def test_run_prints_the_sweep_log_which_gets_the_lines_the_terminal_does_not(sto
 
     consoles = []
 
-    def flow(config, overrides):  # logs as the flow and vLLM do: INFO to the file only, warnings to both
+    def flow(config, overrides, **kw):  # logs as the flow and vLLM do: INFO to the file only, warnings to both
         consoles.extend(h.level for h in logging.getLogger().handlers if isinstance(h, PrefectConsoleHandler))
         logging.getLogger("prefect.fp8rl-test").info("task run finished")
         logging.getLogger("vllm.engine").info("engine config dump")

@@ -1,5 +1,7 @@
-"""The flows for real (embedded Prefect, a temporary MLflow store): a run that finishes, resume skips it,
-a run that fails is FAILED with its reason, a run killed by SIGTERM is KILLED."""
+"""The flows for real (embedded Prefect, a local Ray, a temporary MLflow store): a run that finishes on a
+Ray worker, resume skips it, a run that fails is FAILED with its reason, a sweep killed by SIGTERM leaves
+its run KILLED, a sweep asking for GPUs the cluster lacks stops before anything runs. The tests that
+patch code inside a run use ``inline=True`` (the runs in this process, where the patch applies)."""
 
 from __future__ import annotations
 
@@ -56,6 +58,8 @@ def test_a_run_finishes_with_its_record_and_a_resume_skips_it(env):
     assert run.info.status == "FINISHED"
     assert run.data.params["preset"] == "all" and run.data.params["loop.steps"] == "1"
     assert run.data.tags["fp8rl.run_id"] == rows[0]["run_id"] and run.data.tags["prefect.flow_run_id"] != "none"
+    # it ran on a Ray worker of a local Ray (not in this process), which the run records
+    assert run.data.tags["ray.node_id"] and run.data.tags["fp8rl.pid"] != str(os.getpid())
     for name in ("reward/mean", "kl/k3", "kl/k1", "time/step_s", "time/load_s", "time/checks_s", "sync/bytes"):
         assert name in run.data.metrics, name
     conditions = ("W1", "W2", "W3", "W4", "W5", "W6", "W7")  # the first sync of an engine runs the full tier
@@ -103,7 +107,8 @@ def test_a_failing_run_is_failed_with_its_reason_and_keeps_its_params(env, monke
 
     monkeypatch.setattr(stages, "start_pipeline", broken)
     with pytest.raises(RuntimeError, match="1 of 1 runs failed: qwen3-moe-mini-half-s0"):
-        mxfp8_sweep(SMOKE, ["axes.seed=[0]", "axes.preset=[half]", "axes.model=[qwen3-moe-mini]", "loop.steps=1"])
+        mxfp8_sweep(SMOKE, ["axes.seed=[0]", "axes.preset=[half]", "axes.model=[qwen3-moe-mini]", "loop.steps=1"],
+                    inline=True)
     (run,) = [r for r in _runs("smoke") if r.data.params.get("preset") == "half"]
     assert run.info.status == "FAILED"
     assert "RuntimeError: engine exploded" in run.data.tags["error"]
@@ -151,7 +156,7 @@ def test_an_engine_dying_mid_sync_fails_the_run_with_its_last_good_version_and_a
     run_args = ["axes.seed=[2]", "axes.preset=[all]", "axes.model=[qwen3-dense-mini]", "loop.steps=3"]
     t0 = time.time()
     with pytest.raises(RuntimeError, match="1 of 1 runs failed"):
-        mxfp8_sweep(SMOKE, run_args)
+        mxfp8_sweep(SMOKE, run_args, inline=True)
     assert time.time() - t0 < 300 and state["killed"]  # failed promptly (vLLM alone would wait forever)
     (run,) = [r for r in _runs("smoke") if r.info.run_name == "qwen3-dense-mini-all-s2"]
     assert run.info.status == "FAILED"
@@ -162,7 +167,7 @@ def test_an_engine_dying_mid_sync_fails_the_run_with_its_last_good_version_and_a
 
     monkeypatch.setattr(Sampler, "sync", original_sync)
     monkeypatch.setattr(Sampler, "_rpc", original_rpc)
-    rows = mxfp8_sweep(SMOKE, run_args)  # resume reruns the failed run on a new engine
+    rows = mxfp8_sweep(SMOKE, run_args, inline=True)  # resume reruns the failed run on a new engine
     assert [r["status"] for r in rows] == ["FINISHED"]
     assert not set(state["killed"]) & {p.pid for p in _engine_cores()}
     rerun = tracking.client().get_run(rows[0]["mlflow_run"])
@@ -203,6 +208,16 @@ def test_sigterm_marks_the_run_killed(env):
     assert run.info.status == "KILLED", proc.stdout.read().decode()[-3000:]
     assert "SIGTERM" in run.data.tags["error"]
     assert "time/step_s" in run.data.metrics  # what was logged before stays
+
+
+def test_a_sweep_asking_for_gpus_the_cluster_lacks_stops_before_anything_runs(env):
+    from flows.pipelines import ClusterError, mxfp8_sweep
+
+    before = len(_runs("smoke"))
+    with pytest.raises(ClusterError, match=r"each run asks for num_cpus=1, num_gpus=1 .* no node of a local Ray "
+                                           r"has that much: .*num_gpus=0.*GPU nodes"):
+        mxfp8_sweep(SMOKE, ["axes.seed=[3]", "axes.preset=[all]", "axes.model=[qwen3-dense-mini]", "resources.num_gpus=1"])
+    assert len(_runs("smoke")) == before  # no MLflow run was opened
 
 
 def test_a_verl_backend_sweep_is_refused_before_anything_runs(env):

@@ -1,0 +1,111 @@
+"""The Ray cluster a sweep runs on, seen from the sweep: its nodes, whether one run fits on one of them,
+whether the servers the runs report to are reachable from every node, and where a run ran.
+
+Ray is imported inside the functions that talk to a running Ray (the CLI's quick commands never load
+it). The checks are pure functions over :class:`Node` records, tested without a cluster; :func:`nodes`
+reads them from the Ray this process is connected to.
+
+Why these checks exist: a sweep that asks for a resource no node has would wait forever in Ray's queue
+(Ray keeps an infeasible task pending and only warns), so the sweep stops *before* anything runs and
+says what it asked for and what the cluster has. A run placed on another host writes to the tracking
+store and reports to the Prefect API by URL: a loopback URL (``127.0.0.1``, ``localhost``) or a file on
+the driver's disk means nothing there.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+__all__ = ["Node", "fit_problem", "loopback_problem", "nodes", "where"]
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Node:
+    """One alive Ray node: its id, IP and total logical resources (CPU, GPU, memory in GiB)."""
+
+    node_id: str
+    ip: str
+    cpus: float
+    gpus: float
+    memory_gb: float
+
+    def describe(self) -> str:
+        return f"{self.ip} ({self.node_id[:8]}): num_cpus={self.cpus:g}, num_gpus={self.gpus:g}, memory_gb={self.memory_gb:.1f}"
+
+
+def nodes() -> list[Node]:
+    """The alive nodes of the Ray cluster this process is connected to (``ray.init`` first)."""
+    import ray
+
+    out = []
+    for n in ray.nodes():
+        if not n.get("Alive"):
+            continue
+        res = n.get("Resources", {})
+        out.append(Node(node_id=n["NodeID"], ip=n.get("NodeManagerAddress", "?"), cpus=float(res.get("CPU", 0)),
+                        gpus=float(res.get("GPU", 0)), memory_gb=float(res.get("memory", 0)) / GIB))
+    return out
+
+
+def fit_problem(request: Mapping[str, float], cluster: Sequence[Node], where: str) -> str | None:
+    """None when some node can host one run asking ``request`` (``num_cpus``, ``num_gpus``, ``memory`` in
+    bytes — :meth:`fp8rl_core.config.ResourcesSection.ray_options`), else the message: what the run asks
+    for and what every node of ``where`` (e.g. "the Ray cluster at host:6379") has. A run must fit on *one* node (its engine and learner share a process)."""
+    cpus, gpus = float(request.get("num_cpus", 1)), float(request.get("num_gpus", 0))
+    mem = float(request.get("memory", 0)) / GIB
+    for n in cluster:
+        if n.cpus >= cpus and n.gpus >= gpus and n.memory_gb >= mem:
+            return None
+    asked = f"num_cpus={cpus:g}, num_gpus={gpus:g}" + (f", memory_gb={mem:g}" if mem else "")
+    have = "; ".join(n.describe() for n in cluster) or "no alive node"
+    hint = " (resources.num_gpus > 0 needs GPU nodes: join a GPU cluster with --ray-address)" if gpus and not any(
+        n.gpus for n in cluster) else ""
+    return (f"each run asks for {asked} (the sweep's `resources`), but no node of {where} has that "
+            f"much: {have}{hint}. Nothing was run.")
+
+
+def _is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def loopback_problem(what: str, url: str, cluster: Sequence[Node], here: str) -> str | None:
+    """None when ``url`` (a server the runs report to: the tracking server, the Prefect API) is reachable
+    from every node as far as the URL says; a message when it is a loopback address and some node is on
+    another host than ``here`` (this machine's node IP)."""
+    host = urlparse(url).hostname or ""
+    if not _is_loopback(host):
+        return None
+    away = sorted({n.ip for n in cluster if n.ip != here and not _is_loopback(n.ip)})
+    if not away:
+        return None
+    return (f"{what} is {url}, a loopback address, but the Ray cluster has nodes on other hosts ({', '.join(away)}): "
+            "runs there could not reach it. Run the server on an address every node reaches and point to it "
+            "(README, Scale out).")
+
+
+def where() -> dict[str, str]:
+    """Where this process runs, as MLflow tags: host name and pid, and — inside a Ray worker — the Ray node
+    id and IP (``ray.node_id``, ``ray.node_ip``) and the worker id."""
+    out = {"fp8rl.host": socket.gethostname(), "fp8rl.pid": str(os.getpid())}
+    try:
+        import ray
+
+        if ray.is_initialized():
+            ctx = ray.get_runtime_context()
+            out |= {"ray.node_id": ctx.get_node_id(), "ray.node_ip": ray.util.get_node_ip_address(),
+                    "ray.worker_id": ctx.get_worker_id()}
+    except ImportError:
+        pass
+    return out

@@ -1,0 +1,71 @@
+"""The cluster checks a sweep runs before dispatching (pure functions over node records) and the
+resources section they read."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fp8rl_core.config import ResourcesSection
+from tasks.cluster import Node, fit_problem, loopback_problem, where
+from tasks.tracking import shared_store_problem
+
+CPU_NODE = Node("a" * 56, "10.0.0.1", cpus=2, gpus=0, memory_gb=20.0)
+GPU_NODE = Node("b" * 56, "10.0.0.2", cpus=32, gpus=8, memory_gb=900.0)
+
+
+def test_resources_become_ray_options_with_memory_in_bytes():
+    assert ResourcesSection().ray_options() == {"num_cpus": 1.0, "num_gpus": 0.0}
+    r = ResourcesSection(num_cpus=16, num_gpus=8, memory_gb=512)
+    assert r.ray_options() == {"num_cpus": 16.0, "num_gpus": 8.0, "memory": 512 * 2**30}
+    assert r.describe() == "num_cpus=16, num_gpus=8, memory_gb=512"
+
+
+def test_a_run_fits_when_one_node_has_every_resource_it_asks():
+    assert fit_problem({"num_cpus": 2, "num_gpus": 0}, [CPU_NODE], "here") is None
+    assert fit_problem({"num_cpus": 16, "num_gpus": 8, "memory": 512 * 2**30}, [CPU_NODE, GPU_NODE], "here") is None
+
+
+def test_gpus_on_a_cpu_cluster_are_refused_saying_what_was_asked_and_what_is_there():
+    msg = fit_problem({"num_cpus": 1, "num_gpus": 1}, [CPU_NODE], "the Ray cluster at 10.0.0.1:6379")
+    assert msg.startswith("each run asks for num_cpus=1, num_gpus=1 (the sweep's `resources`), but no node of the "
+                          "Ray cluster at 10.0.0.1:6379 has that much: 10.0.0.1 (aaaaaaaa): num_cpus=2, num_gpus=0, "
+                          "memory_gb=20.0")
+    assert "GPU nodes" in msg and msg.endswith("Nothing was run.")
+
+
+@pytest.mark.parametrize(("ask", "why"), [({"num_cpus": 4}, "num_cpus=4"), ({"memory": 64 * 2**30}, "memory_gb=64")])
+def test_resources_are_per_node_not_summed_over_the_cluster(ask, why):
+    # two 2-CPU 20-GiB nodes have 4 CPUs and 40 GiB between them, but a run must fit on one node
+    two = [CPU_NODE, Node("c" * 56, "10.0.0.3", cpus=2, gpus=0, memory_gb=20.0)]
+    msg = fit_problem(ask, two, "c")
+    assert msg is not None and why in msg and "GPU nodes" not in msg
+
+
+def test_no_alive_node_is_a_problem_not_a_crash():
+    assert "no alive node" in fit_problem({"num_cpus": 1}, [], "c")
+
+
+def test_a_local_store_is_refused_on_more_than_one_node():
+    for uri in ("sqlite:////tmp/mlflow.db", "file:///tmp/mlruns", "/tmp/mlruns"):
+        assert shared_store_problem(1, uri) is None
+        msg = shared_store_problem(2, uri)
+        assert f"runs on 2 Ray nodes but MLFLOW_TRACKING_URI is {uri!r}" in msg and "fp8rl tracking-server" in msg
+    for uri in ("http://10.0.0.1:5000", "https://mlflow.example", "postgresql://u@db/mlflow"):
+        assert shared_store_problem(8, uri) is None
+
+
+def test_a_loopback_server_is_refused_only_when_nodes_are_on_other_hosts():
+    here = CPU_NODE.ip
+    same_host = [CPU_NODE, Node("d" * 56, here, 1, 0, 1.0)]
+    assert loopback_problem("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000", same_host, here) is None
+    assert loopback_problem("MLFLOW_TRACKING_URI", "http://10.0.0.1:5000", [CPU_NODE, GPU_NODE], here) is None
+    msg = loopback_problem("the Prefect API (PREFECT_API_URL)", "http://localhost:4200/api", [CPU_NODE, GPU_NODE], here)
+    assert msg.startswith("the Prefect API (PREFECT_API_URL) is http://localhost:4200/api, a loopback address, but the "
+                          "Ray cluster has nodes on other hosts (10.0.0.2)")
+
+
+def test_where_names_this_process_outside_ray():
+    tags = where()
+    assert tags["fp8rl.pid"] == str(os.getpid()) and tags["fp8rl.host"]
