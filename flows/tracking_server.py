@@ -120,11 +120,61 @@ def _stop(proc: subprocess.Popen | None, first: int, wait_s: float, then: int = 
     proc.wait()
 
 
-class Postgres:
+class _Server:
+    """A server process of ours: :meth:`start` launches it (``_launch``) and waits until it is ready
+    (``_ready``), stopping it when that fails or is interrupted; a context manager (started on entry,
+    stopped on exit)."""
+
+    proc: subprocess.Popen | None = None
+    log: Path
+    start_timeout_s: float
+
+    def _launch(self) -> None:
+        raise NotImplementedError
+
+    def _ready(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def start(self):
+        self._launch()
+        try:
+            self._ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _wait_until(self, ready, name: str, what: str):
+        """Poll ``ready()`` until it returns something not None (returned); fail naming ``name`` and the log
+        when the process exits first or ``start_timeout_s`` passes."""
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            if (rc := self.proc.poll()) is not None:
+                raise ServerError(f"{name} exited (code {rc}) while starting: see {self.log}{_tail(self.log)}")
+            if (got := ready()) is not None:
+                return got
+            if time.monotonic() > deadline:
+                raise ServerError(f"{name} did not {what} within {self.start_timeout_s:.0f} s: see "
+                                  f"{self.log}{_tail(self.log)}")
+            time.sleep(0.2)
+
+
+class Postgres(_Server):
     """A PostgreSQL server of its own on ``host:port`` (loopback; ``port`` None: a free one, kept across
     restarts), its cluster in ``<data_dir>/pgdata`` (created by ``initdb`` on first use, trust
     authentication on loopback), its output in ``<data_dir>/postgres.log``; the database ``database`` is
-    created when missing. A context manager: started on entry, stopped (fast shutdown: open transactions
+    created when missing. As root it runs as the ``postgres`` user, so ``data_dir`` must be reachable by
+    that user (a folder of its own under /tmp with mode 0711 is; pytest's 0700 ``tmp_path`` is not: the error
+    says so). A context manager: started on entry, stopped (fast shutdown: open transactions
     are rolled back, committed data kept) on exit. :meth:`stop` and :meth:`start` may be called again."""
 
     def __init__(self, data_dir: Path, port: int | None = None, host: str = "127.0.0.1",
@@ -172,9 +222,7 @@ class Postgres:
         if rc:
             raise ServerError(f"initdb {self.pgdata} failed (exit {rc}): see {log}{_tail(log)}")
 
-    def start(self) -> Postgres:
-        import psycopg2
-
+    def _launch(self) -> None:
         bins = postgres_binaries()
         if self.port is None:
             self.port = free_port(self.host)
@@ -188,44 +236,33 @@ class Postgres:
                  "-c", "unix_socket_directories="],  # TCP only: no socket folder to own
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                 cwd=self.pgdata, **self._user)
-        try:
-            deadline = time.monotonic() + self.start_timeout_s
-            while True:
-                if (rc := self.proc.poll()) is not None:
-                    raise ServerError(f"PostgreSQL exited (code {rc}) while starting on {self.host}:{self.port}: "
-                                      f"see {self.log}{_tail(self.log)}")
-                try:
-                    conn = psycopg2.connect(host=self.host, port=self.port, user="postgres", dbname="postgres",
-                                            connect_timeout=2)
-                    break
-                except psycopg2.OperationalError:  # not listening yet, or "the database system is starting up"
-                    if time.monotonic() > deadline:
-                        raise ServerError(f"PostgreSQL did not accept connections on {self.host}:{self.port} "
-                                          f"within {self.start_timeout_s:.0f} s: see {self.log}{_tail(self.log)}")
-                    time.sleep(0.2)
+
+    def _ready(self) -> None:
+        """Wait until PostgreSQL accepts connections; create the database when missing."""
+        import psycopg2
+
+        def connect():
             try:
-                conn.autocommit = True
-                with conn.cursor() as cur:
-                    cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.database,))
-                    if cur.fetchone() is None:
-                        cur.execute(f'CREATE DATABASE "{self.database}"')
-            finally:
-                conn.close()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+                return psycopg2.connect(host=self.host, port=self.port, user="postgres", dbname="postgres",
+                                        connect_timeout=2)
+            except psycopg2.OperationalError:  # not listening yet, or "the database system is starting up"
+                return None
+
+        where = f"{self.host}:{self.port}"
+        conn = self._wait_until(connect, f"PostgreSQL on {where}", f"accept connections on {where}")
+        try:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.database,))
+                if cur.fetchone() is None:
+                    cur.execute(f'CREATE DATABASE "{self.database}"')
+        finally:
+            conn.close()
 
     def stop(self) -> None:
         """Fast shutdown (SIGINT); after 30 s immediate shutdown (SIGQUIT), then SIGKILL."""
         _stop(self.proc, signal.SIGINT, 30.0, signal.SIGQUIT)
         self.proc = None
-
-    def __enter__(self) -> Postgres:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 def sqlalchemy_uri(uri: str) -> str:
@@ -258,7 +295,7 @@ def this_host_address() -> str:
             return socket.gethostname()
 
 
-class TrackingServer:
+class TrackingServer(_Server):
     """``mlflow server`` on the database ``db_uri`` at ``host:port``, proxying artifacts
     (``--serve-artifacts``) to ``artifacts``: a folder (default ``<log_dir>/artifacts``, created) or a
     bucket URI (``s3://…``: the server needs its credentials and boto3). Output in
@@ -290,7 +327,7 @@ class TrackingServer:
         host = ("127.0.0.1" if self.host != "::" else "::1") if self.host in WILDCARD else self.host
         return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
 
-    def start(self) -> TrackingServer:
+    def _launch(self) -> None:
         check_port(self.host, self.port, "MLflow tracking server", "--port")
         check_database(self.db_uri)
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -308,36 +345,18 @@ class TrackingServer:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True, env=env)
-        try:
-            self._wait()
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
-    def _wait(self) -> None:
-        deadline = time.monotonic() + self.start_timeout_s
-        while True:
-            if (rc := self.proc.poll()) is not None:
-                raise ServerError(f"the MLflow server exited (code {rc}) while starting on {self.host}:{self.port} "
-                                  f"with the store {_redact(self.db_uri)}: see {self.log}{_tail(self.log)}")
+    def _ready(self) -> None:
+        def health():
             try:
                 with urllib.request.urlopen(f"{self.local_url}/health", timeout=5) as r:
-                    if r.status == 200:
-                        return
+                    return True if r.status == 200 else None
             except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                raise ServerError(f"the MLflow server did not answer {self.local_url}/health within "
-                                  f"{self.start_timeout_s:.0f} s: see {self.log}{_tail(self.log)}")
-            time.sleep(0.5)
+                return None
+
+        self._wait_until(health, f"the MLflow server on {self.host}:{self.port} (store {_redact(self.db_uri)})",
+                         f"answer {self.local_url}/health")
 
     def stop(self) -> None:
         _stop(self.proc, signal.SIGTERM, 30.0)
         self.proc = None
-
-    def __enter__(self) -> TrackingServer:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

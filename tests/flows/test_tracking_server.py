@@ -177,6 +177,13 @@ def test_a_database_that_refuses_is_named(tmp_path):
         ts.TrackingServer(uri, None, tmp_path, port=ts.free_port()).start()
 
 
+def test_a_server_that_exits_while_starting_names_its_log(tmp_path):
+    port = ts.free_port()  # a MySQL store: its driver is not installed, so mlflow server exits
+    with pytest.raises(ts.ServerError, match=rf"the MLflow server on 127\.0\.0\.1:{port} \(store mysql://u@127\.0\.0\.1:1/db\) "
+                                             rf"exited \(code \d+\) while starting: see {re.escape(str(tmp_path / 'mlflow.log'))}"):
+        ts.TrackingServer("mysql://u@127.0.0.1:1/db", None, tmp_path, port=port, workers=1).start()
+
+
 def test_missing_binaries_say_how_to_install(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(ts, "DEBIAN_BINS", tmp_path / "none")
