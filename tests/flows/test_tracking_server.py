@@ -239,3 +239,9 @@ def test_the_command_serves_until_sigint_then_stops_everything():
         if proc.poll() is None:
             proc.kill()
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root hands PostgreSQL to the postgres user")
+def test_a_data_dir_the_postgres_user_cannot_reach_is_named(tmp_path):
+    with pytest.raises(ts.ServerError, match=rf"the postgres user cannot write {re.escape(str(tmp_path))}/pg/pgdata"):
+        ts.Postgres(tmp_path / "pg").start()  # pytest's tmp folders are 0700 root
