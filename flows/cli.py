@@ -7,6 +7,7 @@ Prefect) happen inside the commands, so ``fp8rl --help`` and ``fp8rl runs`` stay
     fp8rl run configs/smoke.yaml [key=value ...]   # the mxfp8-sweep flow: runs on a local Ray (or --ray-address)
     fp8rl deploy [--pool fp8rl-local]               # prefect deploy --all (deployments/prefect.yaml)
     fp8rl ui [--port 5000]                          # mlflow ui on the local store, 127.0.0.1
+    fp8rl tracking-server [--host 0.0.0.0]          # PostgreSQL + mlflow server: the store of a cluster
     fp8rl runs [--sweep NAME] [--limit N]           # recent MLflow runs with the headline metrics
     fp8rl report SWEEP [--out DIR]                  # summary.md + figures of a finished sweep
     fp8rl verl-config CONFIG [key=value ...]        # a backend: verl run's overrides + verl's composed config
@@ -148,6 +149,70 @@ def ui(
     typer.echo(f"MLflow UI on http://127.0.0.1:{port} (store {tracking_uri()}; ready in ~20 s); Ctrl-C stops it")
     sys.stdout.flush()
     os.execv(sys.executable, cmd)  # become the server: Ctrl-C and SIGTERM reach it (and its workers) directly
+
+
+@app.command("tracking-server")
+def tracking_server(
+    data_dir: Annotated[Path, typer.Option(
+        help="PostgreSQL's cluster (pgdata/), the logs (postgres.log, mlflow.log) and the default artifact "
+             "folder (artifacts/)")] = Path(".tracking-server"),
+    host: Annotated[str, typer.Option(help="the MLflow server's address: 0.0.0.0 for a cluster")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="the MLflow server's port")] = 5000,
+    db_uri: Annotated[str | None, typer.Option(
+        help="your own database (postgresql://user:password@host:port/db): no PostgreSQL is started",
+        show_default=False)] = None,
+    pg_port: Annotated[int | None, typer.Option(
+        help="the started PostgreSQL's port on 127.0.0.1 (default: a free one)", show_default=False)] = None,
+    artifacts: Annotated[str | None, typer.Option(
+        help="where the server keeps artifacts: a folder (default <data-dir>/artifacts) or a bucket URI "
+             "(s3://bucket/path); clients reach them through the server", show_default=False)] = None,
+    workers: Annotated[int, typer.Option(help="the MLflow server's worker processes")] = 4,
+    allowed_hosts: Annotated[str | None, typer.Option(
+        help="Host headers the server accepts, comma-separated (MLflow's default: localhost and private IP "
+             "addresses; add the host name clients use)", show_default=False)] = None,
+) -> None:
+    """Start an MLflow tracking server on PostgreSQL for sweeps on several hosts; Ctrl-C stops both.
+
+    Starts PostgreSQL on 127.0.0.1 (its cluster in <data-dir>/pgdata, created on first use; or uses
+    --db-uri), then `mlflow server` on it that stores artifacts in --artifacts and serves them to clients.
+    Prints the MLFLOW_TRACKING_URI to export where runs are started."""
+    import signal
+    import time
+    from contextlib import ExitStack
+
+    from flows.tracking_server import Postgres, ServerError, TrackingServer
+
+    def interrupt(signum, frame):  # the first Ctrl-C or SIGTERM stops both servers; later ones cannot cut that short
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        with ExitStack() as stack:
+            if db_uri is None:
+                typer.echo(f"starting PostgreSQL (data {data_dir.resolve() / 'pgdata'})")
+                db = stack.enter_context(Postgres(data_dir, port=pg_port))
+                db_uri, db_log = db.uri, f", {db.log}"
+            else:
+                db_log = ""
+            server = TrackingServer(db_uri, artifacts, data_dir, host=host, port=port, workers=workers,
+                                    allowed_hosts=allowed_hosts)
+            typer.echo(f"starting the MLflow server on {host}:{port} (store {server.db_uri.split('@')[-1]}, "
+                       f"artifacts {server.artifacts}; ready in ~30 s)")
+            stack.enter_context(server)
+            typer.echo(f"MLflow tracking server: {server.url} (logs {server.log}{db_log})\n"
+                       f"In every shell (every host) that starts runs:\n"
+                       f"  export MLFLOW_TRACKING_URI={server.url}\n"
+                       "Ctrl-C stops the MLflow server and PostgreSQL.")
+            sys.stdout.flush()
+            while True:
+                time.sleep(3600)
+    except KeyboardInterrupt:
+        typer.echo("stopped the MLflow server" + (" and PostgreSQL" if db_log else ""))
+    except ServerError as e:
+        raise _fail(str(e)) from None
 
 
 def _metric(run, key: str) -> str:

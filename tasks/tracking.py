@@ -2,7 +2,12 @@
 
 Store: ``MLFLOW_TRACKING_URI`` when set; otherwise a SQLite database ``mlflow.db`` in the working
 directory (the project root) with artifacts under ``mlartifacts/<sweep>/``. One MLflow experiment per
-sweep (named after it). Every run carries the tags below, so a sweep can find its finished runs again
+sweep (named after it). Sweeps on several hosts log to an MLflow tracking server instead
+(``MLFLOW_TRACKING_URI=http://host:port``, ``fp8rl tracking-server``: PostgreSQL behind it): experiments
+then get no local artifact location — the server keeps artifacts and serves them (``mlflow-artifacts:/``)
+— and MLflow's client retries a failed request (503 while the server's database is down) for ~4 min
+(docs/deploy.md, Tracking server). :func:`require_shared_store` refuses a store several hosts cannot
+share. Every run carries the tags below, so a sweep can find its finished runs again
 and skip them (resume):
 
 =====================  ===========================================================
@@ -26,9 +31,10 @@ import json
 import logging
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -45,6 +51,7 @@ __all__ = [
     "log_metrics",
     "log_table",
     "open_run",
+    "require_shared_store",
     "tracking_uri",
 ]
 
@@ -57,6 +64,69 @@ def tracking_uri() -> str:
 
 def artifact_root() -> Path:
     return Path(os.environ.get("FP8RL_ARTIFACTS", Path.cwd() / "mlartifacts"))
+
+
+#: what a user does when a sweep on several hosts has no shared store (the tracking server's command)
+SHARED_STORE_HINT = ("start `fp8rl tracking-server --host 0.0.0.0` on one host and export "
+                     "MLFLOW_TRACKING_URI=http://<host>:<port> on every host (docs/deploy.md, Tracking server)")
+LOOPBACK_HOSTS = ("localhost", "ip6-localhost")
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def this_host_ips() -> set[str]:
+    """The addresses of this host's interfaces (``psutil``), loopback included."""
+    import psutil
+
+    return {a.address.split("%", 1)[0] for addrs in psutil.net_if_addrs().values() for a in addrs
+            if a.family in (socket.AF_INET, socket.AF_INET6)}
+
+
+def require_shared_store(nodes: int, uri: str | None = None, node_ips: Iterable[str] | None = None,
+                         local_ips: Iterable[str] | None = None) -> None:
+    """Raise ``ValueError`` when runs on ``nodes`` machines (Ray nodes) cannot share the tracking store
+    ``uri`` (default :func:`tracking_uri`). One node: any store. Several: the store must be an MLflow
+    tracking server (``http(s)://``, or Databricks) — a SQLite file (``sqlite://``), a folder (``file:``
+    or a bare path) would be corrupted by concurrent hosts or scattered over their disks, and a database
+    URI shares runs but leaves each host's artifacts on its own disk. A loopback server
+    (``http://127.0.0.1:…``, ``localhost``) is reachable only from this host: it is accepted only when
+    ``node_ips`` (the nodes' addresses, e.g. ``ray.nodes()[i]["NodeManagerAddress"]``) are all addresses
+    of this host (``local_ips``, default :func:`this_host_ips`)."""
+    from urllib.parse import urlsplit
+
+    uri = tracking_uri() if uri is None else uri
+    if nodes <= 1:
+        return
+    if uri.startswith("databricks"):  # "databricks" or "databricks://<profile>": a hosted server
+        return
+    scheme = urlsplit(uri).scheme.lower() if "://" in uri or uri.startswith("file:") else ""
+    where = f"a sweep on {nodes} nodes with MLFLOW_TRACKING_URI={uri}"
+    if scheme in ("", "file", "sqlite"):
+        kind = "a SQLite file" if scheme == "sqlite" else "a local folder"
+        raise ValueError(f"{where}: {kind} as the tracking store would corrupt or scatter the store "
+                         f"(each node writes its own copy, or all of them one file); {SHARED_STORE_HINT}")
+    if scheme not in ("http", "https"):
+        raise ValueError(f"{where}: a database URI shares the runs but each node would keep its artifacts "
+                         f"(tables, logs) on its own disk; {SHARED_STORE_HINT}")
+    host = urlsplit(uri).hostname or ""
+    if _is_loopback(host):
+        ips = None if node_ips is None else set(node_ips)
+        mine = set(this_host_ips() if local_ips is None else local_ips)
+        if not ips:
+            raise ValueError(f"{where}: {host} reaches this host only, and the nodes' addresses were not given "
+                             f"to check that they all run here; {SHARED_STORE_HINT}")
+        if others := sorted(ip for ip in ips if ip not in mine and not _is_loopback(ip)):
+            raise ValueError(f"{where}: {host} reaches this host only, and nodes run elsewhere "
+                             f"({', '.join(others)}); {SHARED_STORE_HINT}")
 
 
 def client() -> MlflowClient:

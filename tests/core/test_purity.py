@@ -42,6 +42,7 @@ LAYERS: dict[str, int] = {
     "fp8rl_core.report": 8,
     "tasks": 9,
     "flows": 10,
+    "flows.tracking_server": 10,  # starts PostgreSQL and mlflow server (fp8rl tracking-server)
 }
 #: package ``__init__`` modules that hold no code of a layer: matched by exact name only (so they place
 #: no module under them), importable from every layer

@@ -34,7 +34,7 @@ def _invoke(*args: str):
     return runner.invoke(cli.app, list(args))
 
 
-COMMANDS = ["run", "verl-config", "deploy", "ui", "runs", "report"]  # in the order the help lists them
+COMMANDS = ["run", "verl-config", "deploy", "ui", "tracking-server", "runs", "report"]  # in the order the help lists them
 
 
 def test_help_lists_every_command_by_name():

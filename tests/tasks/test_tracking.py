@@ -50,3 +50,41 @@ def test_a_failed_run_is_not_resumed(store):
     tracking.terminate(run, "FAILED")
     assert tracking.find_finished("sweep-y", "r1") is None
     assert tracking.client().get_run(run).data.tags["error"] == "RuntimeError: boom"
+
+
+@pytest.mark.parametrize(("uri", "expect"), [
+    ("sqlite:////data/mlflow.db", "a SQLite file as the tracking store would corrupt or scatter the store"),
+    ("file:///data/mlruns", "a local folder as the tracking store would corrupt or scatter the store"),
+    ("/data/mlruns", "a local folder as the tracking store would corrupt or scatter the store"),
+    ("mlruns", "a local folder as the tracking store would corrupt or scatter the store"),
+    ("postgresql://u@db:5432/mlflow", "a database URI shares the runs but each node would keep its artifacts"),
+])
+def test_a_sweep_on_several_nodes_needs_a_tracking_server(uri, expect):
+    with pytest.raises(ValueError) as e:
+        tracking.require_shared_store(2, uri)
+    msg = str(e.value)
+    assert msg.startswith(f"a sweep on 2 nodes with MLFLOW_TRACKING_URI={uri}: {expect}")
+    assert "fp8rl tracking-server --host 0.0.0.0" in msg and "MLFLOW_TRACKING_URI=http://<host>:<port>" in msg
+    tracking.require_shared_store(1, uri)  # one node: any store
+
+
+def test_a_remote_tracking_server_serves_every_node():
+    for uri in ("http://10.0.0.5:5000", "https://mlflow.example.org", "http://head-node:5000", "databricks"):
+        tracking.require_shared_store(8, uri, node_ips=["10.0.0.5", "10.0.0.6"])
+
+
+def test_a_loopback_server_only_when_every_node_is_this_host():
+    mine = {"127.0.0.1", "::1", "192.0.2.2"}
+    for uri in ("http://127.0.0.1:5000", "http://localhost:5000", "http://[::1]:5000"):
+        tracking.require_shared_store(3, uri, node_ips=["192.0.2.2", "192.0.2.2", "127.0.0.1"], local_ips=mine)
+        with pytest.raises(ValueError, match=r"reaches this host only, and nodes run elsewhere \(10\.0\.0\.7\)"):
+            tracking.require_shared_store(3, uri, node_ips=["192.0.2.2", "10.0.0.7"], local_ips=mine)
+        with pytest.raises(ValueError, match="the nodes' addresses were not given"):
+            tracking.require_shared_store(3, uri)
+    assert "127.0.0.1" in tracking.this_host_ips()  # this host's real interfaces
+    tracking.require_shared_store(2, "http://127.0.0.1:5000", node_ips=sorted(tracking.this_host_ips()))
+
+
+def test_the_default_store_is_checked(store):
+    with pytest.raises(ValueError, match="a SQLite file"):
+        tracking.require_shared_store(2)
