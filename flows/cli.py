@@ -143,6 +143,10 @@ def ui(
     """Open MLflow's UI on the local tracking store (MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)."""
     from tasks.tracking import artifact_root, tracking_uri
 
+    if tracking_uri().startswith(("http://", "https://")):  # a tracking server serves its own UI
+        typer.echo(f"MLFLOW_TRACKING_URI is a tracking server: its UI is {tracking_uri()} (nothing to start)")
+        raise typer.Exit(0)
+
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri(),
            "--default-artifact-root", artifact_root().resolve().as_uri(),
            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]

@@ -183,11 +183,12 @@ def _on_ray(sweep: SweepConfig, sweep_id: str, address: str | None):
     with RayTaskRunner(address=address, init_kwargs=init) as runner:
         where = "a local Ray" if local else f"the Ray cluster at {address or os.environ['RAY_ADDRESS']}"
         found = cluster.nodes()
-        here = ray.util.get_node_ip_address()
         problems = [cluster.fit_problem(sweep.resources.ray_options(), found, where),
-                    tracking.shared_store_problem(len(found), tracking.tracking_uri()),
-                    cluster.loopback_problem("MLFLOW_TRACKING_URI", tracking.tracking_uri(), found, here),
-                    cluster.loopback_problem("the Prefect API (PREFECT_API_URL)", api, found, here)]
+                    cluster.loopback_problem("the Prefect API (PREFECT_API_URL)", api, found, tracking.this_host_ips())]
+        try:
+            tracking.require_shared_store(len(found), node_ips=[n.ip for n in found])
+        except ValueError as e:
+            problems.append(str(e))
         problems = [p for p in problems if p]
         if problems:
             raise ClusterError("\n".join(problems))

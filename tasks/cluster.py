@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -80,14 +80,16 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def loopback_problem(what: str, url: str, cluster: Sequence[Node], here: str) -> str | None:
-    """None when ``url`` (a server the runs report to: the tracking server, the Prefect API) is reachable
-    from every node as far as the URL says; a message when it is a loopback address and some node is on
-    another host than ``here`` (this machine's node IP)."""
+def loopback_problem(what: str, url: str, cluster: Sequence[Node], local_ips: Iterable[str]) -> str | None:
+    """None when ``url`` (a server the runs report to, e.g. the Prefect API) is reachable from every node
+    as far as the URL says; a message when it is a loopback address and some node is on another host
+    (an IP not among ``local_ips``, this machine's addresses: :func:`tasks.tracking.this_host_ips`). The
+    tracking store has its own, stricter check (:func:`tasks.tracking.require_shared_store`)."""
     host = urlparse(url).hostname or ""
     if not _is_loopback(host):
         return None
-    away = sorted({n.ip for n in cluster if n.ip != here and not _is_loopback(n.ip)})
+    mine = set(local_ips)
+    away = sorted({n.ip for n in cluster if n.ip not in mine and not _is_loopback(n.ip)})
     if not away:
         return None
     return (f"{what} is {url}, a loopback address, but the Ray cluster has nodes on other hosts ({', '.join(away)}): "

@@ -359,13 +359,3 @@ def end_unfinished(mlflow_run: str, status: str, reason: str) -> bool:
     terminate(mlflow_run, status)
     return True
 
-
-def shared_store_problem(nodes: int, uri: str) -> str | None:
-    """None when ``uri`` is a store runs on ``nodes`` Ray nodes can share; a message when a sweep on more
-    than one node would write to a SQLite file or a file store (each node would write its own copy, or
-    several writers one file: runs lost or corrupted)."""
-    if nodes <= 1 or uri.startswith(("http://", "https://", "postgresql", "mysql", "mssql", "databricks")):
-        return None
-    return (f"the sweep runs on {nodes} Ray nodes but MLFLOW_TRACKING_URI is {uri!r}, a local store: it would corrupt "
-            "or scatter the runs. Start a tracking server (`fp8rl tracking-server --host 0.0.0.0`) and export "
-            "MLFLOW_TRACKING_URI=http://<its host>:<port> before running the sweep (README, Scale out).")

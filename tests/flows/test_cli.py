@@ -209,3 +209,12 @@ def test_ui_starts_mlflow_on_the_local_store(store, monkeypatch):
     assert opts["--host"] == "127.0.0.1" and opts["--port"] == "5099"
     assert opts["--default-artifact-root"] == (store / "artifacts").resolve().as_uri()
     assert "http://127.0.0.1:5099" in result.output
+
+
+def test_ui_against_a_tracking_server_points_to_its_own_ui(store, monkeypatch):
+    calls = []
+    monkeypatch.setattr(cli.os, "execv", lambda exe, argv: calls.append(argv))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://10.0.0.5:5000")
+    result = _invoke("ui")
+    assert result.exit_code == 0 and calls == []
+    assert "its UI is http://10.0.0.5:5000" in result.output

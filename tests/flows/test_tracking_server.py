@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -27,24 +26,9 @@ from mlflow.tracking import MlflowClient
 from flows import tracking_server as ts
 from tasks import tracking
 
+from .conftest import data_dir as _data_dir
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _data_dir() -> Path:
-    """A folder the ``postgres`` user can reach when we are root (pytest's tmp folders are 0700 root)."""
-    d = Path(tempfile.mkdtemp(prefix="fp8rl-tracking-", dir="/tmp"))
-    d.chmod(0o711)
-    return d
-
-
-@pytest.fixture(scope="module")
-def servers():
-    d = _data_dir()
-    try:
-        with ts.Postgres(d) as db, ts.TrackingServer(db.uri, None, d, port=ts.free_port(), workers=1) as server:
-            yield db, server
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture()

@@ -9,7 +9,6 @@ import pytest
 
 from fp8rl_core.config import ResourcesSection
 from tasks.cluster import Node, fit_problem, loopback_problem, where
-from tasks.tracking import shared_store_problem
 
 CPU_NODE = Node("a" * 56, "10.0.0.1", cpus=2, gpus=0, memory_gb=20.0)
 GPU_NODE = Node("b" * 56, "10.0.0.2", cpus=32, gpus=8, memory_gb=900.0)
@@ -47,18 +46,9 @@ def test_no_alive_node_is_a_problem_not_a_crash():
     assert "no alive node" in fit_problem({"num_cpus": 1}, [], "c")
 
 
-def test_a_local_store_is_refused_on_more_than_one_node():
-    for uri in ("sqlite:////tmp/mlflow.db", "file:///tmp/mlruns", "/tmp/mlruns"):
-        assert shared_store_problem(1, uri) is None
-        msg = shared_store_problem(2, uri)
-        assert f"runs on 2 Ray nodes but MLFLOW_TRACKING_URI is {uri!r}" in msg and "fp8rl tracking-server" in msg
-    for uri in ("http://10.0.0.1:5000", "https://mlflow.example", "postgresql://u@db/mlflow"):
-        assert shared_store_problem(8, uri) is None
-
-
 def test_a_loopback_server_is_refused_only_when_nodes_are_on_other_hosts():
-    here = CPU_NODE.ip
-    same_host = [CPU_NODE, Node("d" * 56, here, 1, 0, 1.0)]
+    here = {CPU_NODE.ip, "127.0.0.1"}
+    same_host = [CPU_NODE, Node("d" * 56, CPU_NODE.ip, 1, 0, 1.0), Node("e" * 56, "127.0.0.1", 1, 0, 1.0)]
     assert loopback_problem("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000", same_host, here) is None
     assert loopback_problem("MLFLOW_TRACKING_URI", "http://10.0.0.1:5000", [CPU_NODE, GPU_NODE], here) is None
     msg = loopback_problem("the Prefect API (PREFECT_API_URL)", "http://localhost:4200/api", [CPU_NODE, GPU_NODE], here)
