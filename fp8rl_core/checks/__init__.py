@@ -11,6 +11,7 @@ from .basic import (
     check_precision,
     check_precision_fingerprints,
     check_version,
+    differing_bytes,
     expected_grid_tensors,
     expected_sync_names,
 )
@@ -23,5 +24,6 @@ from .sync import sampler_bf16_views
 
 __all__ = ["CONDITIONS", "CheckPolicy", "CheckReport", "CheckResult", "CheckRunner", "Expected", "check_behaviour",
            "check_coverage", "check_derived_state", "check_grid_bytes", "check_grid_fingerprints", "check_layout",
-           "check_precision", "check_precision_fingerprints", "check_rows", "check_version", "expected_from_learner",
+           "check_precision", "check_precision_fingerprints", "check_rows", "check_version", "differing_bytes",
+           "expected_from_learner",
            "expected_grid_tensors", "expected_sync_names", "sampler_bf16_views"]

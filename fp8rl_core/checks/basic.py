@@ -20,7 +20,7 @@ import torch
 from fp8rl_core.sync.layout import fused_group
 
 __all__ = ["CheckResult", "check_coverage", "check_derived_state", "check_grid_bytes", "check_grid_fingerprints",
-           "check_precision", "check_precision_fingerprints", "check_version", "expected_grid_tensors",
+           "check_precision", "check_precision_fingerprints", "check_version", "differing_bytes", "expected_grid_tensors",
            "expected_sync_names"]
 
 
@@ -93,6 +93,25 @@ def expected_grid_tensors(forward_weights: dict, schemes: dict[str, str], learne
     return out
 
 
+def _widest_words(a: torch.Tensor) -> torch.Tensor:
+    """A contiguous tensor's bytes as the widest integer words its size and offset allow (int64 … uint8)."""
+    b = a.reshape(-1).view(torch.uint8)
+    for dtype, size in ((torch.int64, 8), (torch.int32, 4), (torch.int16, 2)):
+        if b.numel() % size == 0 and b.storage_offset() % size == 0:
+            return b.view(dtype)
+    return b
+
+
+def differing_bytes(got: torch.Tensor, want: torch.Tensor) -> int:
+    """How many bytes of ``got`` differ from ``want`` (same shape, 1-byte elements). Equal tensors —
+    every sync that passes — cost one :func:`torch.equal` over 64-bit words (~4× the speed of
+    ``torch.equal`` on the bytes themselves on a CPU); bytes are counted only when they differ."""
+    got, want = got.contiguous().view(torch.uint8), want.contiguous().view(torch.uint8)
+    if torch.equal(_widest_words(got), _widest_words(want)):
+        return 0
+    return int((got != want).sum())
+
+
 def check_grid_bytes(readback: dict[str, torch.Tensor], forward_weights: dict, schemes: dict[str, str],
                      learner_layers: list[str]) -> CheckResult:
     """W2, full tier: for every vLLM layer on the learner's grid, the engine's data and scale bytes equal
@@ -107,7 +126,7 @@ def check_grid_bytes(readback: dict[str, torch.Tensor], forward_weights: dict, s
             offenders.append(f"{name} (engine {what}, expected {tuple(want.shape)} bytes)")
             differing += want.numel()
             continue
-        n = int((got.view(torch.uint8) != want).sum())
+        n = differing_bytes(got, want)
         if n:
             offenders.append(name)
             differing += n
@@ -207,7 +226,7 @@ def check_precision(readback: dict[str, torch.Tensor], bf16_views: dict[str, tor
             offenders.append(f"{name} (missing or shape {None if got is None else tuple(got.shape)})")
             differing += want.numel()
             continue
-        n = int((got.float() != want.float()).sum())
+        n = 0 if got.dtype == want.dtype and torch.equal(got, want) else int((got.float() != want.float()).sum())
         if n:
             offenders.append(name)
             differing += n

@@ -153,18 +153,17 @@ class Fp8rlWorkerExtension:
     def fp8rl_state(self, with_fingerprints: bool = True) -> dict:
         """The cheap-tier snapshot in one call: version, which sync version last wrote each tensor,
         per-layer scheme / processing count / fused output sizes / type, and a fingerprint of every
-        tensor the engine computes with (:mod:`fp8rl_core.sync.fingerprint`; nothing else crosses)."""
-        from fp8rl_core.sync.fingerprint import fingerprint
+        tensor the engine computes with (:mod:`fp8rl_core.sync.fingerprint`, computed on the device the
+        tensors live on, small ones in one batch; only the 8-byte digests cross)."""
+        from fp8rl_core.sync.fingerprint import fingerprints
 
         layers = {}
         for p, m, s in self._fp8rl_layers():
             sizes = getattr(m, "output_partition_sizes", None)
             layers[p] = {"scheme": s, "processed": int(getattr(m, "fp8rl_processed", 0)), "type": type(m).__name__,
                          "sizes": [int(x) for x in sizes] if sizes else None}
-        fps, shapes = {}, {}
-        for n, t in self._fp8rl_tensors():
-            shapes[n] = [list(t.shape), str(t.dtype).removeprefix("torch.")]
-            if with_fingerprints:
-                fps[n] = fingerprint(t)
+        tensors = list(self._fp8rl_tensors())
+        shapes = {n: [list(t.shape), str(t.dtype).removeprefix("torch.")] for n, t in tensors}
+        fps = fingerprints(tensors) if with_fingerprints else {}
         return {"version": self.fp8rl_weight_version, "written": dict(self.__dict__.get("fp8rl_written", {})),
                 "layers": layers, "fingerprints": fps, "shapes": shapes}

@@ -14,6 +14,7 @@ from fp8rl_core.checks import (
     check_precision,
     check_precision_fingerprints,
     check_version,
+    differing_bytes,
     expected_grid_tensors,
     expected_sync_names,
     sampler_bf16_views,
@@ -122,3 +123,15 @@ def test_each_check_fires_on_its_failure():
     r = check_derived_state(2, 0, {"a": 1, "b": 1, "c": 1}, {"a": 2, "b": 3, "c": 1}, ["d"])
     assert not r.passed and r.count == 5
     assert check_derived_state(0, 1, {"a": 1}, {"a": 2}).passed
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 30, 4096 + 6])
+def test_differing_bytes_counts_every_differing_byte_at_any_size_and_offset(n):
+    g = torch.Generator().manual_seed(n)
+    want = torch.randint(0, 256, (n + 3,), dtype=torch.uint8, generator=g)
+    for got_, want_ in ((want[:n].clone(), want[:n]), (want[3:].clone(), want[3:])):  # aligned, odd offset
+        assert differing_bytes(got_, want_) == 0
+        flips = sorted({0, n - 1, n // 2})
+        got_[flips] ^= 0x80
+        assert differing_bytes(got_, want_) == len(flips)
+        assert differing_bytes(got_.view(torch.float8_e4m3fn), want_) == len(flips)
