@@ -64,8 +64,27 @@ typedef int32_t i32x8 __attribute__((vector_size(32)));
 typedef float f32x8 __attribute__((vector_size(32)));
 typedef uint8_t u8x8 __attribute__((vector_size(8)));
 
-static inline u32x8 select(u32x8 mask, u32x8 a, u32x8 b) { return (mask & a) | (~mask & b); }
+static inline u32x8 pick(u32x8 mask, u32x8 a, u32x8 b) { return (mask & a) | (~mask & b); }
 static inline u32x8 splat(uint32_t v) { return (u32x8){v, v, v, v, v, v, v, v}; }
+
+/* 32 lanes holding values 0..255 -> 32 bytes in order */
+#if defined(__AVX2__)
+#include <immintrin.h>
+static inline void store_bytes(const u32x8 *q, uint8_t *out) {
+    __m256i p01 = _mm256_packus_epi32((__m256i)q[0], (__m256i)q[1]); /* per 128-bit lane: q0 q1 */
+    __m256i p23 = _mm256_packus_epi32((__m256i)q[2], (__m256i)q[3]);
+    __m256i b = _mm256_packus_epi16(p01, p23); /* dwords: q0[0:4] q1[0:4] q2[0:4] q3[0:4] q0[4:8] ... */
+    b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)out, b);
+}
+#else
+static inline void store_bytes(const u32x8 *q, uint8_t *out) {
+    for (int j = 0; j < 4; j++) {
+        u8x8 b = __builtin_convertvector(q[j], u8x8);
+        memcpy(out + 8 * j, &b, 8);
+    }
+}
+#endif
 
 /* one block: v[32] fp32 as 4 x 8 lanes -> out[32] bytes, returns the scale byte */
 static inline uint8_t block(const u32x8 *v, uint8_t *restrict out, const mx_params *restrict p) {
@@ -77,7 +96,7 @@ static inline uint8_t block(const u32x8 *v, uint8_t *restrict out, const mx_para
         u32x8 isnan_ = (u32x8)(a > inf);
         anynan |= isnan_;
         a = a & ~isnan_;
-        amax = select((u32x8)(a > amax), a, amax);
+        amax = pick((u32x8)(a > amax), a, amax);
     }
     uint32_t amax_bits = 0, nan_any = 0;
     for (int i = 0; i < 8; i++) {
@@ -94,18 +113,18 @@ static inline uint8_t block(const u32x8 *v, uint8_t *restrict out, const mx_para
     /* a block whose multiplier is NaN gives +NaN everywhere (as torch's x * NaN does, even for a
        negative NaN x); elsewhere a NaN x keeps its sign */
     const u32x8 nan_block = splat(byte == 0xFF ? 0xFFFFFFFFu : 0);
+    u32x8 q[4];
     for (int j = 0; j < 4; j++) {
         u32x8 sign = (v[j] >> 24) & splat(0x80) & ~nan_block;
         u32x8 nan = (u32x8)((v[j] & abs_mask) > inf) | nan_block;
         u32x8 a = (u32x8)((f32x8)v[j] * m) & abs_mask;
-        a = select((u32x8)(a > max_bits), max_bits, a); /* saturate: overflow, Inf -> max */
+        a = pick((u32x8)(a > max_bits), max_bits, a); /* saturate: overflow, Inf -> max */
         u32x8 sub = (u32x8)((f32x8)a + (f32x8)denorm) - denorm;
         u32x8 norm = (a + rebias + ((a >> s) & splat(1))) >> s;
-        u32x8 q = select((u32x8)(a < min_normal), sub, norm);
-        q = select(nan, splat(0x7F), q) | sign;
-        u8x8 b = __builtin_convertvector(q, u8x8);
-        memcpy(out + 8 * j, &b, 8);
+        q[j] = pick((u32x8)(a < min_normal), sub, norm);
+        q[j] = pick(nan, splat(0x7F), q[j]) | sign;
     }
+    store_bytes(q, out);
     return (uint8_t)byte;
 }
 

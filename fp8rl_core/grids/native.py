@@ -26,6 +26,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -98,7 +99,8 @@ def load() -> ctypes.CDLL | None:
         return None
     try:
         lib = ctypes.CDLL(str(build()))
-    except (OSError, RuntimeError):
+    except (OSError, RuntimeError) as exc:
+        warnings.warn(f"the native MXFP8 kernel is unavailable ({exc}); using the PyTorch path", stacklevel=2)
         return None
     for name, elem in (("mx_quantize_f32", ctypes.c_float), ("mx_quantize_bf16", ctypes.c_uint16)):
         fn = getattr(lib, name)
