@@ -93,6 +93,13 @@ class LearnerSection(BaseModel):
     clip_eps: float = Field(_GRPO.clip_eps_low, gt=0, lt=1, description="PPO clip range (both sides)")
     old_logprobs: Literal["learner", "sampler"] = Field(_GRPO.old_logprobs, description="π_old of the ratio")
     max_grad_norm: float = Field(_GRPO.max_grad_norm, gt=0, description="global gradient-norm clip")
+    device: str = Field(_LEARNER.device, description="torch device of the learner: cpu (default), cuda, cuda:N")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        LearnerConfig(device=v)  # the one check of a device string (its message names what is valid)
+        return v
 
     def build(self, preset: Preset) -> LearnerConfig:
         """The learner's config for a run of ``preset`` (precision and layers are the preset's)."""
@@ -100,7 +107,7 @@ class LearnerSection(BaseModel):
             recipe=Recipe(grad=self.grad, rule=self.rule, cache_weights=self.cache_weights), lr=self.lr,
             grpo=GRPOConfig(group_size=self.group_size, clip_eps_low=self.clip_eps, clip_eps_high=self.clip_eps,
                             old_logprobs=self.old_logprobs, tokens_per_microbatch=self.tokens_per_microbatch,
-                            max_grad_norm=self.max_grad_norm))
+                            max_grad_norm=self.max_grad_norm), device=self.device)
 
 
 class LoopSection(BaseModel):
@@ -418,6 +425,10 @@ def run_id(run: RunConfig) -> str:
     """Stable id of a run: its resolved config and the *contents* of its model spec (editing a spec file
     gives its runs new ids, so a resumed sweep does not skip runs of an older architecture)."""
     body = run.model_dump(mode="json", exclude={"models_dir"}) | {"model_spec": spec_hash(run.spec())}
+    if body["learner"]["device"] == LearnerSection.model_fields["device"].default:
+        # the default device is left out so that runs configured before the field existed keep their ids;
+        # any other device is a different run (fp32 summation order differs on a GPU)
+        del body["learner"]["device"]
     canon = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canon.encode()).hexdigest()[:12]
 

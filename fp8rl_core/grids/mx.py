@@ -246,5 +246,7 @@ def quantize_mx(x: torch.Tensor, fmt: FP8Format, rule: str, nan: str, axis: int,
 def dequantize_mx(data: torch.Tensor, scale: torch.Tensor, axis: int) -> torch.Tensor:
     """``fp32(q) · 2^(byte − 127)`` broadcast over each block of 32 along ``axis`` (fp32 result)."""
     k = data.shape[axis]
-    s = e8m0_to_scale(scale).repeat_interleave(BLOCK, dim=axis).narrow(axis, 0, k)
-    return data.to(torch.float32) * s
+    s = e8m0_to_scale(scale)
+    if k % BLOCK == 0 and axis == data.dim() - 1:  # rowwise: broadcast over [..., blocks, 32], no expanded copy
+        return (data.to(torch.float32).unflatten(-1, (-1, BLOCK)) * s.unsqueeze(-1)).flatten(-2)
+    return data.to(torch.float32) * s.repeat_interleave(BLOCK, dim=axis).narrow(axis, 0, k)
