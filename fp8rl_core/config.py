@@ -93,7 +93,11 @@ class LearnerSection(BaseModel):
     clip_eps: float = Field(_GRPO.clip_eps_low, gt=0, lt=1, description="PPO clip range (both sides)")
     old_logprobs: Literal["learner", "sampler"] = Field(_GRPO.old_logprobs, description="π_old of the ratio")
     max_grad_norm: float = Field(_GRPO.max_grad_norm, gt=0, description="global gradient-norm clip")
-    device: str = Field(_LEARNER.device, description="torch device of the learner: cpu (default), cuda, cuda:N")
+    # where the learner runs, not what a run is (like models_dir): excluded from the dumped config, hence
+    # from run ids — runs configured before the field existed keep their ids, and a sweep resumed on
+    # another machine finds its runs
+    device: str = Field(_LEARNER.device, exclude=True,
+                        description="torch device of the learner: cpu (default), cuda, cuda:N")
 
     @field_validator("device")
     @classmethod
@@ -425,10 +429,6 @@ def run_id(run: RunConfig) -> str:
     """Stable id of a run: its resolved config and the *contents* of its model spec (editing a spec file
     gives its runs new ids, so a resumed sweep does not skip runs of an older architecture)."""
     body = run.model_dump(mode="json", exclude={"models_dir"}) | {"model_spec": spec_hash(run.spec())}
-    if body["learner"]["device"] == LearnerSection.model_fields["device"].default:
-        # the default device is left out so that runs configured before the field existed keep their ids;
-        # any other device is a different run (fp32 summation order differs on a GPU)
-        del body["learner"]["device"]
     canon = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canon.encode()).hexdigest()[:12]
 
