@@ -98,6 +98,17 @@ class LearnerSection(BaseModel):
     clip_eps: float = Field(_GRPO.clip_eps_low, gt=0, lt=1, description="PPO clip range (both sides)")
     old_logprobs: Literal["learner", "sampler"] = Field(_GRPO.old_logprobs, description="π_old of the ratio")
     max_grad_norm: float = Field(_GRPO.max_grad_norm, gt=0, description="global gradient-norm clip")
+    # where the learner runs, not what a run is (like models_dir): excluded from the dumped config, hence
+    # from run ids — runs configured before the field existed keep their ids, and a sweep resumed on
+    # another machine finds its runs
+    device: str = Field(_LEARNER.device, exclude=True,
+                        description="torch device of the learner: cpu (default), cuda, cuda:N")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        LearnerConfig(device=v)  # the one check of a device string (its message names what is valid)
+        return v
 
     def build(self, preset: Preset) -> LearnerConfig:
         """The learner's config for a run of ``preset`` (precision and layers are the preset's)."""
@@ -105,7 +116,7 @@ class LearnerSection(BaseModel):
             recipe=Recipe(grad=self.grad, rule=self.rule, cache_weights=self.cache_weights), lr=self.lr,
             grpo=GRPOConfig(group_size=self.group_size, clip_eps_low=self.clip_eps, clip_eps_high=self.clip_eps,
                             old_logprobs=self.old_logprobs, tokens_per_microbatch=self.tokens_per_microbatch,
-                            max_grad_norm=self.max_grad_norm))
+                            max_grad_norm=self.max_grad_norm), device=self.device)
 
 
 class LoopSection(BaseModel):

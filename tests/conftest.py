@@ -44,6 +44,7 @@ EXCEPT = {"flows/test_cli.py": "flow", "core/sampler/test_quiet.py": "engine"}
 #: slow without an engine, measured with ``pytest --durations=0`` on the 2-core machine (seconds there, loaded):
 #: a folder (``path/``), a file (``path``) or a test with all its parameters (``path::name``)
 SLOW = frozenset({
+    "bench/",  # bench/gpu.py --cpu-smoke: the GPU benchmark end to end at tiny sizes (~20-90 s)
     "tasks/",  # a fresh MLflow SQLite store per test (~10 s each), report from MLflow (~30 s)
     "core/learner/test_learner.py",  # warm-start fixture + five GRPO steps per preset (~2 min each)
     "core/learner/test_mxfp8.py::test_model_with_all_layers_on_grid_trains",  # 4 × ~5 s

@@ -42,10 +42,19 @@ Special blocks, as these rules give them (documented so nobody has to rediscover
   underflow to zero); FLOOR/CEIL/EVEN read Inf's exponent field (255) → byte 247 for E4M3,
   240 for E5M2, same element treatment.
 
-The readable path below is plain PyTorch on ``[blocks, 32]`` views. For large tensors the very same
-function is compiled with ``torch.compile`` (one fused C++ kernel on CPU); the compiled path must give
-identical bytes (tested) and falls back to eager, with a warning, when compilation is unavailable.
-Set ``FP8RL_QUANT_COMPILE`` to ``never``/``always``/``auto`` (default: compile from 4M elements).
+Three implementations, one set of bytes (tested byte for byte against each other and against the
+independent bit-level reference in the tests):
+
+``eager``     the readable path below: plain PyTorch on ``[blocks, 32]`` views — the reference.
+``native``    :mod:`.native`: the same steps in one C pass (``mx_kernel.c``, built with the system C
+              compiler on first use or by ``make setup``), bf16/fp32 CPU input — the default when it
+              builds; one read of the input, one write of data and scales.
+``compiled``  the eager function through ``torch.compile`` (one fused C++ kernel on CPU, a Triton
+              kernel on CUDA) — used for large tensors where ``native`` is unavailable (no compiler,
+              CUDA tensors, fp16 input); falls back to eager, with a warning, when compilation fails.
+
+``FP8RL_QUANT_NATIVE=never`` disables ``native``; ``FP8RL_QUANT_COMPILE`` = ``never``/``always``/``auto``
+(default: compile from 4M elements) chooses between ``compiled`` and ``eager`` after that.
 """
 
 from __future__ import annotations
@@ -59,6 +68,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from . import native
 from .formats import FORMATS, FP8Format, saturating_cast
 
 __all__ = [
@@ -167,13 +177,30 @@ def _use_compiled(numel: int, compiled: bool | None) -> bool:
     return mode == "always" or numel >= COMPILE_MIN_NUMEL
 
 
+BACKENDS = ("native", "compiled", "eager")
+
+
 def mx_quantize_blocks(
-    xb: torch.Tensor, fmt: FP8Format, rule: str, nan: str = "ignore", *, compiled: bool | None = None
+    xb: torch.Tensor, fmt: FP8Format, rule: str, nan: str = "ignore", *, backend: str | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Quantize a ``[n, 32]`` tensor of blocks; ``compiled`` forces (True/False) the compiled kernel."""
+    """Quantize a ``[n, 32]`` tensor of blocks → (fp8 data [n, 32], uint8 scale bytes [n]).
+
+    ``backend`` forces ``native``, ``compiled`` or ``eager`` (see the module docstring); ``None``
+    picks the first that applies: native, then compiled for large tensors, then eager.
+    """
     global _compile_broken
     if xb.dim() != 2 or xb.shape[-1] != BLOCK:
         raise ValueError(f"expected blocks of shape [n, {BLOCK}], got {tuple(xb.shape)}")
+    if backend not in (None, *BACKENDS):
+        raise ValueError(f"unknown MXFP8 backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    if backend in (None, "native"):
+        out = native.mx_quantize_native(xb, fmt, rule, nan)
+        if out is not None:
+            return out
+        if backend == "native":
+            raise RuntimeError("the native MXFP8 kernel is unavailable for this input (CPU bf16/fp32 "
+                               "contiguous only) or could not be built (no C compiler?)")
+    compiled = {None: None, "compiled": True, "eager": False, "native": None}[backend]
     if _use_compiled(xb.numel(), compiled) and xb.shape[0] > 1:
         try:
             xb = xb.contiguous()
@@ -219,5 +246,7 @@ def quantize_mx(x: torch.Tensor, fmt: FP8Format, rule: str, nan: str, axis: int,
 def dequantize_mx(data: torch.Tensor, scale: torch.Tensor, axis: int) -> torch.Tensor:
     """``fp32(q) · 2^(byte − 127)`` broadcast over each block of 32 along ``axis`` (fp32 result)."""
     k = data.shape[axis]
-    s = e8m0_to_scale(scale).repeat_interleave(BLOCK, dim=axis).narrow(axis, 0, k)
-    return data.to(torch.float32) * s
+    s = e8m0_to_scale(scale)
+    if k % BLOCK == 0 and axis == data.dim() - 1:  # rowwise: broadcast over [..., blocks, 32], no expanded copy
+        return (data.to(torch.float32).unflatten(-1, (-1, BLOCK)) * s.unsqueeze(-1)).flatten(-2)
+    return data.to(torch.float32) * s.repeat_interleave(BLOCK, dim=axis).narrow(axis, 0, k)

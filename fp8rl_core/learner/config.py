@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .task import AdditionTask
@@ -113,7 +114,8 @@ class LearnerConfig:
     """The learner (:class:`fp8rl_core.learner.learner.Learner`): precision and on-grid layers (a run takes
     both from its preset), the MXFP8 recipe, AdamW's settings and the GRPO update. ``lr`` 1e-4 is a
     placeholder for the tiny CPU models (the shipped configs set their own: 1e-3 on the minis, 1e-6 for
-    8B-class models on GPU)."""
+    8B-class models on GPU). ``device``: where the model, its optimizer state and every micro-batch
+    live (``cpu``, ``cuda``, ``cuda:N``): the same code runs on both; MXFP8 stays an emulation on either."""
 
     precision: Literal["bf16", "mxfp8"] = "mxfp8"
     layers: str | tuple[str, ...] = "all"
@@ -122,8 +124,15 @@ class LearnerConfig:
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
+        try:
+            torch_device = torch.device(self.device)
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(f"learner device {self.device!r} is not a torch device (e.g. 'cpu', 'cuda', 'cuda:1')") from exc
+        if torch_device.type not in ("cpu", "cuda"):
+            raise ValueError(f"learner device must be cpu or cuda, got {self.device!r}")
         if self.precision not in ("bf16", "mxfp8"):
             raise ValueError(f"learner precision must be 'bf16' or 'mxfp8', got {self.precision!r}")
         if self.lr <= 0:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -78,6 +78,13 @@ class RolloutBatch:
     rewards: torch.Tensor
     sampler_logprobs: torch.Tensor
     version: int = 0
+
+    def to(self, device: torch.device | str) -> "RolloutBatch":
+        """The same batch with every tensor on ``device`` (itself when already there)."""
+        fields = ("prompt_ids", "completion_ids", "completion_mask", "rewards", "sampler_logprobs")
+        if all(getattr(self, f).device == torch.device(device) for f in fields):
+            return self
+        return replace(self, **{f: getattr(self, f).to(device) for f in fields})
 
     def validate(self, group_size: int) -> None:
         b, t = self.completion_ids.shape

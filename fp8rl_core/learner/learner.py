@@ -35,7 +35,8 @@ class Learner:
     """Owns the policy's fp32 master weights, the optimizer and the weight version."""
 
     def __init__(self, model: torch.nn.Module, cfg: LearnerConfig) -> None:
-        self.model = model
+        self.device = torch.device(cfg.device)
+        self.model = model.to(self.device)
         self.cfg = cfg
         if cfg.precision == "mxfp8":
             sel = cfg.layers if isinstance(cfg.layers, str) else list(cfg.layers)
@@ -48,10 +49,11 @@ class Learner:
         self.version = 0
 
     def autocast(self) -> contextlib.AbstractContextManager:
-        return bf16_autocast()
+        return bf16_autocast(self.device.type)
 
     def step(self, batch: RolloutBatch, *, trace_path: Path | None = None) -> StepResult:
-        """One GRPO update; the version advances by one."""
+        """One GRPO update; the version advances by one. The batch is moved to the learner's device."""
+        batch = batch.to(self.device)
         res = grpo_step(self.model, self.optimizer, batch, self.cfg.grpo, version=self.version,
                         autocast=self.autocast(), trace_path=trace_path)
         self.version = res.version
@@ -62,7 +64,7 @@ class Learner:
         """The learner's log-probs of given completions at the current weights (the train side of KL)."""
         self.model.eval()
         with self.autocast():
-            return completion_logprobs(self.model, prompt_ids, completion_ids, mask)
+            return completion_logprobs(self.model, *(t.to(self.device) for t in (prompt_ids, completion_ids, mask))).cpu()
 
     @torch.no_grad()
     def full_logprobs(self, sequences: torch.Tensor) -> torch.Tensor:
@@ -71,8 +73,8 @@ class Learner:
         weights — the learner side of the exact full-vocabulary train–rollout KL."""
         self.model.eval()
         with self.autocast():
-            logits = self.model(input_ids=sequences).logits[:, :-1]
-        return torch.log_softmax(logits.float(), dim=-1)
+            logits = self.model(input_ids=sequences.to(self.device)).logits[:, :-1]
+        return torch.log_softmax(logits.float(), dim=-1).cpu()
 
     @torch.no_grad()
     def probe_logprobs(self, sequences: torch.Tensor, *, full: bool = False) -> torch.Tensor:
@@ -88,8 +90,8 @@ class Learner:
         try:
             for n, v in views.items():
                 params[n].copy_(v.to(params[n].dtype))
-            with torch.autocast("cpu", enabled=False):
-                logits = self.model(input_ids=sequences).logits[:, :-1].float()
+            with torch.autocast(self.device.type, enabled=False):
+                logits = self.model(input_ids=sequences.to(self.device)).logits[:, :-1].float().cpu()
             logp = torch.log_softmax(logits, dim=-1)
         finally:
             for n, t in saved.items():

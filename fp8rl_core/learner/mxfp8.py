@@ -214,8 +214,8 @@ def _weight_operands(
 # ----------------------------------------------------------------------------------------------------
 # The autograd function: fprop / dgrad / wgrad
 # ----------------------------------------------------------------------------------------------------
-def _autocast_off() -> torch.autocast:
-    return torch.autocast("cpu", enabled=False)
+def _autocast_off(device: torch.device) -> torch.autocast:
+    return torch.autocast(device.type, enabled=False)
 
 
 class _MXFP8LinearFunction(torch.autograd.Function):
@@ -225,7 +225,7 @@ class _MXFP8LinearFunction(torch.autograd.Function):
     def forward(ctx, x2d, weight, bias, recipe, w_row, w_col, tag, grad_enabled):  # noqa: D401
         # needs_input_grad ignores no_grad mode (forward itself always runs without grad): ask the caller
         need_wgrad = grad_enabled and ctx.needs_input_grad[1]
-        with _autocast_off():
+        with _autocast_off(x2d.device):
             with timed("quantize"):
                 x_row = quantize(x2d, recipe.fwd_grid, axis=-1)
                 # TE's input_quantizer makes the columnwise copy in the forward (when W needs a grad)
@@ -247,7 +247,7 @@ class _MXFP8LinearFunction(torch.autograd.Function):
         need_dgrad, need_wgrad, need_dbias = ctx.needs_input_grad[:3]
         recipe = ctx.recipe
         dx = dw = db = None
-        with _autocast_off():
+        with _autocast_off(dy.device):
             with timed("quantize"):
                 dy_row = quantize(dy, recipe.grad_grid, axis=-1) if need_dgrad else None
                 dy_col = quantize(dy, recipe.grad_grid, axis=0, pad=True) if need_wgrad else None
@@ -339,7 +339,7 @@ def linear(
     return _linear_core(x, weight, bias, recipe, w_row, w_col, (layer, None))
 
 
-def bf16_autocast() -> torch.autocast:
+def bf16_autocast(device_type: str = "cpu") -> torch.autocast:
     """The learner's BF16 context: off-grid layers compute in BF16 (Megatron's BF16 layers), MXFP8
     layers take BF16 activations and fp32 master weights and keep fp32 products.
 
@@ -347,7 +347,7 @@ def bf16_autocast() -> torch.autocast:
     about 2× *faster* under autocast than in fp32 (oneDNN BF16 kernels); the tiny test models'
     forward+backward costs the same within ±6% (overhead-bound, not GEMM-bound).
     """
-    return torch.autocast("cpu", dtype=torch.bfloat16)
+    return torch.autocast(device_type, dtype=torch.bfloat16)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -397,15 +397,16 @@ def test_every_learner_setting_reaches_the_learner_config():
     from fp8rl_core.config import LearnerSection
 
     s = LearnerSection(lr=3e-3, rule="floor", grad="e5m2", cache_weights=False, group_size=8,
-                       tokens_per_microbatch=512, clip_eps=0.1, old_logprobs="sampler", max_grad_norm=0.5)
+                       tokens_per_microbatch=512, clip_eps=0.1, old_logprobs="sampler", max_grad_norm=0.5,
+                       device="cuda")
     cfg = s.build(PRESETS["half"])
-    assert (cfg.precision, cfg.layers, cfg.lr) == ("mxfp8", "all", 3e-3)
+    assert (cfg.precision, cfg.layers, cfg.lr, cfg.device) == ("mxfp8", "all", 3e-3, "cuda")
     assert (cfg.recipe.rule, cfg.recipe.grad, cfg.recipe.cache_weights) == ("floor", "e5m2", False)
     g = cfg.grpo
     assert (g.group_size, g.tokens_per_microbatch, g.clip_eps_low, g.clip_eps_high, g.old_logprobs, g.max_grad_norm) == (
         8, 512, 0.1, 0.1, "sampler", 0.5)
     assert set(LearnerSection.model_fields) == {"lr", "rule", "grad", "cache_weights", "group_size",
-                                                "tokens_per_microbatch", "clip_eps", "old_logprobs", "max_grad_norm"}
+                                                "tokens_per_microbatch", "clip_eps", "old_logprobs", "max_grad_norm", "device"}
 
 
 def test_the_checks_and_metrics_sections_defaults_are_their_components():
@@ -441,3 +442,17 @@ def test_importing_the_config_loads_no_model_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.stdout.strip() == ""
+
+
+def test_learner_device_defaults_to_cpu_and_stays_out_of_run_ids():
+    from fp8rl_core.config import LearnerSection, run_id
+
+    _, runs = load_sweep(CONFIGS / "smoke.yaml")
+    run = runs[0]
+    assert run.learner.device == "cpu" and run.learner_config().device == "cpu"
+    on_gpu = run.model_copy(update={"learner": run.learner.model_copy(update={"device": "cuda:0"})})
+    assert on_gpu.learner_config().device == "cuda:0"
+    assert run_id(on_gpu) == run_id(run)  # where it runs, not what it is (like models_dir)
+    assert "device" not in run.model_dump(mode="json")["learner"]
+    with pytest.raises(ValueError, match="learner device must be cpu or cuda"):
+        LearnerSection(device="meta")

@@ -241,13 +241,13 @@ def test_compiled_kernel_gives_the_eager_bytes(elem, rule, nan):
     normal = (torch.randn(4096, 32, generator=g) * torch.logspace(-30, 30, 4096).unsqueeze(1)).to(torch.bfloat16)
     xb = torch.cat([specials, normal])
     fmt = FORMATS[elem]
-    d_c, s_c = mx_quantize_blocks(xb, fmt, rule, nan, compiled=True)
-    d_e, s_e = mx_quantize_blocks(xb, fmt, rule, nan, compiled=False)
+    d_c, s_c = mx_quantize_blocks(xb, fmt, rule, nan, backend="compiled")
+    d_e, s_e = mx_quantize_blocks(xb, fmt, rule, nan, backend="eager")
     assert torch.equal(s_c, s_e)
     assert fp8_codes(d_c) == fp8_codes(d_e)
     # fp32 input too (a second specialisation of the same kernel)
-    d_c32, s_c32 = mx_quantize_blocks(normal.float() * 1.001, fmt, rule, nan, compiled=True)
-    d_e32, s_e32 = mx_quantize_blocks(normal.float() * 1.001, fmt, rule, nan, compiled=False)
+    d_c32, s_c32 = mx_quantize_blocks(normal.float() * 1.001, fmt, rule, nan, backend="compiled")
+    d_e32, s_e32 = mx_quantize_blocks(normal.float() * 1.001, fmt, rule, nan, backend="eager")
     assert torch.equal(s_c32, s_e32) and fp8_codes(d_c32) == fp8_codes(d_e32)
 
 
