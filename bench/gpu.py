@@ -194,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     result["plots"] = plots(args.out, result["learner"])
     result["seconds"] = time.perf_counter() - t0
     (args.out / "gpu.json").write_text(json.dumps(result, indent=1))
+    from fp8rl_core.report.gpu import gpu_summary  # the same page `fp8rl gpu-report` writes
+
+    (args.out / "summary.md").write_text(gpu_summary(result))
     bad = [g for g, ok in result["grids_equal_cpu"].items() if not ok]
     print(f"grids equal to CPU bytes: {len(result['grids_equal_cpu']) - len(bad)}/{len(result['grids_equal_cpu'])}"
           + (f" (differ: {', '.join(bad)})" if bad else ""))

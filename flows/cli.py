@@ -11,6 +11,7 @@ Prefect) happen inside the commands, so ``fp8rl --help`` and ``fp8rl runs`` stay
     fp8rl runs [--sweep NAME] [--limit N]           # recent MLflow runs with the headline metrics
     fp8rl report SWEEP [--out DIR]                  # summary.md + figures of a finished sweep
     fp8rl verl-config CONFIG [key=value ...]        # a backend: verl run's overrides + verl's composed config
+    fp8rl gpu-report DIR                            # summary.md of bench/gpu.py's measurements
 """
 
 from __future__ import annotations
@@ -285,6 +286,23 @@ def report(
     except LookupError as e:
         raise _fail(str(e)) from None
     typer.echo(f"report: {path}")
+
+
+@app.command("gpu-report")
+def gpu_report(
+    folder: Annotated[Path, typer.Argument(help="the folder bench/gpu.py wrote (gpu.json, PNGs)")],
+) -> None:
+    """Write FOLDER/summary.md from bench/gpu.py's gpu.json: grids on the device vs CPU bytes, the learner's
+    GEMM layers vs BF16, the cost-model fits (labelled when not on FP8 tensor cores), fingerprint vs copy."""
+    import json
+
+    from fp8rl_core.report.gpu import gpu_summary
+
+    src = folder / "gpu.json"
+    if not src.is_file():
+        raise _fail(f"{src}: no such file (run `python bench/gpu.py {folder}` on a GPU first)")
+    (folder / "summary.md").write_text(gpu_summary(json.loads(src.read_text())))
+    typer.echo(f"report: {folder / 'summary.md'}")
 
 
 if __name__ == "__main__":

@@ -24,3 +24,7 @@ def test_cpu_smoke_writes_every_section(tmp_path):
     assert [c["candidate"] for c in out["cost_model"]] == ["mxfp8-emulated", "fp8-block-real"]
     assert out["learner"]["real_fp8_on_tensor_cores"] is False  # CPU: the block-FP8 GEMMs fall back
     assert (tmp_path / "learner_vs_bf16.png").stat().st_size > 0
+    summary = (tmp_path / "summary.md").read_text()
+    assert f"{len(mod.GRIDS) + 2} of {len(mod.GRIDS) + 2} grid modes give the CPU reference's bytes" in summary
+    assert "not on FP8 tensor cores here" in summary and "fp8-block-real (emulated fallback)" in summary
+    assert "![learner_vs_bf16.png](learner_vs_bf16.png)" in summary

@@ -34,7 +34,7 @@ def _invoke(*args: str):
     return runner.invoke(cli.app, list(args))
 
 
-COMMANDS = ["run", "verl-config", "deploy", "ui", "tracking-server", "runs", "report"]  # in the order the help lists them
+COMMANDS = ["run", "verl-config", "deploy", "ui", "tracking-server", "runs", "report", "gpu-report"]  # in the order the help lists them
 
 
 def test_help_lists_every_command_by_name():
@@ -218,3 +218,24 @@ def test_ui_against_a_tracking_server_points_to_its_own_ui(store, monkeypatch):
     result = _invoke("ui")
     assert result.exit_code == 0 and calls == []
     assert "its UI is http://10.0.0.5:5000" in result.output
+
+
+def test_gpu_report_names_a_missing_json_and_writes_the_summary(tmp_path):
+    result = _invoke("gpu-report", str(tmp_path))
+    assert result.exit_code == 1 and "gpu.json: no such file" in result.output
+    import json
+
+    (tmp_path / "gpu.json").write_text(json.dumps({
+        "device": "NVIDIA H200", "torch": "2.11.0", "grids_equal_cpu": {"a": True, "b": True},
+        "learner": {"real_fp8_on_tensor_cores": True, "rows": [
+            {"tokens": 256, "variant": "bf16", "seconds": 0.002, "vs_bf16": 1.0},
+            {"tokens": 256, "variant": "fp8-block-real", "seconds": 0.001, "vs_bf16": 0.5}]},
+        "cost_model": [{"candidate": "fp8-block-real", "label": "block FP8 on tensor cores (Hopper FP8 in place of "
+                        "Blackwell MXFP8)", "headline": "break-even at 300 tokens"}],
+        "fingerprint": {"fingerprint_fn": "tensor_hash", "mb": 1024, "fingerprint_gb_s": 900.0, "copy_gb_s": 1800.0,
+                        "fingerprint_vs_copy": 2.0}, "plots": ["learner_vs_bf16.png"], "seconds": 300}))
+    result = _invoke("gpu-report", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "summary.md").read_text()
+    assert "2 of 2 grid modes" in text and "| 256 | 2.00 ms (×1.00) | – | 1.00 ms (×0.50) |" in text
+    assert "Hopper FP8 in place of Blackwell MXFP8)**: break-even at 300 tokens" in text
