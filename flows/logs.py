@@ -35,10 +35,15 @@ ENV = {
 
 
 def quiet_process() -> None:
-    """Set the environment defaults in :data:`ENV` and install :func:`fp8rl_core.sampler.quiet.install`."""
+    """Set the environment defaults in :data:`ENV`, install :func:`fp8rl_core.sampler.quiet.install`, and
+    let vLLM configure its logging now. vLLM does that (``logging.config.dictConfig``, holding logging's
+    module lock) when it is first imported — otherwise inside the first engine start, in the middle of a
+    Prefect task run whose API log handler then waits on its worker thread, which waits for that same
+    lock: engine starts stalled for ~10 minutes (seen with py-spy). At process start no run is logging."""
     for key, value in ENV.items():
         os.environ.setdefault(key, value)
     quiet.install()
+    import vllm.logger  # noqa: F401 — configures the vllm logger once (see above)
 
 
 def _console_handlers() -> list[logging.Handler]:

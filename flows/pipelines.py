@@ -17,17 +17,23 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from prefect import flow, get_run_logger, task
-from prefect.cache_policies import NO_CACHE
-from prefect.runtime import flow_run as runtime_flow_run
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from flows.logs import quiet_process
 
-from fp8rl_core.config import RunConfig, SweepConfig, load_sweep, run_id
-from fp8rl_core.sampler.pool import release_all
-from fp8rl_core.vocabulary import CONDITIONS
-from tasks import cluster, reporting, stages, tracking
+# a Ray worker imports this module to run a task: the CLI's quiet defaults before the libraries load, and
+# vLLM's logging configured before any task run logs (flows.logs.quiet_process)
+quiet_process()
+
+from prefect import flow, get_run_logger, task  # noqa: E402
+from prefect.cache_policies import NO_CACHE  # noqa: E402
+from prefect.runtime import flow_run as runtime_flow_run  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from fp8rl_core.config import RunConfig, SweepConfig, load_sweep, run_id  # noqa: E402
+from fp8rl_core.sampler.pool import release_all  # noqa: E402
+from fp8rl_core.vocabulary import CONDITIONS  # noqa: E402
+from tasks import cluster, reporting, stages, tracking  # noqa: E402
 
 __all__ = ["experiment", "mxfp8_sweep", "nightly_correctness"]
 
@@ -203,8 +209,9 @@ def _on_ray(sweep: SweepConfig, sweep_id: str, address: str | None):
                                                        "mlflow_run": mlflow_run, "cwd": os.getcwd()})
                     futures[f.wrapped_future] = (f, cfg, mlflow_run)
             pending, rows = list(futures), []
+            got: dict[str, str] = {}
             try:
-                with _interrupts_raise():
+                with _interrupts_raise() as got:
                     while pending:  # a timeout, so a signal is handled within a second
                         ready, pending = ray.wait(pending, num_returns=1, timeout=1.0)
                         for ref in ready:
@@ -212,7 +219,8 @@ def _on_ray(sweep: SweepConfig, sweep_id: str, address: str | None):
                             rows.append(row)
                             done(row)
             except BaseException as e:  # interrupted: nothing keeps running, nothing is left SCHEDULED/RUNNING
-                reason = f"the sweep was interrupted ({type(e).__name__}: {e}) before this run finished"
+                why = f"signal {got['signal']}" if "signal" in got else f"{type(e).__name__}: {e}"
+                reason = f"the sweep was interrupted ({why}) before this run finished"
                 for ref in pending:
                     ray.cancel(ref, force=True)
                 for ref in pending:
@@ -248,19 +256,22 @@ def _collect(f, cfg: RunConfig, mlflow_run: str) -> dict:
 
 @contextmanager
 def _interrupts_raise():
-    """SIGTERM (and SIGINT) raise KeyboardInterrupt in the driver's main thread while it waits on Ray."""
+    """SIGTERM (and SIGINT) raise KeyboardInterrupt in the driver's main thread while it waits on Ray; the
+    yielded dict gets the signal's name (Ray's wait re-raises the interrupt without its message)."""
+    got: dict[str, str] = {}
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield got
         return
     previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
 
     def handler(signum, frame):
-        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+        got["signal"] = signal.Signals(signum).name
+        raise KeyboardInterrupt(f"signal {got['signal']}")
 
     for s in previous:
         signal.signal(s, handler)
     try:
-        yield
+        yield got
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
