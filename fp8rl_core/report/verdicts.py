@@ -655,7 +655,7 @@ def power_rows(data: SweepData, *, level: float = 0.95, power: float = 0.8, seed
                 claim.paper_range[0] if claim.paper_range else None)
             est = power_estimate(a, b, keys[:, 0], seeds=seeds, sequences=sequences, target=target, level=level,
                                  power=power)
-            rows.append({"id": claim.id, "claim": f"({claim.id}) {claim.candidate} vs {claim.baseline}",
+            rows.append({"id": claim.id, "claim": f"{claim.candidate} vs {claim.baseline} ({claim.id})",
                          "model": model, "seeds": est.seeds, "sequences": est.sequences,
                          "between": est.components.between, "within": est.components.within, "se": est.se,
                          "resolvable": est.resolvable, "target": target, "seeds_for_target": est.seeds_for_target,

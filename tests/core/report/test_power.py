@@ -65,4 +65,4 @@ def test_no_probe_table_or_one_seed_gives_no_rows(sweep):
 def test_the_report_has_a_power_section(sweep, tmp_path):
     text = write_report(sweep, tmp_path, n_boot=50).read_text()
     assert "## Power" in text
-    assert "| (a) half vs bf16-sampler | " + DENSE + " | 3 × 16 |" in text
+    assert "| half vs bf16-sampler (a) | " + DENSE + " | 3 × 16 |" in text
