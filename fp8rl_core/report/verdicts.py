@@ -78,7 +78,9 @@ Power
 × probe sequences per seed) can resolve and how many seeds the paper's ratio would need
 (:func:`fp8rl_core.metrics.power.power_estimate`: variance components of the paired log-ratio between
 and within seeds). Run on a pilot it sizes the experiment; in a report it says why a claim whose CI
-includes 1 could not be settled at this scale.
+includes 1 could not be settled at this scale: :func:`evaluate_claims` appends it to the ``why`` of every
+exact-probe KL row whose interval includes 1 ("power: 3 seeds × 64 probe sequences resolve only ratios
+≤ 0.79 or ≥ 1.26 (80% power); the paper's 0.89 would need 12 seeds × 64 sequences").
 """
 
 from __future__ import annotations
@@ -615,6 +617,24 @@ def evaluate_claims(data: SweepData, *, trace_paths: Any = None, n_boot: int = 2
             rows += _eval_time(ctx, claim)
         else:
             raise ValueError(f"claim {claim.id}: unknown kind {claim.kind!r}")
+    return _with_power(rows, data, level, claims)
+
+
+def _with_power(rows: list[dict[str, Any]], data: SweepData, level: float, claims: Sequence[Claim]) -> list[dict[str, Any]]:
+    """Append the power calculation to the ``why`` of each exact-probe KL row whose CI includes 1: what this
+    design could resolve and the seeds the paper's ratio would need (:func:`power_rows`)."""
+    unresolved = [r for r in rows if r["measure"] == PROBE_MEASURE and r["lo"] is not None and r["lo"] <= 1 <= r["hi"]]
+    if not unresolved:
+        return rows
+    power = {(p["id"], p["model"]): p for p in power_rows(data, level=level, claims=claims)}
+    for r in unresolved:
+        p = power.get((r["id"], r["model"]))
+        if p is None:
+            continue
+        need = "" if p["seeds_for_target"] is None else (
+            f"; the paper's {p['target']:g} would need {p['seeds_for_target']} seeds × {p['sequences']} sequences")
+        r["why"] += (f"; power: {p['seeds']} seeds × {p['sequences']} probe sequences resolve only ratios "
+                     f"≤ {1 / p['resolvable']:.2f} or ≥ {p['resolvable']:.2f} (80% power){need}")
     return rows
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from fp8rl_core.metrics import paired_units
 from fp8rl_core.metrics.power import power_estimate, seeds_needed
-from fp8rl_core.report import SweepData, power_rows, probe_units, write_report
+from fp8rl_core.report import CLAIMS, SweepData, evaluate_claims, power_rows, probe_units, write_report
 
 from .test_claims import DENSE, MOE, make_sweep
 from .test_probe import with_probe
@@ -54,6 +54,25 @@ def test_a_seed_dependent_ratio_needs_more_seeds(sweep):
     # a design with more seeds resolves smaller ratios
     more = next(r for r in power_rows(noisy, seeds=30) if r["id"] == "a" and r["model"] == DENSE)
     assert more["seeds"] == 30 and more["resolvable"] < loud["resolvable"]
+
+
+def test_an_unresolved_claim_row_states_the_power_calculation(sweep):
+    probe = sweep.probe.copy()
+    factor = probe["seed"].map({0: np.exp(-0.3), 1: 1.0, 2: np.exp(0.3)})
+    half = probe["preset"] == "half"
+    probe.loc[half, "kl"] = probe.loc[half, "kl"] * factor[half]
+    noisy = SweepData(**{**sweep.__dict__, "probe": probe})
+    claims = [c for c in CLAIMS if c.id == "a"]
+    row = next(r for r in evaluate_claims(noisy, n_boot=200, claims=claims)
+               if r["model"] == DENSE and r["measure"] == "probe_kl")
+    p = next(r for r in power_rows(noisy) if r["id"] == "a" and r["model"] == DENSE)
+    assert row["lo"] <= 1 <= row["hi"]
+    assert (f"power: 3 seeds × 16 probe sequences resolve only ratios ≤ {1 / p['resolvable']:.2f} or "
+            f"≥ {p['resolvable']:.2f} (80% power); the paper's 0.89 would need {p['seeds_for_target']} seeds") in row["why"]
+    # a resolved row (quiet sweep: the planted 0.917 with 2% jitter) carries no power note
+    quiet = next(r for r in evaluate_claims(sweep, n_boot=200, claims=claims)
+                 if r["model"] == DENSE and r["measure"] == "probe_kl")
+    assert quiet["hi"] < 1 and "power:" not in quiet["why"]
 
 
 def test_no_probe_table_or_one_seed_gives_no_rows(sweep):
