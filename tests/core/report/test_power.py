@@ -19,6 +19,15 @@ def sweep():
     return with_probe(make_sweep(seeds=(0, 1, 2), steps=False, checks=False))
 
 
+def _seed_dependent(sweep: SweepData) -> SweepData:
+    """half's KL scaled by a per-seed factor e^{−0.3}, 1, e^{0.3}: the seeds' ratios differ."""
+    probe = sweep.probe.copy()
+    factor = probe["seed"].map({0: np.exp(-0.3), 1: 1.0, 2: np.exp(0.3)})
+    half = probe["preset"] == "half"
+    probe.loc[half, "kl"] = probe.loc[half, "kl"] * factor[half]
+    return SweepData(**{**sweep.__dict__, "probe": probe})
+
+
 def test_one_row_per_kl_claim_and_model_with_the_estimate_of_its_paired_units(sweep):
     rows = power_rows(sweep)
     assert sorted((r["id"], r["model"]) for r in rows) == sorted(
@@ -41,12 +50,7 @@ def test_shared_difficulty_and_small_jitter_resolve_small_ratios(sweep):
 
 
 def test_a_seed_dependent_ratio_needs_more_seeds(sweep):
-    # half's KL scaled by a per-seed factor e^{±0.3}: the seeds' ratios differ, σ²_between grows
-    probe = sweep.probe.copy()
-    factor = probe["seed"].map({0: np.exp(-0.3), 1: 1.0, 2: np.exp(0.3)})
-    half = probe["preset"] == "half"
-    probe.loc[half, "kl"] = probe.loc[half, "kl"] * factor[half]
-    noisy = SweepData(**{**sweep.__dict__, "probe": probe})
+    noisy = _seed_dependent(sweep)  # σ²_between grows
     quiet = next(r for r in power_rows(sweep) if r["id"] == "a" and r["model"] == DENSE)
     loud = next(r for r in power_rows(noisy) if r["id"] == "a" and r["model"] == DENSE)
     assert loud["between"] > 100 * max(quiet["between"], 1e-6)
@@ -57,11 +61,7 @@ def test_a_seed_dependent_ratio_needs_more_seeds(sweep):
 
 
 def test_an_unresolved_claim_row_states_the_power_calculation(sweep):
-    probe = sweep.probe.copy()
-    factor = probe["seed"].map({0: np.exp(-0.3), 1: 1.0, 2: np.exp(0.3)})
-    half = probe["preset"] == "half"
-    probe.loc[half, "kl"] = probe.loc[half, "kl"] * factor[half]
-    noisy = SweepData(**{**sweep.__dict__, "probe": probe})
+    noisy = _seed_dependent(sweep)
     claims = [c for c in CLAIMS if c.id == "a"]
     row = next(r for r in evaluate_claims(noisy, n_boot=200, claims=claims)
                if r["model"] == DENSE and r["measure"] == "probe_kl")
