@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # pyvers pins packaging<26 (docs/gpu.md, Environments); their imports are tested in tests/verl
 VERL_NODEPS := verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0
 
-.PHONY: setup setup-gpu run test test-fast bench results clean
+.PHONY: setup setup-gpu run test test-fast bench results results-small clean
 
 setup: $(STAMP)
 
@@ -42,11 +42,20 @@ setup-gpu:
 run: setup
 	$(VENV)/bin/fp8rl run configs/smoke.yaml
 
-# the paper's three experiments at CPU scale (3 seeds each), then their reports under docs/results/
-RESULTS := dense-matching moe-grids microbatch-sweep
+# the paper's three experiments at CPU scale on the minis (3 seeds each, kept under their own names), then
+# the small-model experiments (issue 16: dense-matching-small, moe-grids-small and the block-size ablation,
+# sized by docs/results/power.md), then their reports under docs/results/
+RESULTS_MINI  := dense-matching moe-grids microbatch-sweep
+RESULTS_SMALL := dense-matching-small moe-grids-small blocksize-ablation
+RESULTS := $(RESULTS_MINI) $(RESULTS_SMALL)
 results: setup
 	for s in $(RESULTS); do $(VENV)/bin/fp8rl run configs/$$s.yaml || exit 1; done
 	for s in $(RESULTS); do $(VENV)/bin/fp8rl report $$s --out docs/results/$$s --no-log || exit 1; done
+
+# only the small-model experiments and their reports (about an hour on 2 cores, docs/results/power.md)
+results-small: setup
+	for s in $(RESULTS_SMALL); do $(VENV)/bin/fp8rl run configs/$$s.yaml || exit 1; done
+	for s in $(RESULTS_SMALL); do $(VENV)/bin/fp8rl report $$s --out docs/results/$$s --no-log || exit 1; done
 
 # every test (what CI runs), then the 25 slowest
 test: setup

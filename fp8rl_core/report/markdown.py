@@ -32,7 +32,7 @@ from fp8rl_core.vocabulary import CONDITIONS
 from . import plots
 from .data import (PROBE_LABELS, PROBE_METRICS, REPORT_METRICS, SweepData, interval_table, is_probe_metric,
                    preset_order, with_run_columns)
-from .verdicts import absent_claims, cost_models, evaluate_claims
+from .verdicts import absent_claims, cost_models, evaluate_claims, power_rows
 
 __all__ = ["RUN_METRICS", "write_report"]
 
@@ -149,6 +149,23 @@ def _cost_section(cms: list) -> list[str]:
     return out + [""]
 
 
+def _power_section(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    est = rows[0]["estimate"]
+    intro = (f"What this sweep's design can resolve on the exact probe KL (docs/results/power.md; "
+             f"fp8rl_core.metrics.power): σ² of the paired log-ratio between seeds and within a seed (one-way "
+             f"ANOVA), se of log(ratio) for the design, the smallest ratio resolved at {est.level:.0%} with "
+             f"{est.power:.0%} power (a ratio ≤ 1/f or ≥ f), and the seeds the paper's ratio needs at this many "
+             "probe sequences per seed.")
+    body = [[r["claim"], r["model"], f"{r['seeds']} × {r['sequences']}", _cell(r["between"]), _cell(r["within"]),
+             _cell(r["se"]), f"{r['resolvable']:.3g}", "–" if r["target"] is None else _cell(r["target"]),
+             "–" if r["seeds_for_target"] is None else str(r["seeds_for_target"])] for r in rows]
+    return ["## Power", "", intro, "",
+            *_table(["comparison", "model", "seeds × sequences", "σ² between", "σ² within", "se(log ratio)",
+                     "resolvable factor f", "paper's ratio", "seeds it needs"], body), ""]
+
+
 def _checks_section(data: SweepData) -> list[str]:
     ch = data.checks
     if ch.empty or "condition" not in ch.columns:
@@ -257,6 +274,7 @@ def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = Non
     if not r.empty:
         lines += _runs_section(data)
     lines += _kl_section(table, preset_order(data))
+    lines += _power_section(power_rows(data))
     lines += _cost_section(cms)
     lines += _checks_section(data)
     if figs:

@@ -71,6 +71,16 @@ steps and batch shape: same prompts, see :mod:`fp8rl_core.report.data`), seeds a
 cluster (probe units: keyed ``(seed, 0, probe sequence)``, paired when both presets have the same seeds
 and probe batch size); otherwise unpaired, and ``why`` says so. Every bootstrap is seeded: the rows are
 deterministic given the data.
+
+Power
+-----
+:func:`power_rows` says, for each KL claim's exact probe comparison, what the sweep's own design (its seeds
+× probe sequences per seed) can resolve and how many seeds the paper's ratio would need
+(:func:`fp8rl_core.metrics.power.power_estimate`: variance components of the paired log-ratio between
+and within seeds). Run on a pilot it sizes the experiment; in a report it says why a claim whose CI
+includes 1 could not be settled at this scale: :func:`evaluate_claims` appends it to the ``why`` of every
+exact-probe KL row whose interval includes 1 ("power: 3 seeds × 64 probe sequences resolve only ratios
+≤ 0.79 or ≥ 1.26 (80% power); the paper's 0.89 would need 12 seeds × 64 sequences").
 """
 
 from __future__ import annotations
@@ -83,12 +93,13 @@ import numpy as np
 import pandas as pd
 
 from fp8rl_core.metrics import Comparison, CostModel, compare_ratio, cost_model, describe_change, paired_units
+from fp8rl_core.metrics.power import power_estimate
 
 from .claims import CLAIMS, PROBE_MEASURE, VERDICTS, Claim, Verdict, measure_label
 from .data import SweepData, Units, is_moe, is_probe_metric, probe_units, sequence_units, with_run_columns
 
 __all__ = ["PresetComparison", "absent_claims", "compare_presets", "cost_models", "direction_verdict",
-           "evaluate_claims"]
+           "evaluate_claims", "power_rows"]
 
 _CPU_TIMING = ("MXFP8 is emulated on CPU (no FP8 tensor cores, quantization is extra work) and the CPU sampler "
                "runs BF16/FP32 arithmetic whatever the preset, so these times cannot show what FP8 hardware saves")
@@ -606,6 +617,24 @@ def evaluate_claims(data: SweepData, *, trace_paths: Any = None, n_boot: int = 2
             rows += _eval_time(ctx, claim)
         else:
             raise ValueError(f"claim {claim.id}: unknown kind {claim.kind!r}")
+    return _with_power(rows, data, level, claims)
+
+
+def _with_power(rows: list[dict[str, Any]], data: SweepData, level: float, claims: Sequence[Claim]) -> list[dict[str, Any]]:
+    """Append the power calculation to the ``why`` of each exact-probe KL row whose CI includes 1: what this
+    design could resolve and the seeds the paper's ratio would need (:func:`power_rows`)."""
+    unresolved = [r for r in rows if r["measure"] == PROBE_MEASURE and r["lo"] is not None and r["lo"] <= 1 <= r["hi"]]
+    if not unresolved:
+        return rows
+    power = {(p["id"], p["model"]): p for p in power_rows(data, level=level, claims=claims)}
+    for r in unresolved:
+        p = power.get((r["id"], r["model"]))
+        if p is None:
+            continue
+        need = "" if p["seeds_for_target"] is None else (
+            f"; the paper's {p['target']:g} would need {p['seeds_for_target']} seeds × {p['sequences']} sequences")
+        r["why"] += (f"; power: {p['seeds']} seeds × {p['sequences']} probe sequences resolve only ratios "
+                     f"≤ {1 / p['resolvable']:.2f} or ≥ {p['resolvable']:.2f} (80% power){need}")
     return rows
 
 
@@ -617,3 +646,38 @@ def absent_claims(data: SweepData, rows: Sequence[Mapping[str, Any]] | None = No
         rows = evaluate_claims(data, n_boot=200, claims=claims)
     have = {r["id"] for r in rows}
     return [{"id": c.id, "claim": f"({c.id}) {c.text}", "needs": c.needs} for c in claims if c.id not in have]
+
+
+def power_rows(data: SweepData, *, level: float = 0.95, power: float = 0.8, seeds: int | None = None,
+               sequences: int | None = None, claims: Sequence[Claim] = CLAIMS) -> list[dict[str, Any]]:
+    """One row per (KL claim, model) with paired exact probe units on ≥ 2 seeds: the power of the
+    comparison (module docstring, "Power") for ``seeds`` × ``sequences`` per seed (default: the sweep's
+    own design). Row: ``{"id", "claim", "model", "seeds", "sequences", "between", "within", "se",
+    "resolvable", "target", "seeds_for_target", "estimate"}`` — ``resolvable`` the factor f: ratios ≤ 1/f or
+    ≥ f are resolved with probability ``power``; ``target`` the paper's ratio (the low end of a range);
+    ``seeds_for_target`` the seeds it needs at ``sequences``; ``estimate`` the
+    :class:`~fp8rl_core.metrics.power.PowerEstimate`. No probe table → ``[]``."""
+    if data.probe.empty:
+        return []
+    units = probe_units(data, PROBE_MEASURE, ("model", "preset"))
+    rows = []
+    for claim in claims:
+        if claim.kind not in ("kl_ratio", "kl_ratio_first_step"):
+            continue
+        for model in _models(data, claim.models):
+            ua, ub = units.get((model, claim.baseline)), units.get((model, claim.candidate))
+            if ua is None or ub is None or not np.array_equal(np.unique(ua.keys, axis=0), np.unique(ub.keys, axis=0)):
+                continue
+            a, b, keys = paired_units(ua.keys, (ua.num, ua.den), ub.keys, (ub.num, ub.den))
+            if np.unique(keys[:, 0]).size < 2:
+                continue
+            target = claim.paper_ratio if claim.paper_ratio is not None else (
+                claim.paper_range[0] if claim.paper_range else None)
+            est = power_estimate(a, b, keys[:, 0], seeds=seeds, sequences=sequences, target=target, level=level,
+                                 power=power)
+            rows.append({"id": claim.id, "claim": f"{claim.candidate} vs {claim.baseline} ({claim.id})",
+                         "model": model, "seeds": est.seeds, "sequences": est.sequences,
+                         "between": est.components.between, "within": est.components.within, "se": est.se,
+                         "resolvable": est.resolvable, "target": target, "seeds_for_target": est.seeds_for_target,
+                         "estimate": est})
+    return rows

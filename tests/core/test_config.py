@@ -26,6 +26,9 @@ EXPECTED_RUNS = {
     "dense-matching.yaml": 9,
     "moe-grids.yaml": 9,
     "microbatch-sweep.yaml": 30,
+    "dense-matching-small.yaml": 12,
+    "moe-grids-small.yaml": 12,
+    "blocksize-ablation.yaml": 16,
     "nightly.yaml": 10,
     "gpu/qwen3-8b.yaml": 15,
     "gpu/qwen3-30b-a3b.yaml": 15,
@@ -83,11 +86,12 @@ def test_shipped_config_loads_the_same_from_any_working_directory(name, tmp_path
 
 @pytest.mark.parametrize("name", CPU_CONFIGS)
 def test_cpu_configs_are_cpu_scale(name):
-    """The CPU sweeps use the mini models, a short warm start and a few hundred prompts per run, so each
-    finishes in minutes (measured: dense-matching and moe-grids, 8 steps x 16 prompts, ~3 min for 9 runs)."""
+    """The CPU sweeps use the mini or small models, a short warm start and a few hundred prompts per run, so
+    each finishes in minutes (measured: dense-matching and moe-grids, 8 steps x 16 prompts, ~3 min for 9 runs;
+    the small sweeps: docs/results/power.md)."""
     _, runs = load_sweep(CONFIGS / name)
     for r in runs:
-        assert r.model in ("qwen3-dense-mini", "qwen3-moe-mini")
+        assert r.model in ("qwen3-dense-mini", "qwen3-moe-mini", "qwen3-dense-small", "qwen3-moe-small")
         assert r.warmstart.steps <= 1000 and r.warmstart.task.digits == 2
         assert r.loop.steps <= 8 and r.loop.steps * r.loop.prompts_per_step <= 256
 
@@ -112,6 +116,25 @@ def test_shipped_sweeps_cover_the_reference_results():
         assert {r.model for r in runs} == {model} and {r.preset for r in runs} == set(PRESETS)
         assert len({r.seed for r in runs}) >= 3
         assert Path(runs[0].spec_path()) == MODELS / f"{model}.yaml"
+
+
+def test_small_sweeps_cover_the_issue_16_experiments():
+    """dense-matching-small and moe-grids-small: claims a/b and d on the small models; the block-size
+    ablation: other-grid vs all on the MoE mini and small with everything else equal."""
+    _, dense = load_sweep(CONFIGS / "dense-matching-small.yaml")
+    assert {r.preset for r in dense} == {"bf16-sampler", "half", "all"} and {r.model for r in dense} == {"qwen3-dense-small"}
+    _, moe = load_sweep(CONFIGS / "moe-grids-small.yaml")
+    assert {r.preset for r in moe} == {"all", "other-grid", "bf16-e2e"} and {r.model for r in moe} == {"qwen3-moe-small"}
+    _, abl = load_sweep(CONFIGS / "blocksize-ablation.yaml")
+    assert {(r.model, r.preset) for r in abl} == {(m, p) for m in ("qwen3-moe-mini", "qwen3-moe-small")
+                                                   for p in ("all", "other-grid")}
+    for runs in (dense, moe, abl):
+        assert len({r.seed for r in runs}) >= 4
+        # one warm start and one RL/probe protocol across each sweep (and across the three)
+        assert len({(r.warmstart, r.learner, r.loop, r.metrics) for r in runs}) == 1
+    assert dense[0].warmstart == moe[0].warmstart == abl[0].warmstart
+    # the ablation's small-model runs are moe-grids-small's runs of the same presets (same run ids)
+    assert {run_id(r) for r in abl if r.model == "qwen3-moe-small"} <= {run_id(r) for r in moe}
 
 
 def test_gpu_model_specs_hold_the_published_architectures():
