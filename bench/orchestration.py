@@ -27,6 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from flows.logs import quiet_process  # noqa: E402
+
+quiet_process()  # at import: vLLM's spawned engine processes re-import this module first
+
 
 def _warm(config: str, overrides: list[str], cache: Path) -> int:
     from fp8rl_core.config import load_sweep
@@ -61,9 +65,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from flows import tracking_server as ts
-    from flows.logs import quiet_process
 
-    quiet_process()
     os.environ.pop("RAY_ADDRESS", None)
     os.environ["FP8RL_CACHE"] = str(Path(args.cache).resolve())
     import flows.pipelines as pipelines
