@@ -181,6 +181,11 @@ def _on_ray(sweep: SweepConfig, sweep_id: str, address: str | None):
     logger = get_run_logger()
     env = {"MLFLOW_TRACKING_URI": tracking.tracking_uri(), "FP8RL_ARTIFACTS": str(tracking.artifact_root().resolve()),
            "FP8RL_CACHE": str(Path(WARMSTART_CACHE).resolve())}
+    if __name__ != "flows.pipelines":
+        # a deployment loads this file as the script module `pipelines`; the flow in the task runs' context
+        # is pickled by reference to it, so the workers must be able to import it under that name too
+        here = str(Path(__file__).resolve().parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
     local = address is None and not os.environ.get("RAY_ADDRESS")
     init = {"log_to_driver": False, "logging_level": logging.WARNING, "runtime_env": {"env_vars": env}}
     if local:  # the embedded default: this machine's cores, no dashboard, a small object store (rows only)
@@ -201,11 +206,15 @@ def _on_ray(sweep: SweepConfig, sweep_id: str, address: str | None):
         logger.info("%s: %d nodes; each run asks for %s", where, len(found), sweep.resources.describe())
 
         def dispatch(todo: list[tuple[RunConfig, str]], done) -> list[dict]:
+            # the task as the importable module holds it: a deployment loads this file under a script-module
+            # name that a Ray worker cannot import back (the task's function is pickled by reference)
+            from flows.pipelines import run_experiment as task_fn
+
             futures = {}
             with temporary_settings(updates={PREFECT_API_URL: api}), \
                     remote_options(**sweep.resources.ray_options(), max_retries=0, max_calls=0):
                 for cfg, mlflow_run in todo:
-                    f = runner.submit(run_experiment, {"run": _portable(cfg), "sweep": sweep.sweep, "sweep_id": sweep_id,
+                    f = runner.submit(task_fn, {"run": _portable(cfg), "sweep": sweep.sweep, "sweep_id": sweep_id,
                                                        "mlflow_run": mlflow_run, "cwd": os.getcwd()})
                     futures[f.wrapped_future] = (f, cfg, mlflow_run)
             pending, rows = list(futures), []
@@ -242,8 +251,12 @@ def _collect(f, cfg: RunConfig, mlflow_run: str) -> dict:
     key = run_id(cfg)
     try:
         return f.result()
-    except ray.exceptions.RayError as e:  # the worker (or its node) died: nobody ended the MLflow run
-        reason = f"the Ray worker running this run died: {type(e).__name__}: {str(e).splitlines()[0]}"
+    except ray.exceptions.RayError as e:  # the worker died, or Ray could not run the task: nobody ended the MLflow run
+        died = (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.OutOfMemoryError)
+        cause = getattr(e, "cause", None) or e  # a RayTaskError wraps what happened in the worker
+        lines = [x for x in str(cause).splitlines() if x.strip()] or [""]
+        what = "the Ray worker running this run died" if isinstance(e, died) else "Ray could not run this run"
+        reason = f"{what}: {type(cause).__name__}: {lines[-1] if cause is not e else lines[0]}"
         get_run_logger().error("run %s: %s", run_name(cfg), reason)
         tracking.end_unfinished(mlflow_run, "FAILED", reason)
         _crash(f, reason)
