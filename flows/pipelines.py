@@ -46,28 +46,35 @@ def run_name(cfg: RunConfig) -> str:
 
 
 @contextmanager
-def _killed_on_signal(mlflow_run: str):
-    """Mark the MLflow run KILLED on SIGTERM/SIGINT (main thread only), then let the signal act."""
+def _on_signals(react):
+    """While the block runs, SIGTERM and SIGINT call ``react(signum, frame, previous_handler)``; the previous
+    handlers come back after. Main thread only (elsewhere Python cannot install handlers: a no-op)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-
-    def handler(signum, frame):
-        tracking.set_tag(mlflow_run, "error", f"interrupted by signal {signal.Signals(signum).name}")
-        tracking.terminate(mlflow_run, "KILLED")
-        prev = previous[signum]
-        if callable(prev):
-            prev(signum, frame)
-        raise KeyboardInterrupt(f"signal {signum}")
-
     for s in previous:
-        signal.signal(s, handler)
+        signal.signal(s, lambda signum, frame: react(signum, frame, previous[signum]))
     try:
         yield
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+@contextmanager
+def _killed_on_signal(mlflow_run: str):
+    """Mark the MLflow run KILLED on SIGTERM/SIGINT (main thread only), then let the signal act."""
+
+    def react(signum, frame, previous):
+        tracking.set_tag(mlflow_run, "error", f"interrupted by signal {signal.Signals(signum).name}")
+        tracking.terminate(mlflow_run, "KILLED")
+        if callable(previous):
+            previous(signum, frame)
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    with _on_signals(react):
+        yield
 
 
 @flow(name="experiment", log_prints=True)
@@ -272,22 +279,13 @@ def _interrupts_raise():
     """SIGTERM (and SIGINT) raise KeyboardInterrupt in the driver's main thread while it waits on Ray; the
     yielded dict gets the signal's name (Ray's wait re-raises the interrupt without its message)."""
     got: dict[str, str] = {}
-    if threading.current_thread() is not threading.main_thread():
-        yield got
-        return
-    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
 
-    def handler(signum, frame):
+    def react(signum, frame, previous):
         got["signal"] = signal.Signals(signum).name
         raise KeyboardInterrupt(f"signal {got['signal']}")
 
-    for s in previous:
-        signal.signal(s, handler)
-    try:
+    with _on_signals(react):
         yield got
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 def _inline(sweep: SweepConfig, sweep_id: str, todo: list[tuple[RunConfig, str]], done: callable) -> list[dict]:

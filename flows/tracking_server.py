@@ -31,6 +31,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 __all__ = ["Postgres", "ServerError", "TrackingServer", "free_port", "postgres_binaries"]
@@ -120,7 +121,7 @@ def _stop(proc: subprocess.Popen | None, first: int, wait_s: float, then: int = 
     proc.wait()
 
 
-class _Server:
+class _Server(ABC):
     """A server process of ours: :meth:`start` launches it (``_launch``) and waits until it is ready
     (``_ready``), stopping it when that fails or is interrupted; a context manager (started on entry,
     stopped on exit)."""
@@ -129,14 +130,14 @@ class _Server:
     log: Path
     start_timeout_s: float
 
-    def _launch(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _launch(self) -> None: ...
 
-    def _ready(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _ready(self) -> None: ...
 
-    def stop(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def stop(self) -> None: ...
 
     def start(self):
         self._launch()
