@@ -94,8 +94,9 @@ HEADLINE = (("headline/kl_k3_micronats", "KL k3 µnats", "kl/k3", 1e6),
 
 
 def headline_metrics(summary: Mapping[str, float]) -> dict[str, float]:
-    """The :data:`HEADLINE` metrics of a run's summary metrics (those whose source is there)."""
-    return {name: float(summary[src]) * factor for name, _, src, factor in HEADLINE if src in summary}
+    """The :data:`HEADLINE` metrics of a run's summary metrics (those whose source is there), rounded to
+    four significant digits: a column shows ``21.95``, not ``21.947749…`` (the full values are the sources)."""
+    return {name: float(f"{float(summary[src]) * factor:.4g}") for name, _, src, factor in HEADLINE if src in summary}
 
 
 #: the tags every run of a sweep carries for grouping (the columns the shared view shows first)
@@ -429,10 +430,12 @@ def describe_experiment(sweep: str, description: str = "") -> str:
 
 
 def headline_view() -> dict:
-    """The runs-table state of the shared view (the UI's own keys): the columns it shows."""
-    cols = ["attributes.`Description`"] + [f"tags.`{t}`" for t in GROUP_TAGS] + [f"metrics.`{m}`" for m, *_ in HEADLINE]
-    return {"selectedColumns": cols, "orderByKey": "attributes.run_name", "orderByAsc": True,
-            "runsHiddenMode": "SHOW_ALL", "hideEmptyCharts": True}
+    """The runs-table state of the shared view (the UI's own keys): the columns it shows, the runs sorted
+    by KL (which lists them flat, not folded under their parent)."""
+    metrics = [f"metrics.`{m}`" for m, *_ in HEADLINE]
+    cols = metrics + [f"tags.`{t}`" for t in GROUP_TAGS]  # the description is on the run's page (and its name's tooltip)
+    return {"selectedColumns": cols, "orderByKey": metrics[0], "orderByAsc": True, "runsHiddenMode": "SHOW_ALL",
+            "hideEmptyCharts": True}
 
 
 def open_sweep_run(sweep: str, sweep_id: str, params: Mapping[str, str], description: str = "") -> str:
@@ -492,7 +495,7 @@ def ui_url() -> str:
 
 def experiment_url(experiment: str, base: str | None = None) -> str:
     """The experiment's runs in the UI, with the shared headline view and as model training."""
-    return f"{base or ui_url()}/#/experiments/{experiment}?viewStateShareKey={VIEW_KEY}&workflowType=machine_learning"
+    return f"{base or ui_url()}/#/experiments/{experiment}/runs?viewStateShareKey={VIEW_KEY}&workflowType=machine_learning"
 
 
 def compare_url(experiment: str, runs: Iterable[str], base: str | None = None) -> str:
@@ -500,7 +503,8 @@ def compare_url(experiment: str, runs: Iterable[str], base: str | None = None) -
     from urllib.parse import quote
 
     ids = json.dumps(list(runs), separators=(",", ":"))
-    return f"{base or ui_url()}/#/compare-runs?runs={quote(ids)}&experiments={quote(json.dumps([experiment]))}"
+    return (f"{base or ui_url()}/#/compare-runs?runs={quote(ids)}&experiments={quote(json.dumps([experiment]))}"
+            "&workflowType=machine_learning")
 
 
 def open_report_run(sweep: str) -> str:
