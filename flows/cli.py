@@ -296,7 +296,8 @@ def report(
     out: Annotated[Path | None, typer.Option(help="output directory (default: reports/<sweep>)")] = None,
     trace: Annotated[list[Path] | None, typer.Option(
         help="GPU profiler traces for the host-wait claim: --trace mxfp8.json --trace bf16.json")] = None,
-    log: Annotated[bool, typer.Option(help="also log the report to the sweep's MLflow experiment (run 'report')")] = True,
+    log: Annotated[bool, typer.Option(
+        help="also log the report to MLflow: to the sweep's parent run (a run 'report' for a sweep without one)")] = True,
 ) -> None:
     """Write a finished sweep's report: summary.md (each paper claim next to what the sweep measured, with
     95% CIs and a verdict; per-preset mismatch tables; the cost model) and the PNG figures."""

@@ -48,6 +48,13 @@ def test_a_run_records_everything_and_is_found_only_when_finished(store):
 
 
 def test_a_sweeps_runs_nest_under_its_parent_which_resume_and_reports_ignore(store):
+    parent_and_runs_round_trip(store)
+
+
+def parent_and_runs_round_trip(store: Path) -> None:
+    """A sweep's parent run, a run nested under it, a second sweep in the same experiment, ends of every
+    kind — read back from whatever store ``MLFLOW_TRACKING_URI`` names (also run against a tracking
+    server: tests/flows/test_tracking_server.py)."""
     c = tracking.client()
     parent = tracking.open_sweep_run("sweep-p", "sid1", {"axes.seed": "[0]"}, "every preset")
     child = tracking.open_run("sweep-p", "sid1", "r1", "dense-mini·all·s0", {"preset": "all"}, None, parent=parent,
