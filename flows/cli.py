@@ -84,7 +84,8 @@ def run(
             raise _fail(f"{e} (log: {log})") from None
         except RuntimeError as e:  # some runs failed: the table above says which; rerun to retry them
             raise _fail(f"{e} (log: {log})") from None
-    typer.echo("MLflow UI: .venv/bin/fp8rl ui  (then http://127.0.0.1:5000)")
+    typer.echo(f"MLflow UI: .venv/bin/fp8rl ui  (then http://127.0.0.1:5000); its links for this sweep: "
+               f".venv/bin/fp8rl runs --sweep {sweep.sweep}")
 
 
 @app.command("verl-config")

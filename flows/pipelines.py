@@ -26,7 +26,6 @@ from rich.table import Table
 
 from fp8rl_core.config import RunConfig, SweepConfig, load_sweep, run_id
 from fp8rl_core.sampler.pool import release_all
-from fp8rl_core.sampler.presets import PRESETS
 from fp8rl_core.vocabulary import CONDITIONS
 from tasks import cluster, reporting, stages, tracking
 
@@ -50,12 +49,16 @@ def run_name(cfg: RunConfig) -> str:
 
 def run_tags(cfg: RunConfig) -> dict[str, str]:
     """The tags a user groups and filters runs by (the full names)."""
+    from fp8rl_core.sampler.presets import PRESETS
+
     return {"model": cfg.model, "preset": cfg.preset, "seed": str(cfg.seed), "backend": cfg.backend,
             "learner_precision": PRESETS[cfg.preset].learner_precision if cfg.preset in PRESETS else ""}
 
 
 def run_description(cfg: RunConfig) -> str:
     """The run's one line in the UI: what it ran."""
+    from fp8rl_core.sampler.presets import PRESETS
+
     what = PRESETS[cfg.preset].what if cfg.preset in PRESETS else cfg.preset
     return f"{cfg.model}, preset {cfg.preset} ({what}), seed {cfg.seed}, {cfg.loop.steps} RL steps"
 
