@@ -8,7 +8,7 @@ Prefect) happen inside the commands, so ``fp8rl --help`` and ``fp8rl runs`` stay
     fp8rl deploy [--pool fp8rl-local]               # prefect deploy --all (deployments/prefect.yaml)
     fp8rl ui [--port 5000]                          # mlflow ui on the local store, 127.0.0.1
     fp8rl tracking-server [--host 0.0.0.0]          # PostgreSQL + mlflow server: the store of a cluster
-    fp8rl runs [--sweep NAME] [--limit N]           # recent MLflow runs with the headline metrics
+    fp8rl runs [--sweep NAME] [--limit N]           # recent MLflow runs with the headline metrics (+ UI links)
     fp8rl report SWEEP [--out DIR]                  # summary.md + figures of a finished sweep
     fp8rl verl-config CONFIG [key=value ...]        # a backend: verl run's overrides + verl's composed config
     fp8rl gpu-report DIR                            # summary.md of bench/gpu.py's measurements
@@ -35,10 +35,6 @@ quiet_process()
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFECT_FILE = "deployments/prefect.yaml"
-#: the headline columns of a run: the same metrics as :data:`flows.pipelines.HEADLINE` (a test keeps
-#: them equal; not imported from there because that module pulls in torch and vLLM)
-HEADLINE = (("kl/k3", "KL k3"), ("kl/mean_abs_logprob_diff", "|Δlogp|"), ("reward/final", "reward"),
-            ("time/total_s", "time s"))
 
 app = typer.Typer(
     name="fp8rl",
@@ -89,7 +85,8 @@ def run(
             raise _fail(f"{e} (log: {log})") from None
         except RuntimeError as e:  # some runs failed: the table above says which; rerun to retry them
             raise _fail(f"{e} (log: {log})") from None
-    typer.echo("MLflow UI: .venv/bin/fp8rl ui  (then http://127.0.0.1:5000)")
+    typer.echo(f"MLflow UI: .venv/bin/fp8rl ui  (then http://127.0.0.1:5000); its links for this sweep: "
+               f".venv/bin/fp8rl runs --sweep {sweep.sweep}")
 
 
 @app.command("verl-config")
@@ -230,7 +227,8 @@ def runs(
     sweep: Annotated[str | None, typer.Option(help="only this sweep (MLflow experiment)")] = None,
     limit: Annotated[int, typer.Option(min=1, help="at most this many runs, newest first")] = 20,
 ) -> None:
-    """Recent MLflow runs: sweep, name, status and the headline metrics."""
+    """Recent MLflow runs: sweep, name, status and the headline metrics. With --sweep, also the MLflow UI's
+    links: the sweep's runs with the headline columns, and per model and seed the page comparing its presets."""
     from datetime import datetime
 
     from mlflow.entities import ViewType
@@ -255,14 +253,43 @@ def runs(
                   + f" — {tracking.tracking_uri()}")
     for col in ("sweep", "run", "run id", "status", "started"):
         table.add_column(col)
-    for _, label in HEADLINE:
+    for _, label, *_ in tracking.HEADLINE:
         table.add_column(label, justify="right")
     for r in found:
         started = datetime.fromtimestamp(r.info.start_time / 1000).strftime("%Y-%m-%d %H:%M") if r.info.start_time else "–"
+        kind = r.data.tags.get("fp8rl.kind")
         table.add_row(names.get(r.info.experiment_id, r.info.experiment_id), r.info.run_name or r.info.run_id,
-                      r.data.tags.get("fp8rl.run_id", "–"), r.info.status, started,
-                      *(_metric(r, k) for k, _ in HEADLINE))
-    Console().print(table)
+                      r.data.tags.get("fp8rl.run_id", f"({kind})" if kind else "–"), r.info.status, started,
+                      *(_metric(r, k) for k, *_ in tracking.HEADLINE))
+    console = Console()
+    console.print(table)
+    if sweep is not None:
+        for line in _ui_links(c, exps[0].experiment_id):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _ui_links(c, experiment: str) -> list[str]:
+    """The MLflow UI's links for a sweep: its runs with the headline view, then per (model, seed) of its
+    latest expansion with two presets or more the compare page of those runs."""
+    from tasks import tracking
+
+    lines = [f"MLflow UI (`fp8rl ui` first for a local store): {tracking.experiment_url(experiment)}"]
+    latest = c.search_runs([experiment], filter_string="tags.`fp8rl.kind` = 'sweep'",
+                           order_by=["attributes.start_time DESC"], max_results=1)
+    where = "attributes.status = 'FINISHED'" + (
+        f" and tags.`fp8rl.sweep_id` = '{latest[0].data.tags['fp8rl.sweep_id']}'" if latest else "")
+    groups: dict[tuple[str, str], dict[str, str]] = {}
+    for r in c.search_runs([experiment], filter_string=where, order_by=["attributes.start_time DESC"], max_results=5000):
+        t, p = r.data.tags, r.data.params
+        if "fp8rl.run_id" not in t:
+            continue
+        key = (t.get("model", p.get("model", "?")), t.get("seed", p.get("seed", "?")))
+        groups.setdefault(key, {}).setdefault(t.get("preset", p.get("preset", "?")), r.info.run_id)  # newest wins
+    for (model, seed), by_preset in sorted(groups.items()):
+        if len(by_preset) > 1:
+            lines.append(f"compare the {len(by_preset)} presets of {model}, seed {seed}: "
+                         f"{tracking.compare_url(experiment, by_preset.values())}")
+    return lines
 
 
 @app.command()
@@ -271,7 +298,8 @@ def report(
     out: Annotated[Path | None, typer.Option(help="output directory (default: reports/<sweep>)")] = None,
     trace: Annotated[list[Path] | None, typer.Option(
         help="GPU profiler traces for the host-wait claim: --trace mxfp8.json --trace bf16.json")] = None,
-    log: Annotated[bool, typer.Option(help="also log the report to the sweep's MLflow experiment (run 'report')")] = True,
+    log: Annotated[bool, typer.Option(
+        help="also log the report to MLflow: to the sweep's parent run (a run 'report' for a sweep without one)")] = True,
 ) -> None:
     """Write a finished sweep's report: summary.md (each paper claim next to what the sweep measured, with
     95% CIs and a verdict; per-preset mismatch tables; the cost model) and the PNG figures."""

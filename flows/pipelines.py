@@ -41,8 +41,38 @@ WARMSTART_CACHE = os.environ.get("FP8RL_CACHE", ".cache/warmstart")
 REPORTS = os.environ.get("FP8RL_REPORTS", "reports")
 
 
+def short_model(model: str) -> str:
+    """A model's name without its family (``qwen3-dense-mini`` → ``dense-mini``) when two parts remain: the
+    narrow name column of the UI shows the part that differs; the full name is the run's ``model`` tag."""
+    family, _, rest = model.partition("-")
+    return rest if "-" in rest else model
+
+
 def run_name(cfg: RunConfig) -> str:
-    return f"{cfg.model}-{cfg.preset}-s{cfg.seed}"
+    """The run's short, distinct name: ``dense-mini·bf16-sampler·s0`` (model·preset·seed)."""
+    return f"{short_model(cfg.model)}·{cfg.preset}·s{cfg.seed}"
+
+
+def run_tags(cfg: RunConfig) -> dict[str, str]:
+    """The tags a user groups and filters runs by (the full names)."""
+    from fp8rl_core.sampler.presets import PRESETS
+
+    return {"model": cfg.model, "preset": cfg.preset, "seed": str(cfg.seed), "backend": cfg.backend,
+            "learner_precision": PRESETS[cfg.preset].learner_precision if cfg.preset in PRESETS else ""}
+
+
+def run_description(cfg: RunConfig) -> str:
+    """The run's one line in the UI: what it ran."""
+    from fp8rl_core.sampler.presets import PRESETS
+
+    what = PRESETS[cfg.preset].what if cfg.preset in PRESETS else cfg.preset
+    return f"{cfg.model}, preset {cfg.preset} ({what}), seed {cfg.seed}, {cfg.loop.steps} RL steps"
+
+
+def _open(cfg: RunConfig, sweep: str, sweep_id: str, flow_run: str | None, parent: str | None = None) -> str:
+    params = tracking.flatten(cfg.model_dump(mode="json", exclude={"models_dir"}))
+    return tracking.open_run(sweep, sweep_id, run_id(cfg), run_name(cfg), params, flow_run, parent=parent,
+                             tags=run_tags(cfg), description=run_description(cfg))
 
 
 @contextmanager
@@ -86,8 +116,7 @@ def experiment(run: dict, sweep: str = "adhoc", sweep_id: str = "adhoc", mlflow_
     key = run_id(cfg)
     flow_run = str(runtime_flow_run.id or "none")
     if mlflow_run is None:
-        params = tracking.flatten(cfg.model_dump(mode="json", exclude={"models_dir"}))
-        mlflow_run = tracking.open_run(sweep, sweep_id, key, run_name(cfg), params, flow_run)
+        mlflow_run = _open(cfg, sweep, sweep_id, flow_run)
     tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run})
     try:
         with tracking.captured_logs(mlflow_run), _killed_on_signal(mlflow_run):
@@ -98,6 +127,9 @@ def experiment(run: dict, sweep: str = "adhoc", sweep_id: str = "adhoc", mlflow_
             tracking.log_json(mlflow_run, "config.json", cfg.model_dump(mode="json"))
             tracking.log_metrics(mlflow_run, {"time/setup_s": setup["setup_s"],
                                               "time/engine_startup_s": setup["engine_startup_s"]})
+            get_run_logger().info("run %s: set up in %.1f s (%s)", run_name(cfg), setup["setup_s"],
+                                  f"engine started in {setup['engine_startup_s']:.1f} s" if setup["engine_startup_s"]
+                                  else "engine reused")
             for step in range(1, cfg.loop.steps + 1):
                 row = stages.train_step(key, step)
                 row |= stages.weight_sync(key)
@@ -121,18 +153,14 @@ def experiment(run: dict, sweep: str = "adhoc", sweep_id: str = "adhoc", mlflow_
         stages.LIVE.pop(key, None)
 
 
-HEADLINE = (("kl/k3", "KL k3"), ("kl/mean_abs_logprob_diff", "|Δlogp|"), ("reward/final", "reward"),
-            ("time/total_s", "time s"))
-
-
 def _table(sweep: str, rows: list[dict]) -> Table:
     t = Table(title=f"sweep {sweep}: {len(rows)} runs")
     t.add_column("run", no_wrap=True)
     t.add_column("status")
-    for _, label in HEADLINE:
+    for _, label, *_ in tracking.HEADLINE:
         t.add_column(label, justify="right")
     for r in rows:
-        t.add_row(r["name"], r["status"], *(f"{r[k]:.4g}" if isinstance(r.get(k), float) else "–" for k, _ in HEADLINE))
+        t.add_row(r["name"], r["status"], *(f"{r[k]:.4g}" if isinstance(r.get(k), float) else "–" for k, *_ in tracking.HEADLINE))
     return t
 
 
@@ -333,11 +361,20 @@ def _sweep(config: str, overrides: list[str], resume: bool = True, report: bool 
         else:
             pending.append(cfg)
 
+    parent: list[str] = []  # the sweep's parent run, opened with the first run (tracking.open_sweep_run)
+
+    def sweep_run() -> str:
+        if not parent:
+            params = tracking.flatten(sweep.model_dump(mode="json", exclude={"correctness"})) | {"config": str(config)}
+            parent.append(tracking.open_sweep_run(sweep.sweep, sweep_id, params, sweep.description))
+            tracking.log_json(parent[0], "sweep.json", sweep.model_dump(mode="json") | {"config": str(config),
+                                                                                       "overrides": overrides})
+        return parent[0]
+
     def opened() -> list[tuple[RunConfig, str]]:  # every run gets its MLflow record before any is dispatched
         out = []
         for cfg in pending:
-            params = tracking.flatten(cfg.model_dump(mode="json", exclude={"models_dir"}))
-            mlflow_run = tracking.open_run(sweep.sweep, sweep_id, run_id(cfg), run_name(cfg), params, None)
+            mlflow_run = _open(cfg, sweep.sweep, sweep_id, None, sweep_run())
             tracking.schedule(mlflow_run)
             out.append((cfg, mlflow_run))
         return out
@@ -352,14 +389,19 @@ def _sweep(config: str, overrides: list[str], resume: bool = True, report: bool 
         progress.console.print(f"{n:>3}/{len(pending)} {row['name']}: {row['status']} (after {time.monotonic() - t0:.0f} s)",
                                markup=False, highlight=False)
 
-    if pending and inline:
-        with progress:
-            rows |= {r["run_id"]: r for r in _inline(sweep, sweep_id, opened(), done)}
-    elif pending:
-        with _on_ray(sweep, sweep_id, ray_address) as dispatch:  # checks the cluster before opening runs
-            todo = opened()
+    try:
+        if pending and inline:
             with progress:
-                rows |= {r["run_id"]: r for r in dispatch(todo, done)}
+                rows |= {r["run_id"]: r for r in _inline(sweep, sweep_id, opened(), done)}
+        elif pending:
+            with _on_ray(sweep, sweep_id, ray_address) as dispatch:  # checks the cluster before opening runs
+                todo = opened()
+                with progress:
+                    rows |= {r["run_id"]: r for r in dispatch(todo, done)}
+    except BaseException as e:  # interrupted, or the sweep itself broke: its parent run says so
+        if parent:
+            tracking.end_sweep_run(parent[0], list(rows.values()), interrupted=e)
+        raise
     rows = [rows[k] for k in ids]
     console = Console()
     if not console.is_terminal:
@@ -368,13 +410,15 @@ def _sweep(config: str, overrides: list[str], resume: bool = True, report: bool 
     failed = [r["name"] for r in rows if r["status"].startswith("FAILED")]
     if report and len(failed) < len(rows):  # the finished runs' summary + figures, even if some failed
         try:
-            path = reporting.sweep_report(sweep.sweep, str(Path(REPORTS) / sweep.sweep))
-            logger.info("sweep report: %s (also in MLflow, run 'report' of experiment %s)", path, sweep.sweep)
-            console.print(f"report: {path} (also in MLflow, run 'report' of experiment {sweep.sweep})",
-                          markup=False, highlight=False)  # the log line above reaches the log file only
+            path = reporting.sweep_report(sweep.sweep, str(Path(REPORTS) / sweep.sweep), sweep_run())
+            where = f"also in MLflow: the parent run {sweep.sweep}·{sweep_id[:6]} of experiment {sweep.sweep}"
+            logger.info("sweep report: %s (%s)", path, where)
+            console.print(f"report: {path} ({where})", markup=False, highlight=False)  # the log line reaches the log file only
         except Exception as e:  # noqa: BLE001 — the runs are recorded; a report can be rebuilt with `fp8rl report`
             logger.error("the sweep report failed (rebuild it with `fp8rl report %s`): %s: %s",
                          sweep.sweep, type(e).__name__, e)
+    if parent:
+        tracking.end_sweep_run(parent[0], rows)
     if failed:
         raise RuntimeError(f"{len(failed)} of {len(rows)} runs failed: {', '.join(failed)}; rerun the sweep to retry them")
     return rows

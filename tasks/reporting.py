@@ -1,5 +1,8 @@
 """The sweep report: gather a sweep's finished runs from MLflow, write the Markdown summary and the
-figures (:func:`fp8rl_core.report.write_report`), and log them to the sweep's ``report`` MLflow run.
+figures (:func:`fp8rl_core.report.write_report`), and log them to the sweep's parent MLflow run (the run the
+sweep's runs are nested under): ``summary.md``, the PNGs, ``summary.html`` (the same summary with its
+figures inside, which MLflow's artifact view renders) and the per-model × preset aggregates with their 95%
+CIs as metrics ``agg/<model>/<preset>/<measure>`` (``_lo``/``_hi``).
 
 Thin: :func:`sweep_data` turns what :func:`tasks.tracking.sweep_tables` downloaded into
 :class:`fp8rl_core.report.SweepData` (run-level columns from the logged params), and the task writes and
@@ -15,13 +18,13 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from fp8rl_core.report import SweepData, write_report
+from fp8rl_core.report import SweepData, interval_table, write_report
 from fp8rl_core.sampler.presets import PRESETS
 from fp8rl_core.schemas import validate
 
 from . import tracking
 
-__all__ = ["sweep_data", "sweep_report", "write_sweep_report"]
+__all__ = ["AGGREGATES", "aggregate_metrics", "summary_html", "sweep_data", "sweep_report", "write_sweep_report"]
 
 
 def _preset_axis(sweep: str, configs: Path) -> list[str] | None:
@@ -69,23 +72,80 @@ def sweep_data(sweep: str, dest: str | Path, configs: str | Path = "configs",
     return SweepData(sweep=sweep, runs=pd.DataFrame(rows), presets=_preset_axis(sweep, Path(configs)), **tables)
 
 
+#: the aggregates logged to the parent run: report measure → (metric name, factor) — the headline units
+AGGREGATES = {"k3": ("kl_k3_micronats", 1e6), "probe_kl": ("full_kl_micronats", 1e6),
+              "mean_abs_logprob_diff": ("abs_dlogp_x1e3", 1e3)}
+
+
+def aggregate_metrics(data: SweepData, n_boot: int = 2000, seed: int = 0) -> dict[str, float]:
+    """Each model × preset's :data:`AGGREGATES` over its seeds with the 95% bootstrap interval (seeds, then
+    sequences: :func:`fp8rl_core.report.interval_table`) as metrics ``agg/<model>/<preset>/<name>`` with
+    ``_lo`` and ``_hi``."""
+    wanted = [m for m in AGGREGATES if m != "probe_kl" or not data.probe.empty]
+    table = interval_table(data, wanted, by=("model", "preset"), n_boot=n_boot, seed=seed) if not data.tokens.empty \
+        else pd.DataFrame()
+    out = {}
+    for r in table.to_dict("records"):
+        name, factor = AGGREGATES[r["metric"]]
+        key = f"agg/{r['model']}/{r['preset']}/{name}"
+        out |= {key: r["estimate"] * factor, f"{key}_lo": r["lo"] * factor, f"{key}_hi": r["hi"] * factor}
+    return out
+
+
+def summary_html(summary: Path) -> Path:
+    """``summary.html`` beside ``summary.md``: the Markdown rendered, each figure it links embedded (a data
+    URI), so the page shows its figures wherever it is opened — MLflow's artifact view included."""
+    import base64
+    import re
+
+    import markdown
+
+    folder = summary.parent
+
+    def embed(m: re.Match) -> str:
+        png = folder / m.group(2)
+        if not png.is_file():
+            return m.group(0)
+        return f"![{m.group(1)}](data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()})"
+
+    text = re.sub(r"!\[([^\]]*)\]\(([^)\s]+\.png)\)", embed, summary.read_text())
+    body = markdown.markdown(text, extensions=["tables"])
+    style = ("body{font-family:sans-serif;max-width:60em;margin:1em auto;line-height:1.4}"
+             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}")
+    out = folder / "summary.html"
+    out.write_text(f"<!doctype html><html><head><meta charset='utf-8'><style>{style}</style></head>"
+                   f"<body>{body}</body></html>", encoding="utf-8")
+    return out
+
+
 def write_sweep_report(sweep: str, out_dir: str | Path, *, configs: str | Path = "configs", log: bool = True,
-                       trace_paths=None) -> Path:
-    """Write ``summary.md`` + PNGs of ``sweep`` into ``out_dir``; with ``log``, also as artifacts of a new
-    ``report`` run in the sweep's MLflow experiment. Returns the summary's path."""
+                       trace_paths=None, run: str | None = None) -> Path:
+    """Write ``summary.md``, ``summary.html`` + PNGs of ``sweep`` into ``out_dir``; with ``log``, also log
+    them and the :func:`aggregate_metrics` to the MLflow run ``run`` — default the parent run of the
+    reported expansion (:func:`tasks.tracking.find_sweep_run`), or a new ``report`` run when the sweep has
+    none (recorded before parent runs). Returns the summary's path."""
     with tempfile.TemporaryDirectory(prefix="fp8rl-report-") as tmp:
         data = sweep_data(sweep, tmp, configs)
         summary = write_report(data, out_dir, trace_paths=trace_paths)
+        aggregates = aggregate_metrics(data) if log else {}
+    html = summary_html(summary)
     if log:
-        run = tracking.open_report_run(sweep)
+        sweep_id = tracking.client().get_run(str(data.runs["mlflow_run"].iloc[0])).data.tags.get("fp8rl.sweep_id")
+        target = run or tracking.find_sweep_run(sweep, sweep_id)
+        own = target is None
+        if own:
+            target = tracking.open_report_run(sweep)
         for f in sorted(Path(out_dir).iterdir()):
-            if f.suffix in (".md", ".png"):
-                tracking.log_file(run, f)
-        tracking.terminate(run, "FINISHED")
+            if f.suffix in (".md", ".png") or f == html:
+                tracking.log_file(target, f, "report")
+        tracking.log_metrics(target, aggregates)
+        if own:
+            tracking.terminate(target, "FINISHED")
     return summary
 
 
 @task(name="sweep-report", cache_policy=NO_CACHE)
-def sweep_report(sweep: str, out_dir: str) -> str:
-    """The sweep's report (summary + figures), written to ``out_dir`` and logged to MLflow."""
-    return str(write_sweep_report(sweep, out_dir))
+def sweep_report(sweep: str, out_dir: str, run: str | None = None) -> str:
+    """The sweep's report (summary + figures), written to ``out_dir`` and logged to MLflow (to ``run``:
+    the sweep's parent run)."""
+    return str(write_sweep_report(sweep, out_dir, run=run))

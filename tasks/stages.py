@@ -11,6 +11,7 @@ trained again); nothing random is cached (``NO_CACHE`` elsewhere).
 
 from __future__ import annotations
 
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ from fp8rl_core.loop import Pipeline, rollout_and_learn, start_pipeline, sync_we
 from fp8rl_core.metrics import summarize_steps
 from fp8rl_core.metrics.probe import probe_divergence
 from fp8rl_core.metrics.summary import run_kl_summary
-from fp8rl_core.report.plots import detection_matrix
+from fp8rl_core.report.plots import detection_matrix, run_figures
 from fp8rl_core.schemas import validate
 from fp8rl_core.sampler.engine import SamplerDeadError
 from fp8rl_core.vocabulary import KL_RUN_METRICS, TIMING_COLUMNS
@@ -180,8 +181,12 @@ def extract_kl_timing(key: str) -> dict:
     live.probe = [meta | row for row in div.pop("per_sequence")]
     kl |= {f"kl/{k}": float(v) for k, v in div.items()}
     timing = summarize_steps(live.steps, [c for c in TIMING_COLUMNS if c != "total_s"])
-    return kl | {f"time/{k}": v for k, v in timing.items()} | {
-        "reward/final": live.steps[-1]["mean_reward"], "reward/mean": sum(r["mean_reward"] for r in live.steps) / len(live.steps)}
+    warm = live.steps[1:] or live.steps  # the first step carries the engine's and kernels' first-use warm-up
+    out = kl | {f"time/{k}": v for k, v in timing.items()} | {
+        "time/warm_step_s": sum(float(r["total_s"]) for r in warm) / len(warm),
+        "reward/final": live.steps[-1]["mean_reward"],
+        "reward/run_mean": sum(r["mean_reward"] for r in live.steps) / len(live.steps)}
+    return out | tracking.headline_metrics(out)
 
 
 STEP_METRICS = {
@@ -194,13 +199,25 @@ STEP_METRICS = {
 }
 
 
+def check_summary(row: dict) -> dict[str, float]:
+    """A step's checks in two metrics rather than one always-1 chart per condition: ``check/passed`` (the
+    fraction of the conditions checked after the sync that held; 1 = all) and ``check/conditions`` (how
+    many were checked: the full tier checks W3 and W7 too). Per condition: the ``checks`` table."""
+    verdicts = [float(v) for k, v in row.items() if k.startswith("check/W") and v is not None]
+    return {"check/passed": sum(verdicts) / len(verdicts), "check/conditions": float(len(verdicts))} if verdicts else {}
+
+
 @task(name="record-step", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
 def record_step(key: str, mlflow_run: str, row: dict) -> None:
-    """Keep the step's row and log its metrics (names: :data:`STEP_METRICS` and ``check/W*``)."""
-    _live(key).steps.append(row)
-    metrics = {STEP_METRICS[k]: v for k, v in row.items() if k in STEP_METRICS}
-    metrics |= {k: v for k, v in row.items() if k.startswith("check/")}
+    """Keep the step's row and log its metrics (names: :data:`STEP_METRICS` and :func:`check_summary`), and
+    one progress line."""
+    live = _live(key)
+    live.steps.append(row)
+    metrics = {STEP_METRICS[k]: v for k, v in row.items() if k in STEP_METRICS} | check_summary(row)
     tracking.log_metrics(mlflow_run, metrics, step=int(row["step"]))
+    get_run_logger().info("step %d/%d: reward %.3f, mean |Δ log p| %.3g, checks %s, %.1f s", int(row["step"]),
+                          live.cfg.loop.steps, float(row["mean_reward"]), float(row.get("mean_abs_logprob_diff", 0.0)),
+                          "passed" if metrics.get("check/passed", 1.0) == 1.0 else "FAILED", float(row["total_s"]))
 
 
 @task(name="record-run", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
@@ -214,7 +231,22 @@ def record_run(key: str, mlflow_run: str, summary: dict) -> None:
     tracking.log_metrics(mlflow_run, summary, step=len(live.steps))
     for name, rows in tables.items():
         tracking.log_table(mlflow_run, name, rows)
+    for name in PREVIEW_TABLES:  # the small tables also as CSV, which MLflow's artifact view shows as a grid
+        tracking.log_csv(mlflow_run, name, tables[name])
     tracking.log_json(mlflow_run, "checks.json", live.checks)
+    with tempfile.TemporaryDirectory(prefix="fp8rl-figures-") as d:
+        title = f"{live.cfg.model} · {live.cfg.preset} · seed {live.cfg.seed}"
+        for png in run_figures(live.steps, live.kl_summary, live.tokens, d, title):
+            tracking.log_file(mlflow_run, png, "figures")
+    get_run_logger().info("run done: KL k3 %.4g µnats, full KL %.4g µnats, reward %.3f, warm step %.2f s",
+                          summary.get("headline/kl_k3_micronats", float("nan")),
+                          summary.get("headline/full_kl_micronats", float("nan")),
+                          float(summary.get("reward/final", float("nan"))), summary.get("time/warm_step_s", float("nan")))
+
+
+#: the tables :func:`record_run` also logs as ``tables/<name>.csv`` (small: one row per step, per step and
+#: metric, per check; the token table stays parquet only)
+PREVIEW_TABLES = ("steps", "kl_summary", "checks")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -264,7 +296,6 @@ def record_matrix(mlflow_run: str, matrix: list[dict], clean: list[dict]) -> dic
     """The detection matrix (CSV + PNG heat map), the clean series (parquet), the verdicts (JSON) and
     the summary metrics ``faults/caught_first``, ``faults/total``, ``clean/false_alarms``."""
     import csv
-    import tempfile
 
     validate("detection_matrix", matrix)
     validate("clean_syncs", clean)

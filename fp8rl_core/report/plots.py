@@ -10,6 +10,8 @@ figure                       what it shows
 :func:`microbatch_time`      seconds per micro-batch vs tokens, both precisions, fitted cost lines, break-even
 :func:`step_breakdown`       where a step's seconds go (generate, learner, export, …) per preset
 :func:`detection_matrix`     faults × checks: which check fired at each injected fault's first sync
+:func:`run_figures`          one run's own: KL (k3) and reward per RL step; the |Δ log p| histogram of its
+                             sampled tokens (logged as images of the run in MLflow)
 ===========================  ==============================================================================
 
 Each figure also has a ``*_figure`` builder returning the matplotlib ``Figure`` unsaved, so a caller
@@ -49,6 +51,9 @@ __all__ = [
     "kl_over_steps_figure",
     "microbatch_time",
     "microbatch_time_figure",
+    "run_figures",
+    "run_steps_figure",
+    "logprob_diff_histogram_figure",
     "step_breakdown",
     "step_breakdown_figure",
 ]
@@ -497,3 +502,70 @@ def detection_matrix(rows: list[dict], path: str | Path, title: str = "fp8rl det
     """The nightly detection matrix (faults × checks) as a heat map (:func:`detection_matrix_figure`).
     Writes ``path``, returns it."""
     return _save(detection_matrix_figure(rows, title=title), path)
+
+
+# ------------------------------------------------------------------------------- one run's figures
+
+def run_steps_figure(steps: Sequence[dict], kl_summary: Sequence[dict], title: str = ""):
+    """One run per RL step: the sampled-token KL k3 with its 95% bootstrap interval over the step's
+    sequences (``kl_summary`` rows with a step), in millionths of a nat; the mean reward of the step's
+    rollouts (``steps`` rows). Lines carry ``gid="kl"`` and ``gid="reward"``."""
+    plt = _pyplot()
+    kl = sorted((r for r in kl_summary if r.get("step") is not None), key=lambda r: int(r["step"]))
+    st = sorted(steps, key=lambda r: int(r["step"]))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(8.4, 3.2))
+    x = [int(r["step"]) for r in kl]
+    y = np.array([float(r["k3"]) for r in kl]) * 1e6
+    a.plot(x, y, marker="o", color=_PHASE_COLORS[0], gid="kl")
+    if kl and "k3_lo" in kl[0]:
+        a.fill_between(x, [float(r["k3_lo"]) * 1e6 for r in kl], [float(r["k3_hi"]) * 1e6 for r in kl],
+                       color=_PHASE_COLORS[0], alpha=0.2, linewidth=0)
+    a.set_ylabel("KL k3 [µnats/token]")
+    a.set_title("train–rollout KL per step (band: 95% CI)", fontsize=9)
+    b.plot([int(r["step"]) for r in st], [float(r["mean_reward"]) for r in st], marker="o", color=_PHASE_COLORS[1],
+           gid="reward")
+    b.set_ylabel("mean reward")
+    b.set_title("reward per step", fontsize=9)
+    for ax in (a, b):
+        ax.set_xlabel("RL step")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(color="#dddddd", linewidth=0.6)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def logprob_diff_histogram_figure(tokens: Sequence[dict], title: str = ""):
+    """The distribution of |log p_sampler − log p_learner| over a run's sampled tokens (same token, same
+    weight version): log-spaced bins from the smallest non-zero difference, exact agreements counted
+    apart (bar ``gid="exact"``), count axis logarithmic."""
+    plt = _pyplot()
+    d = np.abs(np.array([float(t["sampler_logprob"]) - float(t["learner_logprob"]) for t in tokens]))
+    exact = int((d == 0).sum())
+    nz = d[d > 0]
+    fig, ax = plt.subplots(figsize=(6.0, 3.2))
+    if nz.size:
+        lo, hi = float(nz.min()), float(nz.max())
+        bins = np.logspace(np.log10(lo), np.log10(hi) + 1e-9, 30) if hi > lo else np.array([lo * 0.9, hi * 1.1])
+        ax.hist(nz, bins=bins, color=_PHASE_COLORS[0])
+        ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("|Δ log p| per sampled token [nats]")
+    ax.set_ylabel("tokens")
+    ax.text(0.98, 0.95, f"{len(d)} tokens, {exact} identical, mean {d.mean() if d.size else 0:.3g}",
+            transform=ax.transAxes, ha="right", va="top", fontsize=8, gid="exact")
+    ax.set_title(title or "train–rollout log-prob differences", fontsize=9)
+    ax.grid(color="#dddddd", linewidth=0.6)
+    fig.tight_layout()
+    return fig
+
+
+def run_figures(steps: Sequence[dict], kl_summary: Sequence[dict], tokens: Sequence[dict], out_dir: str | Path,
+                title: str = "") -> list[Path]:
+    """Write one run's figures into ``out_dir``: ``kl_reward_per_step.png`` (:func:`run_steps_figure`) and
+    ``abs_dlogp_hist.png`` (:func:`logprob_diff_histogram_figure`). Returns their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return [_save(run_steps_figure(steps, kl_summary, title), out / "kl_reward_per_step.png"),
+            _save(logprob_diff_histogram_figure(tokens, title), out / "abs_dlogp_hist.png")]

@@ -134,43 +134,51 @@ def test_runs_on_an_empty_store_prints_an_empty_table(store):
     result = _invoke("runs")
     assert result.exit_code == 0, result.output
     assert "0 most recent runs" in result.output
-    for header in ("sweep", "run", "status", "KL k3", "|Δlogp|", "reward", "time s"):
+    for header in ("sweep", "run", "status", "KL k3 µnats", "full KL µnats", "|Δlogp| ×1e3", "reward", "warm step s"):
         assert header in result.output
 
 
 def test_runs_lists_runs_with_status_and_headline_metrics(store):
     from tasks import tracking
 
-    done = tracking.open_run("sw", "swid", "abcdef123456", "qwen3-dense-mini-all-s0", {"preset": "all"}, None)
-    tracking.log_metrics(done, {"kl/k3": 0.0123456, "kl/mean_abs_logprob_diff": 0.25, "reward/final": 1.0,
-                                "time/total_s": 12.5})
+    parent = tracking.open_sweep_run("sw", "swid", {"axes.seed": "[0]"})
+    done = tracking.open_run("sw", "swid", "abcdef123456", "dense-mini·all·s0", {"preset": "all"}, None, parent=parent,
+                             tags={"model": "qwen3-dense-mini", "preset": "all", "seed": "0"})
+    tracking.log_metrics(done, {"headline/kl_k3_micronats": 0.0123456, "headline/abs_dlogp_x1e3": 0.25,
+                                "headline/reward_final": 1.0, "headline/warm_step_s": 12.5})
     tracking.terminate(done, "FINISHED")
-    failed = tracking.open_run("sw", "swid", "0123456789ab", "qwen3-moe-mini-half-s1", {"preset": "half"}, None)
+    other = tracking.open_run("sw", "swid", "aaaaaaaaaaaa", "dense-mini·bf16-e2e·s0", {"preset": "bf16-e2e"}, None,
+                              parent=parent, tags={"model": "qwen3-dense-mini", "preset": "bf16-e2e", "seed": "0"})
+    tracking.terminate(other, "FINISHED")
+    failed = tracking.open_run("sw", "swid", "0123456789ab", "moe-mini·half·s1", {"preset": "half"}, None, parent=parent,
+                               tags={"model": "qwen3-moe-mini", "preset": "half", "seed": "1"})
     tracking.terminate(failed, "FAILED")
+    tracking.end_sweep_run(parent, [{"name": "moe-mini·half·s1", "status": "FAILED"}])
     tracking.open_run("other", "x", "ffffffffffff", "other-run", {}, None)
 
     result = _invoke("runs", "--sweep", "sw")
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "2 most recent runs of sweep sw" in out
-    line = next(l for l in out.splitlines() if "qwen3-dense-mini-all-s0" in l)
+    assert "4 most recent runs of sweep sw" in out
+    line = next(l for l in out.splitlines() if "dense-mini·all·s0" in l)
     assert "FINISHED" in line and "abcdef123456" in line
     for value in ("0.01235", "0.25", "1", "12.5"):
         assert value in line
-    assert "FAILED" in next(l for l in out.splitlines() if "qwen3-moe-mini-half-s1" in l)
+    assert "FAILED" in next(l for l in out.splitlines() if "moe-mini·half·s1" in l)
+    assert "(sweep)" in next(l for l in out.splitlines() if "sw·swid" in l)  # the parent run, no fp8rl run id
     assert "other-run" not in out
+    # the UI's links: the sweep's runs with the headline view, and the presets of one model and seed compared
+    exp = tracking.client().get_experiment_by_name("sw").experiment_id
+    assert tracking.experiment_url(exp) in out
+    compare = next(l for l in out.splitlines() if l.startswith("compare the 2 presets of qwen3-dense-mini, seed 0: "))
+    assert compare.endswith(tracking.compare_url(exp, [other, done])) or compare.endswith(tracking.compare_url(exp, [done, other]))
+    assert "qwen3-moe-mini" not in "".join(l for l in out.splitlines() if l.startswith("compare"))  # one preset: nothing to compare
 
     result = _invoke("runs", "--limit", "1")
     assert result.exit_code == 0 and "1 most recent runs" in result.output and "other-run" in result.output
 
     result = _invoke("runs", "--sweep", "nope")
     assert result.exit_code == 1 and "no sweep 'nope'" in result.output and "other, sw" in result.output
-
-
-def test_headline_columns_match_the_sweep_table():
-    from flows.pipelines import HEADLINE
-
-    assert cli.HEADLINE == HEADLINE
 
 
 def test_deploy_runs_prefect_deploy_all(tmp_path, monkeypatch):

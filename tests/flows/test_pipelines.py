@@ -41,7 +41,7 @@ def env(store, monkeypatch):
 
 
 def _runs(sweep: str, kind: str | None = None):
-    """The sweep's experiment runs (``kind='report'``: its report runs instead)."""
+    """The sweep's experiment runs (``kind='sweep'``: its parent runs instead)."""
     c = tracking.client()
     exp = c.get_experiment_by_name(sweep)
     found = [] if exp is None else c.search_runs([exp.experiment_id])
@@ -63,7 +63,9 @@ def test_a_run_finishes_with_its_record_and_a_resume_skips_it(env):
     for name in ("reward/mean", "kl/k3", "kl/k1", "time/step_s", "time/load_s", "time/checks_s", "sync/bytes"):
         assert name in run.data.metrics, name
     conditions = ("W1", "W2", "W3", "W4", "W5", "W6", "W7")  # the first sync of an engine runs the full tier
-    assert {c: run.data.metrics[f"check/{c}"] for c in conditions} == dict.fromkeys(conditions, 1.0)
+    assert run.data.metrics["check/passed"] == 1.0 and run.data.metrics["check/conditions"] == len(conditions)
+    checks = pq.read_table(c.download_artifacts(run.info.run_id, "tables/checks.parquet", str(env["root"]))).to_pylist()
+    assert {r["condition"]: r["passed"] for r in checks} == dict.fromkeys(conditions, True)
     assert run.data.metrics["check/full_tier"] == 1.0
     files = {f.path for f in c.list_artifacts(run.info.run_id)} | {f.path for f in c.list_artifacts(run.info.run_id, "tables")}
     assert {"config.json", "layers.json", "checks.json", "run.log", "tables/steps.parquet", "tables/tokens.parquet"} <= files
@@ -90,8 +92,9 @@ def test_a_run_finishes_with_its_record_and_a_resume_skips_it(env):
     # the sweep's report: summary + figures on disk and in MLflow (run 'report')
     summary = Path(env["root"]) / "reports" / "smoke" / "summary.md"
     assert summary.is_file() and "# fp8rl report: smoke" in summary.read_text()
-    (rep,) = _runs("smoke", kind="report")
-    assert "summary.md" in {f.path for f in c.list_artifacts(rep.info.run_id)}
+    (rep,) = _runs("smoke", kind="sweep")  # the run's parent
+    assert run.data.tags["mlflow.parentRunId"] == rep.info.run_id and rep.info.status == "FINISHED"
+    assert "report/summary.md" in {f.path for f in c.list_artifacts(rep.info.run_id, "report")}
 
     again = mxfp8_sweep(SMOKE, ONE_RUN)
     assert [r["status"] for r in again] == ["SKIPPED (done)"] and again[0]["mlflow_run"] == run.info.run_id
@@ -106,7 +109,7 @@ def test_a_failing_run_is_failed_with_its_reason_and_keeps_its_params(env, monke
         raise RuntimeError("engine exploded")
 
     monkeypatch.setattr(stages, "start_pipeline", broken)
-    with pytest.raises(RuntimeError, match="1 of 1 runs failed: qwen3-moe-mini-half-s0"):
+    with pytest.raises(RuntimeError, match="1 of 1 runs failed: moe-mini·half·s0"):
         mxfp8_sweep(SMOKE, ["axes.seed=[0]", "axes.preset=[half]", "axes.model=[qwen3-moe-mini]", "loop.steps=1"],
                     inline=True)
     (run,) = [r for r in _runs("smoke") if r.data.params.get("preset") == "half"]
@@ -158,7 +161,7 @@ def test_an_engine_dying_mid_sync_fails_the_run_with_its_last_good_version_and_a
     with pytest.raises(RuntimeError, match="1 of 1 runs failed"):
         mxfp8_sweep(SMOKE, run_args, inline=True)
     assert time.time() - t0 < 300 and state["killed"]  # failed promptly (vLLM alone would wait forever)
-    (run,) = [r for r in _runs("smoke") if r.info.run_name == "qwen3-dense-mini-all-s2"]
+    (run,) = [r for r in _runs("smoke") if r.info.run_name == "dense-mini·all·s2"]
     assert run.info.status == "FAILED"
     # not retried: the weights are gone with the engine
     assert run.data.tags["error"].startswith("SamplerDeadError: the vLLM engine core died during fp8rl_load")

@@ -144,7 +144,7 @@ def test_a_sweep_on_two_ray_nodes_tracked_by_mlflow_on_postgres(env):
     killer = threading.Thread(target=_kill_when_running, args=("half", killed, stop), daemon=True)
     killer.start()
     try:
-        with pytest.raises(RuntimeError, match="1 of 4 runs failed: qwen3-dense-mini-half-s0"):
+        with pytest.raises(RuntimeError, match="1 of 4 runs failed: dense-mini·half·s0"):
             mxfp8_sweep(SMOKE, FOUR_RUNS, report=False, ray_address=env["address"])
     finally:
         stop.set()
@@ -186,7 +186,7 @@ def test_a_sweep_on_two_ray_nodes_tracked_by_mlflow_on_postgres(env):
     assert len(outage) == 2, "the outage never happened"
     assert sorted(r["status"] for r in rows) == ["FINISHED"] + ["SKIPPED (done)"] * 3
     (rerun,) = [r for r in rows if r["status"] == "FINISHED"]
-    assert rerun["name"] == "qwen3-dense-mini-half-s0" and c.get_run(rerun["mlflow_run"]).info.status == "FINISHED"
+    assert rerun["name"] == "dense-mini·half·s0" and c.get_run(rerun["mlflow_run"]).info.status == "FINISHED"
 
     # 3. and a third time nothing runs
     rows = mxfp8_sweep(SMOKE, FOUR_RUNS, report=False, ray_address=env["address"])

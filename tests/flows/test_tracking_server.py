@@ -104,6 +104,12 @@ def _server_503s(server: ts.TrackingServer) -> int:
     return len(re.findall(r'"POST /api/2\.0/mlflow/runs/log-batch HTTP/1\.1" 503', server.log.read_text()))
 
 
+def test_a_sweeps_parent_run_and_its_nested_runs_through_the_server(store, tmp_path):
+    from tests.tasks.test_tracking import parent_and_runs_round_trip
+
+    parent_and_runs_round_trip(tmp_path)
+
+
 def test_a_short_database_outage_is_ridden_out_and_the_run_finishes_with_every_step(store):
     db, server = store
     run = tracking.open_run("srv-outage", "sid", "short", "short", {}, None)

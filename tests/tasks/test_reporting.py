@@ -22,11 +22,11 @@ def store(tmp_path, monkeypatch):
 
 
 def _log_run(sweep: str, preset: str, seed: int, status: str = "FINISHED", rid: str | None = None,
-             sweep_id: str = "sid") -> str:
+             sweep_id: str = "sid", parent: str | None = None) -> str:
     rid = rid or f"{preset}-{seed}"
     params = {"preset": preset, "model": DENSE, "seed": str(seed), "learner.tokens_per_microbatch": "4096",
               "learner.group_size": "4"}
-    run = tracking.open_run(sweep, sweep_id, rid, f"{DENSE}-{preset}-s{seed}", params, None)
+    run = tracking.open_run(sweep, sweep_id, rid, f"{DENSE}-{preset}-s{seed}", params, None, parent=parent)
     tokens = token_rows(preset, seed, delta=DELTA[preset])
     tracking.log_table(run, "tokens", tokens)
     tracking.log_table(run, "steps", step_rows(preset, DENSE, seed))
@@ -62,8 +62,42 @@ def test_a_sweep_report_from_mlflow(store):
     c = tracking.client()
     reports = [r for r in c.search_runs([c.get_experiment_by_name(sweep).experiment_id])
                if r.data.tags.get("fp8rl.kind") == "report"]
-    assert len(reports) == 1 and reports[0].info.status == "FINISHED"
-    assert "summary.md" in {f.path for f in c.list_artifacts(reports[0].info.run_id)}
+    assert len(reports) == 1 and reports[0].info.status == "FINISHED"  # no parent run (an older store): a run of its own
+    assert "report/summary.md" in {f.path for f in c.list_artifacts(reports[0].info.run_id, "report")}
+
+
+def test_the_report_goes_to_the_sweeps_parent_run_with_its_figures_inside_and_the_aggregates(store):
+    import base64
+    import re
+
+    sweep = "dense-matching"
+    parent = tracking.open_sweep_run(sweep, "sid", {"axes.seed": "[0, 1]"}, "two presets")
+    for seed in (0, 1):
+        for preset in ("bf16-sampler", "all"):
+            _log_run(sweep, preset, seed, parent=parent)
+    assert tracking.find_sweep_run(sweep, "sid") == parent and tracking.find_sweep_run(sweep, "other") is None
+    tracking.end_sweep_run(parent, [{"name": "x", "status": "FINISHED"}] * 4)
+    data = reporting.sweep_data(sweep, store / "dl", configs=store / "no-configs")
+    assert parent not in set(data.runs["mlflow_run"]) and len(data.runs) == 4  # the parent is no run of the sweep
+
+    summary = reporting.write_sweep_report(sweep, store / "report", configs=store / "no-configs")
+    c = tracking.client()
+    runs = c.search_runs([c.get_experiment_by_name(sweep).experiment_id])
+    assert not [r for r in runs if r.data.tags.get("fp8rl.kind") == "report"]  # no sibling report run
+    run = c.get_run(parent)
+    assert run.info.status == "FINISHED" and run.data.tags["fp8rl.kind"] == "sweep"
+    files = {f.path for f in c.list_artifacts(parent, "report")}
+    assert {"report/summary.md", "report/summary.html", "report/kl_by_preset.png"} <= files
+    html = summary.with_name("summary.html").read_text()
+    images = re.findall(r'<img alt="[^"]*" src="data:image/png;base64,([^"]+)"', html)
+    pngs = [p for p in summary.parent.iterdir() if p.suffix == ".png"]
+    assert len(images) == len(pngs) > 0 and "](" not in html  # every figure inside, no link left as text
+    assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
+    m = run.data.metrics
+    for preset in ("bf16-sampler", "all"):
+        key = f"agg/{DENSE}/{preset}/kl_k3_micronats"
+        assert m[f"{key}_lo"] <= m[key] <= m[f"{key}_hi"] and m[key] > 0, key
+    assert m[f"agg/{DENSE}/all/kl_k3_micronats"] < m[f"agg/{DENSE}/bf16-sampler/kl_k3_micronats"]
 
 
 def test_an_unknown_or_empty_sweep_is_named(store):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -42,6 +45,65 @@ def test_a_run_records_everything_and_is_found_only_when_finished(store):
     assert pq.read_table(local).to_pylist() == [{"step": 1, "x": 0.5}, {"step": 2, "x": 0.25}]
     exp = c.get_experiment_by_name("sweep-x")
     assert exp.artifact_location.startswith((store / "artifacts").as_uri())
+
+
+def test_a_sweeps_runs_nest_under_its_parent_which_resume_and_reports_ignore(store):
+    parent_and_runs_round_trip(store)
+
+
+def parent_and_runs_round_trip(store: Path) -> None:
+    """A sweep's parent run, a run nested under it, a second sweep in the same experiment, ends of every
+    kind — read back from whatever store ``MLFLOW_TRACKING_URI`` names (also run against a tracking
+    server: tests/flows/test_tracking_server.py)."""
+    c = tracking.client()
+    parent = tracking.open_sweep_run("sweep-p", "sid1", {"axes.seed": "[0]"}, "every preset")
+    child = tracking.open_run("sweep-p", "sid1", "r1", "dense-mini·all·s0", {"preset": "all"}, None, parent=parent,
+                              tags={"model": "qwen3-dense-mini", "preset": "all", "seed": 0}, description="one line")
+    run = c.get_run(child)
+    assert run.data.tags[tracking.PARENT] == parent and run.data.tags[tracking.NOTE] == "one line"
+    assert {k: run.data.tags[k] for k in ("model", "preset", "seed", "sweep")} == {
+        "model": "qwen3-dense-mini", "preset": "all", "seed": "0", "sweep": "sweep-p"}
+    tracking.log_table(child, "steps", [{"step": 1, "x": 0.5}])
+    tracking.terminate(child, "FINISHED")
+    assert tracking.end_sweep_run(parent, [{"name": "dense-mini·all·s0", "status": "FINISHED"}]) == "FINISHED"
+    # the experiment: described, a model-training experiment in the UI, a shared view of the headline columns
+    exp = c.get_experiment_by_name("sweep-p")
+    assert "every preset" in exp.tags[tracking.NOTE] and exp.tags[tracking.EXPERIMENT_KIND] == "custom_model_development"
+    view = json.loads(exp.tags[tracking.SHARED_VIEW + tracking.VIEW_KEY])
+    assert [f"metrics.`{m}`" for m, *_ in tracking.HEADLINE] == [k for k in view["selectedColumns"] if k.startswith("metrics")]
+    # the parent has no fp8rl run id: resume and the report's tables see only the run
+    assert tracking.find_finished("sweep-p", "r1") == child
+    assert [r["mlflow_run"] for r in tracking.sweep_tables("sweep-p", store / "dl")["runs"]] == [child]
+    # a second sweep (another expansion) in the same experiment: its own parent; the same one reopens its parent
+    other = tracking.open_sweep_run("sweep-p", "sid2", {}, "")
+    assert other != parent and tracking.find_sweep_run("sweep-p") == other
+    assert tracking.open_sweep_run("sweep-p", "sid1", {}, "") == parent and tracking.status(parent) == "RUNNING"
+    failed = tracking.open_run("sweep-p", "sid1", "r2", "moe-mini·all·s0", {}, None, parent=parent)
+    tracking.terminate(failed, "FAILED")
+    assert tracking.end_sweep_run(parent, [{"name": "moe-mini·all·s0", "status": "FAILED: RuntimeError"}]) == "FAILED"
+    assert c.get_run(parent).data.tags["error"] == "1 of 1 runs failed: moe-mini·all·s0"
+    assert tracking.end_sweep_run(other, [], interrupted=KeyboardInterrupt("signal SIGTERM")) == "KILLED"
+    assert tracking.find_finished("sweep-p", "r1") == child
+
+
+def test_captured_logs_write_each_line_once_with_its_task_and_nothing_of_an_earlier_run(store):
+    import logging
+
+    c = tracking.client()
+    first, second = (tracking.open_run("sweep-l", "sid", f"r{i}", f"n{i}", {}, None) for i in (1, 2))
+    stale = logging.FileHandler(store / "stale.log")  # as a run killed inside the block would leave it
+    stale.fp8rl_run_log = True
+    logging.getLogger().addHandler(stale)
+    with tracking.captured_logs(first):
+        logging.getLogger("prefect.fp8rl_test").info("from a task", extra={"task_run_name": "train-step-0"})
+        logging.getLogger("fp8rl.example").warning("a library line")
+    assert stale not in logging.getLogger().handlers
+    with tracking.captured_logs(second):
+        logging.getLogger("prefect.fp8rl_test").info("second run", extra={"flow_run_name": "bold-cat"})
+    one = Path(c.download_artifacts(first, "run.log", str(store / "a"))).read_text().splitlines()
+    two = Path(c.download_artifacts(second, "run.log", str(store / "b"))).read_text().splitlines()
+    assert len(one) == 2 and "[train-step-0] prefect.fp8rl_test: from a task" in one[0] and "a library line" in one[1]
+    assert len(two) == 1 and "[bold-cat] prefect.fp8rl_test: second run" in two[0]
 
 
 def test_a_failed_run_is_not_resumed(store):

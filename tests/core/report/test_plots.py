@@ -180,3 +180,28 @@ def test_figures_are_deterministic(sweep, tmp_path):
     a = plots.kl_by_preset(sweep, tmp_path / "a.png", n_boot=200)
     b = plots.kl_by_preset(sweep, tmp_path / "b.png", n_boot=200)
     assert np.array_equal(np.asarray(Image.open(a)), np.asarray(Image.open(b)))
+
+
+def test_run_figures_plot_kl_and_reward_per_step_and_the_logprob_difference_histogram(tmp_path):
+    from fp8rl_core.metrics.summary import run_kl_summary
+
+    from .test_claims import step_rows, token_rows
+
+    tokens = token_rows("all", 0, delta=0.1)
+    tokens[0] = tokens[0] | {"learner_logprob": tokens[0]["sampler_logprob"]}  # one exact agreement
+    kl = run_kl_summary(tokens, run_id="r", preset="all", model=DENSE, seed=0, n_boot=50)
+    steps = step_rows("all", DENSE, 0)
+    fig = plots.run_steps_figure(steps, kl, "title")
+    (line,) = [a for ax in fig.axes for a in ax.lines if a.get_gid() == "kl"]
+    step_rows_kl = [r for r in kl if r["step"] is not None]
+    assert list(line.get_xdata()) == [r["step"] for r in step_rows_kl]
+    assert np.allclose(line.get_ydata(), [r["k3"] * 1e6 for r in step_rows_kl])  # µnats
+    (reward,) = [a for ax in fig.axes for a in ax.lines if a.get_gid() == "reward"]
+    assert list(reward.get_ydata()) == [s["mean_reward"] for s in steps]
+    hist = plots.logprob_diff_histogram_figure(tokens)
+    (note,) = [t for t in hist.axes[0].texts if t.get_gid() == "exact"]
+    assert note.get_text().startswith(f"{len(tokens)} tokens, 1 identical")
+    assert sum(p.get_height() for p in hist.axes[0].patches) == len(tokens) - 1  # the rest, binned
+    paths = plots.run_figures(steps, kl, tokens, tmp_path / "figs", "title")
+    assert [p.name for p in paths] == ["kl_reward_per_step.png", "abs_dlogp_hist.png"]
+    assert all(Image.open(p).size[0] > 300 for p in paths)
