@@ -1,0 +1,185 @@
+"""fp8rl's bytes into SGLang's MXFP8 parameters: a custom weight loader for ``update_weights_from_tensor``.
+
+SGLang is not installed here (it does not run on CPU); everything below was read from its source,
+**sgl-project/sglang @00563d36** (the newest stored snapshot, newer than the 0.5.12 that
+``constraints-gpu.txt`` pins — re-check the names on the pinned version before the first GPU run):
+
+``python/sglang/srt/layers/quantization/fp8.py``
+    ``Fp8Config.from_config``: a ``quant_method`` containing "mxfp8" sets ``use_mxfp8`` and the block
+    ``[1, 32]``. ``Fp8LinearMethod.create_fp8_weight_`` registers, per rank, ``weight``
+    ``[N_rank, K_rank]`` ``float8_e4m3fn`` and ``weight_scale_inv`` — a ``BlockQuantScaleParameter`` of
+    ``uint8`` E8M0 bytes ``[N_rank, K_rank/32]``, compact and row-major (one byte per 1×32 block along K:
+    the layout of fp8rl's rowwise ``weight_scale``). ``Fp8MoEMethod.create_fp8_moe_weight_``:
+    ``w13_weight`` ``[E, 2·I_rank, H]`` (gate | up), ``w13_weight_scale_inv`` ``[E, 2·I_rank, H/32]``,
+    ``w2_weight`` ``[E, H, I_rank]``, ``w2_weight_scale_inv`` ``[E, H, I_rank/32]``.
+``process_weights_after_loading_block_quant`` (MXFP8, serialized checkpoint)
+    keeps ``weight_scale_inv`` compact and in place ("keep parameter object to preserve weight_loader
+    attrs for hot reload") and derives what the GEMM backend reads from it: a swizzled copy in a
+    *separate* attribute (``weight_scale_inv_swizzled``: FlashInfer CUTLASS / CuTe DSL;
+    ``weight_scale_inv_deepgemm``: DeepGEMM), or — FlashInfer TRT-LLM — ``weight`` shuffled **in place** plus
+    ``weight_scale_inv_shuffled``. So the loader writes the *unswizzled* bytes into ``weight`` and
+    ``weight_scale_inv`` and then has the layer's own method derive the rest, once, after both arrived
+    (running it twice would shuffle a TRT-LLM weight twice).
+``model_executor/model_runner.py`` / ``managers/scheduler_components/weight_updater.py``
+    ``update_weights_from_tensor``: with ``load_format`` in ``server_args.custom_weight_loader`` it calls
+    ``dynamic_import(load_format)(model, named_tensors)`` — ``named_tensors`` a list of ``(name, tensor)``
+    already unwrapped for this TP rank — and nothing else (no post-processing). The scheduler then
+    flushes the radix cache when the request's ``flush_cache`` is true (its default):
+    ``flush_cache_after_weight_update``. Hence :data:`UPDATE_REQUEST`.
+
+Names: SGLang's Qwen3 / Qwen3-MoE use vLLM's fused names (``qkv_proj``, ``gate_up_proj``,
+``experts.w13_weight``), so a sync tensor keeps its name except that scales are ``…_scale_inv`` in
+SGLang (:func:`sglang_name`). A bucket may hold any subset of the sync (SGLang calls the loader once
+per ``update_weights_from_tensor``); a layer is re-processed once all its quantized parameters have
+been written since its last processing.
+
+Full tensors or shards: a tensor whose shape is the parameter's is copied as is (the sender sliced it
+for this rank); a full tensor is cut for this rank with :func:`fp8rl_core.sync.ranks.shard_tensor`
+(vLLM's rules, which SGLang's loaders share) when the rank is known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from fp8rl_core.sync.layout import ModelLayout
+from fp8rl_core.sync.ranks import ShardError, shard_tensor
+
+__all__ = ["LOADER", "UPDATE_REQUEST", "LoadReport", "SglangLoadError", "fp8rl_name", "load_into", "load_weights",
+           "sglang_name"]
+
+#: the fully qualified name SGLang imports: ``server_args.custom_weight_loader=[LOADER]`` and the request's
+#: ``load_format``
+LOADER = "fp8rl_core.verl.sglang.load_weights"
+#: the fields of ``UpdateWeightsFromTensorReqInput`` a sync sets (besides its tensors): this loader, and
+#: the radix-cache flush after the update (cached KV of the old weights must not be reused: W6)
+UPDATE_REQUEST = {"load_format": LOADER, "flush_cache": True}
+#: attributes SGLang derives from the loaded parameters (never sent; rebuilt by the layer's method)
+DERIVED = ("_swizzled", "_shuffled", "_deepgemm")
+
+
+class SglangLoadError(ValueError):
+    """A sync tensor does not fit SGLang's model: unknown name, wrong shape or value class, missing."""
+
+
+def sglang_name(name: str) -> str:
+    """fp8rl sync name → SGLang parameter name (``…weight_scale`` → ``…weight_scale_inv``)."""
+    return name + "_inv" if name.endswith("weight_scale") else name
+
+
+def fp8rl_name(name: str) -> str:
+    """SGLang parameter name → fp8rl sync name."""
+    return name.removesuffix("_inv") if name.endswith("weight_scale_inv") else name
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    loaded: tuple[str, ...]  # SGLang parameter names written, in the order received
+    processed: tuple[str, ...]  # modules whose quantization method re-derived its kernel layout
+
+
+def _is_bytes(t: torch.Tensor) -> bool:
+    return t.element_size() == 1
+
+
+def _quantized(module: nn.Module) -> set[str]:
+    """The module's own parameters a sync writes when it is quantized (data + scales)."""
+    own = {n for n, _ in module.named_parameters(recurse=False)}
+    if not any(n.endswith("weight_scale_inv") for n in own):
+        return set()
+    return {n for n in own if n.endswith(("weight", "weight_scale_inv")) and not any(d in n for d in DERIVED)}
+
+
+def _prepare(name: str, t: torch.Tensor, param: torch.Tensor, layout: ModelLayout | None, rank: int, tp: int,
+             expert_parallel: bool, grid: bool) -> torch.Tensor:
+    src, sent = fp8rl_name(name), list(t.shape)
+    if _is_bytes(param) != _is_bytes(t):
+        raise SglangLoadError(
+            f"{name}: SGLang holds {str(param.dtype).removeprefix('torch.')}, the sync sends "
+            f"{str(t.dtype).removeprefix('torch.')} — on-grid bytes go into FP8/uint8 parameters, BF16 views into "
+            f"floating ones (is the layer on the same grid on both sides?)")
+    if tuple(t.shape) != tuple(param.shape) and layout is not None and tp > 1:
+        try:
+            t = shard_tensor(src, t, layout, rank, tp, on_grid=grid, expert_parallel=expert_parallel)
+        except ShardError as e:
+            raise SglangLoadError(f"{name}: cannot cut the full tensor for tp rank {rank}/{tp}: {e}") from e
+    if tuple(t.shape) != tuple(param.shape):
+        cut = f", cut for tp rank {rank}/{tp} to {list(t.shape)}" if list(t.shape) != sent else ""
+        raise SglangLoadError(f"{name}: SGLang's parameter is {list(param.shape)}, the sync sends {sent}{cut}")
+    return t
+
+
+@torch.no_grad()
+def load_into(model: nn.Module, named_tensors: Iterable[tuple[str, torch.Tensor]], *,
+              layout: ModelLayout | None = None, rank: int = 0, tp: int = 1, expert_parallel: bool = False,
+              complete: bool = False) -> LoadReport:
+    """Copy fp8rl's sync tensors into ``model``'s SGLang parameters in place (``copy_``: every Parameter
+    keeps its identity, storage and ``weight_loader``), then let each quantized layer whose data and
+    scales have all been written re-derive its kernel layout (``quant_method.process_weights_after_loading``).
+
+    Every tensor is validated before any is copied: an unknown or duplicated name, a wrong value class
+    (bytes vs floating) or a shape that is neither the rank's shard nor cuttable into it raises
+    :class:`SglangLoadError` and leaves the model untouched. ``complete``: this call carries the whole sync,
+    so every quantized parameter (and every other parameter the sync names) must be in it."""
+    params = dict(model.named_parameters())
+    named = list(named_tensors)
+    on_grid = {fp8rl_name(n).removesuffix("_scale") for n, _ in named if fp8rl_name(n).endswith("weight_scale")}
+    staged: list[tuple[str, torch.Tensor, torch.Tensor]] = []
+    seen: set[str] = set()
+    for name, t in named:
+        target = sglang_name(name)
+        if target in seen:
+            raise SglangLoadError(f"{name}: sent twice in one update")
+        seen.add(target)
+        param = params.get(target)
+        if param is None:
+            close = sorted(p for p in params if p.rsplit(".", 1)[0] == target.rsplit(".", 1)[0])
+            raise SglangLoadError(f"{name}: SGLang's model has no parameter {target!r}"
+                                  + (f"; that layer has {close}" if close else ""))
+        staged.append((target, param, _prepare(target, t, param, layout, rank, tp, expert_parallel,
+                                               fp8rl_name(name).removesuffix("_scale") in on_grid)))
+    if complete:
+        wanted = {n for n in params if not any(d in n for d in DERIVED)}
+        missing = sorted(wanted - seen)
+        if missing:
+            raise SglangLoadError(f"the sync lacks {len(missing)} of SGLang's parameters, e.g. {missing[:4]}")
+    for _, param, t in staged:
+        if _is_bytes(param):
+            param.data.view(torch.uint8).copy_(t.contiguous().view(torch.uint8))
+        else:
+            param.data.copy_(t)
+    processed = []
+    modules = dict(model.named_modules())
+    for target in dict.fromkeys(n.rpartition(".")[0] for n, _, _ in staged):
+        module = modules[target]
+        need = _quantized(module)
+        if not need:
+            continue
+        written = module.__dict__.setdefault("_fp8rl_written", set())
+        written.update(n.rpartition(".")[2] for n, _, _ in staged if n.rpartition(".")[0] == target)
+        method = getattr(module, "quant_method", None)
+        if need <= written and method is not None:
+            method.process_weights_after_loading(module)
+            written.clear()
+            processed.append(target)
+    return LoadReport(tuple(n for n, _, _ in staged), tuple(processed))
+
+
+def _sglang_rank() -> tuple[int, int]:
+    """This process's TP rank and size in SGLang (imported only inside an SGLang worker)."""
+    from sglang.srt.distributed import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
+
+    return get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size()
+
+
+def load_weights(model: nn.Module, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """SGLang's custom-loader signature (``custom_loader(model, named_tensors)``, see the module
+    docstring): :func:`load_into` with this worker's TP rank and the model's own config."""
+    rank, tp = _sglang_rank()
+    cfg = getattr(model, "config", None)
+    layout = ModelLayout.from_hf_config(cfg) if cfg is not None and tp > 1 else None
+    load_into(model, named_tensors, layout=layout, rank=rank, tp=tp)
