@@ -7,6 +7,8 @@ module under it) loads neither verl nor Ray, so the rest of fp8rl_core stays imp
                each override carrying the fp8rl field that produced it.
 ``compose``    compose those overrides under the *installed* verl's own config directory and run verl's own
                validation; verl's errors come back naming the fp8rl fields behind the offending keys.
+``sglang``     the custom weight loader SGLang's ``update_weights_from_tensor`` calls: fp8rl's bytes into its
+               MXFP8 parameters in place (SGLang is imported only inside an SGLang worker).
 """
 
 from fp8rl_core.verl.overrides import Override, hydra_value, verl_overrides

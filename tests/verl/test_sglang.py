@@ -140,7 +140,8 @@ def test_every_parameter_equals_the_sent_bytes_in_place(sync, tp, rank, preslice
     assert sorted(report.processed) == sorted(quantized)
     assert all(m.quant_method.calls == 1 for m in quantized.values())
     o = quantized["model.layers.1.self_attn.o_proj"]
-    assert torch.equal(o.weight_scale_inv_swizzled, swizzle_mx_scales(want["model.layers.1.self_attn.o_proj.weight_scale"]))
+    assert torch.equal(o.weight_scale_inv_swizzled,
+                       swizzle_mx_scales(want["model.layers.1.self_attn.o_proj.weight_scale"]))
 
 
 def test_a_layer_is_processed_once_both_halves_arrived(sync):
@@ -165,10 +166,12 @@ def _untouched(model) -> bool:
 
 @pytest.mark.parametrize("case, error", [
     ("unknown", r"model.layers.0.self_attn.qkv_proj.weight_scal: SGLang's model has no parameter "
-                r"'model.layers.0.self_attn.qkv_proj.weight_scal'; that layer has \['model.layers.0.self_attn.qkv_proj.weight', "
+                r"'model.layers.0.self_attn.qkv_proj.weight_scal'; that layer has "
+                r"\['model.layers.0.self_attn.qkv_proj.weight', "
                 r"'model.layers.0.self_attn.qkv_proj.weight_scale_inv'\]"),
     ("extra", r"model.layers.9.mlp.down_proj.weight: SGLang's model has no parameter"),
-    ("shape", r"model.layers.1.self_attn.o_proj.weight: SGLang's parameter is \[256, 256\], the sync sends \[256, 128\]"),
+    ("shape", r"model.layers.1.self_attn.o_proj.weight: SGLang's parameter is \[256, 256\], "
+              r"the sync sends \[256, 128\]"),
     ("class", r"model.layers.1.self_attn.o_proj.weight: SGLang holds float8_e4m3fn, the sync sends bfloat16"),
     ("missing", r"the sync lacks 1 of SGLang's parameters, e.g. \['lm_head.weight'\]"),
     ("twice", r"model.norm.weight: sent twice in one update"),

@@ -109,7 +109,8 @@ def test_a_ranks_on_grid_slice_is_the_quantized_slice_of_its_master(dense, tp):
                                 w[f"{A}.v_proj.weight"][kv_head * hd:(kv_head + 1) * hd]])
         rows = {
             f"{A}.qkv_proj": qkv_master,
-            f"{M}.gate_up_proj": torch.cat([w[f"{M}.gate_proj.weight"].chunk(tp)[r], w[f"{M}.up_proj.weight"].chunk(tp)[r]]),
+            f"{M}.gate_up_proj": torch.cat([w[f"{M}.gate_proj.weight"].chunk(tp)[r],
+                                            w[f"{M}.up_proj.weight"].chunk(tp)[r]]),
             f"{A}.o_proj": w[f"{A}.o_proj.weight"].chunk(tp, 1)[r],
             f"{M}.down_proj": w[f"{M}.down_proj.weight"].chunk(tp, 1)[r],
         }
