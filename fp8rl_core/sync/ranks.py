@@ -28,7 +28,8 @@ K): a row of data and its row of scales always go to the same rank, and K is cut
                            tp blocks — on the grid I/tp a multiple of 32.
 experts, expert-parallel   ``enable_expert_parallel`` (``FusedMoEParallelConfig``: moe tp becomes 1,
                            ep = tp): whole experts per rank, ``determine_expert_map`` "linear" — rank r
-                           holds ``E//tp`` consecutive experts, the first ``E % tp`` ranks one more.
+                           holds ``E//tp`` consecutive experts, the first ``E % tp`` ranks one more
+                           (data parallelism 1: with dp > 1 vLLM's ep size is tp·dp).
 ``embed_tokens``,          ``VocabParallelEmbedding.weight_loader``: the vocabulary padded to a multiple
 ``lm_head``                of 64 (``DEFAULT_VOCAB_PADDING_SIZE``) is cut in tp row blocks; rows past the
                            real vocabulary are zero (``param[n:].fill_(0)``).
