@@ -134,3 +134,18 @@ def _engines_only_in_engine_tiers(request: pytest.FixtureRequest):
         pytest.fail(f"{request.node.nodeid} started {len(started)} vLLM engine(s) but is not in the engine tier: "
                     "use the engine fixtures of tests/core/sampler/conftest.py or list it in tests/conftest.py",
                     pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _temporary_prefect_server_stops_inside_the_session():
+    """Stop the temporary Prefect server the flow tests started (``SubprocessASGIServer``) while pytest's
+    output capture is still open. Left to Prefect's own ``atexit`` hook, its "Stopping temporary server"
+    line goes to a console handler whose stream pytest has already closed, and Python's logging prints a
+    "--- Logging error ---" traceback at the end of every run that used a flow."""
+    import sys
+
+    yield
+    server = sys.modules.get("prefect.server.api.server")
+    if server is not None:
+        for instance in list(server.SubprocessASGIServer._instances.values()):
+            instance.stop()

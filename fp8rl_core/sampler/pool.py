@@ -7,11 +7,22 @@ per request, so several sampler configurations with one key reuse one engine (:f
 proves that an engine re-synced to weights A after serving weights B generates exactly what a freshly
 started engine on A generates. Each live engine holds its KV cache and worker processes, so at most
 ``max_live`` stay alive; :func:`release_all` shuts them down (a flow does so at its end).
+
+An evicted engine stops in the background: :meth:`Sampler.close` waits for vLLM's engine core and
+worker processes to exit, and most of that wait is each process's interpreter tearing down — its final
+garbage collection over vLLM's and torch's object graph (seen with py-spy: 15-43 s per engine on the
+2-core machines under load, against a start of 70-150 s there). Waiting would add all of it to the
+next run's engine start, so :func:`acquire` hands the evicted engine to a thread and starts the next
+one meanwhile. The processes are still left to exit on their own (not killed): that is what frees their
+shared-memory queues (:data:`fp8rl_core.sampler.quiet.SHUTDOWN_S`). :func:`release_all` closes the live
+engines the same way, all at once, and returns when every shutdown it started, or an eviction started,
+has finished.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+import threading
 from pathlib import Path
 
 import torch
@@ -19,9 +30,33 @@ import torch
 from fp8rl_core.sampler.config import MX_GRID, SamplerConfig, engine_key
 from fp8rl_core.sampler.engine import Sampler, SyncTiming, engine_config
 
-__all__ = ["acquire", "release_all"]
+__all__ = ["acquire", "closing", "release_all"]
 
 _ENGINES: dict[str, Sampler] = {}
+_CLOSING: dict[threading.Thread, Sampler] = {}
+_LOCK = threading.Lock()
+
+
+def _close_in_background(sampler: Sampler) -> None:
+    def close() -> None:
+        try:
+            sampler.close()
+        finally:
+            with _LOCK:
+                _CLOSING.pop(threading.current_thread(), None)
+
+    # not a daemon: an interpreter exiting mid-shutdown waits for it (the engine's processes then free
+    # their shared memory themselves)
+    thread = threading.Thread(target=close, name="fp8rl-engine-close")
+    with _LOCK:
+        _CLOSING[thread] = sampler
+    thread.start()
+
+
+def closing() -> tuple[Sampler, ...]:
+    """The engines whose shutdown started and has not finished yet."""
+    with _LOCK:
+        return tuple(_CLOSING.values())
 
 
 def acquire(checkpoint: str | Path, schemes: Mapping[str, str], tensors: Mapping[str, torch.Tensor],
@@ -34,21 +69,26 @@ def acquire(checkpoint: str | Path, schemes: Mapping[str, str], tensors: Mapping
     key = engine_key(engine_config(checkpoint, schemes, mx_grid), cfg)
     live = _ENGINES.pop(key, None)
     if live is not None and not live.alive:  # died (or closed): its weights are gone, start afresh
-        live.close()
+        _close_in_background(live)
         live = None
     if live is not None:
         _ENGINES[key] = live  # most recently used last
         live.cfg = cfg
         return live, live.sync(tensors, version)
     while len(_ENGINES) >= max(1, max_live):
-        _ENGINES.pop(next(iter(_ENGINES))).close()
+        _close_in_background(_ENGINES.pop(next(iter(_ENGINES))))
     sampler = Sampler(checkpoint, schemes, tensors, cfg, version=version, mx_grid=mx_grid, work_root=work_root)
     _ENGINES[key] = sampler
     return sampler, None
 
 
 def release_all() -> None:
-    """Shut every engine started by :func:`acquire` down."""
+    """Shut every engine started by :func:`acquire` down (concurrently) and wait until each has stopped,
+    evicted ones included."""
     for s in list(_ENGINES.values()):
-        s.close()
+        _close_in_background(s)
     _ENGINES.clear()
+    with _LOCK:
+        threads = list(_CLOSING)
+    for t in threads:
+        t.join()

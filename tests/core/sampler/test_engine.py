@@ -6,6 +6,7 @@ Tests are ordered by the engine they use (see conftest: at most two engines live
 from __future__ import annotations
 
 import math
+import threading
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from fp8rl_core.learner.task import EOS
 from fp8rl_core.loop import run_rl
 from fp8rl_core.checks.faults import fault
 from fp8rl_core.sampler.config import SamplerConfig, cpu_fp8_kv_support
+from fp8rl_core.sampler import pool
 from fp8rl_core.sampler.engine import SamplerError
 
 from .conftest import ENGINE, TASK
@@ -188,7 +190,20 @@ def test_loop_dense_other_presets(engines, preset):
 
 # ---------------------------------------------------------------- MoE
 def test_moe_sync_lands_the_learners_exact_bytes(engines):
+    # the first MoE engine evicts the least recently used dense one, whose shutdown runs in the background
+    while len(pool._ENGINES) < 2:  # only when this test runs on its own (in module order two are live)
+        engines.get("dense", "bf16-sampler" if pool._ENGINES else "all")
+    before = {id(s): s for s in pool._ENGINES.values()}
+    procs = {k: list(s.llm.llm_engine.engine_core.resources.engine_manager.processes) for k, s in before.items()}
     pipe = engines.get("moe", "all")
+    evicted = [s for k, s in before.items() if all(s is not live for live in pool._ENGINES.values())]
+    assert len(evicted) == 1 and pipe.sampler not in pool.closing()
+    for t in [t for t in threading.enumerate() if t.name == "fp8rl-engine-close"]:
+        t.join()
+    assert not pool.closing() and evicted[0].llm is None and not evicted[0].alive
+    # its engine core exited by itself (a negative exit code would mean killed by a signal)
+    assert all(p.exitcode is not None and p.exitcode >= 0 for p in procs[id(evicted[0])]), \
+        [p.exitcode for p in procs[id(evicted[0])]]
     assert pipe.schemes["model.layers.0.mlp.experts"] == "mxfp8" and "model.layers.0.mlp.gate" not in pipe.schemes
     _assert_readback_equals_export(pipe)
     runner = CheckRunner(CheckPolicy(), probe=PROBE)
