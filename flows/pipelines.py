@@ -269,6 +269,8 @@ def _on_ray(sweep: SweepConfig, sweep_id: str, address: str | None):
                     ray.cancel(ref, force=True)
                 for ref in pending:
                     tracking.end_unfinished(futures[ref][2], "KILLED", reason)
+                if "signal" in got and not str(e):  # Ray re-raised it bare: the sweep's parent run names the signal
+                    raise KeyboardInterrupt(why) from e
                 raise
             return rows
 

@@ -211,6 +211,8 @@ def test_sigterm_marks_the_run_killed(env):
     assert run.info.status == "KILLED", proc.stdout.read().decode()[-3000:]
     assert "SIGTERM" in run.data.tags["error"]
     assert "time/step_s" in run.data.metrics  # what was logged before stays
+    parent = tracking.client().get_run(run.data.tags[tracking.PARENT])  # the sweep's run says why too
+    assert parent.info.status == "KILLED" and "signal SIGTERM" in parent.data.tags["error"], parent.data.tags
 
 
 def test_a_sweep_asking_for_gpus_the_cluster_lacks_stops_before_anything_runs(env):
