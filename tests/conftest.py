@@ -64,6 +64,7 @@ SLOW = frozenset({
     "flows/test_cli.py::test_runs_on_an_empty_store_prints_an_empty_table",  # MLflow store (~10 s)
     "flows/test_cli.py::test_runs_lists_runs_with_status_and_headline_metrics",  # MLflow store (~10 s)
     "verl/test_compose.py",  # composes verl's whole Hydra config per case (~10 s each)
+    "verl/test_rollout.py",  # imports verl's vLLM rollout (vLLM itself), a fresh verl process (~2 min in all)
 })
 #: fixtures that make every test using them slow
 SLOW_FIXTURES = frozenset({"trained"})  # tests/core/learner/test_warmstart.py: a 600-step warm start

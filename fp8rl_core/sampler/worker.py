@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from fp8rl_core.sync.layout import ModelLayout, to_checkpoint
+from fp8rl_core.sync.layout import ModelLayout, sync_name, to_checkpoint
 from fp8rl_core.sync.transport import read_manifest, read_sync
 
 __all__ = ["Fp8rlWorkerExtension"]
@@ -67,17 +67,31 @@ class Fp8rlWorkerExtension:
                 written[name] = version
                 yield from to_checkpoint(name, tensor, layout)
 
+        self._fp8rl_reload(shards(), version, hook)
+        return {"version": self.fp8rl_weight_version, "tensors": count, "seconds": time.perf_counter() - t0}
+
+    def fp8rl_load_shards(self, shards: list[tuple[str, torch.Tensor]], version: int) -> dict:
+        """Load checkpoint-format ``shards`` (HF names, :func:`~fp8rl_core.sync.layout.to_checkpoint`'s
+        output: what verl's weight transfer delivers) in place, through the same reload path as
+        :meth:`fp8rl_load`; every sync tensor a shard belongs to is tagged with ``version`` (W1)."""
+        t0 = time.perf_counter()
+        written = self.__dict__.setdefault("fp8rl_written", {})
+        for name, _ in shards:
+            written[sync_name(name)] = int(version)
+        self._fp8rl_reload(iter(shards), int(version), None)
+        return {"version": self.fp8rl_weight_version, "tensors": len(shards), "seconds": time.perf_counter() - t0}
+
+    def _fp8rl_reload(self, shards, version: int, hook: str | None) -> None:
         around = None
         if hook:
             module, _, fn = hook.partition(":")
             around = getattr(importlib.import_module(module), fn)
             around(self, "before")
-        self.model_runner.reload_weights(weights_iterator=shards())
+        self.model_runner.reload_weights(weights_iterator=shards)
         if around is not None:
             around(self, "after")
         self.fp8rl_weight_version = version
         self.fp8rl_load_count += 1
-        return {"version": self.fp8rl_weight_version, "tensors": count, "seconds": time.perf_counter() - t0}
 
     def fp8rl_set_version(self, version: int, names: list[str] | None = None) -> int:
         """Set the engine's version (at start: the initial load wrote ``names`` at ``version``)."""

