@@ -192,10 +192,10 @@ def _replica() -> type:
         """verl's vLLM replica launching :class:`Fp8rlHttpServer` as its Ray actor."""
 
         def __init__(self, *args, **kwargs):
+            import ray  # lazily, as verl does: only verl's driver builds a replica (tests/core/test_purity.py)
+
             super().__init__(*args, **kwargs)
-            # Ray as verl imported it: fp8rl_core imports no Ray itself (tests/core/test_purity.py); this
-            # runs only in verl's driver, where verl has imported it
-            self.server_class = vllm_async_server.ray.remote(server)
+            self.server_class = ray.remote(server)
 
     return Fp8rlReplica
 
