@@ -154,13 +154,14 @@ def rollout_quantization(run: "RunConfig") -> dict[str, str]:
 
 
 def verl_overrides(run: "RunConfig", *, experiment: str = "fp8rl", run_name: str | None = None,
-                   mlflow_run_id: str | None = None, data_dir: str | Path | None = None,
+                   mlflow_run_id: str | None = None, tracking_uri: str | None = None, data_dir: str | Path | None = None,
                    ray_address: str | None = None) -> list[Override]:
     """verl's ``ppo_trainer`` overrides for ``run`` (``backend: verl``), in a stable order.
 
     ``experiment`` becomes verl's ``trainer.project_name`` (the MLflow experiment), ``run_name`` its
     ``experiment_name``; with ``mlflow_run_id`` every Ray worker gets ``MLFLOW_RUN_ID`` so verl's MLflow
-    logger writes into that run. ``data_dir``: where :func:`fp8rl_core.verl.data.write_dataset` puts the
+    logger writes into that run, and with ``tracking_uri`` ``MLFLOW_TRACKING_URI`` (a Ray worker has the
+    environment of its node's raylet, not the launcher's). ``data_dir``: where :func:`fp8rl_core.verl.data.write_dataset` puts the
     run's ``train.parquet``/``val.parquet`` (every node must read it there: the launcher passes an absolute
     path on the shared checkout; None: ``verl-data/<experiment>/<run_name>``). ``ray_address``: the Ray
     cluster verl's ``main_ppo`` joins (None: it starts a local Ray, as verl does by default)."""
@@ -251,6 +252,8 @@ def verl_overrides(run: "RunConfig", *, experiment: str = "fp8rl", run_name: str
     put("trainer.save_freq", -1, "backend")
     if mlflow_run_id:
         put("ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_RUN_ID", mlflow_run_id, "run", append=True)
+    if tracking_uri:
+        put("ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_TRACKING_URI", tracking_uri, "run", append=True)
     # the checks the worker extension runs after each sync (W7 bounds resolved for this engine and preset)
     w7_mean, w7_max = run.checks.w7_bounds(sm.dtype, run.preset)
     checks = run.checks.model_dump(mode="json") | {"w7_mean": w7_mean, "w7_max": w7_max}
