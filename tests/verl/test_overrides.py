@@ -26,7 +26,8 @@ def as_dict(ov: list[Override]) -> dict[str, object]:
 
 
 def test_importing_fp8rl_core_verl_loads_neither_verl_nor_ray():
-    code = ("import sys, fp8rl_core.verl, fp8rl_core.verl.overrides, fp8rl_core.verl.compose, fp8rl_core.verl.extension\n"
+    code = ("import sys, fp8rl_core.verl, fp8rl_core.verl.overrides, fp8rl_core.verl.compose, fp8rl_core.verl.extension, "
+            "fp8rl_core.verl.data, fp8rl_core.verl.reward\n"
             "print(sorted({k.split('.')[0] for k in sys.modules} & {'verl', 'ray', 'hydra'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
