@@ -10,7 +10,7 @@ Prefect) happen inside the commands, so ``fp8rl --help`` and ``fp8rl runs`` stay
     fp8rl tracking-server [--host 0.0.0.0]          # PostgreSQL + mlflow server: the store of a cluster
     fp8rl runs [--sweep NAME] [--limit N]           # recent MLflow runs with the headline metrics (+ UI links)
     fp8rl report SWEEP [--out DIR]                  # summary.md + figures of a finished sweep
-    fp8rl verl-config CONFIG [key=value ...]        # a backend: verl run's overrides + verl's composed config
+    fp8rl verl-config CONFIG [key=value ...]        # a backend: verl run's overrides (as `run` launches verl) + verl's config
     fp8rl gpu-report DIR                            # summary.md of bench/gpu.py's measurements
 """
 
