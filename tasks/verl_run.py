@@ -43,6 +43,10 @@ __all__ = ["VerlOutcome", "failure_reason", "launch_overrides", "run_verl", "wor
 
 #: lines of verl's output that name an error (a Python exception line, Ray's and Hydra's error lines)
 _ERROR = re.compile(r"(\b\w*(Error|Exception)\b|\bTraceback\b|error:)")
+#: Hydra's first line on a failure repeats every override (thousands of characters): they are main_ppo.args
+_HYDRA_ECHO = "Error executing job with overrides:"
+#: characters kept of one line in the reason
+_LINE = 400
 
 
 def work_dir(sweep: str, cfg: RunConfig) -> Path:
@@ -71,15 +75,16 @@ class VerlOutcome:
 
 def failure_reason(returncode: int, output: str, lines: int = 3) -> str | None:
     """None for exit status 0; else ``verl's main_ppo exited with status N (signal S)`` and the last
-    ``lines`` lines of its output that name an error (the last lines of output when none does)."""
+    ``lines`` lines of its output that name an error (the last lines of output when none does), each cut at
+    400 characters; Hydra's echo of the override list is left out (the run's ``main_ppo.args`` has it)."""
     if returncode == 0:
         return None
     status = f"status {returncode}"
     if returncode < 0:
         status += f" (signal {signal.Signals(-returncode).name})"
-    text = [x.rstrip() for x in output.splitlines() if x.strip()]
+    text = [x.strip() for x in output.splitlines() if x.strip() and not x.startswith(_HYDRA_ECHO)]
     errors = [x for x in text if _ERROR.search(x)] or text
-    tail = " | ".join(x.strip() for x in errors[-lines:]) or "no output"
+    tail = " | ".join(x if len(x) <= _LINE else x[:_LINE] + "…" for x in errors[-lines:]) or "no output"
     return f"verl's main_ppo exited with {status}: {tail}"
 
 

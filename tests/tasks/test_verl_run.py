@@ -31,9 +31,10 @@ def test_failure_reason_is_the_exit_status_and_the_last_error_lines():
            "  File \"x.py\", line 1, in <module>\nAssertionError: n_gpus (8) must be divisible by model_parallel_size (3)\n"
            "\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n")
     assert failure_reason(0, out) is None
-    assert failure_reason(1, out) == ("verl's main_ppo exited with status 1: Error executing job with overrides: ['a=1'] | "
-                                      "Traceback (most recent call last): | AssertionError: n_gpus (8) must be divisible "
-                                      "by model_parallel_size (3)")
+    assert failure_reason(1, out) == ("verl's main_ppo exited with status 1: Traceback (most recent call last): | "
+                                      "AssertionError: n_gpus (8) must be divisible by model_parallel_size (3)")
+    assert failure_reason(1, "RuntimeError: " + "x" * 1000) == "verl's main_ppo exited with status 1: RuntimeError: " + \
+        "x" * 386 + "…"
     assert failure_reason(-9, "step 3\nstep 4\n", lines=1) == "verl's main_ppo exited with status -9 (signal SIGKILL): step 4"
     assert failure_reason(2, "") == "verl's main_ppo exited with status 2: no output"
 
@@ -68,6 +69,7 @@ def test_a_run_verl_refuses_ends_with_verls_status_and_its_own_message(store):
     assert out.returncode == 1
     assert out.reason.startswith("verl's main_ppo exited with status 1: ")
     assert "n_gpus (8) must be divisible by model_parallel_size (3)" in out.reason  # verl's own words
+    assert len(out.reason) < 1000 and "model_engine=megatron" not in out.reason  # not Hydra's echo of the overrides
     work = work_dir(sweep.sweep, run)
     assert out.log == work / "main_ppo.log"
     # it ran with the launcher's overrides (what `fp8rl verl-config --mlflow-run` prints), on the data it wrote
