@@ -60,7 +60,9 @@ def test_parquet_loads_through_verls_rlhf_dataset(tmp_path):
     assert (data.train_rows, data.val_rows) == (12, 4)
     assert list(pd.read_parquet(data.train).columns) == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
     tok = AutoTokenizer.from_pretrained(str(write_task_tokenizer(tmp_path / "model")))
-    cfg = OmegaConf.create({"max_prompt_length": RUN.warmstart.task.prompt_len, "filter_overlong_prompts_workers": 1,
+    # filter in this process: with worker processes, datasets' map swaps os.environ for a copy for good
+    # (datasets/arrow_dataset.py, `os.environ = prev_env`), and later tests' environment changes miss Rich's
+    cfg = OmegaConf.create({"max_prompt_length": RUN.warmstart.task.prompt_len, "filter_overlong_prompts_workers": None,
                             "cache_dir": str(tmp_path / "cache")})
     train, val = RLHFDataset(str(data.train), tok, cfg), RLHFDataset(str(data.val), tok, cfg)
     assert (len(train), len(val)) == (12, 4)  # none filtered: every prompt is exactly prompt_len tokens
