@@ -10,7 +10,7 @@ Prefect) happen inside the commands, so ``fp8rl --help`` and ``fp8rl runs`` stay
     fp8rl tracking-server [--host 0.0.0.0]          # PostgreSQL + mlflow server: the store of a cluster
     fp8rl runs [--sweep NAME] [--limit N]           # recent MLflow runs with the headline metrics (+ UI links)
     fp8rl report SWEEP [--out DIR]                  # summary.md + figures of a finished sweep
-    fp8rl verl-config CONFIG [key=value ...]        # a backend: verl run's overrides + verl's composed config
+    fp8rl verl-config CONFIG [key=value ...]        # a backend: verl run's overrides (as `run` launches verl) + verl's config
     fp8rl gpu-report DIR                            # summary.md of bench/gpu.py's measurements
 """
 
@@ -95,22 +95,27 @@ def verl_config(
     overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides of the fp8rl config",
                                                           show_default=False)] = None,
     index: Annotated[int, typer.Option("--run", help="which run of the sweep (0-based, in expansion order)")] = 0,
+    mlflow_run: Annotated[str | None, typer.Option(help="the MLflow run id verl's logger attaches to (as `fp8rl run` passes it)")] = None,
+    ray_address: Annotated[str | None, typer.Option(help="the Ray cluster verl joins (as `fp8rl run --ray-address`)")] = None,
 ) -> None:
-    """Print verl's Hydra overrides for one run (each with the fp8rl field behind it), then verl's own
-    ppo_trainer config composed from them and checked by verl's validation (docs/gpu.md)."""
+    """Print verl's Hydra overrides for one run as `fp8rl run` launches it (each with the fp8rl field behind
+    it), then verl's own ppo_trainer config composed from them and checked by verl's validation (docs/gpu.md)."""
     from fp8rl_core.config import ConfigError, load_sweep
-    from fp8rl_core.verl import verl_overrides
     from fp8rl_core.verl.compose import VerlConfigError, check
+    from fp8rl_core.verl.overrides import MAIN_PPO
+    from tasks.verl_run import launch_overrides, work_dir
 
     try:
         sweep, runs = load_sweep(config, list(overrides or []))
-        ov = verl_overrides(runs[index], experiment=sweep.sweep)
-        cfg, printed = check(runs[index], ov)
+        run = runs[index]
+        ov = launch_overrides(run, sweep.sweep, mlflow_run_id=mlflow_run, ray_address=ray_address)
+        cfg, printed = check(run, ov)
     except (ConfigError, VerlConfigError, ValueError, IndexError) as e:
         raise _fail(str(e)) from None
     from omegaconf import OmegaConf
 
-    typer.echo(f"# run {index} of {len(runs)}: {runs[index].model}, preset {runs[index].preset}, seed {runs[index].seed}")
+    typer.echo(f"# run {index} of {len(runs)}: {run.model}, preset {run.preset}, seed {run.seed}")
+    typer.echo(f"# fp8rl run writes the dataset into {work_dir(sweep.sweep, run)} and runs: python -m {MAIN_PPO} \\")
     typer.echo("\n".join(f"{o.hydra()}    # {o.source}" for o in ov))
     typer.echo("# --- verl's ppo_trainer composed with them ---")
     typer.echo(OmegaConf.to_yaml(cfg) + printed.strip())

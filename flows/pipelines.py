@@ -341,16 +341,77 @@ def _inline(sweep: SweepConfig, sweep_id: str, todo: list[tuple[RunConfig, str]]
     return rows
 
 
+def _verl_sweep(sweep: SweepConfig, runs: list[RunConfig], sweep_id: str, config: str, resume: bool,
+                ray_address: str | None) -> list[dict]:
+    """A ``backend: verl`` sweep: check the cluster, then each run as verl's trainer
+    (:func:`tasks.verl_run.run_verl`), one after another — each takes ``verl.nnodes × verl.gpus_per_node``
+    GPUs, the whole cluster as configured. Nothing is opened in MLflow when the cluster cannot host the runs
+    (:class:`ClusterError`: too few GPUs per node, a tracking store other nodes cannot share). Each run's
+    MLflow run ends FINISHED, or FAILED with verl's exit status and last error lines (KILLED on a signal);
+    runs already FINISHED are skipped when ``resume``."""
+    import ray
+
+    from tasks.verl_run import run_verl
+
+    logger = get_run_logger()
+    if any(r.backend != "verl" for r in runs):
+        raise ValueError(f"{config}: a sweep runs all its runs on one backend; this one mixes native and verl")
+    local = ray_address is None and not os.environ.get("RAY_ADDRESS")
+    where = "a local Ray (this machine)" if local else f"the Ray cluster at {ray_address or os.environ['RAY_ADDRESS']}"
+    ray.init(address=ray_address, log_to_driver=False, logging_level=logging.WARNING,
+             **({"include_dashboard": False, "object_store_memory": 256 * 2**20} if local else {}))
+    try:  # the pre-flight: verl's main_ppo joins this cluster (or, locally, starts the same Ray) after it
+        found = cluster.nodes()
+        problems = {cluster.verl_fit_problem(r.verl.nnodes, r.verl.gpus_per_node, found, where) for r in runs}
+        try:
+            tracking.require_shared_store(len(found), node_ips=[n.ip for n in found])
+        except ValueError as e:
+            problems.add(str(e))
+    finally:
+        ray.shutdown()
+    problems.discard(None)
+    if problems:
+        raise ClusterError("\n".join(sorted(problems)))
+    flow_run = str(runtime_flow_run.id or "none")
+    rows = []
+    for cfg in runs:
+        key = run_id(cfg)
+        done = tracking.find_finished(sweep.sweep, key) if resume else None
+        if done is not None:
+            rows.append({"run_id": key, "mlflow_run": done, "name": run_name(cfg), "status": "SKIPPED (done)"})
+            continue
+        mlflow_run = _open(cfg, sweep.sweep, sweep_id, flow_run)
+        tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run, "verl.launch": "subprocess"})
+        try:
+            with _killed_on_signal(mlflow_run):
+                out = run_verl(_portable(cfg), sweep.sweep, mlflow_run, ray_address)
+        except BaseException as e:  # the launch itself failed, or a signal (the run is KILLED already)
+            tracking.end_unfinished(mlflow_run, "FAILED", f"{type(e).__name__}: {e}")
+            raise
+        if out.reason:  # verl's own MLflow logger may have ended the run already: fp8rl's verdict is the last word
+            tracking.set_tag(mlflow_run, "error", out.reason)
+        tracking.terminate(mlflow_run, "FAILED" if out.reason else "FINISHED")
+        logger.log(logging.ERROR if out.reason else logging.INFO, "run %s: %s (log: %s)", run_name(cfg),
+                   out.reason or "verl's trainer finished", out.log)
+        rows.append({"run_id": key, "mlflow_run": mlflow_run, "name": run_name(cfg),
+                     "status": "FAILED: verl exit status " + str(out.returncode) if out.reason else "FINISHED"})
+    Console(width=140).print(_table(sweep.sweep, rows))
+    failed = [r["name"] for r in rows if r["status"].startswith("FAILED")]
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {len(rows)} verl runs failed: {', '.join(failed)} (their MLflow runs "
+                           "say why); rerun the sweep to retry them")
+    return rows
+
+
 def _sweep(config: str, overrides: list[str], resume: bool = True, report: bool = False,
            ray_address: str | None = None, inline: bool = False) -> list[dict]:
     logger = get_run_logger()
     sweep, runs = load_sweep(config, overrides)
-    if any(r.backend == "verl" for r in runs):  # refused before anything runs: never fall back to native
-        raise ValueError(f"{config}: backend: verl — fp8rl composes and validates these runs' verl config "
-                         f"(`fp8rl verl-config {config}`) but does not launch verl's trainer yet (docs/gpu.md)")
     ids = [run_id(r) for r in runs]
     sweep_id = hashlib.sha256(",".join(ids).encode()).hexdigest()[:12]
     logger.info("sweep %s (%s): %d runs from %s", sweep.sweep, sweep_id, len(runs), config)
+    if any(r.backend == "verl" for r in runs):  # verl's trainer runs them: never fall back to native
+        return _verl_sweep(sweep, runs, sweep_id, config, resume=resume, ray_address=ray_address)
 
     rows: dict[str, dict] = {}
     pending: list[RunConfig] = []

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-__all__ = ["Node", "fit_problem", "loopback_problem", "nodes", "where"]
+__all__ = ["Node", "fit_problem", "loopback_problem", "nodes", "verl_fit_problem", "where"]
 
 GIB = 2**30
 
@@ -69,6 +69,21 @@ def fit_problem(request: Mapping[str, float], cluster: Sequence[Node], where: st
         n.gpus for n in cluster) else ""
     return (f"each run asks for {asked} (the sweep's `resources`), but no node of {where} has that "
             f"much: {have}{hint}. Nothing was run.")
+
+
+def verl_fit_problem(nnodes: int, gpus_per_node: int, cluster: Sequence[Node], where: str) -> str | None:
+    """None when ``nnodes`` nodes of the cluster have ``gpus_per_node`` GPUs each (what verl's trainer asks
+    of Ray: its resource pool is ``trainer.nnodes × trainer.n_gpus_per_node`` GPUs, and without them Ray
+    keeps its workers pending forever), else the message: what the run needs, what ``where`` has."""
+    enough = [n for n in cluster if n.gpus >= gpus_per_node]
+    if len(enough) >= nnodes:
+        return None
+    total = sum(n.gpus for n in cluster)
+    have = "; ".join(n.describe() for n in cluster) or "no alive node"
+    plural = "s" if nnodes > 1 else ""
+    return (f"backend verl needs {gpus_per_node} GPUs per node on {nnodes} node{plural} (verl.gpus_per_node, "
+            f"verl.nnodes); {where} has {total:g} GPUs, {len(enough)} node(s) with {gpus_per_node}: {have}. "
+            "Run on the GPU cluster (--ray-address, or from its head node). Nothing was run.")
 
 
 def _is_loopback(host: str) -> bool:

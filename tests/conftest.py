@@ -63,6 +63,8 @@ SLOW = frozenset({
     "core/sampler/test_quiet.py::test_the_rules_silence_the_real_import_lines_of_the_pinned_torchao",  # 2 imports
     "flows/test_cli.py::test_runs_on_an_empty_store_prints_an_empty_table",  # MLflow store (~10 s)
     "flows/test_cli.py::test_runs_lists_runs_with_status_and_headline_metrics",  # MLflow store (~10 s)
+    "verl/test_data.py::test_task_tokenizer_ids_are_the_task_ids",  # imports transformers' tokenizers (~12 s)
+    "verl/test_data.py::test_parquet_loads_through_verls_rlhf_dataset",  # imports verl, datasets (~9 s)
     "verl/test_compose.py",  # composes verl's whole Hydra config per case (~10 s each)
     "verl/test_rollout.py",  # imports verl's vLLM rollout (vLLM itself), a fresh verl process (~2 min in all)
 })

@@ -9,6 +9,9 @@ module under it) loads neither verl nor Ray, so the rest of fp8rl_core stays imp
                validation; verl's errors come back naming the fp8rl fields behind the offending keys.
 ``sglang``     the custom weight loader SGLang's ``update_weights_from_tensor`` calls: fp8rl's bytes into its
                MXFP8 parameters in place (SGLang is imported only inside an SGLang worker).
+``data``       fp8rl's task as verl's parquet dataset (the native loop's prompts, in step order), and a
+               tokenizer whose ids are the task's ids.
+``reward``     verl's ``custom_reward_function``: fp8rl's own task reward on verl's decoded responses.
 """
 
 from fp8rl_core.verl.overrides import Override, hydra_value, verl_overrides

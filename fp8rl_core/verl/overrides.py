@@ -37,9 +37,19 @@ fp8rl field                    verl keys
                                correction section stays metrics-only: ``rollout_is`` null)
 ``verl.*``                     nodes, GPUs, Megatron TP/EP, rollout TP/EP, fixed micro-batches
 ``seed``                       Megatron, rollout and data seeds
+``warmstart.task``             the dataset (:mod:`fp8rl_core.verl.data`): ``data.train_files`` /
+                               ``val_files`` in ``data_dir``, read in order (``data.shuffle=false``: batch s
+                               is the native loop's step s), prompt/response lengths of the task;
+                               ``reward.custom_reward_function`` = fp8rl's task reward
+                               (:func:`fp8rl_core.verl.reward.compute_score`)
+``checks``                     the worker extension's check settings: the ``checks`` section as JSON (W7
+                               bounds resolved for the run's engine dtype and preset) in the environment
+                               variable :data:`CHECKS_ENV` of every Ray worker
 (the sweep / run id)           ``trainer.logger=[console,mlflow]``, project = the sweep, experiment =
                                the run id; verl's MLflow logger attaches to fp8rl's run through
                                ``MLFLOW_RUN_ID`` (passed to every Ray worker via ``runtime_env``)
+(the cluster)                  ``ray_kwargs.ray_init.address``: verl's ``main_ppo`` joins the Ray
+                               cluster fp8rl checked instead of starting its own
 =============================  ==================================================================
 
 MXFP8 needs every packed sequence padded to a multiple of 32 tokens (:data:`MXFP8_SEQ_ALIGN`); verl
@@ -49,20 +59,28 @@ so that is fixed in fp8rl's extension module, not here.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fp8rl_core.config import RunConfig
 
-__all__ = ["EXTENSION", "MXFP8_SEQ_ALIGN", "Override", "TE_RECIPES", "WORKER_EXTENSION", "hydra_value",
-           "verl_overrides"]
+__all__ = ["CHECKS_ENV", "EXTENSION", "MAIN_PPO", "MXFP8_SEQ_ALIGN", "Override", "REWARD_FUNCTION", "TE_RECIPES",
+           "WORKER_EXTENSION", "hydra_value", "main_ppo_argv", "verl_overrides"]
 
 #: the module verl imports in every process (``actor_rollout_ref.model.external_lib``)
 EXTENSION = "fp8rl_core.verl.extension"
 #: vLLM worker extension class for the verl rollout (a ``vLLMColocateWorkerExtension`` subclass)
 WORKER_EXTENSION = "fp8rl_core.verl.extension.Fp8rlVerlWorkerExtension"
+#: verl's custom reward function: (``reward.custom_reward_function.path``, ``.name``)
+REWARD_FUNCTION = ("pkg://fp8rl_core.verl.reward", "compute_score")
+#: environment variable of every Ray worker holding the run's ``checks`` section as JSON (read by the extension)
+CHECKS_ENV = "FP8RL_VERL_CHECKS"
+#: verl's trainer entry point
+MAIN_PPO = "verl.trainer.main_ppo"
 #: Transformer Engine FP8 recipe per GPU generation
 TE_RECIPES = {"blackwell": "mxfp8", "hopper": "blockwise"}
 #: tokens a packed sequence is padded to under MXFP8 (TE quantizes 1×32 blocks along the sequence too)
@@ -136,17 +154,25 @@ def rollout_quantization(run: "RunConfig") -> dict[str, str]:
 
 
 def verl_overrides(run: "RunConfig", *, experiment: str = "fp8rl", run_name: str | None = None,
-                   mlflow_run_id: str | None = None) -> list[Override]:
+                   mlflow_run_id: str | None = None, tracking_uri: str | None = None, data_dir: str | Path | None = None,
+                   ray_address: str | None = None) -> list[Override]:
     """verl's ``ppo_trainer`` overrides for ``run`` (``backend: verl``), in a stable order.
 
     ``experiment`` becomes verl's ``trainer.project_name`` (the MLflow experiment), ``run_name`` its
     ``experiment_name``; with ``mlflow_run_id`` every Ray worker gets ``MLFLOW_RUN_ID`` so verl's MLflow
-    logger writes into that run."""
+    logger writes into that run, and with ``tracking_uri`` ``MLFLOW_TRACKING_URI`` (a Ray worker has the
+    environment of its node's raylet, not the launcher's). ``data_dir``: where :func:`fp8rl_core.verl.data.write_dataset` puts the
+    run's ``train.parquet``/``val.parquet`` (every node must read it there: the launcher passes an absolute
+    path on the shared checkout; None: ``verl-data/<experiment>/<run_name>``). ``ray_address``: the Ray
+    cluster verl's ``main_ppo`` joins (None: it starts a local Ray, as verl does by default)."""
     from fp8rl_core.sampler.presets import PRESETS
 
     if run.backend != "verl" or run.verl is None:
         raise ValueError(f"run has backend = {run.backend!r}; verl overrides need backend: verl and a verl section")
     v, lr, sm, preset = run.verl, run.learner, run.sampler, PRESETS[run.preset]
+    run_name = run_name or f"{run.model}-{run.preset}-s{run.seed}"
+    data_dir = Path(data_dir) if data_dir is not None else Path("verl-data") / experiment / run_name
+    task = run.warmstart.task
     o: list[Override] = []
 
     def put(key: str, value: Any, source: str, append: bool = False) -> None:
@@ -185,6 +211,15 @@ def verl_overrides(run: "RunConfig", *, experiment: str = "fp8rl", run_name: str
     for k in ("clip_ratio", "clip_ratio_low", "clip_ratio_high"):
         put(f"{_ACTOR}.{k}", lr.clip_eps, "learner.clip_eps")
     put(f"{_ACTOR}.use_kl_loss", False, "learner")
+    # the task: fp8rl's prompts in the native loop's order, its reward (fp8rl_core.verl.data, .reward)
+    put("data.train_files", str(data_dir / "train.parquet"), "warmstart.task")
+    put("data.val_files", str(data_dir / "val.parquet"), "warmstart.task")
+    put("data.shuffle", False, "loop")
+    put("data.max_response_length", task.answer_len + 1, "warmstart.task")  # as the native loop's max_new
+    put("data.max_prompt_length", sm.max_model_len - task.answer_len - 1, "sampler.max_model_len")
+    put("data.apply_chat_template_kwargs.enable_thinking", False, "warmstart.task", append=True)  # Qwen3: answer at once
+    put("reward.custom_reward_function.path", REWARD_FUNCTION[0], "warmstart.task")
+    put("reward.custom_reward_function.name", REWARD_FUNCTION[1], "warmstart.task")
     if v.micro_batch_size_per_gpu is None:  # the learner's token-budget micro-batches
         put(f"{_ACTOR}.use_dynamic_bsz", True, "verl.micro_batch_size_per_gpu")
         put(f"{_ACTOR}.ppo_max_token_len_per_gpu", lr.tokens_per_microbatch, "learner.tokens_per_microbatch")
@@ -211,13 +246,27 @@ def verl_overrides(run: "RunConfig", *, experiment: str = "fp8rl", run_name: str
     # tracking: verl's MLflow logger inside fp8rl's run
     put("trainer.logger", ["console", "mlflow"], "backend")
     put("trainer.project_name", experiment, "sweep")
-    put("trainer.experiment_name", run_name or f"{run.model}-{run.preset}-s{run.seed}", "run")
+    put("trainer.experiment_name", run_name, "run")
     put("trainer.val_before_train", False, "backend")
     put("trainer.test_freq", -1, "backend")
     put("trainer.save_freq", -1, "backend")
     if mlflow_run_id:
         put("ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_RUN_ID", mlflow_run_id, "run", append=True)
+    if tracking_uri:
+        put("ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_TRACKING_URI", tracking_uri, "run", append=True)
+    # the checks the worker extension runs after each sync (W7 bounds resolved for this engine and preset)
+    w7_mean, w7_max = run.checks.w7_bounds(sm.dtype, run.preset)
+    checks = run.checks.model_dump(mode="json") | {"w7_mean": w7_mean, "w7_max": w7_max}
+    put(f"ray_kwargs.ray_init.runtime_env.env_vars.{CHECKS_ENV}", json.dumps(checks, sort_keys=True), "checks",
+        append=True)
+    if ray_address:
+        put("ray_kwargs.ray_init.address", ray_address, "cluster", append=True)
     return o
+
+
+def main_ppo_argv(overrides: list[Override], python: str = "python") -> list[str]:
+    """The command that runs verl's trainer with ``overrides``: ``python -m verl.trainer.main_ppo <k=v> …``."""
+    return [python, "-m", MAIN_PPO, *(o.hydra() for o in overrides)]
 
 
 def _rollout_quantization(run: "RunConfig") -> list[Override]:

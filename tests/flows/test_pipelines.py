@@ -1,7 +1,8 @@
 """The flows for real (embedded Prefect, a local Ray, a temporary MLflow store): a run that finishes on a
 Ray worker, resume skips it, a run that fails is FAILED with its reason, a sweep killed by SIGTERM leaves
-its run KILLED, a sweep asking for GPUs the cluster lacks stops before anything runs. The tests that
-patch code inside a run use ``inline=True`` (the runs in this process, where the patch applies)."""
+its run KILLED, a sweep asking for GPUs the cluster lacks (or a backend: verl sweep on a CPU Ray) stops before
+anything runs. The tests that patch code inside a run use ``inline=True`` (the runs in this process, where the
+patch applies)."""
 
 from __future__ import annotations
 
@@ -225,11 +226,13 @@ def test_a_sweep_asking_for_gpus_the_cluster_lacks_stops_before_anything_runs(en
     assert len(_runs("smoke")) == before  # no MLflow run was opened
 
 
-def test_a_verl_backend_sweep_is_refused_before_anything_runs(env):
-    """``backend: verl`` runs are composed by fp8rl_core.verl but not launched yet: the sweep says so and
-    runs nothing natively (an 8B model on the CPU path would be wrong, not just slow)."""
-    from flows.pipelines import mxfp8_sweep
+def test_a_verl_backend_sweep_on_a_cluster_without_gpus_stops_before_anything_runs(env):
+    """``backend: verl`` runs go to verl's trainer, never to the native CPU path; on a Ray without GPUs the
+    pre-flight says what verl needs and what the cluster has, before any MLflow run is opened."""
+    from flows.pipelines import ClusterError, mxfp8_sweep
 
-    with pytest.raises(ValueError, match=r"backend: verl .*fp8rl verl-config .*docs/gpu.md"):
+    with pytest.raises(ClusterError, match=r"^backend verl needs 8 GPUs per node on 1 node \(verl.gpus_per_node, "
+                                           r"verl.nnodes\); a local Ray \(this machine\) has 0 GPUs, 0 node\(s\) with 8: "
+                                           r".*num_gpus=0.*Nothing was run\.$"):
         mxfp8_sweep(str(ROOT / "configs" / "gpu" / "qwen3-8b.yaml"))
     assert _runs("gpu-qwen3-8b") == []

@@ -59,3 +59,18 @@ def test_a_loopback_server_is_refused_only_when_nodes_are_on_other_hosts():
 def test_where_names_this_process_outside_ray():
     tags = where()
     assert tags["fp8rl.pid"] == str(os.getpid()) and tags["fp8rl.host"]
+
+
+def test_verl_needs_its_gpus_per_node_on_enough_nodes():
+    from tasks.cluster import verl_fit_problem
+
+    assert verl_fit_problem(1, 8, [CPU_NODE, GPU_NODE], "here") is None
+    msg = verl_fit_problem(1, 8, [CPU_NODE], "a local Ray (this machine)")
+    assert msg.startswith("backend verl needs 8 GPUs per node on 1 node (verl.gpus_per_node, verl.nnodes); a local "
+                          "Ray (this machine) has 0 GPUs, 0 node(s) with 8: 10.0.0.1 (aaaaaaaa): num_cpus=2, num_gpus=0")
+    assert msg.endswith("Nothing was run.")
+    # GPUs are per node: two 4-GPU nodes do not make one 8-GPU node; two nodes need two 8-GPU nodes
+    four = [Node(c * 56, f"10.0.0.{i}", cpus=32, gpus=4, memory_gb=900.0) for i, c in ((5, "d"), (6, "e"))]
+    assert "has 8 GPUs, 0 node(s) with 8" in verl_fit_problem(1, 8, four, "c")
+    assert "on 2 nodes" in verl_fit_problem(2, 8, [GPU_NODE], "c") and verl_fit_problem(2, 4, four, "c") is None
+    assert "no alive node" in verl_fit_problem(1, 8, [], "c")

@@ -8,7 +8,9 @@ import sys
 import pytest
 
 from fp8rl_core.config import ConfigError, RunConfig, load_sweep
+from fp8rl_core.config import ChecksSection
 from fp8rl_core.verl import Override, hydra_value, verl_overrides
+from fp8rl_core.verl.overrides import CHECKS_ENV, main_ppo_argv
 from fp8rl_core.verl.extension import mxfp8_align_size, padding_patch_needed
 
 GPU = {"qwen3-8b": "configs/gpu/qwen3-8b.yaml", "qwen3-30b-a3b": "configs/gpu/qwen3-30b-a3b.yaml"}
@@ -24,7 +26,8 @@ def as_dict(ov: list[Override]) -> dict[str, object]:
 
 
 def test_importing_fp8rl_core_verl_loads_neither_verl_nor_ray():
-    code = ("import sys, fp8rl_core.verl, fp8rl_core.verl.overrides, fp8rl_core.verl.compose, fp8rl_core.verl.extension\n"
+    code = ("import sys, fp8rl_core.verl, fp8rl_core.verl.overrides, fp8rl_core.verl.compose, fp8rl_core.verl.extension, "
+            "fp8rl_core.verl.data, fp8rl_core.verl.reward\n"
             "print(sorted({k.split('.')[0] for k in sys.modules} & {'verl', 'ray', 'hydra'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -70,8 +73,8 @@ def test_dense_all_on_blackwell_sets_te_mxfp8_and_fp8rl_vllm_method():
 
 
 def test_each_override_names_the_fp8rl_field_it_comes_from():
-    ov = verl_overrides(gpu_run("qwen3-30b-a3b"), mlflow_run_id="abc123")
-    top = set(RunConfig.model_fields) | {"metrics", "sweep", "run"}
+    ov = verl_overrides(gpu_run("qwen3-30b-a3b"), mlflow_run_id="abc123", ray_address="10.0.0.1:6379")
+    top = set(RunConfig.model_fields) | {"metrics", "sweep", "run", "cluster"}
     assert all(o.source.split(".")[0] in top for o in ov), [o for o in ov if o.source.split(".")[0] not in top]
     by_key = {o.key: o.source for o in ov}
     assert by_key["actor_rollout_ref.actor.megatron.expert_model_parallel_size"] == "verl.expert_parallel"
@@ -132,3 +135,23 @@ def test_installed_verl_padding_still_needs_the_patch():
     """Fails the day verl's own FP8 padding reaches 32 tokens (upstream PR #7519): then drop the patch."""
     util = pytest.importorskip("verl.models.mcore.util", reason="needs Megatron-Core (GPU hosts)")
     assert padding_patch_needed(util._compute_fp8_thd_align_size) or util._compute_fp8_thd_align_size is mxfp8_align_size
+
+
+def test_task_data_reward_and_checks_reach_verl():
+    run = gpu_run("qwen3-8b", "all", "checks.full_every=3", "base.warmstart.task.digits=4")
+    d = as_dict(verl_overrides(run, experiment="gpu-qwen3-8b", run_name="r1", data_dir="/shared/verl/r1"))
+    assert d["data.train_files"] == "/shared/verl/r1/train.parquet" and d["data.val_files"] == "/shared/verl/r1/val.parquet"
+    assert d["data.shuffle"] is False  # batch s = the native loop's step s (fp8rl_core.verl.data)
+    assert d["data.max_response_length"] == 4 + 2 + 1 and d["data.max_prompt_length"] == 1024 - 7
+    assert d["reward.custom_reward_function.path"] == "pkg://fp8rl_core.verl.reward"
+    assert d["reward.custom_reward_function.name"] == "compute_score"
+    env = "ray_kwargs.ray_init.runtime_env.env_vars"
+    checks = ChecksSection.model_validate_json(d[f"{env}.{CHECKS_ENV}"])  # what the worker extension reads back
+    assert checks.full_every == 3 and (checks.w7_mean, checks.w7_max) == run.checks.w7_bounds("bfloat16", "all")
+    assert "ray_kwargs.ray_init.address" not in d
+    default = as_dict(verl_overrides(run, experiment="gpu-qwen3-8b"))
+    assert default["data.train_files"] == "verl-data/gpu-qwen3-8b/qwen3-8b-all-s0/train.parquet"
+    ov = verl_overrides(run, ray_address="auto", mlflow_run_id="abc")
+    argv = main_ppo_argv(ov, "/venv/bin/python")
+    assert argv[:3] == ["/venv/bin/python", "-m", "verl.trainer.main_ppo"] and argv[3:] == [o.hydra() for o in ov]
+    assert "+ray_kwargs.ray_init.address=auto" in argv and "+ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_RUN_ID=abc" in argv

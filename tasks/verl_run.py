@@ -1,0 +1,117 @@
+"""One ``backend: verl`` run: write its dataset and config, then run verl's trainer on the Ray cluster.
+
+How verl is started, and why: ``python -m verl.trainer.main_ppo <overrides>`` as a **subprocess of the
+process running the sweep** (the head node, or any host connected to the cluster), not as a Ray task or a
+Ray job:
+
+- ``main_ppo`` is a Ray *driver*: it calls ``ray.init`` itself and places its trainer and workers on the
+  cluster through placement groups. Run inside a Ray task it would be a driver nested in a worker; as a
+  subprocess it joins the cluster fp8rl checked with ``ray_kwargs.ray_init.address`` (or ``RAY_ADDRESS``,
+  or starts a local Ray without either — the same rule as ``fp8rl run --ray-address``).
+- The exit status and the output are right here: the MLflow run ends FINISHED or FAILED with verl's
+  status and last error lines, and the whole output is the run's ``main_ppo.log`` artifact. A Ray job
+  would add the job server (the dashboard) as a dependency for the same information.
+- A signal that stops the sweep stops verl: the subprocess is terminated with it.
+
+The run's work folder (``FP8RL_VERL_WORK``, default ``.cache/verl``, then ``<sweep>/<run id>``) holds
+``train.parquet``/``val.parquet`` (:mod:`fp8rl_core.verl.data`), ``main_ppo.args`` (the overrides, one a
+line: the config verl ran with) and ``main_ppo.log``; on a multi-node cluster it must be on the shared
+checkout (every node reads the dataset). :func:`launch_overrides` is the one source of the overrides:
+``fp8rl verl-config`` prints exactly what this task runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from fp8rl_core.config import RunConfig, run_id
+from fp8rl_core.verl.data import write_dataset
+from fp8rl_core.verl.overrides import Override, main_ppo_argv, verl_overrides
+
+from . import tracking
+
+__all__ = ["VerlOutcome", "failure_reason", "launch_overrides", "run_verl", "work_dir"]
+
+#: lines of verl's output that name an error (a Python exception line, Ray's and Hydra's error lines)
+_ERROR = re.compile(r"(\b\w*(Error|Exception)\b|\bTraceback\b|error:)")
+#: Hydra's first line on a failure repeats every override (thousands of characters): they are main_ppo.args
+_HYDRA_ECHO = "Error executing job with overrides:"
+#: characters kept of one line in the reason
+_LINE = 400
+
+
+def work_dir(sweep: str, cfg: RunConfig) -> Path:
+    """The run's work folder (absolute: verl's trainer runs in other processes, perhaps on other nodes)."""
+    return Path(os.environ.get("FP8RL_VERL_WORK", ".cache/verl")).resolve() / sweep / run_id(cfg)
+
+
+def launch_overrides(cfg: RunConfig, sweep: str, *, mlflow_run_id: str | None = None,
+                     ray_address: str | None = None) -> list[Override]:
+    """verl's overrides of ``cfg`` as the launcher runs them: the sweep as verl's project, the run id as
+    its experiment, the dataset in :func:`work_dir`, the tracking store, fp8rl's MLflow run and the Ray
+    cluster to join."""
+    return verl_overrides(cfg, experiment=sweep, run_name=run_id(cfg), mlflow_run_id=mlflow_run_id,
+                          tracking_uri=tracking.tracking_uri() if mlflow_run_id else None,
+                          data_dir=work_dir(sweep, cfg), ray_address=ray_address)
+
+
+@dataclass(frozen=True)
+class VerlOutcome:
+    """How verl's trainer ended: its exit status, the reason when it failed (None: it succeeded), its log."""
+
+    returncode: int
+    reason: str | None
+    log: Path
+
+
+def failure_reason(returncode: int, output: str, lines: int = 3) -> str | None:
+    """None for exit status 0; else ``verl's main_ppo exited with status N (signal S)`` and the last
+    ``lines`` lines of its output that name an error (the last lines of output when none does), each cut at
+    400 characters; Hydra's echo of the override list is left out (the run's ``main_ppo.args`` has it)."""
+    if returncode == 0:
+        return None
+    status = f"status {returncode}"
+    if returncode < 0:
+        status += f" (signal {signal.Signals(-returncode).name})"
+    text = [x.strip() for x in output.splitlines() if x.strip() and not x.startswith(_HYDRA_ECHO)]
+    errors = [x for x in text if _ERROR.search(x)] or text
+    tail = " | ".join(x if len(x) <= _LINE else x[:_LINE] + "…" for x in errors[-lines:]) or "no output"
+    return f"verl's main_ppo exited with {status}: {tail}"
+
+
+@task(name="verl-run", cache_policy=NO_CACHE)
+def run_verl(run: dict, sweep: str, mlflow_run: str, ray_address: str | None = None) -> VerlOutcome:
+    """Write the run's dataset and overrides, then run ``python -m verl.trainer.main_ppo`` with them, its
+    MLflow logger inside ``mlflow_run``; wait for it. Returns how it ended (the caller ends the MLflow run)."""
+    cfg = RunConfig.model_validate(run)
+    work = work_dir(sweep, cfg)
+    write_dataset(cfg, work)
+    argv = main_ppo_argv(launch_overrides(cfg, sweep, mlflow_run_id=mlflow_run, ray_address=ray_address),
+                         sys.executable)
+    (work / "main_ppo.args").write_text("\n".join(argv[3:]) + "\n")
+    tracking.log_file(mlflow_run, work / "main_ppo.args", "verl")
+    env = os.environ | {"MLFLOW_RUN_ID": mlflow_run, "MLFLOW_TRACKING_URI": tracking.tracking_uri()}
+    log = work / "main_ppo.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=work)
+        try:
+            returncode = proc.wait()
+        finally:  # interrupted (a signal, KeyboardInterrupt): verl must not outlive the sweep
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+    tracking.log_file(mlflow_run, log, "verl")
+    return VerlOutcome(returncode, failure_reason(returncode, log.read_text(errors="replace")), log)

@@ -1,0 +1,81 @@
+"""tasks.verl_run: the launch of verl's trainer for a backend: verl run — its overrides are the ones
+``fp8rl verl-config`` prints, and a real ``python -m verl.trainer.main_ppo`` that verl itself refuses ends with
+verl's exit status and verl's own error line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from fp8rl_core.config import load_sweep, run_id
+from tasks import tracking
+from tasks.verl_run import failure_reason, launch_overrides, run_verl, work_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+GPU8B = str(ROOT / "configs" / "gpu" / "qwen3-8b.yaml")
+
+
+@pytest.fixture()
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("FP8RL_ARTIFACTS", str(tmp_path / "artifacts"))
+    monkeypatch.setenv("FP8RL_VERL_WORK", str(tmp_path / "verl"))
+    return tmp_path
+
+
+def test_failure_reason_is_the_exit_status_and_the_last_error_lines():
+    out = ("[validate_config] checking\nError executing job with overrides: ['a=1']\nTraceback (most recent call last):\n"
+           "  File \"x.py\", line 1, in <module>\nAssertionError: n_gpus (8) must be divisible by model_parallel_size (3)\n"
+           "\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n")
+    assert failure_reason(0, out) is None
+    assert failure_reason(1, out) == ("verl's main_ppo exited with status 1: Traceback (most recent call last): | "
+                                      "AssertionError: n_gpus (8) must be divisible by model_parallel_size (3)")
+    assert failure_reason(1, "RuntimeError: " + "x" * 1000) == "verl's main_ppo exited with status 1: RuntimeError: " + \
+        "x" * 386 + "…"
+    assert failure_reason(-9, "step 3\nstep 4\n", lines=1) == "verl's main_ppo exited with status -9 (signal SIGKILL): step 4"
+    assert failure_reason(2, "") == "verl's main_ppo exited with status 2: no output"
+
+
+def test_verl_config_prints_exactly_the_launchers_overrides(store):
+    from flows.cli import app
+
+    args = [GPU8B, "axes.seed=[1]", "axes.preset=[half]"]
+    res = CliRunner().invoke(app, ["verl-config", *args, "--mlflow-run", "0123abcd", "--ray-address", "10.0.0.1:6379"])
+    assert res.exit_code == 0, res.output
+    sweep, (run,) = load_sweep(*args[:1], args[1:])
+    printed = [line.split("    # ")[0] for line in res.output.splitlines()[2:] if not line.startswith("#")]
+    printed = printed[:printed.index("model_engine: megatron")]  # the overrides, before the composed config
+    launched = launch_overrides(run, sweep.sweep, mlflow_run_id="0123abcd", ray_address="10.0.0.1:6379")
+    assert printed == [o.hydra() for o in launched]
+    assert f"writes the dataset into {work_dir(sweep.sweep, run)} and runs: python -m verl.trainer.main_ppo" in res.output
+    assert f"data.train_files={work_dir(sweep.sweep, run)}/train.parquet" in printed
+    assert "+ray_kwargs.ray_init.address='10.0.0.1:6379'" in printed
+    assert "+ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_RUN_ID='0123abcd'" in printed
+    assert f"+ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_TRACKING_URI='{tracking.tracking_uri()}'" in printed
+
+
+def test_a_run_verl_refuses_ends_with_verls_status_and_its_own_message(store):
+    """The real ``python -m verl.trainer.main_ppo`` with the launcher's overrides: verl composes them and its
+    ``validate_config`` refuses 3-way tensor parallelism on 8 GPUs — before it starts Ray, so the test
+    needs neither a cluster nor a GPU."""
+    sweep, (run,) = load_sweep(GPU8B, ["axes.seed=[0]", "axes.preset=[all]", "verl.tensor_parallel=3",
+                                       "verl.micro_batch_size_per_gpu=1"])
+    mlflow_run = tracking.open_run(sweep.sweep, "s", run_id(run), "r", {}, None)
+    out = run_verl.fn(run.model_dump(mode="json") | {"models_dir": str(Path(run.models_dir).resolve())}, sweep.sweep,
+                      mlflow_run)
+    assert out.returncode == 1
+    assert out.reason.startswith("verl's main_ppo exited with status 1: ")
+    assert "n_gpus (8) must be divisible by model_parallel_size (3)" in out.reason  # verl's own words
+    assert len(out.reason) < 1000 and "model_engine=megatron" not in out.reason  # not Hydra's echo of the overrides
+    work = work_dir(sweep.sweep, run)
+    assert out.log == work / "main_ppo.log"
+    # it ran with the launcher's overrides (what `fp8rl verl-config --mlflow-run` prints), on the data it wrote
+    expect = [o.hydra() for o in launch_overrides(run, sweep.sweep, mlflow_run_id=mlflow_run)]
+    assert (work / "main_ppo.args").read_text().splitlines() == expect
+    train = pd.read_parquet(work / "train.parquet")
+    assert len(train) == run.loop.steps * run.loop.prompts_per_step and len(pd.read_parquet(work / "val.parquet")) == 64
+    files = {f.path for f in tracking.client().list_artifacts(mlflow_run, "verl")}
+    assert files == {"verl/main_ppo.args", "verl/main_ppo.log"}
