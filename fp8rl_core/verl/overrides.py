@@ -281,8 +281,12 @@ def _rollout_quantization(run: "RunConfig") -> list[Override]:
     if preset.sampler_grid == "block128":  # verl's own FP8 rollout: BF16 sent, 128×128 requantized in the worker
         return [Override(f"{_ROLLOUT}.quantization", "fp8", "preset")]
     schemes = rollout_quantization(run)
-    if v.rollout == "sglang":
-        return [Override(f"{_ROLLOUT}.engine_kwargs.sglang.quantization", "mxfp8", "preset", append=True)]
+    if v.rollout == "sglang":  # SGLang's MXFP8 method, loaded with fp8rl's bytes by fp8rl's loader (.sglang)
+        from fp8rl_core.verl.sglang import LOADER
+
+        kw = f"{_ROLLOUT}.engine_kwargs.sglang"
+        return [Override(f"{kw}.quantization", "mxfp8", "preset", append=True),
+                Override(f"{kw}.custom_weight_loader", [LOADER], "verl.rollout", append=True)]
     qc = {"quant_method": "fp8rl", "layers": dict(sorted(schemes.items())),
           "mx_grid": Recipe(rule=run.learner.rule).fwd_grid}
     kw = f"{_ROLLOUT}.engine_kwargs.vllm"
