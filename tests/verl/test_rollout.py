@@ -64,6 +64,9 @@ def test_registering_as_verl_imports_the_extension_points_verls_registries_to_fp
     from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
     from verl.workers.rollout.vllm_rollout.vllm_rollout import ServerAdapter
 
+    # as in a fresh verl process, verl's import is the first: another test may have imported the extension
+    # before verl (then its import-time registration did not run, and a second import is a no-op)
+    sys.modules.pop("fp8rl_core.verl.extension", None)
     import_external_libs("fp8rl_core.verl.extension")
     from fp8rl_core.verl import rollout
 
