@@ -18,14 +18,21 @@ from .basic import (
 from .behaviour import check_behaviour
 from .expected import Expected, expected_from_learner
 from .layout import check_layout
-from .ranks import check_rank_fingerprints, check_rank_shards, first_difference
+from .ranks import (
+    check_engine_ranks,
+    check_rank_fingerprints,
+    check_rank_results,
+    check_rank_shards,
+    expected_sync_tensors,
+    first_difference,
+)
 from .rows import check_rows
 from .runner import CONDITIONS, CheckPolicy, CheckReport, CheckRunner
 from .sync import sampler_bf16_views
 
 __all__ = ["CONDITIONS", "CheckPolicy", "CheckReport", "CheckResult", "CheckRunner", "Expected", "check_behaviour",
-           "check_coverage", "check_derived_state", "check_grid_bytes", "check_grid_fingerprints", "check_layout",
-           "check_precision", "check_precision_fingerprints", "check_rank_fingerprints", "check_rank_shards",
+           "check_coverage", "check_derived_state", "check_engine_ranks", "check_grid_bytes", "check_grid_fingerprints", "check_layout",
+           "check_precision", "check_precision_fingerprints", "check_rank_fingerprints", "check_rank_results", "check_rank_shards",
            "check_rows", "check_version", "differing_bytes",
            "expected_from_learner",
-           "expected_grid_tensors", "expected_sync_names", "first_difference", "sampler_bf16_views"]
+           "expected_grid_tensors", "expected_sync_names", "expected_sync_tensors", "first_difference", "sampler_bf16_views"]

@@ -12,6 +12,11 @@ A mismatch names the rank, the layer, the tensor and the **first differing posit
 rank's shard, and the two values there), so a fault confined to one rank's shard — a wrong slice, a
 replica of a kv head loaded from the wrong shard, a corrupted copy on one GPU — points at that rank.
 ``measured`` = differing elements (full tier) or differing tensors (cheap tier), over all ranks.
+
+In the live engine (:func:`check_engine_ranks`): each rank of the engine checks its own shards in its
+worker (``fp8rl_check_rank``, :mod:`fp8rl_core.sampler.worker`) and returns a
+:class:`~fp8rl_core.sync.ranks.RankCheck`; :func:`check_rank_results` collects one per rank and fails naming
+every rank that failed or did not answer.
 """
 
 from __future__ import annotations
@@ -21,84 +26,26 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from fp8rl_core.sync.ranks import RankSlice
+from fp8rl_core.sync.ranks import RankCheck, RankSlice, fingerprint_offenders, first_difference, shard_offenders
 
 from .basic import CheckResult
+from .expected import Expected
 
-__all__ = ["check_rank_fingerprints", "check_rank_shards", "first_difference"]
-
-
-def _is_bytes(t: torch.Tensor) -> bool:
-    """FP8 data and E8M0 scales, whatever 1-byte dtype views them (uint8, float8_e4m3fn, …)."""
-    return t.element_size() == 1
-
-
-def _canonical(t: torch.Tensor) -> torch.Tensor:
-    """The bytes of a 1-byte tensor (uint8), the bits of a wider floating tensor's float32 values (int32),
-    other tensors as they are; same shape."""
-    t = t.detach().contiguous()
-    if _is_bytes(t):
-        return t.view(torch.uint8)
-    return t.float().view(torch.int32) if t.dtype.is_floating_point else t
-
-
-def first_difference(got: torch.Tensor, want: torch.Tensor) -> tuple[tuple[int, ...], int, int, int] | None:
-    """``(index, got value, expected value, number of differing elements)`` of the first position (in
-    row-major order) where ``got`` and ``want`` differ, compared canonically (bytes, or float32 bits);
-    None when they are equal. Shapes must match."""
-    a, b = _canonical(got), _canonical(want)
-    if torch.equal(a, b):
-        return None
-    diff = (a != b).reshape(-1)
-    flat = int(diff.nonzero()[0])
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), a.shape))
-    return index, int(a.reshape(-1)[flat]), int(b.reshape(-1)[flat]), int(diff.sum())
-
-
-def _fmt(v: int, floating: bool) -> str:
-    if floating:
-        return f"{torch.tensor([v], dtype=torch.int32).view(torch.float32).item():.6g}"
-    return f"0x{v:02x}"
-
-
-def _where(s: RankSlice, name: str) -> str:
-    layer, _, param = name.rpartition(".")
-    return f"{s.label}, layer {layer}, {param}"
+__all__ = ["check_engine_ranks", "check_rank_fingerprints", "check_rank_results", "check_rank_shards",
+           "expected_sync_tensors", "first_difference"]
 
 
 def check_rank_shards(slices: Sequence[RankSlice], live: Mapping[int, Mapping[str, torch.Tensor]]) -> CheckResult:
     """Full tier: every tensor of every rank's live shard (``live``: rank → name → tensor, the sync's
-    names) equals that rank's slice, byte for byte; none missing, none extra."""
+    names) equals that rank's slice, byte for byte; none missing, none extra
+    (:func:`fp8rl_core.sync.ranks.shard_offenders` per rank)."""
     t0 = time.perf_counter()
     offenders: list[str] = []
     differing = 0
     for s in slices:
-        held = live.get(s.rank)
-        if held is None:
-            offenders.append(f"{s.label}: no shard read back")
-            differing += sum(t.numel() for t in s.tensors.values())
-            continue
-        offenders += [f"{s.label}: extra tensor {n}" for n in sorted(set(held) - set(s.tensors))]
-        for name, want in s.tensors.items():
-            got = held.get(name)
-            if got is None or tuple(got.shape) != tuple(want.shape):
-                what = "missing" if got is None else f"shape {list(got.shape)}"
-                offenders.append(f"{_where(s, name)}: {what}, expected {list(want.shape)}")
-                differing += want.numel()
-                continue
-            if _is_bytes(got) != _is_bytes(want):
-                offenders.append(f"{_where(s, name)}: engine holds {str(got.dtype).removeprefix('torch.')}, expected "
-                                 f"{'bytes' if _is_bytes(want) else 'floating point'}")
-                differing += want.numel()
-                continue
-            d = first_difference(got, want)
-            if d is None:
-                continue
-            index, g, w, n = d
-            fl = not _is_bytes(want) and want.dtype.is_floating_point
-            offenders.append(f"{_where(s, name)}: first difference at {list(index)} (engine {_fmt(g, fl)}, expected "
-                             f"{_fmt(w, fl)}); {n} of {want.numel()} elements differ")
-            differing += n
+        off, n = shard_offenders(s, live.get(s.rank))
+        offenders += off
+        differing += n
     return CheckResult("W2/W4", not offenders, float(differing), 0.0, offenders, len(offenders),
                        time.perf_counter() - t0,
                        f"every byte of {len(slices)} tensor-parallel ranks' shards against their slices of the sync")
@@ -108,7 +55,43 @@ def check_rank_fingerprints(slices: Sequence[RankSlice], live: Mapping[int, Mapp
     """Cheap tier: every rank's fingerprint of every tensor (``live``: rank → name → fingerprint) equals
     its slice's. Names the rank and the layer; the full tier then finds the position."""
     t0 = time.perf_counter()
-    off = [f"{_where(s, n)}: fingerprint {live.get(s.rank, {}).get(n, 'missing')}, expected {fp}"
-           for s in slices for n, fp in sorted(s.fingerprints.items()) if live.get(s.rank, {}).get(n) != fp]
+    off = [o for s in slices for o in fingerprint_offenders(s, live.get(s.rank))]
     return CheckResult("W2/W4", not off, float(len(off)), 0.0, off, len(off), time.perf_counter() - t0,
                        f"fingerprints of {len(slices)} tensor-parallel ranks' shards")
+
+
+def check_rank_results(results: Sequence[RankCheck]) -> CheckResult:
+    """One result from the per-rank verdicts of a live engine: passes when every rank ``0 … tp-1`` answered
+    exactly once and passed; the offenders name each failing rank's layer and position (its own
+    offenders), a rank that did not answer or answered twice. ``measured``: the ranks' differing counts."""
+    t0 = time.perf_counter()
+    tps = {r.tp for r in results}
+    tp = max(tps, default=0)
+    offenders = [o for r in sorted(results, key=lambda r: r.rank) for o in r.offenders]
+    if len(tps) > 1:
+        offenders.append(f"ranks disagree on the tensor-parallel size: {sorted(tps)}")
+    answered = [r.rank for r in results]
+    offenders += [f"tp rank {k}/{tp}: no result" for k in range(tp) if k not in answered]
+    offenders += [f"tp rank {k}/{tp}: {answered.count(k)} results" for k in sorted(set(answered))
+                  if answered.count(k) > 1]
+    if not results:
+        offenders.append("no rank answered")
+    failed = sorted({r.rank for r in results if not r.passed})
+    tiers = sorted({r.tier for r in results}) or ["none"]
+    detail = (f"{len(results)} tensor-parallel ranks checked their own live shards ({'/'.join(tiers)})"
+              + (f"; failing ranks {failed}" if failed else ""))
+    return CheckResult("W2/W4", not offenders, float(sum(r.differing for r in results)), 0.0, offenders,
+                       len(offenders), time.perf_counter() - t0 + sum(r.seconds for r in results), detail)
+
+
+def expected_sync_tensors(exp: Expected) -> dict[str, torch.Tensor]:
+    """The full tensors the engine must hold, by sync name: on-grid bytes and BF16 views, less those the
+    engine cannot read back as values (``exp.skip``: prepacked BF16 experts)."""
+    return {n: t for n, t in (exp.grid | exp.views).items() if n not in exp.skip}
+
+
+def check_engine_ranks(sampler, exp: Expected, *, full: bool = False) -> CheckResult:
+    """Every rank of ``sampler``'s live engine checks its shards against its slice of ``exp``
+    (:meth:`fp8rl_core.sampler.engine.Sampler.check_ranks`: fingerprints, or with ``full`` every byte);
+    one result naming every failing rank (:func:`check_rank_results`)."""
+    return check_rank_results(sampler.check_ranks(expected_sync_tensors(exp), full=full))

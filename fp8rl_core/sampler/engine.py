@@ -39,6 +39,7 @@ from fp8rl_core.sampler.config import MX_GRID, SamplerConfig, cpu_fp8_kv_support
 from fp8rl_core.sampler.quiet import SHUTDOWN_S
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 from fp8rl_core.sync.layout import ModelLayout, to_checkpoint
+from fp8rl_core.sync.ranks import RankCheck, slice_for_rank
 from fp8rl_core.sync.transport import SyncHandle, default_root, write_sync
 
 from .vllm_compat import EngineCoreDied, engine_core_alive, watched_call
@@ -292,6 +293,25 @@ class Sampler:
             return load_file(str(path))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+    def check_ranks(self, expected: Mapping[str, torch.Tensor], *, full: bool = False) -> list[RankCheck]:
+        """Every engine rank checks its own live shards against its slice of the full ``expected`` tensors
+        (sync names; ``fp8rl_check_rank`` in :mod:`.worker`): by fingerprint (each rank's slice
+        fingerprints are cut here and sent), or with ``full`` byte for byte (``expected`` is written as a
+        sync that every rank reads and cuts). One :class:`~fp8rl_core.sync.ranks.RankCheck` per rank."""
+        if full:
+            handle = write_sync(expected, max(self.version, 0), root=self.work_root / "sync")
+            try:
+                results = self._rpc("fp8rl_check_rank", None, str(handle.manifest))
+            finally:
+                handle.remove()
+        else:
+            layout = ModelLayout.from_hf_config(self.model_cfg)
+            fps = {str(w["rank"]): slice_for_rank(expected, layout, w["rank"], w["tp"],
+                                                  expert_parallel=w["expert_parallel"]).fingerprints
+                   for w in self._rpc("fp8rl_tp_rank")}
+            results = self._rpc("fp8rl_check_rank", fps, None)
+        return [RankCheck.from_dict(r) for r in results]
 
     # -- generation ---------------------------------------------------------------------------------
     def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int,

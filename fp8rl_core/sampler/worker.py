@@ -19,6 +19,14 @@ plugin's FP8 layers the held bytes (``weight``, ``weight_scale``); for prepacked
 CPU worker packs the weight for oneDNN and empties ``weight`` — the *effective* weight recovered by a
 probe forward of the layer with an identity input: ``I · Wᵀ = Wᵀ`` exactly (every output element is
 one product with 1.0). ``effective=True`` probes the plugin's layers too (their dequantized operand).
+
+Per-rank check (:meth:`fp8rl_check_rank`): with tensor parallelism each worker is one rank and holds
+shards. The worker asks vLLM for its rank and size, reads its own live tensors (the same read-back, which
+yields the rank's shard layout: vLLM's loaders cut them) and compares them with its slice of the sync
+(:func:`fp8rl_core.sync.ranks.slice_for_rank`) — by fingerprint (the caller sends every rank's slice
+fingerprints: digests only) or byte for byte (the caller writes the full expected tensors as a sync; each
+rank cuts its own slice). Only the verdict crosses back (:class:`~fp8rl_core.sync.ranks.RankCheck` as a
+dict), one per rank.
 """
 
 from __future__ import annotations
@@ -30,7 +38,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from fp8rl_core.sync.fingerprint import fingerprints
 from fp8rl_core.sync.layout import ModelLayout, sync_name, to_checkpoint
+from fp8rl_core.sync.ranks import RankCheck, RankSlice, fingerprint_offenders, shard_offenders, slice_for_rank
 from fp8rl_core.sync.transport import read_manifest, read_sync
 
 __all__ = ["Fp8rlWorkerExtension"]
@@ -181,3 +191,47 @@ class Fp8rlWorkerExtension:
         fps = fingerprints(tensors) if with_fingerprints else {}
         return {"version": self.fp8rl_weight_version, "written": dict(self.__dict__.get("fp8rl_written", {})),
                 "layers": layers, "fingerprints": fps, "shapes": shapes}
+
+    # -- per-rank check ---------------------------------------------------------------------------------
+    def fp8rl_tp_rank(self) -> dict:
+        """This worker's tensor-parallel rank and size (vLLM's), and whether experts are expert-parallel."""
+        from vllm.distributed import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
+
+        parallel = getattr(getattr(self, "vllm_config", None), "parallel_config", None)
+        return {"rank": int(get_tensor_model_parallel_rank()), "tp": int(get_tensor_model_parallel_world_size()),
+                "expert_parallel": bool(getattr(parallel, "enable_expert_parallel", False))}
+
+    @torch.no_grad()
+    def fp8rl_check_rank(self, fingerprints_by_rank: dict[str, dict[str, str]] | None = None,
+                         manifest_path: str | None = None) -> dict:
+        """Check this rank's live shards against its slice of the sync (see the module docstring).
+        ``fingerprints_by_rank`` (cheap tier): str(rank) → sync name → the fingerprint that rank's tensor
+        must have; ``manifest_path`` (full tier): the full expected tensors as a sync
+        (:func:`fp8rl_core.sync.transport.write_sync`), cut here for this rank and compared byte for byte.
+        Exactly one of the two. Returns :meth:`RankCheck.as_dict` (tensors do not travel as RPC results)."""
+        if (fingerprints_by_rank is None) == (manifest_path is None):
+            raise ValueError("fp8rl_check_rank takes either fingerprints_by_rank (cheap tier) or manifest_path "
+                             "(full tier), exactly one")
+        t0 = time.perf_counter()
+        where = self.fp8rl_tp_rank()
+        rank, tp = where["rank"], where["tp"]
+        if manifest_path is not None:
+            layout = ModelLayout.from_hf_config(self.model_runner.model_config.hf_config)
+            want = slice_for_rank(dict(read_sync(manifest_path)), layout, rank, tp,
+                                  expert_parallel=where["expert_parallel"])
+            # only the slice's tensors are read (coverage of every name is W1's check)
+            held = {n: t for n, t in self._fp8rl_tensors() if n in want.tensors}
+            offenders, differing = shard_offenders(want, held)
+            tier, count = "bytes", len(want.tensors)
+        else:
+            expected = fingerprints_by_rank.get(str(rank))
+            if expected is None:
+                offenders, differing, count = [f"tp rank {rank}/{tp}: no expected fingerprints sent for this rank"], 1, 0
+            else:
+                want = RankSlice(rank, tp, {}, dict(expected))
+                held = fingerprints([(n, t) for n, t in self._fp8rl_tensors() if n in expected])
+                offenders = fingerprint_offenders(want, held)
+                differing, count = len(offenders), len(expected)
+            tier = "fingerprints"
+        return RankCheck(rank, tp, tier, not offenders, tuple(offenders), differing, count,
+                         time.perf_counter() - t0).as_dict()

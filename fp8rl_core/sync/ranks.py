@@ -38,20 +38,29 @@ norms, ``q_norm``/         replicated: every rank holds the full tensor (``RMSNo
 =========================  ==========================================================================
 
 A tensor none of these names is refused (:class:`ShardError` naming it), never silently replicated.
+
+Comparing one rank
+------------------
+:func:`shard_offenders` (every byte) and :func:`fingerprint_offenders` (cheap: the digests) compare what
+one rank holds with its :class:`RankSlice` and name the rank, the layer, the tensor and the first differing
+position. They sit here, below the sampler, because the engine's worker runs them on its own shards
+(``fp8rl_check_rank`` in :mod:`fp8rl_core.sampler.worker`) and only a :class:`RankCheck` — rank, tp, passed,
+offenders — crosses back; :mod:`fp8rl_core.checks.ranks` turns per-rank verdicts into check results.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
 from fp8rl_core.sync.fingerprint import fingerprints
 from fp8rl_core.sync.layout import ModelLayout
 
-__all__ = ["BLOCK", "VOCAB_PADDING", "RankSlice", "ShardError", "shard_kind", "shard_tensor", "slice_for_rank"]
+__all__ = ["BLOCK", "VOCAB_PADDING", "RankCheck", "RankSlice", "ShardError", "fingerprint_offenders", "first_difference",
+           "shard_kind", "shard_offenders", "shard_tensor", "slice_for_rank"]
 
 #: the MXFP8 block along K (1×32)
 BLOCK = 32
@@ -202,3 +211,121 @@ def slice_for_rank(tensors: Mapping[str, torch.Tensor], layout: ModelLayout, ran
                            expert_parallel=expert_parallel)
            for n, t in tensors.items()}
     return RankSlice(rank, tp, out, fingerprints(out))
+
+
+# ------------------------------------------------------------------------------------------------------
+# comparing one rank's live tensors with its slice
+# ------------------------------------------------------------------------------------------------------
+def _is_bytes(t: torch.Tensor) -> bool:
+    """FP8 data and E8M0 scales, whatever 1-byte dtype views them (uint8, float8_e4m3fn, …)."""
+    return t.element_size() == 1
+
+
+def _canonical(t: torch.Tensor) -> torch.Tensor:
+    """The bytes of a 1-byte tensor (uint8), the bits of a wider floating tensor's float32 values (int32),
+    other tensors as they are; same shape."""
+    t = t.detach().contiguous()
+    if _is_bytes(t):
+        return t.view(torch.uint8)
+    return t.float().view(torch.int32) if t.dtype.is_floating_point else t
+
+
+def first_difference(got: torch.Tensor, want: torch.Tensor) -> tuple[tuple[int, ...], int, int, int] | None:
+    """``(index, got value, expected value, number of differing elements)`` of the first position (in
+    row-major order) where ``got`` and ``want`` differ, compared canonically (bytes, or float32 bits);
+    None when they are equal. Shapes must match."""
+    a, b = _canonical(got), _canonical(want)
+    if torch.equal(a, b):
+        return None
+    diff = (a != b).reshape(-1)
+    flat = int(diff.nonzero()[0])
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), a.shape))
+    return index, int(a.reshape(-1)[flat]), int(b.reshape(-1)[flat]), int(diff.sum())
+
+
+def _fmt(v: int, floating: bool) -> str:
+    if floating:
+        return f"{torch.tensor([v], dtype=torch.int32).view(torch.float32).item():.6g}"
+    return f"0x{v:02x}"
+
+
+def _where(s: RankSlice, name: str) -> str:
+    layer, _, param = name.rpartition(".")
+    return f"{s.label}, layer {layer}, {param}"
+
+
+def shard_offenders(s: RankSlice, held: Mapping[str, torch.Tensor] | None) -> tuple[list[str], int]:
+    """Full tier for one rank: (offenders, differing elements) of the rank's live tensors ``held`` (sync
+    names; None: nothing was read back) against its slice ``s``, byte for byte — none missing, none extra.
+    On-grid tensors compare as bytes, floating ones as the bits of their float32 values (a rank may hold a
+    BF16 view in float32: the same values). An offender names the rank, the layer, the tensor and the first
+    differing position with the two values there."""
+    if held is None:
+        return [f"{s.label}: no shard read back"], sum(t.numel() for t in s.tensors.values())
+    offenders = [f"{s.label}: extra tensor {n}" for n in sorted(set(held) - set(s.tensors))]
+    differing = 0
+    for name, want in s.tensors.items():
+        got = held.get(name)
+        if got is None or tuple(got.shape) != tuple(want.shape):
+            what = "missing" if got is None else f"shape {list(got.shape)}"
+            offenders.append(f"{_where(s, name)}: {what}, expected {list(want.shape)}")
+            differing += want.numel()
+            continue
+        if _is_bytes(got) != _is_bytes(want):
+            offenders.append(f"{_where(s, name)}: engine holds {str(got.dtype).removeprefix('torch.')}, expected "
+                             f"{'bytes' if _is_bytes(want) else 'floating point'}")
+            differing += want.numel()
+            continue
+        d = first_difference(got, want)
+        if d is None:
+            continue
+        index, g, w, n = d
+        fl = not _is_bytes(want) and want.dtype.is_floating_point
+        offenders.append(f"{_where(s, name)}: first difference at {list(index)} (engine {_fmt(g, fl)}, expected "
+                         f"{_fmt(w, fl)}); {n} of {want.numel()} elements differ")
+        differing += n
+    return offenders, differing
+
+
+def fingerprint_offenders(s: RankSlice, held: Mapping[str, str] | None) -> list[str]:
+    """Cheap tier for one rank: the tensors of ``s`` whose live fingerprint (``held``: name → fingerprint)
+    differs from the slice's, naming the rank and the layer (the full tier then finds the position)."""
+    held = held or {}
+    return [f"{_where(s, n)}: fingerprint {held.get(n, 'missing')}, expected {fp}"
+            for n, fp in sorted(s.fingerprints.items()) if held.get(n) != fp]
+
+
+@dataclass(frozen=True)
+class RankCheck:
+    """One engine rank's verdict on its own live shards: ``tier`` "fingerprints" (cheap) or "bytes" (full),
+    ``offenders`` as :func:`shard_offenders` / :func:`fingerprint_offenders` name them, ``differing`` the
+    differing elements (bytes) or tensors (fingerprints), ``tensors`` how many the slice holds."""
+
+    rank: int
+    tp: int
+    tier: str
+    passed: bool
+    offenders: tuple[str, ...]
+    differing: int
+    tensors: int
+    seconds: float
+
+    @property
+    def label(self) -> str:
+        return f"tp rank {self.rank}/{self.tp}"
+
+    @property
+    def message(self) -> str:
+        if self.passed:
+            return f"{self.label}: {self.tensors} tensors match their slice of the sync ({self.tier})"
+        more = f" (and {len(self.offenders) - 3} more)" if len(self.offenders) > 3 else ""
+        return f"{self.label}: {len(self.offenders)} offenders ({self.tier}): {'; '.join(self.offenders[:3])}{more}"
+
+    def as_dict(self) -> dict:
+        """Plain values (what crosses vLLM's RPC; :meth:`from_dict` rebuilds it)."""
+        return {**asdict(self), "offenders": list(self.offenders)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "RankCheck":
+        return cls(int(d["rank"]), int(d["tp"]), str(d["tier"]), bool(d["passed"]), tuple(d["offenders"]),
+                   int(d["differing"]), int(d["tensors"]), float(d["seconds"]))
