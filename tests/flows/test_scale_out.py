@@ -104,10 +104,12 @@ def env(servers, ray_cluster, tmp_path_factory, monkeypatch):
     return {"db": db, "server": server, "address": ray_cluster, "root": root}
 
 
-def _runs(sweep: str) -> list:
+def _runs(sweep: str, kind: str | None = None) -> list:
+    """The sweep's experiment runs (``kind='sweep'``: its parent runs instead)."""
     c = tracking.client()
     exp = c.get_experiment_by_name(sweep)
-    return [] if exp is None else c.search_runs([exp.experiment_id])
+    found = [] if exp is None else c.search_runs([exp.experiment_id])
+    return [r for r in found if r.data.tags.get("fp8rl.kind") == kind]
 
 
 def _kill_when_running(preset: str, killed: list, stop: threading.Event) -> None:
@@ -191,4 +193,8 @@ def test_a_sweep_on_two_ray_nodes_tracked_by_mlflow_on_postgres(env):
     # 3. and a third time nothing runs
     rows = mxfp8_sweep(SMOKE, FOUR_RUNS, report=False, ray_address=env["address"])
     assert [r["status"] for r in rows] == ["SKIPPED (done)"] * 4
-    assert not [r for r in _runs("scale-out") if r.info.status in ("RUNNING", "SCHEDULED")]
+    assert not [r for r in _runs("scale-out") + _runs("scale-out", "sweep") if r.info.status in ("RUNNING", "SCHEDULED")]
+    # the first sweep's parent run says which run failed on the cluster
+    parents = _runs("scale-out", "sweep")
+    assert any(p.info.status == "FAILED" and "dense-mini·half·s0" in p.data.tags.get("error", "") for p in parents), \
+        [(p.info.status, p.data.tags.get("error")) for p in parents]
