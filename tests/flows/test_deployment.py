@@ -193,8 +193,8 @@ def test_deploy_run_worker_mlflow(server: Server, tmp_path: Path):
         assert run.info.status == "FINISHED", run.data.tags.get("error")
         assert run.data.tags["fp8rl.sweep"] == "smoke" and run.data.tags["fp8rl.run_id"]
         assert run.info.run_name == "dense-mini·all·s0"  # the short name (model without its family, preset, seed)
-    parent = c.get_run(run.data.tags["mlflow.parentRunId"])  # nested under the sweep's parent run
-    assert parent.data.tags["fp8rl.kind"] == "sweep" and parent.info.status == "FINISHED"
+        parent = c.get_run(run.data.tags["mlflow.parentRunId"])  # nested under the sweep's parent run
+        assert parent.data.tags["fp8rl.kind"] == "sweep" and parent.info.status == "FINISHED"
         # the experiment ran in a subflow of the deployment's flow run
         assert run.data.tags["prefect.flow_run_id"] != flow_run_id
         subflow = server.get(f"/flow_runs/{run.data.tags['prefect.flow_run_id']}")
