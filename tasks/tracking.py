@@ -471,7 +471,8 @@ def find_sweep_run(sweep: str, sweep_id: str | None = None) -> str | None:
 
 def end_sweep_run(parent: str, rows: list[dict], interrupted: BaseException | None = None) -> str:
     """End the parent run: KILLED when the sweep was ``interrupted``, FAILED naming the failed runs (tag
-    ``error``), else FINISHED; with ``runs/*`` counts as metrics. Returns the status."""
+    ``error``), else FINISHED (an ``error`` an earlier pass of the same sweep left is removed: the rerun
+    repaired it); with ``runs/*`` counts as metrics. Returns the status."""
     failed = [r["name"] for r in rows if str(r.get("status", "")).startswith("FAILED")]
     log_metrics(parent, {"runs/total": len(rows), "runs/failed": len(failed),
                          "runs/finished": sum(str(r.get("status", "")).startswith(("FINISHED", "SKIPPED")) for r in rows)})
@@ -483,6 +484,8 @@ def end_sweep_run(parent: str, rows: list[dict], interrupted: BaseException | No
         set_tag(parent, "error", f"{len(failed)} of {len(rows)} runs failed: {', '.join(failed)}")
     else:
         status = "FINISHED"
+        if "error" in client().get_run(parent).data.tags:  # a rerun repaired what an earlier pass reported
+            client().delete_tag(parent, "error")
     terminate(parent, status)
     return status
 

@@ -82,6 +82,10 @@ def parent_and_runs_round_trip(store: Path) -> None:
     tracking.terminate(failed, "FAILED")
     assert tracking.end_sweep_run(parent, [{"name": "moe-mini·all·s0", "status": "FAILED: RuntimeError"}]) == "FAILED"
     assert c.get_run(parent).data.tags["error"] == "1 of 1 runs failed: moe-mini·all·s0"
+    # the rerun repairs it: the reopened parent ends FINISHED without the earlier pass's error
+    assert tracking.open_sweep_run("sweep-p", "sid1", {}, "") == parent
+    assert tracking.end_sweep_run(parent, [{"name": "moe-mini·all·s0", "status": "FINISHED"}]) == "FINISHED"
+    assert "error" not in c.get_run(parent).data.tags and tracking.status(parent) == "FINISHED"
     assert tracking.end_sweep_run(other, [], interrupted=KeyboardInterrupt("signal SIGTERM")) == "KILLED"
     assert tracking.find_finished("sweep-p", "r1") == child
 
@@ -94,6 +98,9 @@ def test_captured_logs_write_each_line_once_with_its_task_and_nothing_of_an_earl
     stale = logging.FileHandler(store / "stale.log")  # as a run killed inside the block would leave it
     stale.fp8rl_run_log = True
     logging.getLogger().addHandler(stale)
+    # INFO as Prefect's logging config sets it (configured only once some test has run a flow)
+    task_logger = logging.getLogger("prefect.fp8rl_test")
+    level, task_logger.level = task_logger.level, logging.INFO
     with tracking.captured_logs(first):
         logging.getLogger("prefect.fp8rl_test").info("from a task", extra={"task_run_name": "train-step-0"})
         logging.getLogger("fp8rl.example").warning("a library line")
@@ -104,6 +111,7 @@ def test_captured_logs_write_each_line_once_with_its_task_and_nothing_of_an_earl
     two = Path(c.download_artifacts(second, "run.log", str(store / "b"))).read_text().splitlines()
     assert len(one) == 2 and "[train-step-0] prefect.fp8rl_test: from a task" in one[0] and "a library line" in one[1]
     assert len(two) == 1 and "[bold-cat] prefect.fp8rl_test: second run" in two[0]
+    task_logger.setLevel(level)
 
 
 def test_a_failed_run_is_not_resumed(store):
