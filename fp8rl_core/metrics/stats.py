@@ -58,6 +58,7 @@ __all__ = [
     "Interval",
     "Comparison",
     "cluster_bootstrap",
+    "compare_factors",
     "compare_ratio",
     "describe_change",
     "sum_by_key",
@@ -210,25 +211,16 @@ def cluster_bootstrap(num: Any, den: Any = None, *, groups: Any = None, resample
                     1 if members is None else len(members))
 
 
-def compare_ratio(a_units: Any, b_units: Any, *, paired: bool, groups: Any = None, b_groups: Any = None,
-                  resample_within_groups: bool = True, n_boot: int = 2000, level: float = 0.95,
-                  seed: int = 0) -> Comparison:
-    """``estimate_b / estimate_a`` with a percentile bootstrap interval (b relative to baseline a).
-
-    ``a_units``, ``b_units``: per-unit values (1-D) or ``(num, den)`` tuples, estimates Σnum/Σden.
-    ``paired=True``: the two sides are the same units in the same order (use :func:`paired_units` to
-    align by prompt id); each replicate draws one set of counts and applies it to both sides; ``groups``
-    (per-unit labels, e.g. seeds) then applies to both. ``paired=False``: independent replicates, with
-    ``groups`` for a and ``b_groups`` for b; ``resample_within_groups`` as in :func:`cluster_bootstrap`.
-    Raises if the baseline estimate is 0 (no ratio)."""
-    _check_settings(n_boot, level)
+def _ratio_replicates(a_units: Any, b_units: Any, *, paired: bool, groups: Any, b_groups: Any,
+                      resample_within_groups: bool, n_boot: int, rng: np.random.Generator
+                      ) -> tuple[float, float, np.ndarray]:
+    """(estimate_a, estimate_b, the n_boot replicate ratios b/a) for :func:`compare_ratio`."""
     a_num, a_den = _split_units(a_units, "a_units")
     b_num, b_den = _split_units(b_units, "b_units")
     a_point = float(a_num.sum() / a_den.sum())
     b_point = float(b_num.sum() / b_den.sum())
     if a_point == 0.0:
         raise ValueError("the baseline a_units estimate is 0: a ratio b/a is undefined")
-    rng = np.random.default_rng(seed)
     if paired:
         if a_num.size != b_num.size:
             raise ValueError(f"paired comparison needs the same units on both sides: a_units has {a_num.size}, "
@@ -252,9 +244,54 @@ def compare_ratio(a_units: Any, b_units: Any, *, paired: bool, groups: Any = Non
     if bad.any():
         raise ValueError(f"{int(bad.sum())} of {reps.size} bootstrap replicates have a baseline estimate of 0 "
                          "(a ratio is undefined); the baseline metric is 0 on too many units")
-    ratio = b_point / a_point
+    return a_point, b_point, reps
+
+
+def compare_ratio(a_units: Any, b_units: Any, *, paired: bool, groups: Any = None, b_groups: Any = None,
+                  resample_within_groups: bool = True, n_boot: int = 2000, level: float = 0.95,
+                  seed: int = 0) -> Comparison:
+    """``estimate_b / estimate_a`` with a percentile bootstrap interval (b relative to baseline a).
+
+    ``a_units``, ``b_units``: per-unit values (1-D) or ``(num, den)`` tuples, estimates Σnum/Σden.
+    ``paired=True``: the two sides are the same units in the same order (use :func:`paired_units` to
+    align by prompt id); each replicate draws one set of counts and applies it to both sides; ``groups``
+    (per-unit labels, e.g. seeds) then applies to both. ``paired=False``: independent replicates, with
+    ``groups`` for a and ``b_groups`` for b; ``resample_within_groups`` as in :func:`cluster_bootstrap`.
+    Raises if the baseline estimate is 0 (no ratio)."""
+    _check_settings(n_boot, level)
+    a_point, b_point, reps = _ratio_replicates(
+        a_units, b_units, paired=paired, groups=groups, b_groups=b_groups,
+        resample_within_groups=resample_within_groups, n_boot=n_boot, rng=np.random.default_rng(seed))
     lo, hi, _ = _interval(reps, level)
-    return Comparison(ratio, lo, hi, float(level), a_point, b_point, bool(paired), int(n_boot))
+    return Comparison(b_point / a_point, lo, hi, float(level), a_point, b_point, bool(paired), int(n_boot))
+
+
+def compare_factors(first: tuple[Any, Any, Any], second: tuple[Any, Any, Any], *, n_boot: int = 2000,
+                    level: float = 0.95, seed: int = 0) -> Comparison:
+    """How a paired factor changes between two independent experiments: ``F₂ / F₁`` with its interval.
+
+    Each of ``first`` and ``second`` is ``(a_units, b_units, groups)`` of one experiment, paired as in
+    :func:`compare_ratio` (e.g. one model's probe KL under a baseline sampler a and a candidate b, units
+    = probe sequences, groups = seeds); its factor is ``F = estimate_b / estimate_a``. The experiments
+    share no units (different models, different runs), so each replicate draws both factors
+    independently — each with its own paired two-stage bootstrap — and divides them; the interval is the
+    percentile interval of those ``n_boot`` quotients (the same bootstrap as :func:`compare_ratio`,
+    Efron & Tibshirani 1993 ch. 13, applied to a statistic of two independent samples). A ratio of 1
+    means the factor does not depend on what differs between the experiments; in the returned
+    :class:`Comparison` ``a`` = F₁, ``b`` = F₂, ``paired`` = False (between the experiments)."""
+    _check_settings(n_boot, level)
+    rng = np.random.default_rng(seed)
+    factors, reps = [], []
+    for name, (a_units, b_units, groups) in (("first", first), ("second", second)):
+        try:
+            a_point, b_point, r = _ratio_replicates(a_units, b_units, paired=True, groups=groups, b_groups=None,
+                                                    resample_within_groups=True, n_boot=n_boot, rng=rng)
+        except ValueError as e:
+            raise ValueError(f"{name} experiment: {e}") from e
+        factors.append(b_point / a_point)
+        reps.append(r)
+    lo, hi, _ = _interval(reps[1] / reps[0], level)
+    return Comparison(factors[1] / factors[0], lo, hi, float(level), factors[0], factors[1], False, int(n_boot))
 
 
 # ------------------------------------------------------------------------------------------- wording

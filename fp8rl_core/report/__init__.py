@@ -34,15 +34,15 @@ from .data import (
     with_run_columns,
 )
 from .markdown import write_report
-from .plots import detection_matrix, kl_by_preset, kl_over_steps, microbatch_time, step_breakdown
-from .verdicts import (PresetComparison, absent_claims, compare_presets, cost_models, direction_verdict, evaluate_claims,
-                       power_rows)
+from .plots import detection_matrix, kl_by_preset, kl_over_steps, microbatch_time, reward_over_steps, step_breakdown
+from .verdicts import (FactorAcrossModels, PresetComparison, absent_claims, compare_presets, cost_models,
+                       direction_verdict, evaluate_claims, factors_across_models, power_rows)
 
 __all__ = [
     "CANONICAL_PRESETS", "CLAIMS", "MEASURE_LABELS", "PROBE_COLUMNS", "PROBE_LABELS", "PROBE_MEASURE", "PROBE_METRICS",
-    "REPORT_METRICS", "VERDICTS", "Claim", "PresetComparison", "SweepData", "Units", "Verdict", "absent_claims",
+    "REPORT_METRICS", "VERDICTS", "Claim", "FactorAcrossModels", "PresetComparison", "SweepData", "Units", "Verdict", "absent_claims",
     "claims_table", "compare_presets", "cost_models",
-    "detection_matrix", "direction_verdict", "evaluate_claims", "interval_table", "is_moe", "is_probe_metric",
-    "kl_by_preset", "kl_over_steps", "measure_label", "microbatch_time", "power_rows", "preset_order", "probe_units",
+    "detection_matrix", "direction_verdict", "evaluate_claims", "factors_across_models", "interval_table", "is_moe", "is_probe_metric",
+    "kl_by_preset", "kl_over_steps", "measure_label", "microbatch_time", "power_rows", "reward_over_steps", "preset_order", "probe_units",
     "sequence_units", "step_breakdown", "with_run_columns", "write_report",
 ]

@@ -10,9 +10,12 @@
    divergences first when the sweep has a ``probe`` table (:data:`~fp8rl_core.report.data.PROBE_METRICS`:
    rows "exact probe KL (nats/position)", its reverse KL and JS), then the sampled-token estimators
    (:data:`~fp8rl_core.report.data.REPORT_METRICS`);
-5. the micro-batch cost model's verdict, when the sweep timed micro-batches;
-6. the weight-sync check pass counts per condition;
-7. the figures, linked relatively (``![…](kl_by_preset.png)``), so the directory can be moved or
+5. when several models ran a KL claim's presets, each claim's factor across the models
+   (:func:`~fp8rl_core.report.verdicts.factors_across_models`: on the MoE sweeps the block-size
+   ablation), then the power of each KL comparison;
+6. the micro-batch cost model's verdict, when the sweep timed micro-batches;
+7. the weight-sync check pass counts per condition;
+8. the figures, linked relatively (``![…](kl_by_preset.png)``), so the directory can be moved or
    uploaded as one artifact.
 
 The output is deterministic given the data: every bootstrap is seeded and nothing reads the clock —
@@ -32,7 +35,7 @@ from fp8rl_core.vocabulary import CONDITIONS
 from . import plots
 from .data import (PROBE_LABELS, PROBE_METRICS, REPORT_METRICS, SweepData, interval_table, is_probe_metric,
                    preset_order, with_run_columns)
-from .verdicts import absent_claims, cost_models, evaluate_claims, power_rows
+from .verdicts import absent_claims, cost_models, evaluate_claims, factors_across_models, power_rows
 
 __all__ = ["RUN_METRICS", "write_report"]
 
@@ -166,6 +169,22 @@ def _power_section(rows: list[dict]) -> list[str]:
                      "resolvable factor f", "paper's ratio", "seeds it needs"], body), ""]
 
 
+def _factors_section(rows: list) -> list[str]:
+    if not rows:
+        return []
+    intro = ("Is a claim's factor (candidate / baseline exact probe KL) the same on each model of the sweep? The "
+             "quotient of a model's factor and the first model's, with a 95% bootstrap interval (each factor paired "
+             "by seed and probe sequence, the models resampled independently). Where the models differ in how many "
+             "128×128 blocks a matrix has (the MoE mini: one block covers a whole expert matrix; the MoE small: "
+             "≥ 4×4 blocks per matrix), claim (d)'s row is the block-size ablation.")
+    body = [[r.claim, f"{r.candidate} / {r.baseline}", f"{r.reference}: {_cell(r.comparison.a)}×",
+             f"{r.model}: {_cell(r.comparison.b)}×", _ci(r.comparison.ratio, r.comparison.lo, r.comparison.hi),
+             f"{r.seeds[0]} + {r.seeds[1]} seeds, {r.sequences[0]} + {r.sequences[1]} sequences", r.verdict]
+            for r in rows]
+    return ["## Factors across models", "", intro, "",
+            *_table(["claim", "factor", "first model", "model", "quotient (95% CI)", "units", "verdict"], body), ""]
+
+
 def _checks_section(data: SweepData) -> list[str]:
     ch = data.checks
     if ch.empty or "condition" not in ch.columns:
@@ -198,6 +217,9 @@ def _figures(data: SweepData, out: Path, table: pd.DataFrame, cms: list, n_boot:
         if "k3" in kl_metrics:
             plots.kl_over_steps(data, out / "kl_over_steps.png", "k3", n_boot=n_boot, seed=seed)
             figs.append(("kl_over_steps.png", "KL (k3) per RL step, mean over seeds, 95% CI band"))
+    if not data.steps.empty and "mean_reward" in data.steps.columns and not data.runs.empty:
+        plots.reward_over_steps(data, out / "reward_over_steps.png")
+        figs.append(("reward_over_steps.png", "RL reward per step: each seed (thin) and the mean over seeds (thick)"))
     for i, (model, cm) in enumerate(cms):
         if isinstance(cm, str):
             continue
@@ -274,6 +296,7 @@ def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = Non
     if not r.empty:
         lines += _runs_section(data)
     lines += _kl_section(table, preset_order(data))
+    lines += _factors_section(factors_across_models(data, n_boot=n_boot, seed=seed))
     lines += _power_section(power_rows(data))
     lines += _cost_section(cms)
     lines += _checks_section(data)

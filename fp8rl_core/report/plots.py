@@ -7,6 +7,8 @@ figure                       what it shows
 :func:`kl_by_preset`         the paper's matching figure: KL per sampler preset, 95% bootstrap CI bars — one
                              panel per measure given (e.g. exact probe KL | sampled-token k3)
 :func:`kl_over_steps`        KL per RL step and preset (mean over seeds) with its CI band
+:func:`reward_over_steps`    the RL reward curves: mean reward of each step's rollout per preset, every seed
+                             a thin line, the mean over seeds a thick one (does RL move every run?)
 :func:`microbatch_time`      seconds per micro-batch vs tokens, both precisions, fitted cost lines, break-even
 :func:`step_breakdown`       where a step's seconds go (generate, learner, export, …) per preset
 :func:`detection_matrix`     faults × checks: which check fired at each injected fault's first sync
@@ -37,7 +39,7 @@ import pandas as pd
 from fp8rl_core.metrics import CostModel
 from fp8rl_core.vocabulary import CONDITIONS, STEP_STAGES, seconds_column
 
-from .data import CANONICAL_PRESETS, PROBE_METRICS, SweepData, interval_table, preset_order
+from .data import CANONICAL_PRESETS, PROBE_METRICS, SweepData, interval_table, preset_order, with_run_columns
 
 __all__ = [
     "METRIC_LABELS",
@@ -51,6 +53,8 @@ __all__ = [
     "kl_over_steps_figure",
     "microbatch_time",
     "microbatch_time_figure",
+    "reward_over_steps",
+    "reward_over_steps_figure",
     "run_figures",
     "run_steps_figure",
     "logprob_diff_histogram_figure",
@@ -297,6 +301,47 @@ def kl_over_steps(data: SweepData, path: str | Path, metric: str = "k3", *, n_bo
     95% bootstrap band (seeds, then sequences). One panel per model. Shows whether a gap between
     presets is there "from the first step" (claim d). Writes ``path``, returns it."""
     return _save(kl_over_steps_figure(data, metric, n_boot=n_boot, seed=seed), path)
+
+
+def reward_over_steps_figure(data: SweepData):
+    """The figure of :func:`reward_over_steps`, unsaved (mean lines carry ``gid="reward-<preset>"``)."""
+    plt = _pyplot()
+    st = data.steps
+    if st.empty or "mean_reward" not in st.columns:
+        raise ValueError("no rewards to plot: the sweep has no steps table with mean_reward")
+    st = with_run_columns(st, data.runs, ("model", "preset", "seed")).dropna(subset=["model", "preset", "seed"])
+    models = list(dict.fromkeys(st["model"].astype(str)))
+    order = [p for p in preset_order(data) if p in set(st["preset"])]
+    colors = {p: _PHASE_COLORS[i % len(_PHASE_COLORS)] for i, p in enumerate(order)}
+    fig, axes = plt.subplots(1, len(models), figsize=(5.2 * len(models) + 2.0, 4.0), squeeze=False, sharey=True)
+    for ax, model in zip(axes[0], models):
+        sub = st[st["model"].astype(str) == model]
+        for p in order:
+            sp = sub[sub["preset"] == p]
+            for _, one in sp.groupby("seed"):
+                one = one.sort_values("step")
+                ax.plot(one["step"], one["mean_reward"], color=colors[p], alpha=0.35, linewidth=0.8)
+            mean = sp.groupby("step")["mean_reward"].mean()
+            if not mean.empty:
+                ax.plot(mean.index, mean.values, color=colors[p], linewidth=2.2, marker="o", markersize=3,
+                        label=p, gid=f"reward-{p}")
+        ax.set_xlabel("RL step (each step's rollout, before its update)")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_ylim(0, 1.02)
+        ax.set_title(f"{model} ({_seeds_text([sub['seed'].nunique()])})", fontsize=9)
+        ax.grid(color="#dddddd", linewidth=0.6)
+    axes[0][0].set_ylabel("mean reward of the rollout")
+    axes[0][-1].legend(fontsize=8, title="preset", title_fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.suptitle(f"{data.sweep}: RL reward per step — thin: each seed, thick: mean over seeds", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def reward_over_steps(data: SweepData, path: str | Path) -> Path:
+    """The reward curves of the sweep's runs: per model, the mean reward of each RL step's rollout (the
+    task's reward: 1 exact, 0.5·fraction of right digits otherwise) for every seed and the mean over seeds,
+    per preset. Shows where RL starts after the warm start and whether it moves. Writes ``path``."""
+    return _save(reward_over_steps_figure(data), path)
 
 
 # ------------------------------------------------------------------------------- micro-batch time

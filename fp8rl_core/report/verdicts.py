@@ -72,6 +72,17 @@ cluster (probe units: keyed ``(seed, 0, probe sequence)``, paired when both pres
 and probe batch size); otherwise unpaired, and ``why`` says so. Every bootstrap is seeded: the rows are
 deterministic given the data.
 
+Factors across models
+---------------------
+:func:`factors_across_models` asks whether a KL claim's factor (candidate/baseline exact probe KL) is the
+same on every model of a sweep: for each model after the first (sweep order) the quotient of its factor
+and the first model's, with the bootstrap interval of :func:`fp8rl_core.metrics.compare_factors` (each
+factor paired by (seed, probe sequence) within its model, the two models resampled independently). On a
+sweep whose models differ in how many 128×128 blocks each matrix has (``configs/moe-grids-small.yaml``:
+the MoE mini, one block per expert matrix, and the MoE small, ≥ 4×4 blocks), claim d's row is the
+block-size ablation: a quotient whose interval lies below 1 says the other-grid factor shrinks on the
+model with more blocks per matrix.
+
 Power
 -----
 :func:`power_rows` says, for each KL claim's exact probe comparison, what the sweep's own design (its seeds
@@ -92,14 +103,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fp8rl_core.metrics import Comparison, CostModel, compare_ratio, cost_model, describe_change, paired_units
+from fp8rl_core.metrics import (Comparison, CostModel, compare_factors, compare_ratio, cost_model, describe_change,
+                                paired_units)
 from fp8rl_core.metrics.power import power_estimate
 
 from .claims import CLAIMS, PROBE_MEASURE, VERDICTS, Claim, Verdict, measure_label
 from .data import SweepData, Units, is_moe, is_probe_metric, probe_units, sequence_units, with_run_columns
 
-__all__ = ["PresetComparison", "absent_claims", "compare_presets", "cost_models", "direction_verdict",
-           "evaluate_claims", "power_rows"]
+__all__ = ["FactorAcrossModels", "PresetComparison", "absent_claims", "compare_presets", "cost_models",
+           "direction_verdict", "evaluate_claims", "factors_across_models", "power_rows"]
 
 _CPU_TIMING = ("MXFP8 is emulated on CPU (no FP8 tensor cores, quantization is extra work) and the CPU sampler "
                "runs BF16/FP32 arithmetic whatever the preset, so these times cannot show what FP8 hardware saves")
@@ -681,3 +693,61 @@ def power_rows(data: SweepData, *, level: float = 0.95, power: float = 0.8, seed
                          "resolvable": est.resolvable, "target": target, "seeds_for_target": est.seeds_for_target,
                          "estimate": est})
     return rows
+
+
+@dataclass(frozen=True)
+class FactorAcrossModels:
+    """One KL claim's factor on ``model`` relative to the same factor on ``reference`` (see the module
+    docstring, "Factors across models"): ``comparison.a`` / ``comparison.b`` are the two factors,
+    ``comparison.ratio`` their quotient (model's / reference's) with its interval; ``verdict`` in words."""
+
+    claim: str
+    candidate: str
+    baseline: str
+    reference: str
+    model: str
+    comparison: Comparison
+    seeds: tuple[int, int]
+    sequences: tuple[int, int]
+    verdict: str
+
+
+def factors_across_models(data: SweepData, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0,
+                          claims: Sequence[Claim] = CLAIMS) -> list[FactorAcrossModels]:
+    """For each KL-ratio claim whose presets two or more models of the sweep ran with exact probe units
+    (paired by seed and probe sequence): the factor on every later model relative to the first
+    (module docstring, "Factors across models"). No probe table or a single model → ``[]``."""
+    if data.probe.empty:
+        return []
+    units = probe_units(data, PROBE_MEASURE, ("model", "preset"))
+    out: list[FactorAcrossModels] = []
+    for claim in claims:
+        if claim.kind not in ("kl_ratio", "kl_ratio_first_step"):  # d: the probe is whole-run (final weights)
+            continue
+        sides = []
+        for model in _models(data, claim.models):
+            ua, ub = units.get((model, claim.baseline)), units.get((model, claim.candidate))
+            if ua is None or ub is None or not np.array_equal(np.unique(ua.keys, axis=0), np.unique(ub.keys, axis=0)):
+                continue
+            a, b, keys = paired_units(ua.keys, (ua.num, ua.den), ub.keys, (ub.num, ub.den))
+            sides.append((model, (a, b, keys[:, 0]), int(np.unique(keys[:, 0]).size), int(keys.shape[0])))
+        if len(sides) < 2:
+            continue
+        ref, ref_units, ref_seeds, ref_seqs = sides[0]
+        for model, model_units, n_seeds, n_seqs in sides[1:]:
+            try:
+                cmp = compare_factors(ref_units, model_units, n_boot=n_boot, level=level, seed=seed)
+            except ValueError:
+                continue  # a baseline KL of exactly 0 on one model: no factor to compare (its claim row says so)
+            if cmp.hi < 1.0:
+                verdict = (f"the factor is smaller on {model}: {_fmt(cmp.b)}× vs {_fmt(cmp.a)}× on {ref} "
+                           f"({_describe(cmp.ratio, cmp.lo, cmp.hi, level)})")
+            elif cmp.lo > 1.0:
+                verdict = (f"the factor is larger on {model}: {_fmt(cmp.b)}× vs {_fmt(cmp.a)}× on {ref} "
+                           f"({_describe(cmp.ratio, cmp.lo, cmp.hi, level)})")
+            else:
+                verdict = (f"no change resolved: {_fmt(cmp.b)}× on {model} vs {_fmt(cmp.a)}× on {ref} "
+                           f"(quotient {_fmt(cmp.ratio)}, {level:.0%} CI {_fmt(cmp.lo)}–{_fmt(cmp.hi)})")
+            out.append(FactorAcrossModels(f"({claim.id}) {claim.text}", claim.candidate, claim.baseline, ref, model,
+                                          cmp, (ref_seeds, n_seeds), (ref_seqs, n_seqs), verdict))
+    return out

@@ -11,6 +11,7 @@ import pytest
 
 from fp8rl_core.metrics.mismatch import metric_units, sequence_table
 from fp8rl_core.metrics.stats import (
+    compare_factors,
     Comparison,
     Interval,
     cluster_bootstrap,
@@ -241,3 +242,40 @@ def test_paired_units_align_by_key_and_refuse_different_prompts():
     assert compare_ratio(a, b, paired=True, n_boot=50).ratio == pytest.approx((2.0 / 2) / (6.0 / 3))
     with pytest.raises(ValueError, match="1 keys only in a_keys .* 1 only in b_keys"):
         paired_units([1, 2], [1.0, 1.0], [1, 3], [1.0, 1.0])
+
+
+# --------------------------------------------------------------------------------- compare_factors
+
+def _experiment(rng, factor, n_seeds=4, n_seq=64, noise=0.3):
+    """One paired experiment: per (seed, sequence) a baseline value and a candidate = factor × baseline ×
+    lognormal noise; returns (a_units, b_units, groups)."""
+    a = rng.lognormal(0.0, 1.0, n_seeds * n_seq)
+    b = factor * a * rng.lognormal(-noise**2 / 2, noise, a.size)
+    return a, b, np.repeat(np.arange(n_seeds), n_seq)
+
+
+def test_compare_factors_point_estimate_is_the_quotient_of_the_two_factors():
+    a1, b1 = np.array([1.0, 3.0]), np.array([4.0, 12.0])   # factor 4
+    a2, b2 = np.array([2.0, 2.0, 4.0]), np.array([2.0, 4.0, 10.0])  # factor 16/8 = 2
+    cmp = compare_factors((a1, b1, None), (a2, b2, None), n_boot=200)
+    assert cmp.a == pytest.approx(4.0) and cmp.b == pytest.approx(2.0) and cmp.ratio == pytest.approx(0.5)
+    assert cmp.lo <= 0.5 <= cmp.hi and not cmp.paired
+    # the first factor is exact on every replicate (b1 = 4·a1), so the interval is the second factor's / 4
+    f2 = compare_ratio(a2, b2, paired=True, n_boot=200, seed=0)
+    assert cmp.hi / cmp.lo == pytest.approx(f2.hi / f2.lo, rel=0.5)
+
+
+def test_compare_factors_resolves_a_factor_that_changes_and_not_one_that_does_not():
+    rng = np.random.default_rng(7)
+    mini, small, same = _experiment(rng, 9.0), _experiment(rng, 2.0), _experiment(rng, 9.0)
+    changed = compare_factors(mini, small, seed=1)
+    assert changed.ratio == pytest.approx(2.0 / 9.0, rel=0.15)
+    assert changed.hi < 1.0                       # resolved: the factor is smaller in the second experiment
+    unchanged = compare_factors(mini, same, seed=1)
+    assert unchanged.lo < 1.0 < unchanged.hi       # the same factor: no change resolved
+    assert compare_factors(mini, small, seed=1) == changed  # deterministic for a seed
+
+
+def test_compare_factors_names_the_experiment_with_a_zero_baseline():
+    with pytest.raises(ValueError, match="second experiment: the baseline a_units estimate is 0"):
+        compare_factors((np.ones(3), np.ones(3), None), (np.zeros(3), np.ones(3), None))

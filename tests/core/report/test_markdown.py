@@ -59,8 +59,8 @@ def test_every_claim_row_is_in_the_table(full_sweep, report):
 def test_every_linked_image_exists_beside_the_summary(report):
     path, text = report
     links = LINK.findall(text)
-    assert links == ["kl_by_preset.png", "kl_over_steps.png", "microbatch_time.png", "step_breakdown.png",
-                     "detection_matrix.png"]
+    assert links == ["kl_by_preset.png", "kl_over_steps.png", "reward_over_steps.png", "microbatch_time.png",
+                     "step_breakdown.png", "detection_matrix.png"]
     for name in links:
         with open(path.parent / name, "rb") as fh:
             assert fh.read(8) == b"\x89PNG\r\n\x1a\n"

@@ -94,6 +94,24 @@ def test_kl_over_steps_has_a_panel_per_model_and_a_line_per_preset(sweep, tmp_pa
     assert w > 2.5 * h  # two panels side by side (figsize 12.4 × 4.0 in)
 
 
+def test_reward_over_steps_draws_every_seed_and_the_mean_per_preset(sweep, tmp_path):
+    steps = sweep.steps.copy()
+    steps["mean_reward"] = 0.1 * steps["step"] + 0.01 * with_run_columns(steps, sweep.runs, ["seed"])["seed"]
+    data = type(sweep)(**{**sweep.__dict__, "steps": steps})
+    fig = plots.reward_over_steps_figure(data)
+    assert [ax.get_title().split(" (")[0] for ax in fig.axes[:2]] == [DENSE, MOE]
+    for preset in preset_order(data):
+        (dense, _moe) = by_gid(fig, f"reward-{preset}")  # the mean line, one per model
+        assert list(dense.get_xdata()) == [1, 2]
+        assert list(dense.get_ydata()) == pytest.approx([0.1 + 0.01, 0.2 + 0.01])  # seeds 0, 1, 2: mean 1
+    n_seeds = data.runs["seed"].nunique()
+    assert len(fig.axes[0].get_lines()) == len(preset_order(data)) * (n_seeds + 1)  # a thin line per seed
+    plots._pyplot().close(fig)
+    assert png_size(plots.reward_over_steps(data, tmp_path / "reward.png"))[0] > 0
+    with pytest.raises(ValueError, match="no rewards to plot"):
+        plots.reward_over_steps_figure(type(sweep)(**{**sweep.__dict__, "steps": steps.iloc[0:0]}))
+
+
 # ----------------------------------------------------------------------------------- micro-batches
 
 def test_microbatch_time_marks_a_planted_break_even(tmp_path):
