@@ -49,7 +49,7 @@ run: setup
 # the small-model experiments (issue 16: dense-matching-small, moe-grids-small and the block-size ablation,
 # sized by docs/results/power.md), then their reports under docs/results/
 RESULTS_MINI  := dense-matching moe-grids microbatch-sweep
-RESULTS_SMALL := dense-matching-small moe-grids-small blocksize-ablation
+RESULTS_SMALL := dense-matching-small moe-grids-small
 RESULTS := $(RESULTS_MINI) $(RESULTS_SMALL)
 results: setup
 	for s in $(RESULTS); do $(VENV)/bin/fp8rl run configs/$$s.yaml || exit 1; done

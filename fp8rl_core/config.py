@@ -331,6 +331,8 @@ class SweepConfig(BaseModel):
     description: str = ""
     base: dict[str, Any] = Field(default_factory=dict)
     axes: dict[str, list[Any]] = Field(default_factory=dict)
+    #: model name → settings merged over ``base`` in that model's runs (e.g. a warm start per model)
+    per_model: dict[str, dict[str, Any]] = Field(default_factory=dict)
     resources: ResourcesSection = ResourcesSection()
 
     @model_validator(mode="before")
@@ -349,6 +351,19 @@ class SweepConfig(BaseModel):
         if empty:
             raise ValueError(f"axes {empty} have no values; give each axis at least one value or remove it")
         return v
+
+
+def _merge(into: dict, settings: Mapping[str, Any], where: str = "") -> list[str]:
+    """Merge ``settings`` (nested mappings) into ``into`` in place; returns the dotted keys it set."""
+    done = []
+    for k, v in settings.items():
+        key = f"{where}{k}"
+        if isinstance(v, Mapping) and isinstance(into.get(k), dict):
+            done += _merge(into[k], v, f"{key}.")
+        else:
+            into[k] = json.loads(json.dumps(v))
+            done.append(key)
+    return done
 
 
 def _set_dotted(data: dict, key: str, value: Any) -> None:
@@ -394,7 +409,7 @@ def _parse_override(item: str) -> tuple[str, Any]:
         value = yaml.safe_load(raw)
     except yaml.YAMLError as e:
         raise ConfigError(f"override {key}: value {raw!r} is not valid YAML ({e})") from None
-    if key.split(".")[0] not in ("base", "axes", "sweep", "description", "resources", "correctness"):
+    if key.split(".")[0] not in ("base", "axes", "per_model", "sweep", "description", "resources", "correctness"):
         key = f"base.{key}"
     return key, value
 
@@ -476,6 +491,7 @@ def expand(sweep: SweepConfig, source: str, models_dir: str) -> list[RunConfig]:
     """The sweep's runs: base × the cartesian product of the axes, validated, ids unique."""
     keys = list(sweep.axes)
     runs: list[RunConfig] = []
+    models_seen: set[str] = set()
     for combo in itertools.product(*(sweep.axes[k] for k in keys)) if keys else [()]:
         data = json.loads(json.dumps(sweep.base))
         given = data.get("models_dir")
@@ -487,6 +503,14 @@ def expand(sweep: SweepConfig, source: str, models_dir: str) -> list[RunConfig]:
         for k, v in zip(keys, combo):
             _set_dotted(data, k, v)
         where = ", ".join(f"{k}={v}" for k, v in zip(keys, combo))
+        model = data.get("model", RunConfig.model_fields["model"].default)
+        models_seen.add(str(model))
+        if str(model) in sweep.per_model:
+            for key in _merge(data, sweep.per_model[str(model)]):
+                hit = [a for a in keys if a == key or key.startswith(f"{a}.") or a.startswith(f"{key}.")]
+                if hit:
+                    raise ConfigError(f"{source}: per_model.{model}.{key} conflicts with the axis {hit[0]!r}, which sets "
+                                      f"it in every run; keep one of them")
         try:
             runs.append(RunConfig.model_validate(data))
         except ValidationError as e:
@@ -495,6 +519,10 @@ def expand(sweep: SweepConfig, source: str, models_dir: str) -> list[RunConfig]:
             raise ConfigError(msg + (f"\n  (in the run {where})" if where else "")) from None
         except (ValueError, FileNotFoundError) as e:
             raise ConfigError(f"{source}: {e}" + (f" (in the run {where})" if where else "")) from None
+    unused = sorted(set(sweep.per_model) - models_seen)
+    if unused:
+        raise ConfigError(f"{source}: per_model names {unused}, which no run of this sweep uses; its models are "
+                          f"{sorted(models_seen)}")
     ids = [run_id(r) for r in runs]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:

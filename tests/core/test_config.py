@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fp8rl_core.config import ConfigError, RunConfig, load_sweep, run_id
+from fp8rl_core.config import ConfigError, LearnerSection, RunConfig, load_sweep, run_id
 from fp8rl_core.learner.spec import MXFP8_BLOCK, load_model_spec, spec_hash
 from fp8rl_core.sampler.presets import PRESETS
 
@@ -27,8 +27,7 @@ EXPECTED_RUNS = {
     "moe-grids.yaml": 9,
     "microbatch-sweep.yaml": 30,
     "dense-matching-small.yaml": 12,
-    "moe-grids-small.yaml": 12,
-    "blocksize-ablation.yaml": 16,
+    "moe-grids-small.yaml": 24,
     "nightly.yaml": 10,
     "gpu/qwen3-8b.yaml": 15,
     "gpu/qwen3-30b-a3b.yaml": 15,
@@ -119,22 +118,24 @@ def test_shipped_sweeps_cover_the_reference_results():
 
 
 def test_small_sweeps_cover_the_issue_16_experiments():
-    """dense-matching-small and moe-grids-small: claims a/b and d on the small models; the block-size
-    ablation: other-grid vs all on the MoE mini and small with everything else equal."""
+    """dense-matching-small: claims a/b on the dense small; moe-grids-small: claims d/e on the MoE small and,
+    on the same presets, seeds and protocol, the MoE mini — the block-size ablation (one 128×128 block per
+    expert matrix vs ≥ 4×4), with a warm start per model that starts both at a comparable reward."""
     _, dense = load_sweep(CONFIGS / "dense-matching-small.yaml")
     assert {r.preset for r in dense} == {"bf16-sampler", "half", "all"} and {r.model for r in dense} == {"qwen3-dense-small"}
     _, moe = load_sweep(CONFIGS / "moe-grids-small.yaml")
-    assert {r.preset for r in moe} == {"all", "other-grid", "bf16-e2e"} and {r.model for r in moe} == {"qwen3-moe-small"}
-    _, abl = load_sweep(CONFIGS / "blocksize-ablation.yaml")
-    assert {(r.model, r.preset) for r in abl} == {(m, p) for m in ("qwen3-moe-mini", "qwen3-moe-small")
-                                                   for p in ("all", "other-grid")}
-    for runs in (dense, moe, abl):
+    assert {(r.model, r.preset) for r in moe} == {(m, p) for m in ("qwen3-moe-mini", "qwen3-moe-small")
+                                                   for p in ("all", "other-grid", "bf16-e2e")}
+    for runs in (dense, [r for r in moe if r.model == "qwen3-moe-mini"], [r for r in moe if r.model == "qwen3-moe-small"]):
         assert len({r.seed for r in runs}) >= 4
-        # one warm start and one RL/probe protocol across each sweep (and across the three)
+        # one warm start and one RL/probe protocol per model
         assert len({(r.warmstart, r.learner, r.loop, r.metrics) for r in runs}) == 1
-    assert dense[0].warmstart == moe[0].warmstart == abl[0].warmstart
-    # the ablation's small-model runs are moe-grids-small's runs of the same presets (same run ids)
-    assert {run_id(r) for r in abl if r.model == "qwen3-moe-small"} <= {run_id(r) for r in moe}
+    # the two MoE models differ only in the model and the warm start's length
+    mini = next(r for r in moe if r.model == "qwen3-moe-mini")
+    small = next(r for r in moe if r.model == "qwen3-moe-small")
+    assert (mini.warmstart.steps, small.warmstart.steps) == (800, 350)
+    assert mini.warmstart.model_copy(update={"steps": 350}) == small.warmstart
+    assert (mini.learner, mini.loop, mini.metrics, mini.sampler) == (small.learner, small.loop, small.metrics, small.sampler)
 
 
 def test_gpu_model_specs_hold_the_published_architectures():
@@ -254,7 +255,7 @@ GOOD_BASE = """
         pytest.param(f"sweep: t\nbase:{GOOD_BASE}  seeds: 1\n",
                      ["base.seeds", "unknown field", "seed", "preset", "warmstart"], id="unknown-run-key"),
         pytest.param(f"sweep: t\nbase:{GOOD_BASE}axis: {{seed: [0]}}\n",
-                     ["axis: unknown field", "axes, base, correctness, description, resources, sweep"], id="unknown-top-key"),
+                     ["axis: unknown field", "axes, base, correctness, description, per_model, resources, sweep"], id="unknown-top-key"),
         pytest.param("sweep: t\nbase: {models_dir: MODELS, warmstart: {task: {digitz: 2}}}\n",
                      ["base.warmstart.task.digitz", "digits"], id="unknown-deep-key"),
         pytest.param(f"sweep: t\nbase:{GOOD_BASE}  loop: {{steps: many}}\n",
@@ -479,3 +480,40 @@ def test_learner_device_defaults_to_cpu_and_stays_out_of_run_ids():
     assert "device" not in run.model_dump(mode="json")["learner"]
     with pytest.raises(ValueError, match="learner device must be cpu or cuda"):
         LearnerSection(device="meta")
+
+
+# ----------------------------------------------------------------------------------------------------
+# per_model: settings that differ by model
+# ----------------------------------------------------------------------------------------------------
+PER_MODEL = f"""sweep: t
+base:{GOOD_BASE}axes: {{model: [qwen3-dense-mini, qwen3-moe-mini], seed: [0, 1]}}
+per_model:
+  qwen3-moe-mini: {{warmstart: {{steps: 700}}, learner: {{lr: 3.0e-4}}}}
+"""
+
+
+def test_per_model_settings_reach_only_that_models_runs_and_merge_over_base(tmp_path):
+    _, runs = load_sweep(_write(tmp_path, PER_MODEL))
+    by = {(r.model, r.seed): r for r in runs}
+    assert len(runs) == 4
+    for seed in (0, 1):
+        dense, moe = by[("qwen3-dense-mini", seed)], by[("qwen3-moe-mini", seed)]
+        assert (dense.warmstart.steps, dense.learner.lr) == (300, LearnerSection().lr)
+        # merged: the rest of base's warm start (warmup, task) stays
+        assert (moe.warmstart.steps, moe.warmstart.warmup, moe.warmstart.task.digits, moe.learner.lr) == (700, 30, 2, 3e-4)
+    # a dotted override reaches a per-model setting
+    _, runs = load_sweep(_write(tmp_path, PER_MODEL), ["per_model.qwen3-moe-mini.warmstart.steps=650"])
+    assert {r.warmstart.steps for r in runs if r.model == "qwen3-moe-mini"} == {650}
+
+
+@pytest.mark.parametrize("tail,expect", [
+    ("per_model: {qwen3-moe-small: {warmstart: {steps: 10}}}",
+     "per_model names ['qwen3-moe-small'], which no run of this sweep uses; its models are ['qwen3-dense-mini', 'qwen3-moe-mini']"),
+    ("per_model: {qwen3-moe-mini: {seed: 3}}", "per_model.qwen3-moe-mini.seed conflicts with the axis 'seed'"),
+    ("per_model: {qwen3-moe-mini: {warmstart: {stepz: 3}}}", "base.warmstart.stepz: unknown field"),
+])
+def test_bad_per_model_settings_are_refused_naming_the_setting(tmp_path, tail, expect):
+    body = f"sweep: t\nbase:{GOOD_BASE}axes: {{model: [qwen3-dense-mini, qwen3-moe-mini], seed: [0, 1]}}\n{tail}\n"
+    with pytest.raises(ConfigError) as e:
+        load_sweep(_write(tmp_path, body))
+    assert expect in str(e.value) and str(tmp_path) in str(e.value)
