@@ -35,12 +35,12 @@ ENV = {
 
 
 def quiet_process() -> None:
-    """Set the environment defaults in :data:`ENV`, install :func:`fp8rl_core.sampler.quiet.install`, and
-    apply vLLM's logging configuration now, once, while no run is logging (:func:`configure_vllm_logging`)."""
+    """Set the environment defaults in :data:`ENV` and install :func:`fp8rl_core.sampler.quiet.install`
+    (stdlib only: cheap enough for every ``fp8rl`` command). A process that will start engines also calls
+    :func:`configure_vllm_logging` (``flows.pipelines`` does at import)."""
     for key, value in ENV.items():
         os.environ.setdefault(key, value)
     quiet.install()
-    configure_vllm_logging()
 
 
 def configure_vllm_logging() -> None:
@@ -53,7 +53,8 @@ def configure_vllm_logging() -> None:
     thread, which waits for that same lock: the first engine start of a sweep stalled for 10 minutes or for
     good (py-spy: ``dictConfig`` → ``_clearExistingHandlers`` → ``APILogHandler.flush``; the worker in
     ``_acquireLock``). vLLM skips the call when the same configuration is already active in the process, so
-    applying it here, at process start, removes the window. It also keeps the sweep log's file handler on
+    applying it at process start (``flows.pipelines`` at import: the CLI's ``run`` and every worker import it
+    before a run starts) removes the window. It also keeps the sweep log's file handler on
     the ``vllm`` logger (:func:`sweep_log`), which a ``dictConfig`` inside a run would have replaced.
     The engine processes vLLM spawns configure themselves (no Prefect handlers there)."""
     from vllm.config.logging import LoggingConfig

@@ -17,11 +17,12 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from flows.logs import quiet_process
+from flows.logs import configure_vllm_logging, quiet_process
 
 # a Ray worker imports this module to run a task: the CLI's quiet defaults before the libraries load, and
-# vLLM's logging configured before any task run logs (flows.logs.quiet_process)
+# vLLM's logging configured before any task run logs (flows.logs.configure_vllm_logging)
 quiet_process()
+configure_vllm_logging()
 
 from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402

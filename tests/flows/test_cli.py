@@ -266,13 +266,14 @@ class _FlushRecorder(logging.Handler):
 
 
 def test_an_engine_start_applies_no_logging_config_after_quiet_process():
-    """The engine start's logging call (vLLM's ``LLM.__init__``: ``configure_logging_if_needed`` of the
-    engine arguments' config) must not run ``dictConfig`` inside a run: that flushes every handler, and
+    """After flows.pipelines is imported, the engine start's logging call (vLLM's ``LLM.__init__``:
+    ``configure_logging_if_needed`` of the engine arguments' config) must not run ``dictConfig`` inside a run: that flushes every handler, and
     Prefect's API log handler deadlocks there (flows.logs.configure_vllm_logging)."""
     from vllm.engine.arg_utils import EngineArgs
     from vllm.logger import configure_logging_if_needed
 
-    flows.logs.quiet_process()
+    import flows.pipelines  # noqa: F401 — what `fp8rl run` and every worker import before a run starts
+
     probe = _FlushRecorder()
     logging.getLogger("fp8rl.test.flush-probe").addHandler(probe)
     try:
