@@ -24,6 +24,10 @@ override of a ``base`` field that an axis sets (``seed=1`` on a sweep with a ``s
 effect and is an error: override the axis (``axes.seed=[1]``). A key repeated in one YAML mapping is an
 error too (YAML parsers keep the last one silently).
 
+``per_model: {<model>: {<settings>}}`` merges settings over ``base`` in that model's runs only (two models
+of one sweep that need, e.g., warm starts of different lengths); it must name a model the sweep runs and
+may not set a field an axis sets; ``per_model.<model>.<field>=…`` overrides it.
+
 Paths: a model name is looked up in ``<config dir>/models``; ``base.models_dir`` changes that, and a
 relative ``models_dir`` is taken relative to the config file's directory (``models_dir: ../models`` in
 ``configs/gpu/*.yaml``), so a sweep loads the same from any working directory. A ``model`` given as a

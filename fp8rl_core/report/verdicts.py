@@ -660,6 +660,17 @@ def absent_claims(data: SweepData, rows: Sequence[Mapping[str, Any]] | None = No
     return [{"id": c.id, "claim": f"({c.id}) {c.text}", "needs": c.needs} for c in claims if c.id not in have]
 
 
+def _paired_probe(units: Mapping[tuple, Units], model: str, claim: Claim
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """A claim's baseline and candidate probe units on ``model`` aligned by (seed, 0, sequence):
+    ``(a, b, keys)`` as :func:`~fp8rl_core.metrics.paired_units` gives them, or None when either preset is
+    missing or the two do not cover the same keys."""
+    ua, ub = units.get((model, claim.baseline)), units.get((model, claim.candidate))
+    if ua is None or ub is None or not np.array_equal(np.unique(ua.keys, axis=0), np.unique(ub.keys, axis=0)):
+        return None
+    return paired_units(ua.keys, (ua.num, ua.den), ub.keys, (ub.num, ub.den))
+
+
 def power_rows(data: SweepData, *, level: float = 0.95, power: float = 0.8, seeds: int | None = None,
                sequences: int | None = None, claims: Sequence[Claim] = CLAIMS) -> list[dict[str, Any]]:
     """One row per (KL claim, model) with paired exact probe units on ≥ 2 seeds: the power of the
@@ -677,10 +688,10 @@ def power_rows(data: SweepData, *, level: float = 0.95, power: float = 0.8, seed
         if claim.kind not in ("kl_ratio", "kl_ratio_first_step"):
             continue
         for model in _models(data, claim.models):
-            ua, ub = units.get((model, claim.baseline)), units.get((model, claim.candidate))
-            if ua is None or ub is None or not np.array_equal(np.unique(ua.keys, axis=0), np.unique(ub.keys, axis=0)):
+            paired = _paired_probe(units, model, claim)
+            if paired is None:
                 continue
-            a, b, keys = paired_units(ua.keys, (ua.num, ua.den), ub.keys, (ub.num, ub.den))
+            a, b, keys = paired
             if np.unique(keys[:, 0]).size < 2:
                 continue
             target = claim.paper_ratio if claim.paper_ratio is not None else (
@@ -726,10 +737,10 @@ def factors_across_models(data: SweepData, *, n_boot: int = 2000, level: float =
             continue
         sides = []
         for model in _models(data, claim.models):
-            ua, ub = units.get((model, claim.baseline)), units.get((model, claim.candidate))
-            if ua is None or ub is None or not np.array_equal(np.unique(ua.keys, axis=0), np.unique(ub.keys, axis=0)):
+            paired = _paired_probe(units, model, claim)
+            if paired is None:
                 continue
-            a, b, keys = paired_units(ua.keys, (ua.num, ua.den), ub.keys, (ub.num, ub.den))
+            a, b, keys = paired
             sides.append((model, (a, b, keys[:, 0]), int(np.unique(keys[:, 0]).size), int(keys.shape[0])))
         if len(sides) < 2:
             continue
