@@ -84,7 +84,7 @@ def start_pipeline(
 
     ``learner``: the learner's config, built for this preset (:meth:`Preset.learner_config`, or a run's
     :meth:`fp8rl_core.config.RunConfig.learner_config`); None: the preset's with the defaults.
-    ``replicas`` > 1 starts further engine replicas (not shared through :func:`acquire`; close them with
+    ``replicas`` > 1 starts further engine replicas, always spawned (not shared through :func:`acquire`; close them with
     :meth:`Pipeline.close_replicas`); every sync lands in all of them. ``hooks``
     (:class:`~fp8rl_core.sync.hooks.SyncHooks`) may map the configured per-layer schemes to the ones the
     engine and the exporter use instead (only fault injection does, to model a sampler configured off
@@ -106,7 +106,9 @@ def start_pipeline(
     grid = cfg.recipe.fwd_grid
     sampler, resync = acquire(checkpoint, schemes, tensors, sampler_cfg, version=policy.version, mx_grid=grid,
                               work_root=work_root)
-    extra = [Sampler(checkpoint, schemes, tensors, sampler_cfg, version=policy.version, mx_grid=grid,
+    # further replicas are further engines: spawned, since a process holds one in-process engine (vllm_compat, 3)
+    replica_cfg = sampler_cfg.model_copy(update={"process": "spawn"})
+    extra = [Sampler(checkpoint, schemes, tensors, replica_cfg, version=policy.version, mx_grid=grid,
                      work_root=work_root) for _ in range(replicas - 1)]
     return Pipeline(preset, policy, sampler, schemes, reused=resync is not None, configured=configured,
                     replicas=extra)

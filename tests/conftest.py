@@ -4,7 +4,7 @@ Tiers. Every test gets its markers here, from where it lives and what it uses â€
 test file, so a new test lands in the right tier by itself:
 
 ``engine``
-    starts real vLLM engines (~20 s per start on 2 cores): every test under ``tests/core/sampler/``,
+    starts real vLLM engines (~3 s in-process, ~25 s spawned on 2 cores): every test under ``tests/core/sampler/``,
     and any test elsewhere that uses the engine fixtures of ``tests/core/sampler/conftest.py``.
 ``flow``
     runs Prefect flows with real engines and MLflow stores: every test under ``tests/flows/``.
@@ -35,8 +35,8 @@ if os.environ.get("CI"):
 
 TESTS = Path(__file__).resolve().parent
 
-#: folders whose every test gets the marker (paths relative to tests/, with a trailing slash)
-BY_FOLDER = {"engine": ("core/sampler/",), "flow": ("flows/",)}
+#: folders (paths relative to tests/, with a trailing slash) or files whose every test gets the marker
+BY_FOLDER = {"engine": ("core/sampler/", "bench/test_engine.py"), "flow": ("flows/",)}
 #: fixtures that start engines: a test using one is an engine test wherever it lives
 ENGINE_FIXTURES = frozenset({"engines", "checkpoints"})
 #: files that do not get their folder's marker: path â†’ marker

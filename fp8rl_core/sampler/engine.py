@@ -1,10 +1,18 @@
 """The sampler: vLLM's offline engine on the learner's checkpoint, with per-layer grids and weight syncs.
 
-``Sampler`` wraps ``vllm.LLM``. vLLM runs the model in processes of its own (an engine-core process and
-a worker process, spawned), so the learner and the sampler never share a Python heap: weights cross
-as files (:mod:`fp8rl_core.sync.transport`) and control as ``collective_rpc`` calls into the worker
-extension (:mod:`.worker`). Create samplers from a script guarded by ``if __name__ == "__main__":``
-(vLLM spawns processes that re-import the main module).
+``Sampler`` wraps ``vllm.LLM``. By default (``SamplerConfig.process = "spawn"``) vLLM runs the model in
+processes of its own (an engine-core process and a worker process, spawned), so the learner and the
+sampler never share a Python heap. Either way weights cross as files (:mod:`fp8rl_core.sync.transport`)
+and control as ``collective_rpc`` calls into the worker extension (:mod:`.worker`), so what the engine
+computes with is what vLLM's own loaders read from the learner's bytes. Create samplers from a script
+guarded by ``if __name__ == "__main__":`` (vLLM spawns processes that re-import the main module).
+
+In-process engines (``process = "in-process"``): vLLM's in-process client and single-process executor run the
+engine core and the worker in the calling process. A spawned engine's start is mostly two interpreters
+importing vLLM (about 10 s each on 2 cores, ~24 of ~27 s; ``bench/engine.py``); an in-process start skips both
+and its close tears no process down. What it gives up: the engine cannot die alone (a crash ends the
+caller, which the flow records as a killed run), and its start-up changes process-wide state that
+:func:`.vllm_compat.in_process_engine` puts back around every start and call. One tensor-parallel rank only.
 
 Engine directory. vLLM reads a Hugging Face directory: :func:`prepare_engine_dir` writes one per engine
 — the warm-start checkpoint's ``config.json`` with ``quantization_config = {"quant_method": "fp8rl",
@@ -22,12 +30,14 @@ the prefix cache) and, for exact KL, the full-vocabulary log-probs of a probe ba
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import shutil
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +52,7 @@ from fp8rl_core.sync.layout import ModelLayout, to_checkpoint
 from fp8rl_core.sync.ranks import RankCheck, slice_for_rank
 from fp8rl_core.sync.transport import SyncHandle, default_root, write_sync
 
-from .vllm_compat import EngineCoreDied, engine_core_alive, watched_call
+from .vllm_compat import EngineCoreDied, call_utility, engine_core_alive, in_process_engine, watched_call
 
 __all__ = [
     "Rollout",
@@ -55,6 +65,8 @@ __all__ = [
 ]
 
 WORKER_EXTENSION = "fp8rl_core.sampler.worker.Fp8rlWorkerExtension"
+#: the live in-process engine of this process, if any (at most one: vllm_compat, 3)
+_IN_PROCESS: weakref.WeakSet = weakref.WeakSet()
 
 
 class SamplerError(RuntimeError):
@@ -156,38 +168,48 @@ class Sampler:
             ok, why = cpu_fp8_kv_support()
             if not ok and not torch.cuda.is_available():
                 raise SamplerError(f"kv_cache_dtype={cfg.kv_cache_dtype!r} is not available here: {why}; use kv_cache_dtype='auto'")
+        self.in_process = cfg.process == "in-process"
+        if self.in_process and (live := [s for s in _IN_PROCESS if s.llm is not None]):
+            raise SamplerError(f"an in-process engine ({live[0].key}) is already live in this process, and vLLM keeps its "
+                               "parallel groups and worker extension process-wide: close it first (the engine pool "
+                               "does), or start this one with process='spawn'")
         self.model_cfg = engine_config(checkpoint, schemes, mx_grid)
         self.key = engine_key(self.model_cfg, cfg)
         self.work_root = Path(work_root) if work_root is not None else default_root() / "fp8rl"
         self.dir = prepare_engine_dir(self.model_cfg, initial, self.work_root)
         self.vocab_size = int(self.model_cfg["vocab_size"])
-        env = {"VLLM_CPU_KVCACHE_SPACE": str(cfg.kv_cache_gib)}
+        env = {}
         if cfg.threads is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
             env["OMP_NUM_THREADS"] = str(cfg.threads)
+        if self.in_process:  # no thread pinning of the caller; in-process client (vllm_compat, 3)
+            env.update(VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_ENABLE_V1_MULTIPROCESSING="0")
         old_env = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         t0 = time.perf_counter()
         try:
             from vllm import LLM
 
-            self.llm = LLM(
-                model=str(self.dir),
-                skip_tokenizer_init=True,
-                dtype=cfg.dtype,
-                kv_cache_dtype=cfg.kv_cache_dtype,
-                seed=seed,
-                max_model_len=cfg.max_model_len,
-                max_num_seqs=cfg.max_num_seqs,
-                enable_prefix_caching=cfg.enable_prefix_caching,
-                gpu_memory_utilization=cfg.memory_fraction,
-                block_size=cfg.block_size,
-                enforce_eager=True,
-                worker_extension_cls=WORKER_EXTENSION,
-                max_logprobs=-1,
-                logprobs_mode="raw_logprobs",
-                use_tqdm_on_load=False,  # no progress bar per start and reload (see .quiet)
-            )
+            with self._process_guard():
+                self.llm = LLM(
+                    model=str(self.dir),
+                    skip_tokenizer_init=True,
+                    dtype=cfg.dtype,
+                    kv_cache_dtype=cfg.kv_cache_dtype,
+                    seed=seed,
+                    max_model_len=cfg.max_model_len,
+                    max_num_seqs=cfg.max_num_seqs,
+                    enable_prefix_caching=cfg.enable_prefix_caching,
+                    gpu_memory_utilization=cfg.memory_fraction,
+                    kv_cache_memory_bytes=int(cfg.kv_cache_gib * 2**30),
+                    block_size=cfg.block_size,
+                    enforce_eager=True,
+                    worker_extension_cls=WORKER_EXTENSION,
+                    max_logprobs=-1,
+                    logprobs_mode="raw_logprobs",
+                    use_tqdm_on_load=False,  # no progress bar per start and reload (see .quiet)
+                    **({"distributed_executor_backend": "uni"} if self.in_process else {}),
+                )
         except Exception as e:
             shutil.rmtree(self.dir, ignore_errors=True)
             raise SamplerError(f"vLLM could not start the sampler engine for {checkpoint}: {e}") from e
@@ -198,6 +220,8 @@ class Sampler:
                 else:
                     os.environ[k] = v
         self.startup_s = time.perf_counter() - t0
+        if self.in_process:
+            _IN_PROCESS.add(self)
         self.version = self._rpc("fp8rl_set_version", version, sorted(initial))[0]
         self.syncs = 0
         #: identifies this engine process among restarts (the checks start a new engine with a full check)
@@ -209,12 +233,20 @@ class Sampler:
         """False once the engine was closed or its engine-core process exited."""
         return engine_core_alive(self.llm)
 
+    def _process_guard(self):
+        """For an in-process engine, :func:`.vllm_compat.in_process_engine` (what its start or call changes in this
+        process is put back afterwards); nothing for a spawned one."""
+        return in_process_engine(self.cfg.threads) if getattr(self, "in_process", False) else contextlib.nullcontext()
+
     def _call(self, what: str, fn: Callable, *args, **kwargs):
         """Run one call into the engine, failing fast with :class:`SamplerDeadError` if the engine core
         dies meanwhile (vLLM 0.32 would wait forever: :func:`.vllm_compat.watched_call`)."""
         if not self.alive:
             raise SamplerDeadError(f"the vLLM engine core is not running (it exited or was closed; {what} refused); "
                                    "its weights are lost — start a new engine")
+        if self.in_process:  # no process to die alone: call directly
+            with self._process_guard():
+                return fn(*args, **kwargs)
         try:
             return watched_call(self.llm, what, fn, *args, **kwargs)
         except EngineCoreDied as e:
@@ -228,7 +260,7 @@ class Sampler:
         return self._call(method, self.llm.collective_rpc, method, args=args)
 
     def _utility(self, method: str, *args):
-        return self._call(method, self.llm.llm_engine.engine_core.call_utility, method, *args)
+        return self._call(method, call_utility, self.llm, method, *args)
 
     def engine_version(self) -> list[int]:
         """The version every worker (rank) of the engine reports."""
@@ -373,9 +405,11 @@ class Sampler:
     def close(self) -> None:
         llm = getattr(self, "llm", None)
         if llm is not None:
+            _IN_PROCESS.discard(self)
             try:
-                llm.llm_engine.engine_core.shutdown(timeout=SHUTDOWN_S)  # see .quiet: a forced kill leaks shm
+                with self._process_guard():
+                    llm.llm_engine.engine_core.shutdown(timeout=SHUTDOWN_S)  # see .quiet: a forced kill leaks shm
             except Exception:  # noqa: BLE001 — best effort at teardown
                 pass
-            self.llm = None
+            self.llm = None  # in-process: vLLM's shutdown freed the KV cache and collected; this drops the model
         shutil.rmtree(getattr(self, "dir", ""), ignore_errors=True)

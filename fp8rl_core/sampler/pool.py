@@ -16,7 +16,10 @@ next run's engine start, so :func:`acquire` hands the evicted engine to a thread
 one meanwhile. The processes are still left to exit on their own (not killed): that is what frees their
 shared-memory queues (:data:`fp8rl_core.sampler.quiet.SHUTDOWN_S`). :func:`release_all` closes the live
 engines the same way, all at once, and returns when every shutdown it started, or an eviction started,
-has finished.
+has finished. An in-process engine (``SamplerConfig.process = "in-process"``) has no process to wait for: it is
+closed at once, in the caller's thread; and since vLLM keeps an in-process engine's parallel groups and
+worker extension process-wide, at most one in-process engine stays live (:func:`acquire` closes the live
+one before it starts another in-process engine).
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ _LOCK = threading.Lock()
 
 
 def _close_in_background(sampler: Sampler) -> None:
+    if sampler.in_process:  # no process to tear down: its close is quick, and it must not overlap a start
+        sampler.close()
+        return
+
     def close() -> None:
         try:
             sampler.close()
@@ -75,6 +82,9 @@ def acquire(checkpoint: str | Path, schemes: Mapping[str, str], tensors: Mapping
         _ENGINES[key] = live  # most recently used last
         live.cfg = cfg
         return live, live.sync(tensors, version)
+    if cfg.process == "in-process":  # at most one in-process engine per process (vllm_compat, 3)
+        for k in [k for k, s in _ENGINES.items() if s.in_process]:
+            _ENGINES.pop(k).close()
     while len(_ENGINES) >= max(1, max_live):
         _close_in_background(_ENGINES.pop(next(iter(_ENGINES))))
     sampler = Sampler(checkpoint, schemes, tensors, cfg, version=version, mx_grid=mx_grid, work_root=work_root)

@@ -67,6 +67,11 @@ RULES: tuple[Rule, ...] = (
     Rule("vllm.v1.worker.cpu_worker", ("is not found in LD_PRELOAD",),
          "a performance hint (preload tcmalloc / Intel OpenMP on a production host); it changes no result, and "
          "the lab's timings compare presets on the same allocator"),
+    Rule("vllm.v1.worker.cpu_worker", ("doesn't allow to use `torch.set_num_threads` after the thread binding",),
+         "an in-process engine (SamplerConfig.process='in-process') starts vLLM's CPU worker in the calling process; the "
+         "worker replaces torch.set_num_threads with this warning, and vLLM's own start-up then calls it a few "
+         "times; fp8rl puts the real function and the thread count back after the start "
+         "(fp8rl_core.sampler.vllm_compat.in_process_engine)"),
     Rule("vllm.platforms.cpu", ("Triton is not installed",),
          "a performance hint: vLLM's CPU path runs without Triton kernels here (enforce_eager, fp8rl's own "
          "quantized GEMMs); no result depends on it"),

@@ -26,15 +26,41 @@ Nothing here imports vLLM at module level; the engine (:mod:`.engine`) and the q
    *When it can go:* when vLLM's engine core reports prefix-cache occupancy and resets through a public
    utility (then call that instead); if a vLLM upgrade renames the private attribute, the engine tests
    (``tests/core/sampler``: the prefix-cache check) fail first.
+
+3. **An in-process engine changes its host process** — :func:`in_process_engine`, :func:`call_utility`.
+   With ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` and the single-process executor (``SamplerConfig.process =
+   "in-process"``) vLLM's engine core and worker run in the caller, and their start-up assumes they own the
+   process: the CPU worker replaces ``torch.set_num_threads`` with a no-op for good and seeds Python's,
+   NumPy's and torch's global generators; the engine core sets torch to one thread "for serving", freezes
+   the garbage collector's heap (``gc.freeze``) and caches vLLM's environment variables (so a later engine's
+   ``VLLM_CPU_OMP_THREADS_BIND`` would be ignored); the CPU platform writes environment variables. In a
+   process that also trains (the learner), each of these would change the learner: its threads, its random
+   stream, its memory. :func:`in_process_engine` saves all of it before an engine start or call and restores it
+   after (the environment whole), so an in-process engine leaves the learner as it found it — tested in
+   ``tests/core/sampler/test_engine.py``. What cannot be put back: vLLM keeps an engine's parallel groups
+   (tensor, pipeline, expert parallel; torch.distributed's group) and its worker extension (mixed into the
+   worker *class*) process-wide, so two in-process engines in one process share them — a MoE engine started
+   beside a dense one finds the groups made without the expert-parallel group, and closing either tears
+   the groups down under the other. :class:`~fp8rl_core.sampler.engine.Sampler` therefore refuses a second
+   live in-process engine in a process (the pool closes the live one first). The in-process client has no
+   ``call_utility``: :func:`call_utility` calls the engine core's method directly.
+   *When it can go:* when vLLM's in-process engine stops changing process-wide state at start-up (the
+   test that compares the process state before and after an in-process start then still passes without it).
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import os
+import random
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["EngineCoreDied", "engine_core_alive", "fail_pending_waits", "patch_engine_core", "watched_call"]
+__all__ = ["EngineCoreDied", "call_utility", "engine_core_alive", "fail_pending_waits", "in_process_engine",
+           "patch_engine_core", "watched_call"]
 
 #: seconds between liveness polls while a call waits, and how long a resolved call gets to finish
 POLL_S, DRAIN_S = 0.1, 2.0
@@ -138,3 +164,52 @@ def patch_engine_core() -> None:
             return done
 
         EngineCore.reset_prefix_cache = counted_reset
+
+
+@contextlib.contextmanager
+def in_process_engine(threads: int | None = None) -> Iterator[None]:
+    """Run an in-process vLLM engine's start-up or call and put back what it changes process-wide (see the
+    module docstring, 3): the environment, torch's thread count and ``set_num_threads``, the global random
+    generators (Python, NumPy, torch CPU), the garbage collector's frozen heap and vLLM's environment cache.
+    ``threads``: torch threads for the engine meanwhile (None: the caller's)."""
+    import torch
+
+    environ = dict(os.environ)
+    set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
+    rng = (random.getstate(), torch.random.get_rng_state())
+    numpy = sys.modules.get("numpy")
+    np_rng = numpy.random.get_state() if numpy is not None else None
+    frozen = gc.get_freeze_count()
+    try:
+        if threads is not None:
+            torch.set_num_threads(threads)
+        yield
+    finally:
+        if gc.get_freeze_count() > frozen:
+            gc.unfreeze()
+            if frozen:  # the caller had frozen its own heap: freeze that part again
+                gc.freeze()
+        envs = sys.modules.get("vllm.envs")
+        if envs is not None and hasattr(envs, "disable_envs_cache"):
+            envs.disable_envs_cache()
+        os.environ.clear()
+        os.environ.update(environ)
+        torch.set_num_threads = set_num_threads
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        random.setstate(rng[0])
+        torch.random.set_rng_state(rng[1])
+        if np_rng is not None:
+            numpy.random.set_state(np_rng)
+        elif "numpy" in sys.modules:  # imported meanwhile and maybe seeded: leave it unseeded-equivalent
+            sys.modules["numpy"].random.seed()
+
+
+def call_utility(llm: Any, method: str, *args):
+    """Call an engine-core utility (one of :func:`patch_engine_core`'s, or vLLM's own) of ``llm``'s engine:
+    through the client's round trip for an engine core in its own process, directly for an in-process one."""
+    core = llm.llm_engine.engine_core
+    if hasattr(core, "call_utility"):
+        return core.call_utility(method, *args)
+    return getattr(core.engine_core, method)(*args)
+

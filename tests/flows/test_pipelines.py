@@ -157,7 +157,8 @@ def test_an_engine_dying_mid_sync_fails_the_run_with_its_last_good_version_and_a
 
     monkeypatch.setattr(Sampler, "sync", sync)
     monkeypatch.setattr(Sampler, "_rpc", dying_rpc)
-    run_args = ["axes.seed=[2]", "axes.preset=[all]", "axes.model=[qwen3-dense-mini]", "loop.steps=3"]
+    # an engine in processes of its own (the smoke config runs them in-process, where they cannot die alone)
+    run_args = ["axes.seed=[2]", "axes.preset=[all]", "axes.model=[qwen3-dense-mini]", "loop.steps=3", "sampler.process=spawn"]
     t0 = time.time()
     with pytest.raises(RuntimeError, match="1 of 1 runs failed"):
         mxfp8_sweep(SMOKE, run_args, inline=True)

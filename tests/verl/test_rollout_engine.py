@@ -23,7 +23,7 @@ from fp8rl_core.sync.export import export_weights
 from fp8rl_core.sync.layout import ModelLayout
 from fp8rl_core.verl.overrides import WORKER_EXTENSION
 
-from ..core.sampler.conftest import ENGINE, TASK, checkpoints  # noqa: F401 (the fixture)
+from ..core.sampler.conftest import SPAWNED, TASK, checkpoints  # noqa: F401 (the fixture)
 from ..core.sampler.test_engine import PROBE, _assert_readback_equals_export
 from .test_rollout import adapter, checkpoint_masters
 
@@ -40,7 +40,9 @@ def test_verls_transfer_loads_the_learners_bytes_into_a_live_engine_and_every_ch
     grid = learner.cfg.recipe.fwd_grid
     schemes = sampler_schemes(gemm_layers(model), preset.sampler_layers, preset.sampler_grid)
     initial = export_weights(model, learner.forward_weights(), schemes)
-    sampler = engine.Sampler(checkpoints["dense"], schemes, initial, ENGINE, version=0, mx_grid=grid, work_root=tmp_path)
+    # spawned, as verl's server runs it: vLLM mixes a worker extension into the worker *class*, so verl's extension
+    # in this process would clash with fp8rl's, which the tests' in-process engines carry
+    sampler = engine.Sampler(checkpoints["dense"], schemes, initial, SPAWNED, version=0, mx_grid=grid, work_root=tmp_path)
     try:
         pipe = Pipeline(preset, learner, sampler, schemes)
         runner = CheckRunner(CheckPolicy(), probe=PROBE)

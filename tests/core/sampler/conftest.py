@@ -1,6 +1,6 @@
 """Shared fixtures for tests that start real vLLM engines.
 
-Engines are expensive (~20 s to start on 2 cores), so tests share them: :func:`engines` hands out
+Engines cost a few seconds to start in-process (``ENGINE``) and ~25 s spawned, so tests share them: :func:`engines` hands out
 pipelines whose samplers come from ``fp8rl_core.sampler.pool.acquire`` (an engine is reused while its
 identity matches, at most two stay alive) and closes all at the end of the session. Test modules are ordered so that the tests using
 one engine run together. The policies are small models warm-started for a few hundred steps (so their
@@ -35,7 +35,10 @@ SPECS = {
 TASK = AdditionTask(digits=2)
 WARM = WarmStartConfig(steps=200, batch_size=64, lr=3e-3, weight_decay=0.1, warmup=20, decay_fraction=0.3,
                        seed=0, eval_prompts=64, task=TASK)
-ENGINE = SamplerConfig(dtype="float32", max_model_len=64, max_num_seqs=64, kv_cache_gib=1)
+#: the tests' engines run in the test process (no process starts: ~3 s a start instead of ~25 s); the
+#: spawned kind (vLLM's engine core and worker in processes of their own) is tested where it differs
+ENGINE = SamplerConfig(dtype="float32", max_model_len=64, max_num_seqs=64, kv_cache_gib=0.0625, process="in-process")
+SPAWNED = ENGINE.model_copy(update={"process": "spawn"})
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ Tests are ordered by the engine they use (see conftest: at most two engines live
 from __future__ import annotations
 
 import math
+import os
 import threading
 
 import pytest
@@ -19,7 +20,7 @@ from fp8rl_core.sampler.config import SamplerConfig, cpu_fp8_kv_support
 from fp8rl_core.sampler import pool
 from fp8rl_core.sampler.engine import SamplerError
 
-from .conftest import ENGINE, TASK
+from .conftest import ENGINE, SPAWNED, TASK
 
 PROBE = TASK.prompts(16, seed=123, split="eval").sequences  # [16, 11]: prompt + answer
 LONG = torch.tensor([[1] + [5 + (i * 7) % 10 for i in range(39)]])  # 40 tokens: one full 32-token KV block
@@ -190,20 +191,7 @@ def test_loop_dense_other_presets(engines, preset):
 
 # ---------------------------------------------------------------- MoE
 def test_moe_sync_lands_the_learners_exact_bytes(engines):
-    # the first MoE engine evicts the least recently used dense one, whose shutdown runs in the background
-    while len(pool._ENGINES) < 2:  # only when this test runs on its own (in module order two are live)
-        engines.get("dense", "bf16-sampler" if pool._ENGINES else "all")
-    before = {id(s): s for s in pool._ENGINES.values()}
-    procs = {k: list(s.llm.llm_engine.engine_core.resources.engine_manager.processes) for k, s in before.items()}
     pipe = engines.get("moe", "all")
-    evicted = [s for k, s in before.items() if all(s is not live for live in pool._ENGINES.values())]
-    assert len(evicted) == 1 and pipe.sampler not in pool.closing()
-    for t in [t for t in threading.enumerate() if t.name == "fp8rl-engine-close"]:
-        t.join()
-    assert not pool.closing() and evicted[0].llm is None and not evicted[0].alive
-    # its engine core exited by itself (a negative exit code would mean killed by a signal)
-    assert all(p.exitcode is not None and p.exitcode >= 0 for p in procs[id(evicted[0])]), \
-        [p.exitcode for p in procs[id(evicted[0])]]
     assert pipe.schemes["model.layers.0.mlp.experts"] == "mxfp8" and "model.layers.0.mlp.gate" not in pipe.schemes
     _assert_readback_equals_export(pipe)
     runner = CheckRunner(CheckPolicy(), probe=PROBE)
@@ -214,6 +202,83 @@ def test_moe_sync_lands_the_learners_exact_bytes(engines):
     assert report.full and len(report.results) == 7 and not report.failed, report.message()
     d = (pipe.sampler.prompt_logprobs(PROBE) - pipe.learner.probe_logprobs(PROBE)).abs()
     assert d.mean() < 2e-3, float(d.mean())
+
+
+def test_a_spawned_engine_computes_what_an_in_process_one_does_and_stops_in_the_background(engines):
+    """The same bytes in an engine of processes of its own (``process="spawn"``, what a deployment runs)
+    and in one inside this process: the same weights read back, bit-identical log-probs at the same thread
+    count, every check passing; evicted from the pool, the spawned engine stops in a background thread
+    while the next engine starts, and its processes exit by themselves."""
+    one = {"threads": 1}
+    inproc = engines.get("moe", "all", ENGINE.model_copy(update=one))
+    want = inproc.sampler.prompt_logprobs(PROBE)
+    spawned = engines.get("moe", "all", SPAWNED.model_copy(update=one))
+    sampler = spawned.sampler
+    assert sampler is not inproc.sampler and not sampler.in_process and inproc.sampler.in_process
+    procs = list(sampler.llm.llm_engine.engine_core.resources.engine_manager.processes)
+    assert procs and all(p.is_alive() and p.pid != os.getpid() for p in procs)
+    _assert_readback_equals_export(spawned)
+    assert torch.equal(sampler.prompt_logprobs(PROBE), want)
+    runner = CheckRunner(CheckPolicy(), probe=PROBE)
+    runner.start(spawned.samplers)
+    run_rl(spawned, TASK, 1, prompts_per_step=4)
+    report = runner.check(spawned)
+    assert report.full and len(report.results) == 7 and not report.failed, report.message()
+
+    # the next in-process engine closes the live in-process one at once (one per process) and, with room for
+    # one engine, evicts the spawned one, which stops in the background while the new one starts
+    nxt, resync = pool.acquire(engines.checkpoints["moe"], spawned.schemes, spawned.export(), ENGINE, max_live=1)
+    assert resync is None and nxt.in_process and list(pool._ENGINES.values()) == [nxt]
+    assert inproc.sampler.llm is None and sampler not in pool._ENGINES.values()
+    for t in [t for t in threading.enumerate() if t.name == "fp8rl-engine-close"]:
+        t.join()
+    assert not pool.closing() and sampler.llm is None and not sampler.alive
+    # its engine core exited by itself (a negative exit code would mean killed by a signal)
+    assert all(p.exitcode is not None and p.exitcode >= 0 for p in procs), [p.exitcode for p in procs]
+
+
+def test_an_in_process_engine_leaves_the_process_as_it_found_it(engines, checkpoints, tmp_path):
+    """vLLM's in-process start-up pins torch to one thread, disables ``torch.set_num_threads``, seeds the
+    global generators, freezes the GC heap and edits the environment (vllm_compat, 3): none of it may
+    reach the learner that shares the process. A second live in-process engine is refused (vLLM keeps the
+    parallel groups and worker extension process-wide)."""
+    import gc
+    import os as _os
+    import random
+
+    import numpy as np
+
+    from fp8rl_core.sampler.engine import Sampler
+
+    pipe = engines.get("dense", "all")
+    cfg = ENGINE.model_copy(update={"max_num_seqs": 32})  # an identity of its own: a start, not the pool's
+    with pytest.raises(SamplerError, match="already live in this process.*close it first"):
+        Sampler(checkpoints["dense"], pipe.schemes, pipe.export(), cfg, work_root=tmp_path)
+    want = pipe.sampler.prompt_logprobs(PROBE)
+    pool.release_all()  # the pool's in-process engine closed: now this process may start another
+    torch.manual_seed(7)
+    random.seed(7)
+    np.random.seed(7)
+    before = (torch.get_num_threads(), torch.set_num_threads, dict(_os.environ), gc.get_freeze_count(),
+              torch.random.get_rng_state(), random.getstate(), np.random.get_state()[1].copy())
+    sampler = Sampler(checkpoints["dense"], pipe.schemes, pipe.export(), cfg, work_root=tmp_path)
+    try:
+        sampler.generate(PROBE[:2, :6], 2, 4, seed=0, eos_id=EOS)
+        sampler.prompt_logprobs(PROBE[:2])  # samples a token without a seed: vLLM's global generator
+        sampler.sync(pipe.export(), 1)
+        assert sampler.state()["ranks"][0]["version"] == 1
+    finally:
+        sampler.close()
+    after = (torch.get_num_threads(), torch.set_num_threads, dict(_os.environ), gc.get_freeze_count(),
+             torch.random.get_rng_state(), random.getstate(), np.random.get_state()[1].copy())
+    assert after[:4] == before[:4]
+    assert torch.equal(after[4], before[4]) and after[5] == before[5] and (after[6] == before[6]).all()
+    torch.set_num_threads(before[0])  # the real function: it takes effect
+    assert torch.get_num_threads() == before[0]
+    # the next in-process engine starts afresh and computes what the closed one did
+    again = engines.get("dense", "all")
+    assert again.sampler is not pipe.sampler and again.sampler.alive and not pipe.sampler.alive
+    assert torch.equal(again.sampler.prompt_logprobs(PROBE), want)
 
 
 def test_loop_moe_all(engines):

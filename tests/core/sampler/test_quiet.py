@@ -23,6 +23,8 @@ HARMLESS = [
     ("vllm.renderers.base", "Chat template warmup failed", ()),
     ("vllm.model_executor.model_loader.reload.layerwise", "%s: Failed to load weights", ("RotaryEmbedding",)),
     ("vllm.v1.worker.cpu_worker", "%s is not found in LD_PRELOAD. For best performance, please follow ...", ("libtcmalloc",)),
+    ("vllm.v1.worker.cpu_worker", "CPU backend doesn't allow to use `torch.set_num_threads` after the thread binding, "
+     "skip it.", ()),
     ("vllm.platforms.cpu", "Triton is not installed. triton-cpu is expected on x86 CPUs.", ()),
     ("vllm.triton_utils.importing", "Triton is installed, but doesn't include CPU backend. Disabling Triton.", ()),
     ("vllm.config.vllm", "Model Runner V2 requires Triton; using the V1 model runner instead.", ()),
