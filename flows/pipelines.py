@@ -31,7 +31,7 @@ from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from fp8rl_core.config import RunConfig, SweepConfig, load_sweep, run_id  # noqa: E402
+from fp8rl_core.config import RunConfig, SweepConfig, dispatch_order, load_sweep, run_id  # noqa: E402
 from fp8rl_core.sampler.pool import release_all  # noqa: E402
 from fp8rl_core.vocabulary import CONDITIONS  # noqa: E402
 from tasks import cluster, reporting, stages, tracking  # noqa: E402
@@ -460,6 +460,7 @@ def _sweep(config: str, overrides: list[str], resume: bool = True, report: bool 
         elif pending:
             with _on_ray(sweep, sweep_id, ray_address) as dispatch:  # checks the cluster before opening runs
                 todo = opened()
+                todo = [todo[i] for i in dispatch_order([cfg for cfg, _ in todo])]  # warm starts side by side
                 with progress:
                     rows |= {r["run_id"]: r for r in dispatch(todo, done)}
     except BaseException as e:  # interrupted, or the sweep itself broke: its parent run says so

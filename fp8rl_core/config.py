@@ -47,7 +47,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -74,6 +74,7 @@ __all__ = [
     "RunConfig",
     "SweepConfig",
     "apply_overrides",
+    "dispatch_order",
     "load_sweep",
     "run_id",
 ]
@@ -489,6 +490,28 @@ def run_id(run: RunConfig) -> str:
     body = run.model_dump(mode="json", exclude={"models_dir"}) | {"model_spec": spec_hash(run.spec())}
     canon = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canon.encode()).hexdigest()[:12]
+
+
+def dispatch_order(runs: Sequence[RunConfig]) -> list[int]:
+    """The order in which a cluster should start ``runs`` (indices into it): round-robin over the runs'
+    warm starts (model spec + warm-start settings), each warm start's runs in their sweep order.
+
+    Why: a sweep lists its runs model by model, so the first free workers would all take the first model's
+    runs and train its warm start side by side (each its own copy; the checkpoint is published atomically),
+    then all wait on the next model's. Interleaved, the first workers train *different* warm starts at once.
+    A preset's seeds stay consecutive within their warm start's runs, so a worker that takes the next one
+    still finds its engine live (the pool reuses an engine by identity)."""
+    groups: dict[str, list[int]] = {}
+    for i, run in enumerate(runs):
+        key = json.dumps([spec_hash(run.spec()), run.warmstart.model_dump(mode="json")], sort_keys=True)
+        groups.setdefault(key, []).append(i)
+    queues = list(groups.values())
+    order: list[int] = []
+    while any(queues):
+        for q in queues:
+            if q:
+                order.append(q.pop(0))
+    return order
 
 
 def expand(sweep: SweepConfig, source: str, models_dir: str) -> list[RunConfig]:

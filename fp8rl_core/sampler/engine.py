@@ -190,7 +190,7 @@ class Sampler:
         try:
             from vllm import LLM
 
-            with self._process_guard():
+            with self._process_guard(starting=True):
                 self.llm = LLM(
                     model=str(self.dir),
                     skip_tokenizer_init=True,
@@ -233,10 +233,12 @@ class Sampler:
         """False once the engine was closed or its engine-core process exited."""
         return engine_core_alive(self.llm)
 
-    def _process_guard(self):
+    def _process_guard(self, *, starting: bool = False):
         """For an in-process engine, :func:`.vllm_compat.in_process_engine` (what its start or call changes in this
-        process is put back afterwards); nothing for a spawned one."""
-        return in_process_engine(self.cfg.threads) if getattr(self, "in_process", False) else contextlib.nullcontext()
+        process is put back afterwards; the caller's heap frozen while it starts); nothing for a spawned one."""
+        if not getattr(self, "in_process", False):
+            return contextlib.nullcontext()
+        return in_process_engine(self.cfg.threads, freeze_caller=starting)
 
     def _call(self, what: str, fn: Callable, *args, **kwargs):
         """Run one call into the engine, failing fast with :class:`SamplerDeadError` if the engine core
@@ -407,7 +409,7 @@ class Sampler:
         if llm is not None:
             _IN_PROCESS.discard(self)
             try:
-                with self._process_guard():
+                with self._process_guard():  # (vLLM's teardown unfreezes and collects the whole heap: ~1 s)
                     llm.llm_engine.engine_core.shutdown(timeout=SHUTDOWN_S)  # see .quiet: a forced kill leaks shm
             except Exception:  # noqa: BLE001 — best effort at teardown
                 pass

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fp8rl_core.config import ConfigError, LearnerSection, RunConfig, load_sweep, run_id
+from fp8rl_core.config import ConfigError, LearnerSection, RunConfig, dispatch_order, load_sweep, run_id
 from fp8rl_core.learner.spec import MXFP8_BLOCK, load_model_spec, spec_hash
 from fp8rl_core.sampler.presets import PRESETS
 
@@ -517,3 +517,23 @@ def test_bad_per_model_settings_are_refused_naming_the_setting(tmp_path, tail, e
     with pytest.raises(ConfigError) as e:
         load_sweep(_write(tmp_path, body))
     assert expect in str(e.value) and str(tmp_path) in str(e.value)
+
+
+def test_dispatch_order_interleaves_warm_starts_and_keeps_a_presets_seeds_together():
+    _, runs = load_sweep(CONFIGS / "smoke.yaml")
+    order = dispatch_order(runs)
+    assert sorted(order) == list(range(len(runs)))  # a permutation: every run once
+    first = [runs[i] for i in order]
+    # smoke lists 15 dense runs then 15 MoE runs: dispatched alternately, dense first
+    assert [r.model for r in first[:4]] == ["qwen3-dense-mini", "qwen3-moe-mini"] * 2
+    for model in ("qwen3-dense-mini", "qwen3-moe-mini"):  # each model's runs keep their sweep order
+        mine = [r for r in first if r.model == model]
+        assert mine == [r for r in runs if r.model == model]
+        assert [(r.preset, r.seed) for r in mine[:3]] == [("bf16-e2e", 0), ("bf16-e2e", 1), ("bf16-e2e", 2)]
+    # one warm start (a single model): the sweep's own order
+    _, dense = load_sweep(CONFIGS / "smoke.yaml", ["axes.model=[qwen3-dense-mini]"])
+    assert dispatch_order(dense) == list(range(len(dense)))
+    # runs of one model with different warm-start settings are different groups
+    longer = [r.model_copy(update={"warmstart": r.warmstart.model_copy(update={"steps": 900})}) for r in dense[:2]]
+    assert dispatch_order(dense[:2] + longer) == [0, 2, 1, 3]
+    assert dispatch_order([]) == []
