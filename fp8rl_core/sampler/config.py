@@ -34,8 +34,9 @@ class SamplerConfig(BaseModel):
         "auto", description="auto = the model dtype (BF16); fp8_* = FP8 KV cache with per-tensor scales")
     max_model_len: int = Field(128, ge=16, description="prompt + completion tokens per sequence")
     max_num_seqs: int = Field(256, ge=1, description="sequences the scheduler runs at once")
-    kv_cache_gib: float = Field(1.0, gt=0, description="GiB of memory for the KV cache (vLLM's kv_cache_memory_bytes; "
-                                "allocated and zeroed at every engine start, freed at its close)")
+    kv_cache_gib: float = Field(1.0, gt=0, description="GiB of RAM for the KV cache on CPU (vLLM's kv_cache_memory_bytes; "
+                                "allocated and zeroed at every engine start, freed at its close); on a GPU "
+                                "memory_fraction sizes it")
     memory_fraction: float = Field(0.1, gt=0, le=1, description="gpu_memory_utilization (a fraction of RAM on CPU)")
     block_size: int = Field(32, ge=16, description="KV block size; CPU attention needs a multiple of 32")
     enable_prefix_caching: bool = True

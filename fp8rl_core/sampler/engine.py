@@ -201,7 +201,8 @@ class Sampler:
                     max_num_seqs=cfg.max_num_seqs,
                     enable_prefix_caching=cfg.enable_prefix_caching,
                     gpu_memory_utilization=cfg.memory_fraction,
-                    kv_cache_memory_bytes=int(cfg.kv_cache_gib * 2**30),
+                    # the CPU's KV cache; on a GPU memory_fraction sizes it (vLLM: explicit bytes override it)
+                    **({} if torch.cuda.is_available() else {"kv_cache_memory_bytes": int(cfg.kv_cache_gib * 2**30)}),
                     block_size=cfg.block_size,
                     enforce_eager=True,
                     worker_extension_cls=WORKER_EXTENSION,
