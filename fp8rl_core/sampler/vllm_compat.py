@@ -36,7 +36,7 @@ Nothing here imports vLLM at module level; the engine (:mod:`.engine`) and the q
    ``VLLM_CPU_OMP_THREADS_BIND`` would be ignored); the CPU platform writes environment variables. In a
    process that also trains (the learner), each of these would change the learner: its threads, its random
    stream, its memory. :func:`in_process_engine` saves all of it before an engine start or call and restores it
-   after (the environment whole), so an in-process engine leaves the learner as it found it — tested in
+   after (every environment variable added or changed), so an in-process engine leaves the learner as it found it — tested in
    ``tests/core/sampler/test_engine.py``. What cannot be put back: vLLM keeps an engine's parallel groups
    (tensor, pipeline, expert parallel; torch.distributed's group) and its worker extension (mixed into the
    worker *class*) process-wide, so two in-process engines in one process share them — a MoE engine started
@@ -202,8 +202,12 @@ def in_process_engine(threads: int | None = None, *, freeze_caller: bool = True)
         envs = sys.modules.get("vllm.envs")
         if envs is not None and hasattr(envs, "disable_envs_cache"):
             envs.disable_envs_cache()
-        os.environ.clear()
-        os.environ.update(environ)
+        # only what changed: clearing it would leave other threads (Prefect's, MLflow's) an empty environment
+        for key in [k for k in os.environ if k not in environ]:
+            del os.environ[key]
+        for key, value in environ.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
         torch.set_num_threads = set_num_threads
         if torch.get_num_threads() != caller_threads:
             torch.set_num_threads(caller_threads)
