@@ -17,12 +17,14 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from flows.logs import configure_vllm_logging, quiet_process
+from flows.logs import configure_vllm_logging, engines_here, quiet_process
 
 # a Ray worker imports this module to run a task: the CLI's quiet defaults before the libraries load, and
-# vLLM's logging configured before any task run logs (flows.logs.configure_vllm_logging)
+# vLLM's logging configured before any task run logs (flows.logs.configure_vllm_logging) — except in a
+# process that only drives the runs on Ray (flows.logs.driving_only: `fp8rl run` without --inline)
 quiet_process()
-configure_vllm_logging()
+if engines_here():
+    configure_vllm_logging()
 
 from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
@@ -31,7 +33,9 @@ from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from fp8rl_core.config import RunConfig, SweepConfig, dispatch_order, load_sweep, run_id  # noqa: E402
+from fp8rl_core.config import (  # noqa: E402
+    RunConfig, SweepConfig, dispatch_order, engine_group, load_sweep, next_run, run_id,
+)
 from fp8rl_core.sampler.pool import release_all  # noqa: E402
 from fp8rl_core.vocabulary import CONDITIONS  # noqa: E402
 from tasks import cluster, reporting, stages, tracking  # noqa: E402
@@ -241,35 +245,52 @@ def _on_ray(sweep: SweepConfig, sweep_id: str, address: str | None):
             raise ClusterError("\n".join(problems))
         logger.info("%s: %d nodes; each run asks for %s", where, len(found), sweep.resources.describe())
 
+        slots = cluster.capacity(sweep.resources.ray_options(), found)
+
         def dispatch(todo: list[tuple[RunConfig, str]], done) -> list[dict]:
             # the task as the importable module holds it: a deployment loads this file under a script-module
             # name that a Ray worker cannot import back (the task's function is pickled by reference)
             from flows.pipelines import run_experiment as task_fn
 
-            futures = {}
-            with temporary_settings(updates={PREFECT_API_URL: api}), \
-                    remote_options(**sweep.resources.ray_options(), max_retries=0, max_calls=0):
-                for cfg, mlflow_run in todo:
+            # ``slots`` runs in flight; a finished run's worker is the free one, so the run handed out next
+            # lands there — the next of its engine group when one is left (fp8rl_core.config.next_run)
+            queue = list(todo)
+            groups = [engine_group(cfg) for cfg, _ in queue]
+            futures: dict = {}
+
+            def submit(i: int) -> None:
+                cfg, mlflow_run = queue.pop(i)
+                group = groups.pop(i)
+                with temporary_settings(updates={PREFECT_API_URL: api}), \
+                        remote_options(**sweep.resources.ray_options(), max_retries=0, max_calls=0):
                     f = runner.submit(task_fn, {"run": _portable(cfg), "sweep": sweep.sweep, "sweep_id": sweep_id,
-                                                       "mlflow_run": mlflow_run, "cwd": os.getcwd()})
-                    futures[f.wrapped_future] = (f, cfg, mlflow_run)
-            pending, rows = list(futures), []
+                                                "mlflow_run": mlflow_run, "cwd": os.getcwd()})
+                futures[f.wrapped_future] = (f, cfg, mlflow_run, group)
+
+            for _ in range(min(slots, len(queue))):
+                submit(next_run(groups, None, [g for *_, g in futures.values()]))
+            rows: list[dict] = []
             got: dict[str, str] = {}
             try:
                 with _interrupts_raise() as got:
-                    while pending:  # a timeout, so a signal is handled within a second
-                        ready, pending = ray.wait(pending, num_returns=1, timeout=1.0)
+                    while futures:  # a timeout, so a signal is handled within a second
+                        ready, _ = ray.wait(list(futures), num_returns=1, timeout=1.0)
                         for ref in ready:
-                            row = _collect(*futures[ref])
+                            f, cfg, mlflow_run, group = futures.pop(ref)
+                            if queue:  # this worker is free: hand it its next run before recording this one
+                                submit(next_run(groups, group, [g for *_, g in futures.values()]))
+                            row = _collect(f, cfg, mlflow_run)
                             rows.append(row)
                             done(row)
             except BaseException as e:  # interrupted: nothing keeps running, nothing is left SCHEDULED/RUNNING
                 why = f"signal {got['signal']}" if "signal" in got else f"{type(e).__name__}: {e}"
                 reason = f"the sweep was interrupted ({why}) before this run finished"
-                for ref in pending:
+                for ref in futures:
                     ray.cancel(ref, force=True)
-                for ref in pending:
-                    tracking.end_unfinished(futures[ref][2], "KILLED", reason)
+                for _, _, mlflow_run, _ in futures.values():
+                    tracking.end_unfinished(mlflow_run, "KILLED", reason)
+                for _, mlflow_run in queue:  # never dispatched
+                    tracking.end_unfinished(mlflow_run, "KILLED", reason)
                 if "signal" in got and not str(e):  # Ray re-raised it bare: the sweep's parent run names the signal
                     raise KeyboardInterrupt(why) from e
                 raise

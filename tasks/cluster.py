@@ -15,13 +15,14 @@ the driver's disk means nothing there.
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-__all__ = ["Node", "fit_problem", "loopback_problem", "nodes", "verl_fit_problem", "where"]
+__all__ = ["Node", "capacity", "fit_problem", "loopback_problem", "nodes", "verl_fit_problem", "where"]
 
 GIB = 2**30
 
@@ -69,6 +70,20 @@ def fit_problem(request: Mapping[str, float], cluster: Sequence[Node], where: st
         n.gpus for n in cluster) else ""
     return (f"each run asks for {asked} (the sweep's `resources`), but no node of {where} has that "
             f"much: {have}{hint}. Nothing was run.")
+
+
+def capacity(request: Mapping[str, float], cluster: Sequence[Node]) -> int:
+    """How many runs asking ``request`` (as :func:`fit_problem`) the cluster runs at once: per node, the
+    fewest of its CPUs, GPUs and memory divided by what one run asks (a resource not asked for does not
+    limit), summed over the nodes. The sweep keeps this many runs in flight and hands each worker that
+    finishes the run it should take next (:func:`fp8rl_core.config.next_run`)."""
+    cpus, gpus = float(request.get("num_cpus", 1)), float(request.get("num_gpus", 0))
+    mem = float(request.get("memory", 0)) / GIB
+    total = 0
+    for n in cluster:
+        fits = [math.floor(have / ask + 1e-9) for have, ask in ((n.cpus, cpus), (n.gpus, gpus), (n.memory_gb, mem)) if ask > 0]
+        total += min(fits) if fits else 1
+    return total
 
 
 def verl_fit_problem(nnodes: int, gpus_per_node: int, cluster: Sequence[Node], where: str) -> str | None:

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from fp8rl_core.config import ConfigError, LearnerSection, RunConfig, dispatch_order, load_sweep, run_id
+from fp8rl_core.config import (
+    ConfigError, LearnerSection, RunConfig, dispatch_order, engine_group, load_sweep, next_run, run_id,
+)
 from fp8rl_core.learner.spec import MXFP8_BLOCK, load_model_spec, spec_hash
 from fp8rl_core.sampler.presets import PRESETS
 
@@ -537,3 +539,43 @@ def test_dispatch_order_interleaves_warm_starts_and_keeps_a_presets_seeds_togeth
     longer = [r.model_copy(update={"warmstart": r.warmstart.model_copy(update={"steps": 900})}) for r in dense[:2]]
     assert dispatch_order(dense[:2] + longer) == [0, 2, 1, 3]
     assert dispatch_order([]) == []
+
+
+def test_runs_share_an_engine_group_exactly_when_their_engines_are_interchangeable():
+    _, runs = load_sweep(CONFIGS / "smoke.yaml")
+    by = {(r.model, r.preset, r.seed): engine_group(r) for r in runs}
+    assert by["qwen3-dense-mini", "half", 0] == by["qwen3-dense-mini", "half", 2]  # seeds share the engine
+    assert by["qwen3-dense-mini", "half", 0] != by["qwen3-dense-mini", "all", 0]  # another grid
+    assert by["qwen3-dense-mini", "half", 0] != by["qwen3-moe-mini", "half", 0]  # another checkpoint
+    assert len(set(by.values())) == 10  # 2 models × 5 presets
+    run = runs[0]
+    per_request = run.model_copy(update={"sampler": run.sampler.model_copy(update={"temperature": 0.5, "bucket_mb": 8.0})})
+    assert engine_group(per_request) == engine_group(run)  # neither is part of the engine vLLM builds
+    bigger = run.model_copy(update={"sampler": run.sampler.model_copy(update={"max_num_seqs": 128})})
+    assert engine_group(bigger) != engine_group(run)
+    longer = run.model_copy(update={"warmstart": run.warmstart.model_copy(update={"steps": 900})})
+    assert engine_group(longer) != engine_group(run)
+
+
+def test_next_run_keeps_a_worker_on_its_engine_then_spreads_then_fills():
+    assert next_run([], "a", []) is None
+    assert next_run(["b", "a", "a"], "a", ["b"]) == 1  # its engine is live: the next run of its group
+    assert next_run(["b", "c", "d"], "a", ["b"]) == 1  # group done: the first group nobody is on
+    assert next_run(["b", "b"], "a", ["b"]) == 0  # only another worker's group left: take it anyway
+    assert next_run(["b", "c"], None, []) == 0  # a fresh slot: the dispatch order
+
+
+def test_a_smoke_sweep_on_two_workers_starts_ten_engines_not_thirty():
+    # the driver's loop, simulated: two slots, runs of equal length, each worker's engine group followed
+    _, runs = load_sweep(CONFIGS / "smoke.yaml")
+    queue = [engine_group(runs[i]) for i in dispatch_order(runs)]
+    workers: list[str | None] = [None, None]
+    starts = 0
+    while queue:
+        for w, last in enumerate(workers):
+            if not queue:
+                break
+            g = queue.pop(next_run(queue, last, [x for i, x in enumerate(workers) if i != w and x is not None]))
+            starts += g != last
+            workers[w] = g
+    assert starts == 10

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from fp8rl_core.config import ResourcesSection
-from tasks.cluster import Node, fit_problem, loopback_problem, where
+from tasks.cluster import Node, capacity, fit_problem, loopback_problem, where
 
 CPU_NODE = Node("a" * 56, "10.0.0.1", cpus=2, gpus=0, memory_gb=20.0)
 GPU_NODE = Node("b" * 56, "10.0.0.2", cpus=32, gpus=8, memory_gb=900.0)
@@ -74,3 +74,14 @@ def test_verl_needs_its_gpus_per_node_on_enough_nodes():
     assert "has 8 GPUs, 0 node(s) with 8" in verl_fit_problem(1, 8, four, "c")
     assert "on 2 nodes" in verl_fit_problem(2, 8, [GPU_NODE], "c") and verl_fit_problem(2, 4, four, "c") is None
     assert "no alive node" in verl_fit_problem(1, 8, [], "c")
+
+
+def test_capacity_counts_the_runs_each_node_fits_at_once():
+    two = [Node("a" * 16, "10.0.0.1", cpus=2, gpus=0, memory_gb=24), Node("b" * 16, "10.0.0.2", cpus=16, gpus=8, memory_gb=512)]
+    assert capacity({"num_cpus": 1, "num_gpus": 0}, two) == 18
+    assert capacity({"num_cpus": 1, "num_gpus": 1}, two) == 8  # the CPU node fits none
+    assert capacity({"num_cpus": 4, "num_gpus": 0.5}, two) == 4  # CPUs are the limit there
+    assert capacity({"num_cpus": 0.3, "num_gpus": 0}, two[:1]) == 6  # fractions: no float round-down
+    assert capacity({"num_cpus": 1, "num_gpus": 0, "memory": 10 * 2**30}, two) == 2 + 16
+    assert capacity({"num_cpus": 1, "num_gpus": 0, "memory": 100 * 2**30}, two) == 5
+    assert capacity({"num_cpus": 1}, []) == 0
