@@ -16,6 +16,9 @@ Prefect) happen inside the commands, so ``fp8rl --help`` and ``fp8rl runs`` stay
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import logging
 import os
 import shutil
 import subprocess
@@ -75,7 +78,10 @@ def run(
         raise _fail(str(e)) from None
     typer.echo(f"sweep {sweep.sweep}: {len(runs)} runs from {config}")
 
-    from flows.pipelines import mxfp8_sweep
+    from flows.logs import driving_only
+
+    with driving_only() if not inline else contextlib.nullcontext():  # on Ray, this process starts no engine
+        from flows.pipelines import mxfp8_sweep
 
     with sweep_log(sweep.sweep) as log:
         typer.echo(f"log: {log}")
@@ -85,8 +91,18 @@ def run(
             raise _fail(f"{e} (log: {log})") from None
         except RuntimeError as e:  # some runs failed: the table above says which; rerun to retry them
             raise _fail(f"{e} (log: {log})") from None
+        finally:  # registered after Prefect's own exit hook for a temporary server: runs before it
+            atexit.register(_quiet_server_stop)
     typer.echo(f"MLflow UI: .venv/bin/fp8rl ui  (then http://127.0.0.1:5000); its links for this sweep: "
                f".venv/bin/fp8rl runs --sweep {sweep.sweep}")
+
+
+def _quiet_server_stop() -> None:
+    """At exit — after Prefect drained its log and event queues into its temporary API server (threading's
+    exit hooks run before atexit's) and before Prefect's own hook stops that server (atexit runs the last
+    registered first) — keep the stop's one INFO line ("Stopping temporary server") off the terminal.
+    (Stopping the server ourselves, earlier, would leave those queues retrying against nothing.)"""
+    logging.getLogger("prefect").setLevel(logging.WARNING)
 
 
 @app.command("verl-config")

@@ -8,14 +8,16 @@ terminal, dozens of lines in a log), transformers' progress bars for local check
 Settings a user made in the environment win (``setdefault``).
 
 :func:`sweep_log` is the block a sweep runs in: Prefect's console handler (on the root logger, see
-Prefect's ``logging.yml``) shows only warnings and errors, while a file handler on the root and ``vllm``
-loggers (``vllm`` does not propagate) writes everything from INFO up to ``logs/<sweep>-<time>.log``.
+Prefect's ``logging.yml``) and MLflow's and vLLM's own stream handlers show only warnings and errors, while a
+file handler on the root, ``vllm`` and ``mlflow`` loggers (the latter two do not propagate) writes everything
+from INFO up to ``logs/<sweep>-<time>.log``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from fp8rl_core.sampler import quiet
 
-__all__ = ["LOGS", "configure_vllm_logging", "quiet_process", "sweep_log"]
+__all__ = ["LOGS", "configure_vllm_logging", "driving_only", "engines_here", "quiet_process", "sweep_log"]
 
 LOGS = Path(os.environ.get("FP8RL_LOGS", "logs"))
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -37,10 +39,32 @@ ENV = {
 def quiet_process() -> None:
     """Set the environment defaults in :data:`ENV` and install :func:`fp8rl_core.sampler.quiet.install`
     (stdlib only: cheap enough for every ``fp8rl`` command). A process that will start engines also calls
-    :func:`configure_vllm_logging` (``flows.pipelines`` does at import)."""
+    :func:`configure_vllm_logging` (``flows.pipelines`` does at import, unless :func:`driving_only`)."""
     for key, value in ENV.items():
         os.environ.setdefault(key, value)
     quiet.install()
+
+
+_DRIVING_ONLY = threading.local()
+
+
+@contextmanager
+def driving_only() -> Iterator[None]:
+    """Within the block, importing :mod:`flows.pipelines` skips :func:`configure_vllm_logging`: for a
+    process that only drives a sweep whose runs execute in Ray workers (``fp8rl run`` without
+    ``--inline``) — no engine starts there, and the configuration imports vLLM (~9 s of the command's
+    start on 2 cores). The workers import the module outside the block and configure as always."""
+    before = getattr(_DRIVING_ONLY, "on", False)
+    _DRIVING_ONLY.on = True
+    try:
+        yield
+    finally:
+        _DRIVING_ONLY.on = before
+
+
+def engines_here() -> bool:
+    """False inside :func:`driving_only`: the importing process starts no engine."""
+    return not getattr(_DRIVING_ONLY, "on", False)
 
 
 def configure_vllm_logging() -> None:
@@ -63,9 +87,16 @@ def configure_vllm_logging() -> None:
     configure_logging_if_needed(LoggingConfig())
 
 
+#: loggers with handlers of their own that do not propagate to the root: vLLM's, and MLflow's (its stream
+#: handler would print e.g. "Creating initial MLflow database tables..." on a fresh store)
+OWN_HANDLERS = ("vllm", "mlflow")
+
+
 def _console_handlers() -> list[logging.Handler]:
-    """The stream handlers writing to the terminal that log records reach through the root logger."""
-    return [h for h in logging.getLogger().handlers
+    """The stream handlers writing to the terminal that log records reach through the root logger or
+    through one of :data:`OWN_HANDLERS`."""
+    loggers = [logging.getLogger(), *(logging.getLogger(n) for n in OWN_HANDLERS)]
+    return [h for lg in loggers for h in lg.handlers
             if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
 
 
@@ -73,13 +104,16 @@ def _console_handlers() -> list[logging.Handler]:
 def sweep_log(sweep: str, root: str | Path | None = None, console_level: int = logging.WARNING) -> Iterator[Path]:
     """Write every log line (INFO and up) of the block to ``<root>/<sweep>-<YYYYmmdd-HHMMSS>.log`` and show
     only ``console_level`` and up on the terminal; yields the file's path (restores everything after)."""
+    import mlflow  # noqa: F401 — both install their console handlers at import: they must exist to be turned down
+    import prefect  # noqa: F401
+
     folder = Path(root) if root is not None else LOGS
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{sweep}-{time.strftime('%Y%m%d-%H%M%S')}.log"
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setLevel(logging.INFO)
     handler.setFormatter(logging.Formatter(FORMAT))
-    targets = [logging.getLogger(), logging.getLogger("vllm")]
+    targets = [logging.getLogger(), *(logging.getLogger(n) for n in OWN_HANDLERS)]
     for lg in targets:
         lg.addHandler(handler)
     consoles = {h: h.level for h in _console_handlers()}

@@ -111,6 +111,7 @@ def test_run_prints_the_sweep_log_which_gets_the_lines_the_terminal_does_not(sto
 
     def flow(config, overrides, **kw):  # logs as the flow and vLLM do: INFO to the file only, warnings to both
         consoles.extend(h.level for h in logging.getLogger().handlers if isinstance(h, PrefectConsoleHandler))
+        logging.getLogger("mlflow.store.db.utils").info("Creating initial MLflow database tables...")
         logging.getLogger("prefect.fp8rl-test").info("task run finished")
         logging.getLogger("vllm.engine").info("engine config dump")
         logging.getLogger("prefect.fp8rl-test").warning("a real problem")
@@ -129,6 +130,8 @@ def test_run_prints_the_sweep_log_which_gets_the_lines_the_terminal_does_not(sto
     assert "task run finished" in text and "engine config dump" in text and "a real problem" in text
     assert consoles and all(level >= logging.WARNING for level in consoles)  # the terminal: warnings and up
     assert "task run finished" not in result.output and "engine config dump" not in result.output
+    assert "Creating initial MLflow database tables" in text and "MLflow database" not in result.output
+    assert "temporary server" not in result.output
     assert vllm.handlers == before  # the sweep log's file handler removed after
 
 
@@ -287,3 +290,19 @@ def test_an_engine_start_applies_no_logging_config_after_quiet_process():
     finally:
         logging.getLogger("fp8rl.test.flush-probe").removeHandler(probe)
         flows.logs.configure_vllm_logging()  # back to the configuration the rest of the session uses
+
+
+def test_a_driver_on_ray_imports_the_flows_without_vllm():
+    """`fp8rl run` without --inline starts no engine: flows.pipelines imported inside flows.logs.driving_only
+    leaves vLLM unimported (~9 s of the command's start); outside the block it is configured as before."""
+    import subprocess
+
+    code = ("import sys, flows.logs\n"
+            "with flows.logs.driving_only():\n"
+            "    assert not flows.logs.engines_here()\n"
+            "    import flows.pipelines\n"
+            "assert flows.logs.engines_here()\n"
+            "print(sorted(m for m in sys.modules if m == 'vllm' or m.startswith('vllm.')))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
