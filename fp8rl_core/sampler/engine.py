@@ -52,7 +52,9 @@ from fp8rl_core.sync.layout import ModelLayout, to_checkpoint
 from fp8rl_core.sync.ranks import RankCheck, slice_for_rank
 from fp8rl_core.sync.transport import SyncHandle, default_root, write_sync
 
-from .vllm_compat import EngineCoreDied, call_utility, engine_core_alive, in_process_engine, watched_call
+from .vllm_compat import (
+    EngineCoreDied, call_utility, collected_once, engine_core_alive, in_process_engine, watched_call,
+)
 
 __all__ = [
     "Rollout",
@@ -422,10 +424,13 @@ class Sampler:
         llm = getattr(self, "llm", None)
         if llm is not None:
             _IN_PROCESS.discard(self)
-            try:
-                with self._process_guard():  # (vLLM's teardown unfreezes and collects the whole heap: ~1 s)
-                    llm.llm_engine.engine_core.shutdown(timeout=SHUTDOWN_S)  # see .quiet: a forced kill leaks shm
-            except Exception:  # noqa: BLE001 — best effort at teardown
-                pass
-            self.llm = None  # in-process: vLLM's shutdown freed the KV cache and collected; this drops the model
+            once = collected_once() if getattr(self, "in_process", False) else contextlib.nullcontext()
+            with once:  # in-process: vLLM's two collections of the whole heap become one, after the engine is dropped
+                try:
+                    with self._process_guard():
+                        llm.llm_engine.engine_core.shutdown(timeout=SHUTDOWN_S)  # see .quiet: a forced kill leaks shm
+                except Exception:  # noqa: BLE001 — best effort at teardown
+                    pass
+                del llm
+                self.llm = None  # in-process: vLLM's shutdown freed the KV cache; this drops the model
         shutil.rmtree(getattr(self, "dir", ""), ignore_errors=True)

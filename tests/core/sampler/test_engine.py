@@ -245,6 +245,7 @@ def test_an_in_process_engine_leaves_the_process_as_it_found_it(engines, checkpo
     import gc
     import os as _os
     import random
+    import weakref
 
     import numpy as np
 
@@ -259,7 +260,7 @@ def test_an_in_process_engine_leaves_the_process_as_it_found_it(engines, checkpo
     torch.manual_seed(7)
     random.seed(7)
     np.random.seed(7)
-    before = (torch.get_num_threads(), torch.set_num_threads, dict(_os.environ), gc.get_freeze_count(),
+    before = (torch.get_num_threads(), torch.set_num_threads, dict(_os.environ), gc.get_freeze_count(), gc.collect,
               torch.random.get_rng_state(), random.getstate(), np.random.get_state()[1].copy())
     sampler = Sampler(checkpoints["dense"], pipe.schemes, pipe.export(), cfg, work_root=tmp_path)
     try:
@@ -267,12 +268,15 @@ def test_an_in_process_engine_leaves_the_process_as_it_found_it(engines, checkpo
         sampler.prompt_logprobs(PROBE[:2])  # samples a token without a seed: vLLM's global generator
         sampler.sync(pipe.export(), 1)
         assert sampler.state()["ranks"][0]["version"] == 1
+        engine = weakref.ref(sampler.llm.llm_engine)
     finally:
         sampler.close()
-    after = (torch.get_num_threads(), torch.set_num_threads, dict(_os.environ), gc.get_freeze_count(),
+    # the close's one collection (vllm_compat.collected_once) ran after the engine was dropped: it is gone
+    assert engine() is None
+    after = (torch.get_num_threads(), torch.set_num_threads, dict(_os.environ), gc.get_freeze_count(), gc.collect,
              torch.random.get_rng_state(), random.getstate(), np.random.get_state()[1].copy())
-    assert after[:4] == before[:4]
-    assert torch.equal(after[4], before[4]) and after[5] == before[5] and (after[6] == before[6]).all()
+    assert after[:5] == before[:5]
+    assert torch.equal(after[5], before[5]) and after[6] == before[6] and (after[7] == before[7]).all()
     torch.set_num_threads(before[0])  # the real function: it takes effect
     assert torch.get_num_threads() == before[0]
     # the next in-process engine starts afresh and computes what the closed one did
