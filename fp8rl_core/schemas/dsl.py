@@ -133,7 +133,10 @@ def at_least(big: str, small: str, why: str, tol: float = 0.0) -> pa.Check:
 
 def constant_per(group: Sequence[str], column: str, why: str) -> pa.Check:
     def bad(df):  # the rows that differ from their group's most common value
-        common = df.groupby(list(group), dropna=False)[column].transform(lambda s: s.mode(dropna=False).iloc[0])
+        by = df.groupby(list(group), dropna=False)[column]
+        if (by.nunique(dropna=False) <= 1).all():  # the common case, vectorised: every group constant
+            return pd.Series(False, index=df.index)
+        common = by.transform(lambda s: s.mode(dropna=False).iloc[0])
         same = (df[column] == common).fillna(False).astype(bool) | (df[column].isna() & common.isna())
         return ~same
 
