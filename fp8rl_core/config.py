@@ -494,6 +494,11 @@ def run_id(run: RunConfig) -> str:
     return hashlib.sha256(canon.encode()).hexdigest()[:12]
 
 
+def _warm_start_of(run: RunConfig) -> list:
+    """What a run's warm-start checkpoint is made from: the model spec's contents and the warm-start settings."""
+    return [spec_hash(run.spec()), run.warmstart.model_dump(mode="json")]
+
+
 def dispatch_order(runs: Sequence[RunConfig]) -> list[int]:
     """The order in which a cluster should start ``runs`` (indices into it): round-robin over the runs'
     warm starts (model spec + warm-start settings), each warm start's runs in their sweep order.
@@ -505,8 +510,7 @@ def dispatch_order(runs: Sequence[RunConfig]) -> list[int]:
     still finds its engine live (the pool reuses an engine by identity)."""
     groups: dict[str, list[int]] = {}
     for i, run in enumerate(runs):
-        key = json.dumps([spec_hash(run.spec()), run.warmstart.model_dump(mode="json")], sort_keys=True)
-        groups.setdefault(key, []).append(i)
+        groups.setdefault(json.dumps(_warm_start_of(run), sort_keys=True), []).append(i)
     queues = list(groups.values())
     order: list[int] = []
     while any(queues):
@@ -521,9 +525,7 @@ def engine_group(run: RunConfig) -> str:
     the engine loads), same preset (the engine's grid schemes) and same engine settings — what
     :func:`fp8rl_core.sampler.config.engine_key` keys the pool by, read from the run's config (two
     presets that happen to build identical engines count as two groups: a missed reuse, never a wrong one)."""
-    engine = run.sampler.model_dump(mode="json", exclude={"temperature", "bucket_mb"})
-    return json.dumps([spec_hash(run.spec()), run.warmstart.model_dump(mode="json"), run.preset, engine],
-                      sort_keys=True)
+    return json.dumps([*_warm_start_of(run), run.preset, run.sampler.engine_settings()], sort_keys=True)
 
 
 def next_run(queued: Sequence[str], finished: str | None, running: Iterable[str]) -> int | None:

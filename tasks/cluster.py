@@ -55,12 +55,17 @@ def nodes() -> list[Node]:
     return out
 
 
+def _asked(request: Mapping[str, float]) -> tuple[float, float, float]:
+    """CPUs, GPUs and GiB of memory one run asks (Ray's option names; memory in bytes there)."""
+    return (float(request.get("num_cpus", 1)), float(request.get("num_gpus", 0)),
+            float(request.get("memory", 0)) / GIB)
+
+
 def fit_problem(request: Mapping[str, float], cluster: Sequence[Node], where: str) -> str | None:
     """None when some node can host one run asking ``request`` (``num_cpus``, ``num_gpus``, ``memory`` in
     bytes — :meth:`fp8rl_core.config.ResourcesSection.ray_options`), else the message: what the run asks
     for and what every node of ``where`` (e.g. "the Ray cluster at host:6379") has. A run must fit on *one* node (its engine and learner share a process)."""
-    cpus, gpus = float(request.get("num_cpus", 1)), float(request.get("num_gpus", 0))
-    mem = float(request.get("memory", 0)) / GIB
+    cpus, gpus, mem = _asked(request)
     for n in cluster:
         if n.cpus >= cpus and n.gpus >= gpus and n.memory_gb >= mem:
             return None
@@ -77,13 +82,13 @@ def capacity(request: Mapping[str, float], cluster: Sequence[Node]) -> int:
     fewest of its CPUs, GPUs and memory divided by what one run asks (a resource not asked for does not
     limit), summed over the nodes. The sweep keeps this many runs in flight and hands each worker that
     finishes the run it should take next (:func:`fp8rl_core.config.next_run`)."""
-    cpus, gpus = float(request.get("num_cpus", 1)), float(request.get("num_gpus", 0))
-    mem = float(request.get("memory", 0)) / GIB
-    total = 0
-    for n in cluster:
-        fits = [math.floor(have / ask + 1e-9) for have, ask in ((n.cpus, cpus), (n.gpus, gpus), (n.memory_gb, mem)) if ask > 0]
-        total += min(fits) if fits else 1
-    return total
+    cpus, gpus, mem = _asked(request)  # num_cpus > 0 (the config's rule): every node has a CPU limit
+
+    def fits(n: Node) -> int:
+        return min(math.floor(have / ask + 1e-9) for have, ask in ((n.cpus, cpus), (n.gpus, gpus), (n.memory_gb, mem))
+                   if ask > 0)
+
+    return sum(fits(n) for n in cluster)
 
 
 def verl_fit_problem(nnodes: int, gpus_per_node: int, cluster: Sequence[Node], where: str) -> str | None:

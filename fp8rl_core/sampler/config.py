@@ -49,6 +49,11 @@ class SamplerConfig(BaseModel):
         "the calling process (vLLM's in-process client and single-process executor: no process starts, about "
         "20 s less per engine start on 2 cores; an engine crash takes the calling process with it)")
 
+    def engine_settings(self) -> dict:
+        """The settings vLLM builds the engine with at its start: all but ``temperature`` (per request) and
+        ``bucket_mb`` (per sync) — two engines with equal settings (and model) are interchangeable."""
+        return self.model_dump(exclude={"temperature", "bucket_mb"})
+
     @field_validator("block_size")
     @classmethod
     def _block_multiple_of_32(cls, v: int) -> int:
@@ -74,7 +79,6 @@ def cpu_fp8_kv_support(cpuinfo: str | None = None) -> tuple[bool, str]:
 
 def engine_key(model_cfg: Mapping, cfg: SamplerConfig) -> str:
     """What makes two engines interchangeable: model config (incl. schemes) and the engine settings vLLM
-    builds at start (everything but ``temperature`` and ``bucket_mb``, which are per request / per sync)."""
-    engine_fields = cfg.model_dump(exclude={"temperature", "bucket_mb"})
-    canon = json.dumps({"model": model_cfg, "engine": engine_fields}, sort_keys=True, default=str)
+    builds at start (:meth:`SamplerConfig.engine_settings`)."""
+    canon = json.dumps({"model": model_cfg, "engine": cfg.engine_settings()}, sort_keys=True, default=str)
     return hashlib.sha256(canon.encode()).hexdigest()[:16]

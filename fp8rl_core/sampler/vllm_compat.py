@@ -60,8 +60,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["EngineCoreDied", "call_utility", "engine_core_alive", "fail_pending_waits", "in_process_engine",
-           "patch_engine_core", "watched_call"]
+__all__ = ["EngineCoreDied", "call_utility", "collected_once", "engine_core_alive", "fail_pending_waits",
+           "in_process_engine", "patch_engine_core", "watched_call"]
 
 #: seconds between liveness polls while a call waits, and how long a resolved call gets to finish
 POLL_S, DRAIN_S = 0.1, 2.0
