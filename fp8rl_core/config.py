@@ -506,8 +506,8 @@ def dispatch_order(runs: Sequence[RunConfig]) -> list[int]:
     Why: a sweep lists its runs model by model, so the first free workers would all take the first model's
     runs and train its warm start side by side (each its own copy; the checkpoint is published atomically),
     then all wait on the next model's. Interleaved, the first workers train *different* warm starts at once.
-    A preset's seeds stay consecutive within their warm start's runs, so a worker that takes the next one
-    still finds its engine live (the pool reuses an engine by identity)."""
+    A preset's seeds stay consecutive within their warm start's runs; which worker takes which run after the
+    first ones is :func:`next_run`'s choice (a worker stays on its engine group)."""
     groups: dict[str, list[int]] = {}
     for i, run in enumerate(runs):
         groups.setdefault(json.dumps(_warm_start_of(run), sort_keys=True), []).append(i)
