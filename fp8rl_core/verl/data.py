@@ -102,18 +102,22 @@ def write_dataset(run: "RunConfig", directory: str | Path) -> VerlData:
     return VerlData(paths[0], paths[1], len(train), len(val))
 
 
-def write_task_tokenizer(directory: str | Path) -> Path:
+def write_task_tokenizer(directory: str | Path, vocab_size: int | None = None) -> Path:
     """A Hugging Face tokenizer whose ids are the task's ids, saved into ``directory`` (beside a model's
     ``config.json``): one token per character of the task's spelling (``_ ^ $ + = 0 … 9`` → 0 … 14),
     ``<pad>`` = 15 as its only special token, unknown characters → ``<pad>``; a chat template that writes
     the messages' contents back to back (no role markers, no generation prompt), so
     ``apply_chat_template([{"role": "user", "content": "^700+590="}])`` gives exactly the task's prompt ids.
     ``$`` (the task's and the fp8rl models' EOS, ``eos_token_id = 2`` in their config) is an ordinary
-    token: decoding with ``skip_special_tokens=True`` keeps it, so the reward sees where the answer ended."""
+    token: decoding with ``skip_special_tokens=True`` keeps it, so the reward sees where the answer ended.
+    ``vocab_size`` (the model's): the vocabulary is filled up to it with tokens no text produces
+    (``<unused16>`` …), so the tokenizer's length is the model's vocabulary — verl masks the rollout's logits
+    beyond the tokenizer's length, and a shorter tokenizer would show a false train–rollout mismatch."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     vocab = {decode([i]): i for i in range(TASK_VOCAB_SIZE)} | {TOKENIZER_PAD: TASK_VOCAB_SIZE}
+    vocab |= {f"<unused{i}>": i for i in range(len(vocab), vocab_size or 0)}
     assert vocab["_"] == PAD and vocab["$"] == EOS and vocab["0"] == DIGIT0
     tok = Tokenizer(models.WordLevel(vocab, unk_token=TOKENIZER_PAD))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")

