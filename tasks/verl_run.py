@@ -27,19 +27,23 @@ import re
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from fp8rl_core.config import RunConfig, run_id
-from fp8rl_core.verl.data import write_dataset
+from fp8rl_core.learner.warmstart import warm_start
+from fp8rl_core.verl.checking import read_reports
+from fp8rl_core.verl.data import write_dataset, write_model_dir
+from fp8rl_core.verl.metrics import VERL_METRICS, summary
 from fp8rl_core.verl.overrides import Override, main_ppo_argv, verl_overrides
 
 from . import tracking
 
-__all__ = ["VerlOutcome", "failure_reason", "launch_overrides", "run_verl", "work_dir"]
+__all__ = ["VerlOutcome", "failure_reason", "launch_overrides", "model_dir", "prepare_model", "record", "run_verl",
+           "work_dir"]
 
 #: lines of verl's output that name an error (a Python exception line, Ray's and Hydra's error lines)
 _ERROR = re.compile(r"(\b\w*(Error|Exception)\b|\bTraceback\b|error:)")
@@ -54,14 +58,55 @@ def work_dir(sweep: str, cfg: RunConfig) -> Path:
     return Path(os.environ.get("FP8RL_VERL_WORK", ".cache/verl")).resolve() / sweep / run_id(cfg)
 
 
+def model_dir(sweep: str, cfg: RunConfig) -> Path | None:
+    """verl's ``model.path`` for a ``hardware: cpu`` run (its warm start with the task tokenizer, written by
+    :func:`prepare_model`); None where ``verl.model_path`` names the checkpoint."""
+    return work_dir(sweep, cfg) / "model" if cfg.verl.model_path is None else None
+
+
 def launch_overrides(cfg: RunConfig, sweep: str, *, mlflow_run_id: str | None = None,
-                     ray_address: str | None = None) -> list[Override]:
+                     ray_address: str | None = None, fault: dict | None = None) -> list[Override]:
     """verl's overrides of ``cfg`` as the launcher runs them: the sweep as verl's project, the run id as
-    its experiment, the dataset in :func:`work_dir`, the tracking store, fp8rl's MLflow run and the Ray
-    cluster to join."""
+    its experiment, the dataset (and, on CPU, the model) in :func:`work_dir`, the tracking store, fp8rl's
+    MLflow run, the Ray cluster to join and a planted fault (``fault``: the fault tests only)."""
     return verl_overrides(cfg, experiment=sweep, run_name=run_id(cfg), mlflow_run_id=mlflow_run_id,
                           tracking_uri=tracking.tracking_uri() if mlflow_run_id else None,
-                          data_dir=work_dir(sweep, cfg), ray_address=ray_address)
+                          data_dir=work_dir(sweep, cfg), ray_address=ray_address, model_path=model_dir(sweep, cfg),
+                          fault=fault)
+
+
+def prepare_model(cfg: RunConfig, sweep: str, cache_root: str | Path) -> Path | None:
+    """The run's warm start (trained once, then reused from ``cache_root``) as verl's model directory, for
+    a run without ``verl.model_path``; None otherwise."""
+    target = model_dir(sweep, cfg)
+    if target is None:
+        return None
+    res = warm_start(cfg.spec(), cfg.warmstart, Path(cache_root).resolve(), progress=True)
+    return write_model_dir(res.path, target, cfg.spec().vocab_size)
+
+
+def record(mlflow_run: str, work: Path) -> dict[str, float]:
+    """Log what fp8rl measured around verl's run into its MLflow run: the check report of every sync (per
+    condition ``check/W…`` at the sync's version, the ``checks`` table, ``checks.json``) and the summary
+    and headline metrics from verl's per-step metrics (:func:`fp8rl_core.verl.metrics.summary`). Returns
+    the summary."""
+    from fp8rl_core.checks import check_rows
+
+    reports = read_reports(work / "checks.jsonl")
+    for rep in reports:
+        passed = {f"check/{r['condition']}": float(r["passed"]) for r in rep["results"]}
+        tracking.log_metrics(mlflow_run, passed | {"checks_s": rep["seconds"], "checks_full": float(rep["tier"] == "full")},
+                             step=int(rep["version"]))
+    if reports:
+        tracking.log_json(mlflow_run, "checks.json", reports)
+        tracking.log_table(mlflow_run, "checks", check_rows(reports))
+    c = tracking.client()
+    history = {k: [(m.step, m.value) for m in c.get_metric_history(mlflow_run, k)] for k in VERL_METRICS}
+    out = summary(history)
+    out["checks/syncs"] = float(len(reports))
+    out["checks/failed"] = float(sum(not r["passed"] for rep in reports for r in rep["results"]))
+    tracking.log_metrics(mlflow_run, out | tracking.headline_metrics(out))
+    return out
 
 
 @dataclass(frozen=True)
@@ -71,6 +116,7 @@ class VerlOutcome:
     returncode: int
     reason: str | None
     log: Path
+    summary: dict[str, float] = field(default_factory=dict)
 
 
 def failure_reason(returncode: int, output: str, lines: int = 3) -> str | None:
@@ -89,13 +135,17 @@ def failure_reason(returncode: int, output: str, lines: int = 3) -> str | None:
 
 
 @task(name="verl-run", cache_policy=NO_CACHE)
-def run_verl(run: dict, sweep: str, mlflow_run: str, ray_address: str | None = None) -> VerlOutcome:
-    """Write the run's dataset and overrides, then run ``python -m verl.trainer.main_ppo`` with them, its
-    MLflow logger inside ``mlflow_run``; wait for it. Returns how it ended (the caller ends the MLflow run)."""
+def run_verl(run: dict, sweep: str, mlflow_run: str, ray_address: str | None = None,
+             cache_root: str = ".cache/warmstart", fault: dict | None = None) -> VerlOutcome:
+    """Write the run's dataset, model directory (a CPU run's warm start) and overrides, then run
+    ``python -m verl.trainer.main_ppo`` with them, its MLflow logger inside ``mlflow_run``; wait for it, then
+    :func:`record` the checks and summary metrics. Returns how it ended (the caller ends the MLflow run)."""
     cfg = RunConfig.model_validate(run)
     work = work_dir(sweep, cfg)
     write_dataset(cfg, work)
-    argv = main_ppo_argv(launch_overrides(cfg, sweep, mlflow_run_id=mlflow_run, ray_address=ray_address),
+    (work / "checks.jsonl").unlink(missing_ok=True)
+    prepare_model(cfg, sweep, cache_root)
+    argv = main_ppo_argv(launch_overrides(cfg, sweep, mlflow_run_id=mlflow_run, ray_address=ray_address, fault=fault),
                          sys.executable)
     (work / "main_ppo.args").write_text("\n".join(argv[3:]) + "\n")
     tracking.log_file(mlflow_run, work / "main_ppo.args", "verl")
@@ -114,4 +164,5 @@ def run_verl(run: dict, sweep: str, mlflow_run: str, ray_address: str | None = N
                     proc.kill()
                     proc.wait()
     tracking.log_file(mlflow_run, log, "verl")
-    return VerlOutcome(returncode, failure_reason(returncode, log.read_text(errors="replace")), log)
+    summary_metrics = record(mlflow_run, work)
+    return VerlOutcome(returncode, failure_reason(returncode, log.read_text(errors="replace")), log, summary_metrics)

@@ -84,14 +84,25 @@ def check_rank_results(results: Sequence[RankCheck]) -> CheckResult:
                        len(offenders), time.perf_counter() - t0 + sum(r.seconds for r in results), detail)
 
 
-def expected_sync_tensors(exp: Expected) -> dict[str, torch.Tensor]:
-    """The full tensors the engine must hold, by sync name: on-grid bytes and BF16 views, less those the
-    engine cannot read back as values (``exp.skip``: prepacked BF16 experts)."""
-    return {n: t for n, t in (exp.grid | exp.views).items() if n not in exp.skip}
+#: which expected tensors a per-rank check compares, and the condition its result is reported under
+_KINDS = {"all": "W2/W4", "grid": "W2", "views": "W4"}
 
 
-def check_engine_ranks(sampler, exp: Expected, *, full: bool = False) -> CheckResult:
-    """Every rank of ``sampler``'s live engine checks its shards against its slice of ``exp``
-    (:meth:`fp8rl_core.sampler.engine.Sampler.check_ranks`: fingerprints, or with ``full`` every byte);
-    one result naming every failing rank (:func:`check_rank_results`)."""
-    return check_rank_results(sampler.check_ranks(expected_sync_tensors(exp), full=full))
+def expected_sync_tensors(exp: Expected, kind: str = "all") -> dict[str, torch.Tensor]:
+    """The full tensors the engine must hold, by sync name: on-grid bytes (``kind="grid"``), BF16 views
+    (``"views"``) or both, less those the engine cannot read back as values (``exp.skip``: prepacked BF16
+    experts)."""
+    if kind not in _KINDS:
+        raise ValueError(f"kind must be one of {', '.join(_KINDS)}, got {kind!r}")
+    chosen = {"all": exp.grid | exp.views, "grid": exp.grid, "views": exp.views}[kind]
+    return {n: t for n, t in chosen.items() if n not in exp.skip}
+
+
+def check_engine_ranks(sampler, exp: Expected, *, full: bool = False, kind: str = "all") -> CheckResult:
+    """Every rank of ``sampler``'s live engine checks its shards against its slice of ``exp``'s tensors
+    of ``kind`` (:func:`expected_sync_tensors`; :meth:`fp8rl_core.sampler.engine.Sampler.check_ranks`:
+    fingerprints, or with ``full`` every byte); one result naming every failing rank
+    (:func:`check_rank_results`), under W2 for on-grid tensors, W4 for BF16 views."""
+    res = check_rank_results(sampler.check_ranks(expected_sync_tensors(exp, kind), full=full))
+    res.condition = _KINDS[kind]
+    return res

@@ -48,6 +48,7 @@ from .basic import (
 from .behaviour import check_behaviour
 from .expected import Expected, expected_from_learner
 from .layout import check_layout
+from .ranks import check_engine_ranks
 
 __all__ = ["CONDITIONS", "CheckPolicy", "CheckReport", "CheckRunner", "full_tier_reason", "merge"]
 
@@ -165,12 +166,19 @@ class CheckRunner:
         self.history[exp.version] = exp.all_fp
         for v in sorted(self.history)[: -self.policy.history]:
             del self.history[v]
+        sharded = any(len(st["ranks"]) > 1 for st in states)  # tensor parallel: ranks hold shards
         primary = states[0]["ranks"][0]["fingerprints"]
-        content = [v for v, fps in self.history.items() if all(primary.get(n) == f for n, f in fps.items())]
+        content = None if sharded else [v for v, fps in self.history.items()
+                                        if all(primary.get(n) == f for n, f in fps.items())]
         parts: dict[str, list[CheckResult]] = {c: [] for c in CONDITIONS}
         parts["W1"].append(check_coverage(states, exp.names, exp.version))
-        parts["W2"].append(check_grid_fingerprints(states, exp.grid_fp))
-        parts["W4"].append(check_precision_fingerprints(states, exp.view_fp, pipe.configured, exp.skip))
+        if sharded:  # whole-tensor fingerprints cannot hold on shards: each rank against its slice
+            parts["W2"].append(check_engine_ranks(samplers[0], exp, kind="grid"))
+            parts["W4"].append(check_engine_ranks(samplers[0], exp, kind="views"))
+            parts["W4"].append(check_precision_fingerprints(states, {}, pipe.configured, exp.skip))
+        else:
+            parts["W2"].append(check_grid_fingerprints(states, exp.grid_fp))
+            parts["W4"].append(check_precision_fingerprints(states, exp.view_fp, pipe.configured, exp.skip))
         parts["W5"].append(check_version(states, exp.version, list(rollout_tags), content))
         for st in states:
             inst = st["instance"]
@@ -185,7 +193,7 @@ class CheckRunner:
         why = full_tier_reason(self.syncs, self.policy.full_every, forced=self.force_full, new_engine=new,
                                cheap_failed=cheap_failed)
         if why:
-            self._full(pipe, samplers[0], exp, parts)
+            self._full(pipe, samplers[0], exp, parts, sharded)
         results = [merge(c, ps) for c, ps in parts.items() if ps]
         for st in states:
             self._baseline(st)
@@ -194,16 +202,21 @@ class CheckRunner:
         return CheckReport(exp.version, self.syncs, bool(why), why or "cadence: cheap", results,
                            time.perf_counter() - t_all)
 
-    def _full(self, pipe, sampler, exp: Expected, parts: dict[str, list[CheckResult]]) -> None:
+    def _full(self, pipe, sampler, exp: Expected, parts: dict[str, list[CheckResult]], sharded: bool = False) -> None:
         learner = pipe.learner
-        readback = sampler.read_back(effective=True)
+        readback = sampler.read_back(effective=True)  # with tensor parallelism: rank 0's shards
         meta = sampler.state(fingerprints=False)["ranks"][0]
-        parts["W2"].append(check_grid_bytes(readback, learner.forward_weights(), pipe.configured, learner.layers))
-        shapes = {n: (list(t.shape), str(t.dtype).removeprefix("torch.")) for n, t in readback.items()}
-        parts["W3"].append(check_layout(readback, shapes, exp.shapes, meta["layers"], exp.groups, exp.masters,
-                                        sampler.mx_grid, self.policy.layout_tolerance))
-        schemes = {p: v["scheme"] for p, v in meta["layers"].items()}
-        parts["W4"].append(check_precision(readback, exp.views, schemes, pipe.configured, exp.skip))
+        if sharded:  # every byte of every rank's shards against its slice (a layout fault shows as bytes
+            # out of place on the rank that holds them); the whole-tensor read-back checks need whole tensors
+            parts["W2"].append(check_engine_ranks(sampler, exp, full=True, kind="grid"))
+            parts["W4"].append(check_engine_ranks(sampler, exp, full=True, kind="views"))
+        else:
+            parts["W2"].append(check_grid_bytes(readback, learner.forward_weights(), pipe.configured, learner.layers))
+            shapes = {n: (list(t.shape), str(t.dtype).removeprefix("torch.")) for n, t in readback.items()}
+            parts["W3"].append(check_layout(readback, shapes, exp.shapes, meta["layers"], exp.groups, exp.masters,
+                                            sampler.mx_grid, self.policy.layout_tolerance))
+            schemes = {p: v["scheme"] for p, v in meta["layers"].items()}
+            parts["W4"].append(check_precision(readback, exp.views, schemes, pipe.configured, exp.skip))
         stale = []
         grid = parse_grid(sampler.mx_grid)
         for p, v in meta["layers"].items():

@@ -64,6 +64,7 @@ __all__ = [
     "SyncTiming",
     "engine_config",
     "prepare_engine_dir",
+    "prompt_logprob_tensor",
 ]
 
 WORKER_EXTENSION = "fp8rl_core.sampler.worker.Fp8rlWorkerExtension"
@@ -396,28 +397,13 @@ class Sampler:
         k = -1 if full else 0
         params = SamplingParams(max_tokens=1, prompt_logprobs=k, detokenize=False, temperature=1.0,
                                 flat_logprobs=True)
-        outs = self._call("prompt_logprobs", self.llm.generate,
-                          [TokensPrompt(prompt_token_ids=[int(t) for t in r]) for r in rows], params, use_tqdm=False)
-        t = len(rows[0]) - 1
-        if full:
-            res = torch.full((len(rows), t, self.vocab_size), -math.inf, dtype=torch.float32)
-        else:
-            res = torch.zeros((len(rows), t), dtype=torch.float32)
-        for i, out in enumerate(outs):
-            flat = out.prompt_logprobs  # position 0 has no prefix: an empty range
-            starts = torch.tensor(flat.start_indices[1:], dtype=torch.long)
-            ends = torch.tensor(flat.end_indices[1:], dtype=torch.long)
-            ids = torch.tensor(flat.token_ids, dtype=torch.long)
-            lps = torch.tensor(flat.logprobs, dtype=torch.float32)
-            if full:  # each position: the prompt token's entry first, then every id (ranks 1..V)
-                pos = torch.repeat_interleave(torch.arange(t), ends - starts)
-                sel = torch.cat([torch.arange(a, b) for a, b in zip(starts.tolist(), ends.tolist())])
-                res[i, pos, ids[sel]] = lps[sel]
-            else:  # the prompt token's own entry leads each position's range
-                if not torch.equal(ids[starts], torch.tensor(rows[i][1:], dtype=torch.long)):
-                    raise RuntimeError("vLLM's prompt logprobs do not lead with the prompt's tokens")
-                res[i] = lps[starts]
-        return res
+        outs = self._generate("prompt_logprobs", [TokensPrompt(prompt_token_ids=[int(t) for t in r]) for r in rows],
+                              params)
+        return prompt_logprob_tensor(outs, rows, full, self.vocab_size)
+
+    def _generate(self, what: str, prompts: list, params) -> list:
+        """vLLM's outputs for ``prompts`` (one request each) under ``params``."""
+        return self._call(what, self.llm.generate, prompts, params, use_tqdm=False)
 
     # -- lifetime -----------------------------------------------------------------------------------
     def close(self) -> None:
@@ -434,3 +420,28 @@ class Sampler:
                 del llm
                 self.llm = None  # in-process: vLLM's shutdown freed the KV cache; this drops the model
         shutil.rmtree(getattr(self, "dir", ""), ignore_errors=True)
+
+
+def prompt_logprob_tensor(outs: Sequence, rows: list[list[int]], full: bool, vocab_size: int) -> torch.Tensor:
+    """vLLM's prompt log-probs (``flat_logprobs``) of ``rows`` as a tensor: [B, T-1], or with ``full`` the
+    whole vocabulary [B, T-1, V] (-inf where vLLM reports nothing)."""
+    t = len(rows[0]) - 1
+    if full:
+        res = torch.full((len(rows), t, vocab_size), -math.inf, dtype=torch.float32)
+    else:
+        res = torch.zeros((len(rows), t), dtype=torch.float32)
+    for i, out in enumerate(outs):
+        flat = out.prompt_logprobs  # position 0 has no prefix: an empty range
+        starts = torch.tensor(flat.start_indices[1:], dtype=torch.long)
+        ends = torch.tensor(flat.end_indices[1:], dtype=torch.long)
+        ids = torch.tensor(flat.token_ids, dtype=torch.long)
+        lps = torch.tensor(flat.logprobs, dtype=torch.float32)
+        if full:  # each position: the prompt token's entry first, then every id (ranks 1..V)
+            pos = torch.repeat_interleave(torch.arange(t), ends - starts)
+            sel = torch.cat([torch.arange(a, b) for a, b in zip(starts.tolist(), ends.tolist())])
+            res[i, pos, ids[sel]] = lps[sel]
+        else:  # the prompt token's own entry leads each position's range
+            if not torch.equal(ids[starts], torch.tensor(rows[i][1:], dtype=torch.long)):
+                raise RuntimeError("vLLM's prompt logprobs do not lead with the prompt's tokens")
+            res[i] = lps[starts]
+    return res

@@ -80,15 +80,16 @@ class Fp8rlWorkerExtension:
         self._fp8rl_reload(shards(), version, hook)
         return {"version": self.fp8rl_weight_version, "tensors": count, "seconds": time.perf_counter() - t0}
 
-    def fp8rl_load_shards(self, shards: list[tuple[str, torch.Tensor]], version: int) -> dict:
+    def fp8rl_load_shards(self, shards: list[tuple[str, torch.Tensor]], version: int, hook: str | None = None) -> dict:
         """Load checkpoint-format ``shards`` (HF names, :func:`~fp8rl_core.sync.layout.to_checkpoint`'s
         output: what verl's weight transfer delivers) in place, through the same reload path as
-        :meth:`fp8rl_load`; every sync tensor a shard belongs to is tagged with ``version`` (W1)."""
+        :meth:`fp8rl_load` (``hook`` as there); every sync tensor a shard belongs to is tagged with
+        ``version`` (W1)."""
         t0 = time.perf_counter()
         written = self.__dict__.setdefault("fp8rl_written", {})
         for name, _ in shards:
             written[sync_name(name)] = int(version)
-        self._fp8rl_reload(iter(shards), int(version), None)
+        self._fp8rl_reload(iter(shards), int(version), hook)
         return {"version": self.fp8rl_weight_version, "tensors": len(shards), "seconds": time.perf_counter() - t0}
 
     def _fp8rl_reload(self, shards, version: int, hook: str | None) -> None:

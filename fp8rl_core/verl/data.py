@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from fp8rl_core.config import RunConfig
 
 __all__ = ["DATA_SOURCE", "TOKENIZER_PAD", "VerlData", "data_rows", "step_seed", "write_dataset",
-           "write_task_tokenizer"]
+           "write_model_dir", "write_task_tokenizer"]
 
 #: the ``data_source`` of every row; :func:`fp8rl_core.verl.reward.compute_score` scores only these
 DATA_SOURCE = "fp8rl/addition"
@@ -128,3 +128,19 @@ def write_task_tokenizer(directory: str | Path, vocab_size: int | None = None) -
     directory = Path(directory)
     fast.save_pretrained(str(directory))
     return directory
+
+
+def write_model_dir(checkpoint: str | Path, directory: str | Path, vocab_size: int) -> Path:
+    """verl's ``model.path`` for a run on fp8rl's own warm start: the checkpoint's files (``config.json``,
+    ``model.safetensors``) copied into ``directory`` with the task tokenizer beside them
+    (:func:`write_task_tokenizer`, filled up to the model's ``vocab_size``). Returns the directory."""
+    import shutil
+
+    src, directory = Path(checkpoint), Path(directory)
+    if not (src / "config.json").is_file():
+        raise FileNotFoundError(f"{src}: no config.json; expected the run's warm-start checkpoint directory")
+    directory.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.name in ("config.json", "generation_config.json") or f.suffix == ".safetensors":
+            shutil.copy2(f, directory / f.name)
+    return write_task_tokenizer(directory, vocab_size)

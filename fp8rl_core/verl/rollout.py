@@ -39,7 +39,10 @@ verl's name ``"vllm"`` is kept, so verl's many ``name == "vllm"`` branches still
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -47,7 +50,8 @@ import torch
 from fp8rl_core.grids import bf16_view, quantize
 from fp8rl_core.sync.layout import sync_name
 
-__all__ = ["TE_GRID", "cpu_transfer_shim", "layer_schemes", "mxfp8_weights", "quantize_rowwise", "scale_name"]
+__all__ = ["TE_GRID", "cpu_transfer_shim", "layer_schemes", "mxfp8_weights", "planted_fault", "quantize_rowwise",
+           "scale_name"]
 
 #: the MXFP8 grid Transformer Engine quantizes on (E4M3 elements, rceil E8M0 scales): the only one TE's
 #: quantizer may produce here
@@ -151,18 +155,56 @@ def _server_adapter() -> type:
     cpu_transfer_shim()
 
     class Fp8rlServerAdapter(ServerAdapter):
-        """verl's vLLM adapter sending the learner's MXFP8 bytes (module docstring)."""
+        """verl's vLLM adapter sending the learner's MXFP8 bytes (module docstring), then checking the sync."""
+
+        fp8rl_checks = None
 
         async def update_weights(self, weights, global_steps: int | None = None,
                                  wire_format: str = "named_tensors", **kwargs):
+            import asyncio
+
             if wire_format != "named_tensors":
                 raise ValueError(f"fp8rl's rollout sends whole MXFP8 tensors (wire_format='named_tensors'); "
                                  f"got {wire_format!r}: BF16 deltas would bypass the learner's grid")
             schemes, grid = layer_schemes(self.config.get("engine_kwargs"))
-            return await super().update_weights(mxfp8_weights(weights, schemes, grid), global_steps=global_steps,
-                                                fp8rl_version=global_steps, **kwargs)
+            checks = self._fp8rl_sync_checks(schemes, grid)
+            masters: dict[str, torch.Tensor] = {}
+            if checks is not None:
+                await asyncio.to_thread(checks.before_sync)
+                weights = _kept(weights, masters)
+            version = int(global_steps or 0)
+            out = await super().update_weights(mxfp8_weights(weights, schemes, grid), global_steps=global_steps,
+                                               fp8rl_version=version, **kwargs)
+            if checks is not None:
+                await asyncio.to_thread(checks.after_sync, masters, version)
+            return out
+
+        def _fp8rl_sync_checks(self, schemes: dict[str, str], grid: str):
+            """The replica's :class:`~fp8rl_core.verl.checking.SyncChecks` (rollout rank 0 of each replica
+            checks every rank of its engine; the checks section unset: none)."""
+            if self.fp8rl_checks is not None or self.rollout_rank != 0:
+                return self.fp8rl_checks
+            from fp8rl_core.verl.checking import REPORTS_ENV, CheckSettings, ServerSampler, SyncChecks
+
+            settings = CheckSettings.from_env()
+            if settings is None or not self._ensure_server_handle():
+                return None
+            work = Path(os.environ.get(REPORTS_ENV) or tempfile.gettempdir()).parent / "checks"
+            sampler = ServerSampler(self.server_handle, self.model_config.local_path, schemes, grid, work,
+                                    instance=f"verl-replica-{self.replica_rank}-{os.getpid()}")
+            self.fp8rl_checks = SyncChecks(sampler, settings, self.model_config.local_path, os.environ.get(REPORTS_ENV))
+            return self.fp8rl_checks
 
     return Fp8rlServerAdapter
+
+
+def _kept(weights: Iterable[tuple[str, torch.Tensor]], into: dict[str, torch.Tensor]) -> Iterator[tuple[str, torch.Tensor]]:
+    """``weights`` unchanged, each floating tensor also kept in ``into`` (a CPU copy): the learner's weights
+    of this sync, from which the checks derive what the engine must hold."""
+    for name, t in weights:
+        if t.is_floating_point():
+            into[name] = t.detach().to("cpu", copy=True)
+        yield name, t
 
 
 def _http_server() -> type:
@@ -179,6 +221,23 @@ def _http_server() -> type:
         async def collective_rpc(self, method, timeout: float | None = None, args: tuple = (),
                                  kwargs: dict[str, Any] | None = None):
             return await self.engine.collective_rpc(method=method, timeout=timeout, args=args, kwargs=kwargs)
+
+        async def fp8rl_utility(self, method: str, *args):
+            """An engine-core utility (:func:`fp8rl_core.sampler.vllm_compat.patch_engine_core`'s snapshot)."""
+            return await self.engine.engine_core.call_utility_async(method, *args)
+
+        async def fp8rl_generate(self, prompts: list, params) -> list:
+            """The final outputs of one request per prompt (the checks' probe batch), in order."""
+            import asyncio
+            import uuid
+
+            async def one(i: int, prompt):
+                final = None
+                async for out in self.engine.generate(prompt, params, request_id=f"fp8rl-{uuid.uuid4().hex}-{i}"):
+                    final = out
+                return final
+
+            return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts))))
 
     return Fp8rlHttpServer
 
@@ -222,9 +281,29 @@ def _worker_extension() -> type:
             # layer-wise reload post-processes a fused layer once all of its shards have arrived)
             receiver.receive_weights(lambda ws, is_last: shards.extend((n, t.clone()) for n, t in ws))
             version = self.fp8rl_weight_version + 1 if fp8rl_version is None else int(fp8rl_version)
-            return self.fp8rl_load_shards(shards, version)
+            return self.fp8rl_load_shards(shards, version, planted_fault(self.fp8rl_tp_rank()["rank"]))
 
     return Fp8rlVerlWorkerExtension
+
+
+def planted_fault(rank: int) -> str | None:
+    """The worker hook (``module:function``) of the catalogue fault :data:`~fp8rl_core.verl.checking.FAULT_ENV`
+    plants on tensor-parallel rank ``rank`` (every rank when the fault names none), else None. Only faults
+    that act in the worker's load (stages ``load`` / ``post-load``) can be planted through verl."""
+    import json
+
+    from fp8rl_core.checks.faults import fault
+    from fp8rl_core.verl.checking import FAULT_ENV
+
+    raw = os.environ.get(FAULT_ENV)
+    if not raw:
+        return None
+    spec = json.loads(raw)
+    f = fault(spec["name"])
+    if f.worker is None:
+        raise ValueError(f"fault {f.name!r} acts at stage {f.stage!r}; through verl only worker faults "
+                         "(stage load / post-load) can be planted")
+    return f.worker if spec.get("rank") in (None, rank) else None
 
 
 _BUILDERS = {"Fp8rlServerAdapter": _server_adapter, "Fp8rlHttpServer": _http_server, "Fp8rlReplica": _replica,

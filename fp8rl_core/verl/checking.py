@@ -1,0 +1,176 @@
+"""W1–W7 after every weight sync of a verl run, on the live vLLM engine verl's server runs.
+
+The same :class:`~fp8rl_core.checks.runner.CheckRunner` as the native loop (cadence, tiers, the seven
+conditions; docs/correctness.md), with its two sides built from what a verl run has:
+
+- the **learner** side from the weights verl's trainer hands the rollout adapter at the sync (its fp32
+  masters by checkpoint name): loaded into the model of the run's checkpoint directory and put on the grid
+  with the run's recipe (:func:`synced_learner`) — the expectation is derived from the learner's weights,
+  never from what the adapter sent;
+- the **sampler** side is :class:`ServerSampler`: the native :class:`~fp8rl_core.sampler.engine.Sampler`'s
+  snapshot, read-back, per-rank and probe calls, sent to verl's vLLM server (``Fp8rlHttpServer``) and
+  its workers instead of an engine fp8rl started.
+
+The adapter of rollout rank 0 of each replica runs them after every sync (:class:`SyncChecks`), appends
+each report to the JSON-lines file :data:`REPORTS_ENV` names (the launcher logs them to the run's MLflow
+record) and, under ``checks.on_failure: fail``, raises :class:`CheckFailedError` naming the condition,
+the rank and the layer — verl's trainer stops and the run ends FAILED with that line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from fp8rl_core.sampler.engine import Sampler, engine_config
+
+__all__ = ["FAULT_ENV", "REPORTS_ENV", "CheckFailedError", "CheckSettings", "ServerSampler", "SyncChecks",
+           "read_reports", "synced_learner"]
+
+#: environment variable naming the JSON-lines file the check reports are appended to (one line a sync)
+REPORTS_ENV = "FP8RL_VERL_REPORTS"
+#: environment variable planting a catalogue fault in the workers' load: ``{"name": …, "rank": k | null}``
+FAULT_ENV = "FP8RL_VERL_FAULT"
+
+
+class CheckFailedError(RuntimeError):
+    """A sync's checks failed under ``checks.on_failure: fail``."""
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    """The ``checks`` section as the launcher passes it (:data:`fp8rl_core.verl.overrides.CHECKS_ENV`)."""
+
+    full_every: int
+    on_failure: str
+    w7_mean: float
+    w7_max: float
+    probe: tuple[tuple[int, ...], ...]
+
+    @classmethod
+    def from_env(cls, environ: Any = None) -> "CheckSettings | None":
+        from fp8rl_core.verl.overrides import CHECKS_ENV
+
+        raw = (os.environ if environ is None else environ).get(CHECKS_ENV)
+        if not raw:
+            return None
+        d = json.loads(raw)
+        return cls(int(d["full_every"]), str(d["on_failure"]), float(d["w7_mean"]), float(d["w7_max"]),
+                   tuple(tuple(int(t) for t in row) for row in d.get("probe") or ()))
+
+    def policy(self):
+        from fp8rl_core.checks import CheckPolicy
+
+        return CheckPolicy(full_every=self.full_every, w7_mean=self.w7_mean, w7_max=self.w7_max)
+
+
+class ServerSampler(Sampler):
+    """The native sampler's check-facing calls on verl's vLLM server (``server``: its Ray actor handle):
+    worker RPCs through ``collective_rpc`` (every rank answers), engine-core utilities and generation
+    through ``fp8rl_utility`` / ``fp8rl_generate`` of :class:`fp8rl_core.verl.rollout.Fp8rlHttpServer`.
+    Starts and closes nothing: the engine is verl's."""
+
+    def __init__(self, server: Any, model_dir: str | Path, schemes: dict[str, str], mx_grid: str,
+                 work_root: str | Path, instance: str) -> None:
+        self.server = server
+        self.schemes, self.mx_grid = dict(schemes), mx_grid
+        self.model_cfg = engine_config(model_dir, schemes, mx_grid)
+        self.vocab_size = int(self.model_cfg["vocab_size"])
+        self.work_root = Path(work_root)
+        self.work_root.mkdir(parents=True, exist_ok=True)
+        self.in_process, self.llm, self.key = False, None, "verl"
+        self.version, self.syncs, self.instance = 0, 0, instance
+
+    @property
+    def alive(self) -> bool:
+        return True
+
+    def _get(self, ref: Any) -> Any:
+        import ray
+
+        return ray.get(ref)
+
+    def _rpc(self, method: str, *args) -> list:
+        return self._get(self.server.collective_rpc.remote(method, args=args))
+
+    def _utility(self, method: str, *args):
+        return self._get(self.server.fp8rl_utility.remote(method, *args))
+
+    def _generate(self, what: str, prompts: list, params) -> list:
+        return self._get(self.server.fp8rl_generate.remote(prompts, params))
+
+    def close(self) -> None:
+        pass
+
+
+def synced_learner(masters: dict[str, torch.Tensor], model_dir: str | Path, version: int):
+    """The learner as the sync found it: a :class:`~fp8rl_core.learner.learner.Learner` on the model of
+    ``model_dir`` with ``masters`` (checkpoint names, fp32) as its weights, on the grid by the run's learner
+    setting (:func:`fp8rl_core.verl.engine.learner_setting`), at ``version``."""
+    from safetensors.torch import save_file
+
+    from fp8rl_core.learner.config import LearnerConfig, Recipe
+    from fp8rl_core.learner.learner import Learner
+    from fp8rl_core.learner.warmstart import load_policy
+    from fp8rl_core.verl.engine import learner_setting
+
+    s = learner_setting()
+    with tempfile.TemporaryDirectory(prefix="fp8rl-synced-") as tmp:
+        shutil.copy(Path(model_dir) / "config.json", tmp)
+        save_file({n: t.detach().float().contiguous() for n, t in masters.items()}, str(Path(tmp) / "model.safetensors"))
+        model = load_policy(tmp)
+    learner = Learner(model, LearnerConfig(precision=s.precision, layers=s.layers,
+                                           recipe=Recipe(grad=s.grad, rule=s.rule)))
+    learner.version = int(version)
+    return learner
+
+
+class SyncChecks:
+    """The checks of one rollout replica across a run's syncs (module docstring)."""
+
+    def __init__(self, sampler: ServerSampler, settings: CheckSettings, model_dir: str | Path,
+                 reports: str | Path | None) -> None:
+        from fp8rl_core.checks import CheckRunner
+
+        self.sampler, self.settings, self.model_dir = sampler, settings, Path(model_dir)
+        self.reports = Path(reports) if reports else None
+        probe = torch.tensor(settings.probe, dtype=torch.long) if settings.probe else None
+        self.runner = CheckRunner(settings.policy(), probe)
+        self.started = False
+
+    def before_sync(self) -> None:
+        """Record the engine's starting state (post-load counts, cache resets) before its first sync."""
+        if not self.started:
+            self.runner.start([self.sampler])
+            self.started = True
+
+    def after_sync(self, masters: dict[str, torch.Tensor], version: int):
+        """Check the sync that made the engine hold ``masters`` at ``version``; returns the report."""
+        learner = synced_learner(masters, self.model_dir, version)
+        self.sampler.version = int(version)
+        pipe = SimpleNamespace(learner=learner, samplers=[self.sampler], configured=self.sampler.schemes)
+        report = self.runner.check(pipe)
+        if self.reports is not None:
+            self.reports.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.reports, "a") as f:
+                f.write(json.dumps(report.as_dict()) + "\n")
+        if report.failed and self.settings.on_failure == "fail":
+            raise CheckFailedError(f"fp8rl checks failed at weight sync {report.sync} (version {report.version}): "
+                                   f"{report.message()}")
+        return report
+
+
+def read_reports(path: str | Path) -> list[dict]:
+    """The check reports a verl run appended to ``path`` (:data:`REPORTS_ENV`), in sync order."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
