@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 __all__ = ["CLAIMS", "CLAIM_KINDS", "KL_KINDS", "MEASURE_LABELS", "PROBE_MEASURE", "VERDICTS", "Claim", "ClaimKind",
-           "Verdict", "claims_table", "measure_label"]
+           "Direction", "ModelClass", "Verdict", "claims_table", "measure_label"]
 
 #: the primary KL measure of the KL claims when the sweep has a probe table (a report metric name)
 PROBE_MEASURE = "probe_kl"
@@ -28,8 +28,10 @@ ClaimKind = Literal["kl_ratio", "kl_ratio_first_step", "sync", "cost_fixed", "co
 CLAIM_KINDS: tuple[str, ...] = get_args(ClaimKind)
 #: the kinds measured as a KL ratio of two presets (the claims with exact probe rows, power and factors)
 KL_KINDS: tuple[ClaimKind, ...] = ("kl_ratio", "kl_ratio_first_step")
-_DIRECTIONS = ("lower", "higher", None)
-_MODELS = ("any", "dense", "moe")
+#: the side of 1 (of 0 for a difference) a claim says its measure lies on
+Direction = Literal["lower", "higher"]
+#: which models of a sweep a claim is about
+ModelClass = Literal["any", "dense", "moe"]
 
 
 @dataclass(frozen=True)
@@ -54,13 +56,14 @@ class Claim:
     metric: str = "k3"
     paper_ratio: float | None = None
     paper_range: tuple[float, float] | None = None
-    direction: Literal["lower", "higher"] | None = None
-    models: Literal["any", "dense", "moe"] = "any"
+    direction: Direction | None = None
+    models: ModelClass = "any"
     note: str = ""
 
     def __post_init__(self) -> None:
-        for field, value, valid in (("kind", self.kind, CLAIM_KINDS), ("direction", self.direction, _DIRECTIONS),
-                                    ("models", self.models, _MODELS)):
+        for field, value, valid in (("kind", self.kind, CLAIM_KINDS),
+                                    ("direction", self.direction, (*get_args(Direction), None)),
+                                    ("models", self.models, get_args(ModelClass))):
             if value not in valid:
                 raise ValueError(f"claim {self.id!r}: unknown {field} {value!r}; valid: "
                                  + ", ".join(repr(v) for v in valid))

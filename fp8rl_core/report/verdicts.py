@@ -16,7 +16,7 @@ import pandas as pd
 
 from fp8rl_core.metrics import CostModel
 
-from .claims import CLAIMS, PROBE_MEASURE, VERDICTS, Claim, ClaimKind, Verdict, measure_label
+from .claims import CLAIMS, PROBE_MEASURE, VERDICTS, Claim, ClaimKind, Direction, Verdict, measure_label
 from .compare import PresetComparison, compare_presets, compare_times, cost_models, fmt_number, units_of
 from .data import SweepData, Units, is_probe_metric, sweep_models
 from .power import power_rows
@@ -79,7 +79,7 @@ def _row(claim: Claim, model: str | None, measured: str, verdict: Verdict, why: 
                     _float(value), paper_in_ci, verdict, why)
 
 
-def direction_verdict(lo: float, hi: float, direction: str, *, null: float = 1.0, level: float = 0.95,
+def direction_verdict(lo: float, hi: float, direction: Direction, *, null: float = 1.0, level: float = 0.95,
                       paper: float | None = None, paper_range: tuple[float, float] | None = None,
                       unit: str = "") -> tuple[Verdict, str, bool | None]:
     """(verdict, why, paper_in_ci) for a claim that a measured quantity lies ``direction`` (``"lower"``/``"higher"``)

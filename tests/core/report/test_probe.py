@@ -19,8 +19,8 @@ import pandas as pd
 import pytest
 
 from fp8rl_core.metrics import compare_ratio
-from fp8rl_core.report import (CLAIMS, PROBE_METRICS, SweepData, compare_presets, evaluate_claims, interval_table, plots,
-                               probe_units, write_report)
+from fp8rl_core.report import (CLAIMS, PROBE_METRICS, SweepData, compare_presets, evaluate_claims, interval_table,
+                               plots, probe_units, write_report)
 
 from .sweeps import DENSE, MOE, make_sweep
 
