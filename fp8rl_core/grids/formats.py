@@ -25,6 +25,7 @@ E4M3, as torch's cast produces).
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 import torch
@@ -48,6 +49,13 @@ class FP8Format:
     def min_normal_exp(self) -> int:
         """Exponent of the smallest normal value (1 - bias)."""
         return 1 - self.bias
+
+    @property
+    def max_norm_rcp(self) -> float:
+        """Transformer Engine's ``Quantized_Limits<T>::max_norm_rcp``: the double ``1.0 / max`` rounded
+        to the nearest fp32 value (RNE, as a C ``(float)`` cast) — the reciprocal of the MX ``rceil``
+        scale rule."""
+        return struct.unpack("<f", struct.pack("<f", 1.0 / self.max))[0]
 
 
 E4M3 = FP8Format("e4m3", torch.float8_e4m3fn, ebits=4, mbits=3, bias=7, max=448.0, emax=8)

@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import functools
 import os
-import struct
 import warnings
 from typing import Callable
 
@@ -69,7 +68,7 @@ import torch
 import torch.nn.functional as F
 
 from . import native
-from .formats import FORMATS, FP8Format, saturating_cast
+from .formats import FP8Format, saturating_cast
 
 __all__ = [
     "BLOCK",
@@ -89,15 +88,6 @@ _F32_INF_BITS = 0x7F800000
 _F32_SIGN_EXP_MASK = -0x800000  # 0xFF800000 as int32
 
 
-def _f32(v: float) -> float:
-    """Round a Python float to the nearest fp32 value (RNE), as a C ``(float)`` cast does."""
-    return struct.unpack("<f", struct.pack("<f", v))[0]
-
-
-# TE's Quantized_Limits<T>::max_norm_rcp: the double 1.0/max rounded to float
-_MAX_NORM_RCP = {name: _f32(1.0 / fmt.max) for name, fmt in FORMATS.items()}
-
-
 def _bits(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.float32).view(torch.int32)
 
@@ -105,7 +95,7 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
 def e8m0_from_amax(amax: torch.Tensor, fmt: FP8Format, rule: str) -> torch.Tensor:
     """E8M0 scale bytes (as int32 0..255) for block amaxes (fp32, ≥ 0 or NaN) under ``rule``."""
     if rule == "rceil":
-        d = _bits(amax.to(torch.float32) * _MAX_NORM_RCP[fmt.name])
+        d = _bits(amax.to(torch.float32) * fmt.max_norm_rcp)
         exp = (d >> 23) & _F32_EXP_MASK
         mant = d & _F32_MANT_MASK
         bump = (mant > 0) & (exp != 0xFE) & ~((exp == 0) & (mant <= 0x400000))

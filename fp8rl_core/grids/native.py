@@ -112,11 +112,9 @@ def load() -> ctypes.CDLL | None:
 
 @functools.lru_cache(maxsize=None)
 def _params(fmt: FP8Format, rule: str, nan: str) -> _Params:
-    from .mx import _MAX_NORM_RCP  # the one definition of TE's reciprocal
-
     max_bits = torch.tensor(fmt.max, dtype=torch.float32).view(torch.int32).item()
     return _Params(fmt.mbits, fmt.bias, fmt.emax, RULES[rule], int(nan == "propagate"), max_bits,
-                   _MAX_NORM_RCP[fmt.name])
+                   fmt.max_norm_rcp)
 
 
 _POOL: ThreadPoolExecutor | None = None

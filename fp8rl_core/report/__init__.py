@@ -7,8 +7,12 @@ where runs are stored.
 - :mod:`.data` — :class:`SweepData`, per-sequence units keyed (seed, step, sequence), exact probe-batch
   units keyed (seed, 0, probe sequence), interval tables;
 - :mod:`.claims` — docs/design.md's reference results as :data:`CLAIMS` (definitions; :func:`claims_table`);
-- :mod:`.verdicts` — :func:`evaluate_claims`, the claims' verdicts on a sweep (KL claims on the exact probe
-  KL and on the sampled-token k3, one row each), and the comparisons behind them;
+- :mod:`.compare` — a metric of one preset relative to another (:func:`compare_presets`, paired by key
+  where the presets share keys), step times, the micro-batch cost model per model;
+- :mod:`.verdicts` — :func:`evaluate_claims`, the claims' verdicts on a sweep as :class:`ClaimRow` (KL claims
+  on the exact probe KL and on the sampled-token k3, one row each), one evaluator per claim kind;
+- :mod:`.power` — :func:`power_rows`, what a sweep's design can resolve on each KL claim;
+- :mod:`.factors` — :func:`factors_across_models`, a KL claim's factor on each model relative to the first;
 - :mod:`.plots` — KL per preset and per step, micro-batch cost lines, step time breakdown, matrix;
 - :mod:`.markdown` — :func:`write_report`: ``summary.md`` + figures.
 
@@ -16,7 +20,9 @@ where runs are stored.
 >>> # write_report(SweepData(sweep="dense-matching", runs=runs, tokens=tokens, ...), "report/")
 """
 
-from .claims import CLAIMS, MEASURE_LABELS, PROBE_MEASURE, VERDICTS, Claim, Verdict, claims_table, measure_label
+from .claims import (CLAIM_KINDS, CLAIMS, KL_KINDS, MEASURE_LABELS, PROBE_MEASURE, VERDICTS, Claim, ClaimKind, Verdict,
+                     claims_table, measure_label)
+from .compare import PresetComparison, compare_presets, compare_times, cost_models
 from .data import (
     CANONICAL_PRESETS,
     PROBE_COLUMNS,
@@ -31,18 +37,21 @@ from .data import (
     preset_order,
     probe_units,
     sequence_units,
+    sweep_models,
     with_run_columns,
 )
 from .markdown import write_report
 from .plots import detection_matrix, kl_by_preset, kl_over_steps, microbatch_time, reward_over_steps, step_breakdown
-from .verdicts import (FactorAcrossModels, PresetComparison, absent_claims, compare_presets, cost_models,
-                       direction_verdict, evaluate_claims, factors_across_models, power_rows)
+from .factors import FactorAcrossModels, factors_across_models
+from .power import PowerRow, power_rows
+from .verdicts import EVALUATORS, AbsentClaim, ClaimRow, absent_claims, direction_verdict, evaluate_claims
 
 __all__ = [
-    "CANONICAL_PRESETS", "CLAIMS", "MEASURE_LABELS", "PROBE_COLUMNS", "PROBE_LABELS", "PROBE_MEASURE", "PROBE_METRICS",
-    "REPORT_METRICS", "VERDICTS", "Claim", "FactorAcrossModels", "PresetComparison", "SweepData", "Units", "Verdict", "absent_claims",
-    "claims_table", "compare_presets", "cost_models",
-    "detection_matrix", "direction_verdict", "evaluate_claims", "factors_across_models", "interval_table", "is_moe", "is_probe_metric",
-    "kl_by_preset", "kl_over_steps", "measure_label", "microbatch_time", "power_rows", "reward_over_steps", "preset_order", "probe_units",
-    "sequence_units", "step_breakdown", "with_run_columns", "write_report",
+    "CANONICAL_PRESETS", "CLAIMS", "CLAIM_KINDS", "EVALUATORS", "KL_KINDS", "MEASURE_LABELS", "PROBE_COLUMNS",
+    "PROBE_LABELS", "PROBE_MEASURE", "PROBE_METRICS", "REPORT_METRICS", "VERDICTS", "AbsentClaim", "Claim",
+    "ClaimKind", "ClaimRow", "FactorAcrossModels", "PowerRow", "PresetComparison", "SweepData", "Units", "Verdict",
+    "absent_claims", "claims_table", "compare_presets", "compare_times", "cost_models", "detection_matrix",
+    "direction_verdict", "evaluate_claims", "factors_across_models", "interval_table", "is_moe", "is_probe_metric",
+    "kl_by_preset", "kl_over_steps", "measure_label", "microbatch_time", "power_rows", "preset_order", "probe_units",
+    "reward_over_steps", "sequence_units", "step_breakdown", "sweep_models", "with_run_columns", "write_report",
 ]

@@ -1,7 +1,8 @@
 """The paper's claims as data: :data:`CLAIMS` holds each statement of docs/design.md ("Reference results":
-dense Qwen3-8B, MoE Qwen3-30B-A3B, B200, single seed) with its number, how it is measured and what a
-sweep must contain to test it. :func:`claims_table` renders them as a table (for docs and reports);
-:mod:`fp8rl_core.report.verdicts` measures each on a sweep and gives its verdict.
+dense Qwen3-8B, MoE Qwen3-30B-A3B, B200, single seed) with its number, how it is measured (its kind, one
+of :data:`CLAIM_KINDS`, checked when a :class:`Claim` is made) and what a sweep must contain to test it.
+:func:`claims_table` renders them as a table (for docs and reports); :mod:`fp8rl_core.report.verdicts`
+measures each on a sweep and gives its verdict (docs/metrics.md, "Claims and verdicts").
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-__all__ = ["CLAIMS", "MEASURE_LABELS", "PROBE_MEASURE", "VERDICTS", "Claim", "Verdict", "claims_table",
-           "measure_label"]
+__all__ = ["CLAIMS", "CLAIM_KINDS", "KL_KINDS", "MEASURE_LABELS", "PROBE_MEASURE", "VERDICTS", "Claim", "ClaimKind",
+           "Direction", "ModelClass", "Verdict", "claims_table", "measure_label"]
 
 #: the primary KL measure of the KL claims when the sweep has a probe table (a report metric name)
 PROBE_MEASURE = "probe_kl"
@@ -22,45 +23,66 @@ MEASURE_LABELS = {"probe_kl": "exact probe KL", "probe_kl_rev": "exact probe KL(
 Verdict = Literal["reproduced", "not reproduced", "not measurable here"]
 VERDICTS: tuple[str, ...] = get_args(Verdict)
 
+#: how a claim is measured (:class:`Claim`); each has one evaluator in :mod:`fp8rl_core.report.verdicts`
+ClaimKind = Literal["kl_ratio", "kl_ratio_first_step", "sync", "cost_fixed", "cost_break_even", "trace", "time_ratio"]
+CLAIM_KINDS: tuple[str, ...] = get_args(ClaimKind)
+#: the kinds measured as a KL ratio of two presets (the claims with exact probe rows, power and factors)
+KL_KINDS: tuple[ClaimKind, ...] = ("kl_ratio", "kl_ratio_first_step")
+#: the side of 1 (of 0 for a difference) a claim says its measure lies on
+Direction = Literal["lower", "higher"]
+#: which models of a sweep a claim is about
+ModelClass = Literal["any", "dense", "moe"]
+
 
 @dataclass(frozen=True)
 class Claim:
     """One statement of the paper.
 
-    ``kind`` says how it is measured: ``kl_ratio`` (KL of ``candidate`` / KL of ``baseline``),
-    ``kl_ratio_first_step`` (the same, whole run and step 1), ``sync`` (W2 rows), ``cost_fixed`` /
-    ``cost_break_even`` (the micro-batch cost model), ``trace`` (GPU idle analysis), ``time_ratio``
-    (``metric`` = a steps-table time column, candidate / baseline). ``paper_ratio`` / ``paper_range``:
-    the paper's number, ``direction``: ``"lower"`` or ``"higher"`` (the claimed side of 1),
-    ``models``: which models it is about (``"any"``, ``"dense"``, ``"moe"``), ``note``: why the
-    comparison is set up this way, when that is a choice."""
+    ``kind`` (one of :data:`CLAIM_KINDS`) says how it is measured: ``kl_ratio`` (KL of ``candidate`` /
+    KL of ``baseline``), ``kl_ratio_first_step`` (the same, whole run and step 1), ``sync`` (W2 rows),
+    ``cost_fixed`` / ``cost_break_even`` (the micro-batch cost model), ``trace`` (GPU idle analysis),
+    ``time_ratio`` (``metric`` = a steps-table time column, candidate / baseline). ``paper_ratio`` /
+    ``paper_range``: the paper's number, ``direction``: ``"lower"`` or ``"higher"`` (the claimed side of
+    1), ``models``: which models it is about (``"any"``, ``"dense"``, ``"moe"``), ``note``: why the
+    comparison is set up this way, when that is a choice. An unknown kind, direction or models value
+    raises ValueError naming the claim, the value and the valid ones."""
 
     id: str
     text: str
     paper: str
-    kind: str
+    kind: ClaimKind
     baseline: str | None = None
     candidate: str | None = None
     metric: str = "k3"
     paper_ratio: float | None = None
     paper_range: tuple[float, float] | None = None
-    direction: str | None = None
-    models: str = "any"
+    direction: Direction | None = None
+    models: ModelClass = "any"
     note: str = ""
+
+    def __post_init__(self) -> None:
+        for field, value, valid in (("kind", self.kind, CLAIM_KINDS),
+                                    ("direction", self.direction, (*get_args(Direction), None)),
+                                    ("models", self.models, get_args(ModelClass))):
+            if value not in valid:
+                raise ValueError(f"claim {self.id!r}: unknown {field} {value!r}; valid: "
+                                 + ", ".join(repr(v) for v in valid))
 
     @property
     def needs(self) -> str:
         """What a sweep must contain for this claim, in words."""
-        if self.kind in ("kl_ratio", "kl_ratio_first_step", "time_ratio"):
+        if self.kind in (*KL_KINDS, "time_ratio"):
             model = {"any": "", "dense": "a dense model, ", "moe": "a MoE model, "}[self.models]
             table = "their tokens table" if self.kind != "time_ratio" else "a steps table or run time metrics"
             return f"{model}presets {self.candidate} and {self.baseline} with {table}"
-        if self.kind == "sync":
-            return "a checks table with W2 rows"
-        if self.kind.startswith("cost"):
-            return "micro-batch timings of a BF16 and an MXFP8 learner"
-        return "a GPU profiler trace of each precision"
+        return _NEEDS[self.kind]
 
+
+#: what a sweep needs for a claim of a kind that is not a comparison of two presets
+_NEEDS: dict[str, str] = {"sync": "a checks table with W2 rows",
+                          "cost_fixed": "micro-batch timings of a BF16 and an MXFP8 learner",
+                          "cost_break_even": "micro-batch timings of a BF16 and an MXFP8 learner",
+                          "trace": "a GPU profiler trace of each precision"}
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("a", "half-on-grid sampler: KL 11% lower than a BF16 sampler (MXFP8 learner)", "11% lower (ratio 0.89)",

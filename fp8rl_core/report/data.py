@@ -45,7 +45,7 @@ a paired ratio cancels each sequence's difficulty.
 
 In the report's tables these measures are named :data:`PROBE_METRICS` (``probe_kl``,
 ``probe_kl_rev``, ``probe_js``); :func:`interval_table` and
-:func:`~fp8rl_core.report.verdicts.compare_presets` accept them wherever they accept a token metric.
+:func:`~fp8rl_core.report.compare.compare_presets` accept them wherever they accept a token metric.
 
 >>> # units = probe_units(data, "kl", by=("model", "preset"))
 >>> # u = units[("qwen3-dense-mini", "all")]; u.estimate is the exact KL in nats per position
@@ -76,6 +76,7 @@ __all__ = [
     "preset_order",
     "probe_units",
     "sequence_units",
+    "sweep_models",
     "with_run_columns",
 ]
 
@@ -191,6 +192,17 @@ def is_moe(model: str) -> bool:
     this is the convention the configs follow (``configs/models/``)."""
     name = str(model).lower()
     return "moe" in name or re.search(r"-a\d+(\.\d+)?b\b", name) is not None
+
+
+def sweep_models(data: SweepData, which: str = "any") -> list[str]:
+    """The models of the sweep's runs in order of appearance: all (``"any"``), or only the dense
+    (``"dense"``) or the mixture-of-experts ones (``"moe"``, :func:`is_moe`)."""
+    models = list(dict.fromkeys(data.runs["model"].astype(str))) if not data.runs.empty else []
+    if which == "dense":
+        return [m for m in models if not is_moe(m)]
+    if which == "moe":
+        return [m for m in models if is_moe(m)]
+    return models
 
 
 def with_run_columns(df: pd.DataFrame, runs: pd.DataFrame, cols: Iterable[str]) -> pd.DataFrame:

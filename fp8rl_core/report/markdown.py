@@ -11,7 +11,7 @@
    rows "exact probe KL (nats/position)", its reverse KL and JS), then the sampled-token estimators
    (:data:`~fp8rl_core.report.data.REPORT_METRICS`);
 5. when several models ran a KL claim's presets, each claim's factor across the models
-   (:func:`~fp8rl_core.report.verdicts.factors_across_models`: on the MoE sweeps the block-size
+   (:func:`~fp8rl_core.report.factors.factors_across_models`: on the MoE sweeps the block-size
    ablation), then the power of each KL comparison;
 6. the micro-batch cost model's verdict, when the sweep timed micro-batches;
 7. the weight-sync check pass counts per condition;
@@ -33,9 +33,12 @@ import pandas as pd
 from fp8rl_core.vocabulary import CONDITIONS
 
 from . import plots
+from .compare import cost_models
 from .data import (PROBE_LABELS, PROBE_METRICS, REPORT_METRICS, SweepData, interval_table, is_probe_metric,
-                   preset_order, with_run_columns)
-from .verdicts import absent_claims, cost_models, evaluate_claims, factors_across_models, power_rows
+                   preset_order, sweep_models, with_run_columns)
+from .factors import FactorAcrossModels, factors_across_models
+from .power import PowerRow, power_rows
+from .verdicts import absent_claims, evaluate_claims
 
 __all__ = ["RUN_METRICS", "write_report"]
 
@@ -152,24 +155,24 @@ def _cost_section(cms: list) -> list[str]:
     return out + [""]
 
 
-def _power_section(rows: list[dict]) -> list[str]:
+def _power_section(rows: list[PowerRow]) -> list[str]:
     if not rows:
         return []
-    est = rows[0]["estimate"]
+    est = rows[0].estimate
     intro = (f"What this sweep's design can resolve on the exact probe KL (docs/results/power.md; "
              f"fp8rl_core.metrics.power): σ² of the paired log-ratio between seeds and within a seed (one-way "
              f"ANOVA), se of log(ratio) for the design, the smallest ratio resolved at {est.level:.0%} with "
              f"{est.power:.0%} power (a ratio ≤ 1/f or ≥ f), and the seeds the paper's ratio needs at this many "
              "probe sequences per seed.")
-    body = [[r["claim"], r["model"], f"{r['seeds']} × {r['sequences']}", _cell(r["between"]), _cell(r["within"]),
-             _cell(r["se"]), f"{r['resolvable']:.3g}", "–" if r["target"] is None else _cell(r["target"]),
-             "–" if r["seeds_for_target"] is None else str(r["seeds_for_target"])] for r in rows]
+    body = [[r.claim, r.model, f"{r.seeds} × {r.sequences}", _cell(r.between), _cell(r.within), _cell(r.se),
+             f"{r.resolvable:.3g}", "–" if r.target is None else _cell(r.target),
+             "–" if r.seeds_for_target is None else str(r.seeds_for_target)] for r in rows]
     return ["## Power", "", intro, "",
             *_table(["comparison", "model", "seeds × sequences", "σ² between", "σ² within", "se(log ratio)",
                      "resolvable factor f", "paper's ratio", "seeds it needs"], body), ""]
 
 
-def _factors_section(rows: list) -> list[str]:
+def _factors_section(rows: list[FactorAcrossModels]) -> list[str]:
     if not rows:
         return []
     intro = ("Is a claim's factor (candidate / baseline exact probe KL) the same on each model of the sweep? The "
@@ -267,7 +270,7 @@ def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = Non
     figs = _figures(data, out, table, cms, n_boot, seed)
 
     r = data.runs
-    models = list(dict.fromkeys(r["model"].astype(str))) if not r.empty else []
+    models = sweep_models(data)
     seeds = sorted({int(s) for s in r["seed"]}) if not r.empty else []
     lines = [f"# fp8rl report: {data.sweep}", ""]
     if generated:
@@ -286,12 +289,12 @@ def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = Non
                  if not data.probe.empty else ""), ""]
     if rows:
         lines += _table(["claim", "paper", "measured (CI)", "verdict", "why"],
-                        [[c["claim"], c["paper"], c["measured"], f"**{c['verdict']}**", c["why"]] for c in rows])
+                        [[c.claim, c.paper, c.measured, f"**{c.verdict}**", c.why] for c in rows])
     else:
         lines += ["No claim can be tested on this sweep."]
     lines += [""]
     if absent:
-        lines += ["Not tested by this sweep: " + "; ".join(f"{a['claim']} (needs {a['needs']})" for a in absent) + ".",
+        lines += ["Not tested by this sweep: " + "; ".join(f"{a.claim} (needs {a.needs})" for a in absent) + ".",
                   ""]
     if not r.empty:
         lines += _runs_section(data)

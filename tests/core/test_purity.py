@@ -5,6 +5,8 @@
   an import (at module level or inside a function, absolute or relative, ``importlib.import_module``
   with a literal name) may only go to the same or a lower rank. An upward import fails naming both
   modules, the importer's file and line, and their layers; a module in no layer fails naming itself.
+- No module of fp8rl_core is part of an import cycle (imports inside functions count), so that within
+  a layer, too, each module can be read on top of the ones it imports.
 """
 
 from __future__ import annotations
@@ -157,6 +159,35 @@ def layer_violations(root: Path, packages: tuple[str, ...] = LAYERED) -> list[st
     return problems
 
 
+def import_cycles(root: Path, package: str = "fp8rl_core") -> list[list[str]]:
+    """The import cycles among the modules of ``package`` under ``root``: each set of modules that import
+    one another, directly or through others (every import form of :func:`imports_in`), sorted; ``[]``
+    when there is none. An import of a name inside a module counts as an import of that module."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted((root / package).rglob("*.py")):
+        graph[module_name(path, root)] = {t for _, t in imports_in(path, root) if t.split(".")[0] == package}
+
+    def known(target: str) -> str:  # ``a.b.NAME`` (an unresolved name) → the module ``a.b``
+        while target not in graph and "." in target:
+            target = target.rpartition(".")[0]
+        return target
+
+    edges = {m: {known(t) for t in targets} - {m} for m, targets in graph.items()}
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in edges.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    reached = {m: reach(m) for m in edges}
+    cycles = {tuple(sorted(m2 for m2 in reached[m] if m in reached[m2])) for m in edges if m in reached[m]}
+    return sorted(list(c) for c in cycles)
+
+
 # ---------------------------------------------------------------------------------- forbidden packages
 def test_no_forbidden_import_in_the_source():
     assert forbidden_imports(CORE) == []
@@ -228,7 +259,7 @@ def _copy_tree(tmp_path: Path) -> Path:
 
 # (file in the copy, line planted at its end, the two modules the failure must name)
 PLANTED = [
-    # the back-import issue 12 removed: the exporter reading the naming from the sampler
+    # the exporter reading the naming from the sampler
     ("fp8rl_core/sync/export.py", "from fp8rl_core.sampler.engine import Sampler",
      "fp8rl_core.sync.export (fp8rl_core.sync, rank 3) → fp8rl_core.sampler.engine (fp8rl_core.sampler, rank 4)"),
     # lazy imports inside a function
@@ -288,3 +319,21 @@ def test_a_module_in_no_layer_fails_naming_itself(tmp_path):
         "fp8rl_core/newpkg/thing.py: module fp8rl_core.newpkg.thing is in no layer — place it in LAYERS "
         "(test_purity.py)",
     ]
+
+
+# --------------------------------------------------------------------------------------- import cycles
+def test_no_core_module_is_part_of_an_import_cycle():
+    assert import_cycles(ROOT) == []
+
+
+@pytest.mark.parametrize("line, cycle", [
+    ("def f():\n    from .mx import BLOCK", ["fp8rl_core.grids.mx", "fp8rl_core.grids.native"]),
+    ("from . import api", ["fp8rl_core.grids.api", "fp8rl_core.grids.mx", "fp8rl_core.grids.native"]),
+], ids=["lazy, two modules", "through a third module"])
+def test_a_planted_import_cycle_is_found_naming_its_modules(tmp_path, line, cycle):
+    """A lazy import closes a cycle as surely as a module-level one; a cycle through other modules is
+    named whole (grids.api imports grids.mx, which imports grids.native)."""
+    root = _copy_tree(tmp_path)
+    with open(root / "fp8rl_core/grids/native.py", "a") as fh:
+        fh.write(f"\n{line}\n")
+    assert import_cycles(root) == [cycle]

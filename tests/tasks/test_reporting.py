@@ -8,7 +8,7 @@ import pytest
 
 from fp8rl_core.metrics.summary import run_kl_summary
 from tasks import reporting, tracking
-from tests.core.report.test_claims import check_rows, step_rows, token_rows
+from tests.core.report.sweeps import check_rows, step_rows, token_rows
 
 DENSE = "qwen3-dense-mini"
 DELTA = {"bf16-sampler": 0.1, "all": 0.1 * 0.84 ** 0.5}  # k3 ∝ δ²: all's KL is 0.84 × the BF16 sampler's

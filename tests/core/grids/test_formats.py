@@ -59,3 +59,12 @@ def test_saturation_named_cases():
     y = torch.tensor([float("inf"), -float("inf"), 61440.0, 1e30])
     assert saturating_cast(y, E5M2).float().tolist() == [57344, -57344, 57344, 57344]
     assert saturating_cast(torch.tensor([float("nan")]), E5M2).float().isnan().all()
+
+
+@pytest.mark.parametrize("fmt, bits", [(E4M3, 0x3B124925), (E5M2, 0x37924925)])
+def test_max_norm_rcp_is_the_fp32_rounded_reciprocal(fmt, bits):
+    """TE's max_norm_rcp: the double 1/max rounded to fp32 (not the double itself); the MX rceil rule and
+    the native kernel both read it from the format."""
+    rcp = fmt.max_norm_rcp
+    assert torch.tensor(rcp, dtype=torch.float32).view(torch.int32).item() == bits
+    assert rcp != 1.0 / fmt.max

@@ -1,4 +1,4 @@
-"""A claim's factor across a sweep's models (fp8rl_core.report.verdicts.factors_across_models): the
+"""A claim's factor across a sweep's models (fp8rl_core.report.factors.factors_across_models): the
 block-size ablation of the MoE sweeps, on planted probe tables."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from fp8rl_core.metrics import compare_factors, paired_units
 from fp8rl_core.report import SweepData, factors_across_models, probe_units, write_report
 
-from .test_claims import MOE, make_sweep
+from .sweeps import MOE, make_sweep
 from .test_probe import with_probe
 
 SMALL = "qwen3-moe-small"

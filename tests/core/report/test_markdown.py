@@ -11,7 +11,7 @@ import pytest
 
 from fp8rl_core.report import absent_claims, evaluate_claims, interval_table, write_report
 
-from .test_claims import DENSE, cost_sweep, make_sweep
+from .sweeps import DENSE, cost_sweep, make_sweep
 
 LINK = re.compile(r"!\[[^\]]*\]\(([^)]+)\)")
 N_BOOT = 300
@@ -50,8 +50,8 @@ def test_every_claim_row_is_in_the_table(full_sweep, report):
     table = [ln for ln in text.splitlines() if ln.startswith("| (")]
     assert len(table) == len(rows) == 14
     for row, line in zip(rows, table):
-        assert line == (f"| {md_cell(row['claim'])} | {md_cell(row['paper'])} | {md_cell(row['measured'])} | "
-                        f"**{row['verdict']}** | {md_cell(row['why'])} |")
+        assert line == (f"| {md_cell(row.claim)} | {md_cell(row.paper)} | {md_cell(row.measured)} | "
+                        f"**{row.verdict}** | {md_cell(row.why)} |")
     c = next(ln for ln in table if ln.startswith("| (c)"))
     assert "**not reproduced**" in c and "59/60 W2 checks passed" in c
 
@@ -109,7 +109,7 @@ def test_a_smaller_sweep_lists_the_claims_it_does_not_test(tmp_path):
     absent = absent_claims(data, evaluate_claims(data, n_boot=N_BOOT))
     line = next(ln for ln in text.splitlines() if ln.startswith("Not tested by this sweep: "))
     for a in absent:
-        assert md_cell(a["claim"]) in line or a["claim"] in line
+        assert md_cell(a.claim) in line or a.claim in line
     assert "(d) MoE" in line and "needs a MoE model, presets other-grid and all" in line
     assert LINK.findall(text) == ["kl_by_preset.png", "kl_over_steps.png"]
     assert "## Weight-sync checks" not in text and "## MXFP8 cost" not in text

@@ -12,7 +12,7 @@ from PIL import Image
 from fp8rl_core.metrics import cost_model
 from fp8rl_core.report import interval_table, plots, preset_order, with_run_columns
 
-from .test_claims import DENSE, MOE, cost_sweep, make_sweep
+from .sweeps import DENSE, MOE, cost_sweep, make_sweep
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -203,7 +203,7 @@ def test_figures_are_deterministic(sweep, tmp_path):
 def test_run_figures_plot_kl_and_reward_per_step_and_the_logprob_difference_histogram(tmp_path):
     from fp8rl_core.metrics.summary import run_kl_summary
 
-    from .test_claims import step_rows, token_rows
+    from .sweeps import step_rows, token_rows
 
     tokens = token_rows("all", 0, delta=0.1)
     tokens[0] = tokens[0] | {"learner_logprob": tokens[0]["sampler_logprob"]}  # one exact agreement

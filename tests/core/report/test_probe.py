@@ -11,6 +11,7 @@ all 0.0045, other-grid 0.009 (2× all), bf16-e2e 0.0003 nats/position.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -18,11 +19,10 @@ import pandas as pd
 import pytest
 
 from fp8rl_core.metrics import compare_ratio
-from fp8rl_core.report import (CLAIMS, PROBE_METRICS, SweepData, evaluate_claims, interval_table, plots, probe_units,
-                               write_report)
-from fp8rl_core.report.verdicts import compare_presets
+from fp8rl_core.report import (CLAIMS, PROBE_METRICS, SweepData, compare_presets, evaluate_claims, interval_table,
+                               plots, probe_units, write_report)
 
-from .test_claims import DENSE, MOE, make_sweep
+from .sweeps import DENSE, MOE, make_sweep
 
 PROBE_LEVELS = {"bf16-e2e": 0.0003, "bf16-sampler": 0.012, "half": 0.011, "all": 0.0045, "other-grid": 0.009}
 N_SEQ = 16
@@ -55,8 +55,8 @@ def with_probe(data: SweepData, levels=None, **kw) -> SweepData:
 
 
 def by_measure(rows, cid, measure, model=None):
-    hits = [r for r in rows if r["id"] == cid and r["measure"] == measure and (model is None or r["model"] == model)]
-    assert len(hits) == 1, [r["claim"] for r in rows]
+    hits = [r for r in rows if r.id == cid and r.measure == measure and (model is None or r.model == model)]
+    assert len(hits) == 1, [r.claim for r in rows]
     return hits[0]
 
 
@@ -114,20 +114,20 @@ def test_interval_table_takes_probe_metrics(sweep):
 
 def test_claim_b_on_the_exact_probe_kl_is_reproduced_with_its_own_size(plain, sweep, rows):
     row = by_measure(rows, "b", "probe_kl", DENSE)
-    assert row["claim"].endswith(f"— {DENSE} — exact probe KL")
-    assert row["ratio"] == pytest.approx(0.0045 / 0.012, rel=0.02)  # 0.375
-    assert row["lo"] < row["ratio"] < row["hi"] < 0.45
-    assert row["verdict"] == "reproduced" and "lies entirely below 1" in row["why"]
-    assert row["paper_in_ci"] is False and "the paper's 0.84 lies above the CI (the size differs)" in row["why"]
-    assert "paired by held-out probe sequence over 48 sequences, 3 seeds" in row["measured"]
-    assert row["measured"].startswith("exact probe KL (nats/position) all ")
+    assert row.claim.endswith(f"— {DENSE} — exact probe KL")
+    assert row.ratio == pytest.approx(0.0045 / 0.012, rel=0.02)  # 0.375
+    assert row.lo < row.ratio < row.hi < 0.45
+    assert row.verdict == "reproduced" and "lies entirely below 1" in row.why
+    assert row.paper_in_ci is False and "the paper's 0.84 lies above the CI (the size differs)" in row.why
+    assert "paired by held-out probe sequence over 48 sequences, 3 seeds" in row.measured
+    assert row.measured.startswith("exact probe KL (nats/position) all ")
     # the sampled-token row is still there, second, unchanged but for its label and measure
     k3 = by_measure(rows, "b", "k3", DENSE)
-    assert k3["claim"].endswith("— sampled-token k3")
+    assert k3.claim.endswith("— sampled-token k3")
     assert rows.index(row) + 1 == rows.index(k3)
-    before = next(r for r in evaluate_claims(plain, n_boot=N_BOOT) if r["id"] == "b" and r["model"] == DENSE)
-    assert before["claim"] + " — sampled-token k3" == k3["claim"]
-    assert {k: v for k, v in before.items() if k != "claim"} == {k: v for k, v in k3.items() if k != "claim"}
+    before = next(r for r in evaluate_claims(plain, n_boot=N_BOOT) if r.id == "b" and r.model == DENSE)
+    assert before.claim + " — sampled-token k3" == k3.claim
+    assert dataclasses.replace(before, claim=k3.claim) == k3
 
 
 def test_pairing_by_probe_sequence_narrows_the_interval(sweep):
@@ -148,18 +148,18 @@ def test_pairing_by_probe_sequence_narrows_the_interval(sweep):
 ])
 def test_other_kl_claims_have_a_probe_row(rows, cid, model, planted, verdict):
     row = by_measure(rows, cid, "probe_kl", model)
-    assert row["ratio"] == pytest.approx(planted, rel=0.02) and row["verdict"] == verdict
+    assert row.ratio == pytest.approx(planted, rel=0.02) and row.verdict == verdict
     if cid == "e":  # 15×: above the paper's 2.5–10
-        assert "lies entirely above the paper's range 2.5–10" in row["why"]
+        assert "lies entirely above the paper's range 2.5–10" in row.why
 
 
 def test_claim_d_probe_row_is_whole_run_and_the_k3_row_keeps_step_1(rows):
     probe = by_measure(rows, "d", "probe_kl")
-    assert probe["model"] == MOE and probe["ratio"] == pytest.approx(2.0, rel=0.02)
-    assert probe["verdict"] == "reproduced" and probe["measured"].startswith("final weights: ")
-    assert "final weights only" in probe["why"] and "step 1" not in probe["measured"]
+    assert probe.model == MOE and probe.ratio == pytest.approx(2.0, rel=0.02)
+    assert probe.verdict == "reproduced" and probe.measured.startswith("final weights: ")
+    assert "final weights only" in probe.why and "step 1" not in probe.measured
     k3 = by_measure(rows, "d", "k3")
-    assert "step 1:" in k3["measured"] and k3["verdict"] == "reproduced"
+    assert "step 1:" in k3.measured and k3.verdict == "reproduced"
 
 
 @pytest.mark.parametrize("case", ["identical", "same level, other sequences"])
@@ -170,16 +170,16 @@ def test_equal_probe_kl_is_not_reproduced(case):
     else:  # same level, independent per-run difficulties
         data = with_probe(base, {"all": 0.012}, shared=False)
     row = by_measure(evaluate_claims(data, n_boot=N_BOOT), "b", "probe_kl")
-    assert row["verdict"] == "not reproduced" and "no difference resolved" in row["why"]
-    assert row["lo"] <= 1.0 <= row["hi"]
+    assert row.verdict == "not reproduced" and "no difference resolved" in row.why
+    assert row.lo <= 1.0 <= row.hi
     if case == "identical":
-        assert row["ratio"] == pytest.approx(1.0, abs=1e-12) and row["hi"] - row["lo"] < 1e-12
+        assert row.ratio == pytest.approx(1.0, abs=1e-12) and row.hi - row.lo < 1e-12
 
 
 def test_without_a_probe_table_kl_rows_carry_no_measure_suffix(plain):
     rows = evaluate_claims(plain, n_boot=100, claims=[c for c in CLAIMS if c.id in ("b", "d")])
-    assert [r["measure"] for r in rows] == ["k3", "k3", "k3"]  # b dense, b MoE, d MoE
-    assert not any("sampled-token" in r["claim"] or "probe" in r["claim"] for r in rows)
+    assert [r.measure for r in rows] == ["k3", "k3", "k3"]  # b dense, b MoE, d MoE
+    assert not any("sampled-token" in r.claim or "probe" in r.claim for r in rows)
 
 
 # ------------------------------------------------------------------------------ report and figure
