@@ -228,7 +228,7 @@ def _copy_tree(tmp_path: Path) -> Path:
 
 # (file in the copy, line planted at its end, the two modules the failure must name)
 PLANTED = [
-    # the back-import issue 12 removed: the exporter reading the naming from the sampler
+    # a back-import: the exporter reading the naming from the sampler
     ("fp8rl_core/sync/export.py", "from fp8rl_core.sampler.engine import Sampler",
      "fp8rl_core.sync.export (fp8rl_core.sync, rank 3) → fp8rl_core.sampler.engine (fp8rl_core.sampler, rank 4)"),
     # lazy imports inside a function
