@@ -1,56 +1,11 @@
 """Fingerprints of sync tensors: a 64-bit digest over every byte, computed where the tensor lives (CPU,
 or the GPU a CUDA engine holds it on), so the learner and the live engine can compare what they hold
-without moving the tensors (DESIGN W2/W4, the cheap tier of the checks).
+without moving the tensors (W2/W4, the cheap tier of the checks).
 
-What is hashed: bytes
----------------------
-:func:`tensor_hash` hashes a tensor's **bytes in logical (row-major) order** — what
-``t.contiguous().view(torch.uint8)`` would hold. dtype, shape, strides, storage offset and device do
-not enter: a ``uint8`` tensor, a ``float8_e4m3fn`` view of it, a transposed copy laid out the same
-way, and a copy on another device all hash alike. :func:`fingerprint` (what the checks compare) adds a
-canonical form and a header:
-
-* integer tensors (FP8 data and E8M0 scale bytes, as ``uint8``) are hashed as their raw bytes;
-* floating tensors are hashed as the bytes of their ``float32`` values. The engine may hold a BF16 view
-  in its compute dtype (BF16 or float32); both are the same values, so both sides fingerprint alike,
-  while a value that is *not* on the BF16 grid (an fp32 master sent by mistake, an FP8 round trip)
-  changes the digest;
-* the value class (integer/floating) and the shape are folded into the final mix, so a reshaped
-  tensor with the same bytes has another fingerprint.
-
-The hash
---------
-The bytes, zero-padded to a multiple of 8, are read as little-endian 64-bit words ``w_i``. Word ``i``
-sits in block ``q = i // B`` at offset ``r = i % B`` (``B = 2**15`` words, 256 KiB), and contributes::
-
-    x = w_i XOR R[r];   x = x XOR (x >> 32)             R, Q: fixed pseudo-random 64-bit keys
-    x = x * C1 + Q[q];  x = x XOR (x >> 29)             C1, C2: odd constants; >>: logical shift
-    x = x * C2;         z_i = x XOR (x >> 32)           (all mod 2**64)
-
-The tensor's hash is ``fmix64(Σ z_i mod 2**64  XOR  fmix64(number of bytes))`` (``fmix64``: the
-SplitMix64 output function, on the host, once per tensor). Every step is integer arithmetic on
-``int64`` lanes, so the result is the same on every device and for any chunking of the sum (addition
-mod 2**64 is associative and commutative); on the GPU it runs at memory speed, on the CPU in
-cache-sized blocks at a few GB/s (``bench/checks.py`` measures it against ``torch.equal`` and a copy).
-
-Why 64 bits detect corruption. For a fixed position, ``w ↦ z`` is a bijection (XOR with a key,
-multiplication by an odd constant, adding a key and an xorshift ``x XOR (x >> k)`` are each invertible), so **any change
-confined to one 8-byte word — a flipped bit, a wrong scale byte — always changes the hash**. A change
-spread over several words changes the sum by a sum of pseudo-random 64-bit differences; the keys make
-every position's map different and the alternating xorshifts and multiplications carry every input
-bit into every output bit (so a difference is not passed on unchanged from one word to the next), so
-for random corruption that sum is zero — a missed fault — with
-probability about 2**-64 per compared tensor pair (2**-52 over the ~4 000 tensors of a 30B model's
-sync, every sync, for 10**6 syncs: still < 10**-9). The keys depend on the position, so the hash is
-**order sensitive**: swapped blocks, rows or experts, and a shifted copy, change it; so does the
-length (trailing zeros are not padding).
-
-What it cannot detect. It is not cryptographic: bytes *crafted* to collide can be found (the map is
-invertible and public), so it guards against faults, not against an adversary. And it **compares,
-it does not validate**: both sides hash what they hold, so when learner and engine are wrong the same
-way (a wrong expectation derived from the same wrong source) the hashes agree. That is why the
-expectation is derived from the learner, never from the exporter's output, and why the full tier
-compares every byte on its cadence.
+Rule: position-keyed little-endian 64-bit words, each mixed by an invertible xorshift-multiply chain,
+summed mod 2**64 and finalised by SplitMix64's ``fmix64`` — a change inside one word always changes the
+digest, random corruption goes unseen with probability ≈ 2**-64; not cryptographic. Specified in
+docs/correctness.md (The fingerprint).
 """
 
 from __future__ import annotations
