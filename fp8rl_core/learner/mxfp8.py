@@ -265,7 +265,7 @@ def linear(
     *,
     layer: str | None = None,
 ) -> torch.Tensor:
-    """``x·Wᵀ + b`` through TE's three MXFP8 GEMMs (see the module docstring for the operands).
+    """``x·Wᵀ + b`` through TE's three MXFP8 GEMMs (the operands: docs/library.md, The MXFP8 emulation).
 
     x: [..., K] float32/bfloat16 (leading dims are flattened into the token dim M); weight: [N, K]
     (fp32 master); K and N multiples of 32. ``layer`` names the GEMM in captured operands.

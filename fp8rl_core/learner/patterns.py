@@ -39,7 +39,7 @@ def _direct_params(module: nn.Module) -> dict[str, nn.Parameter]:
 
 
 def gemm_layers(model: nn.Module) -> list[str]:
-    """Every weight ``model`` multiplies with, in model order (see the module docstring)."""
+    """Every weight ``model`` multiplies with, in model order (the naming rules: docs/library.md, Layers on the grid)."""
     names: list[str] = []
     for mod_name, module in model.named_modules():
         if isinstance(module, nn.Embedding):
@@ -192,5 +192,5 @@ def resolve_names(names: Sequence[str], selection: str | Iterable[str]) -> list[
 
 def resolve_layers(model: nn.Module, selection: str | Iterable[str]) -> list[str]:
     """The GEMM layers of ``model`` that ``selection`` (preset or pattern list) puts on the grid,
-    in model order. See the module docstring for the pattern language and the presets."""
+    in model order. The pattern language and the presets: docs/library.md (Layers on the grid)."""
     return resolve_names(gemm_layers(model), selection)
