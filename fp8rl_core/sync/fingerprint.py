@@ -18,7 +18,7 @@ import torch
 __all__ = ["BLOCK_WORDS", "fingerprint", "fingerprints", "fmix64", "tensor_hash", "tensor_hashes"]
 
 _M64 = (1 << 64) - 1
-#: words per block of the keys (see the module docstring); a tensor of fewer words is one partial block
+#: words per block of the keys (docs/correctness.md, The fingerprint); a tensor of fewer words is one partial block
 BLOCK_WORDS = 1 << 15
 _GOLDEN = 0x9E3779B97F4A7C15
 _C1, _C2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB  # odd: multiplication by either is a bijection mod 2**64
@@ -83,7 +83,7 @@ def _xorshift_(x: torch.Tensor, k: int, tmp: torch.Tensor) -> torch.Tensor:
 
 def _contributions(w: torch.Tensor, r_keys: torch.Tensor, q_keys: torch.Tensor) -> torch.Tensor:
     """``z_i`` of the words ``w`` at block offsets keyed ``r_keys`` in blocks keyed ``q_keys``
-    (broadcast), as a new int64 tensor (the module docstring's three lines)."""
+    (broadcast), as a new int64 tensor (the three lines of docs/correctness.md, The fingerprint)."""
     x = torch.bitwise_xor(w, r_keys)
     tmp = torch.empty_like(x)
     _xorshift_(x, 32, tmp).mul_(_signed(_C1)).add_(q_keys)
@@ -185,7 +185,7 @@ def _batches(idx: list[int], srcs: list[_Source], words: int) -> list[list[int]]
 
 
 def _hash_sources(srcs: list[_Source]) -> list[int]:
-    """The 64-bit hash of each source (see the module docstring), grouped by device."""
+    """The 64-bit hash of each source (docs/correctness.md, The fingerprint), grouped by device."""
     sums: list[int | None] = [None] * len(srcs)
     by_device: dict[torch.device, list[int]] = {}
     for i, s in enumerate(srcs):
@@ -211,7 +211,7 @@ def tensor_hashes(tensors: Iterable[torch.Tensor]) -> list[int]:
 
 
 def tensor_hash(t: torch.Tensor) -> int:
-    """The 64-bit hash (an unsigned int) of ``t``'s bytes in logical order (see the module docstring):
+    """The 64-bit hash (an unsigned int) of ``t``'s bytes in logical order (docs/correctness.md, The fingerprint):
     equal for equal bytes whatever the dtype, shape, strides or device."""
     return tensor_hashes([t])[0]
 
@@ -231,5 +231,6 @@ def fingerprints(tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch
 
 
 def fingerprint(t: torch.Tensor) -> str:
-    """The fingerprint of ``t`` (canonical bytes + value class + shape; module docstring), 16 hex chars."""
+    """The fingerprint of ``t`` (canonical bytes + value class + shape; docs/correctness.md, The
+    fingerprint), 16 hex chars."""
     return fingerprints([("", t)])[""]

@@ -46,7 +46,7 @@ class ShardError(ValueError):
 
 def shard_kind(name: str) -> str:
     """How vLLM shards the sync tensor ``name``: qkv | merged | row | experts_w13 | experts_w2 | vocab |
-    replicated (see the module docstring); :class:`ShardError` for a name no rule covers."""
+    replicated (the rules: :func:`shard_tensor`); :class:`ShardError` for a name no rule covers."""
     for pat, kind in _KINDS:
         if pat.search(name):
             return kind
