@@ -69,7 +69,8 @@ def acquire(checkpoint: str | Path, schemes: Mapping[str, str], tensors: Mapping
     An evicted engine stops in the background: :meth:`Sampler.close` waits for vLLM's engine core and worker
     processes to exit, and most of that wait is each process's interpreter tearing down — its final garbage
     collection over vLLM's and torch's object graph (measured: bench/README.md, Engine shutdown). Waiting
-    would add all of it to the next run's engine start, so :func:`acquire` hands the evicted engine to a thread and starts the next one meanwhile. The processes are
+    would add all of it to the next run's engine start, so :func:`acquire` hands the evicted engine to a
+    thread and starts the next one meanwhile. The processes are
     still left to exit on their own (not killed): that is what frees their shared-memory queues
     (:data:`fp8rl_core.sampler.quiet.SHUTDOWN_S`). :func:`release_all` closes the live engines the same way, all
     at once, and returns when every shutdown it started, or an eviction started, has finished. An in-process
