@@ -45,9 +45,9 @@ setup-gpu:
 run: setup
 	$(VENV)/bin/fp8rl run configs/smoke.yaml
 
-# the paper's three experiments at CPU scale on the minis (3 seeds each, kept under their own names), then
-# the small-model experiments (issue 16: dense-matching-small, and moe-grids-small, whose model axis is the
-# block-size ablation; sized by docs/results/power.md), then their reports under docs/results/
+# the five CPU experiments: the paper's three at CPU scale on the minis (3 seeds each), then the two on the
+# small models (dense-matching-small, and moe-grids-small, whose model axis is the block-size ablation; sized
+# by docs/results/power.md), then their reports under docs/results/
 RESULTS_MINI  := dense-matching moe-grids microbatch-sweep
 RESULTS_SMALL := dense-matching-small moe-grids-small
 RESULTS := $(RESULTS_MINI) $(RESULTS_SMALL)
@@ -55,7 +55,7 @@ results: setup
 	for s in $(RESULTS); do $(VENV)/bin/fp8rl run configs/$$s.yaml || exit 1; done
 	for s in $(RESULTS); do $(VENV)/bin/fp8rl report $$s --out docs/results/$$s --no-log || exit 1; done
 
-# only the small-model experiments and their reports (about 1 h 25 min measured on 2 cores, docs/results/power.md)
+# only the small-model experiments and their reports (time measured: docs/results/power.md)
 results-small: setup
 	for s in $(RESULTS_SMALL); do $(VENV)/bin/fp8rl run configs/$$s.yaml || exit 1; done
 	for s in $(RESULTS_SMALL); do $(VENV)/bin/fp8rl report $$s --out docs/results/$$s --no-log || exit 1; done
@@ -64,7 +64,7 @@ results-small: setup
 test: setup
 	$(PY) -m pytest --durations=25
 
-# the edit loop: no vLLM engine, no flow, nothing slow (tiers set by path in tests/conftest.py); < 3 min on 2 cores
+# the edit loop: no vLLM engine, no flow, nothing slow (tiers set by path in tests/conftest.py; times: bench/README.md)
 test-fast: setup
 	$(PY) -m pytest --fast --durations=10
 

@@ -1,4 +1,4 @@
-"""One prepared GPU benchmark (issue 15 §4): grids on the device vs CPU bytes, the learner's GEMM layers
+"""One prepared GPU benchmark: grids on the device vs CPU bytes, the learner's GEMM layers
 per micro-batch (BF16, emulated MXFP8, real block-FP8), the cost-model fit on real FP8 tensor cores, and
 fingerprint throughput vs a device copy. Writes ``gpu.json`` and PNGs into OUT.
 

@@ -14,7 +14,7 @@ the same identity, see :func:`fp8rl_core.sampler.pool.acquire`). :func:`run_rl` 
 and returns a per-step table (tokens, rewards, loss, timings: generate, learner, export, transport,
 load, reset, total; the version) and a per-token table (sampler and learner log-probs of every sampled
 token, same tokens, same weight version). Before every rollout the sampler's version must equal the
-learner's — a rollout on other weights than the learner believes is refused (DESIGN W5).
+learner's — a rollout on other weights than the learner believes is refused (W5).
 """
 
 from __future__ import annotations

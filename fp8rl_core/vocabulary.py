@@ -16,7 +16,7 @@ __all__ = [
     "TIME_TOL", "TIMING_COLUMNS", "ModelKind", "Precision", "Tier", "check_column", "seconds_column",
 ]
 
-# -- the weight-sync conditions (DESIGN, "The seven conditions every weight sync must preserve") --------
+# -- the weight-sync conditions (docs/design.md, "The seven conditions every weight sync must preserve") --------
 #: each condition's name and what it asks of a sync, in one line
 CONDITION_MEANINGS: dict[str, str] = {
     "W1": "Coverage: every tensor the sampler computes with was written by this sync; none missing or extra",

@@ -4,7 +4,7 @@ Tiers. Every test gets its markers here, from where it lives and what it uses â€
 test file, so a new test lands in the right tier by itself:
 
 ``engine``
-    starts real vLLM engines (~3 s in-process, ~25 s spawned on 2 cores): every test under ``tests/core/sampler/``,
+    starts real vLLM engines (start times: bench/README.md): every test under ``tests/core/sampler/``,
     and any test elsewhere that uses the engine fixtures of ``tests/core/sampler/conftest.py``.
 ``flow``
     runs Prefect flows with real engines and MLflow stores: every test under ``tests/flows/``.

@@ -1,6 +1,7 @@
 """The test tiers of tests/conftest.py: a new file lands in its folder's tier by itself, the engine
-fixtures pull a test into the engine tier wherever it lives, and every listed slow test still exists (a
-rename cannot silently move a slow test into the fast tier)."""
+fixtures pull a test into the engine tier wherever it lives, and every listed slow test — and every real
+test named here as an example — still exists (a rename cannot silently move a slow test into the fast
+tier, or leave an example that checks nothing)."""
 
 from __future__ import annotations
 
@@ -9,20 +10,33 @@ import pytest
 from tests.conftest import EXCEPT, SLOW, SLOW_FIXTURES, TESTS, tiers_of
 
 
-@pytest.mark.parametrize("path, name, fixtures, tiers", [
+#: (path, test name, fixtures, tiers) of tests that do not exist: where a new test would land
+IMAGINED = [
     ("core/sampler/test_brand_new.py", "test_x", set(), {"engine"}),
     ("core/checks/test_basic.py", "test_x", {"engines", "tmp_path"}, {"engine"}),
     ("core/checks/test_basic.py", "test_x", {"tmp_path"}, set()),
     ("flows/test_brand_new.py", "test_x", set(), {"flow"}),
-    ("flows/test_cli.py", "test_help_lists_the_five_commands_by_name", set(), set()),
-    ("core/sampler/test_quiet.py", "test_install_is_idempotent", set(), set()),
-    ("core/grids/test_mx.py", "test_compiled_kernel_gives_the_eager_bytes[e4m3-rceil-ignore]", set(), {"slow"}),
     ("core/grids/test_mx.py", "test_x[e4m3]", set(), set()),
     ("tasks/test_brand_new.py", "test_x", set(), {"slow"}),
     ("core/learner/test_warmstart.py", "test_x", {"trained"}, {"slow"}),
-])
+]
+#: the same for tests that exist (checked below): the exceptions and a parametrized slow test
+REAL = [
+    ("flows/test_cli.py", "test_help_lists_every_command_by_name", set(), set()),
+    ("core/sampler/test_quiet.py", "test_install_is_idempotent", set(), set()),
+    ("core/grids/test_mx.py", "test_compiled_kernel_gives_the_eager_bytes[e4m3-rceil-ignore]", set(), {"slow"}),
+]
+
+
+@pytest.mark.parametrize("path, name, fixtures, tiers", IMAGINED + REAL)
 def test_tiers_by_path_and_fixture(path, name, fixtures, tiers):
     assert tiers_of(path, name, fixtures) == tiers
+
+
+@pytest.mark.parametrize("path, name", [(path, name) for path, name, _, _ in REAL])
+def test_every_real_example_exists(path, name):
+    base = name.split("[", 1)[0]
+    assert f"def {base}(" in (TESTS / path).read_text(), f"tests/{path} has no test {base}: update REAL"
 
 
 def test_every_listed_path_and_test_exists():

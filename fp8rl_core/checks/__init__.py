@@ -1,4 +1,4 @@
-"""Weight-sync checks against the live engine (DESIGN W1–W7), their cadence, the fault catalogue and
+"""Weight-sync checks against the live engine (docs/design.md, W1–W7), their cadence, the fault catalogue and
 the detection matrix. Each check returns a :class:`CheckResult`; :class:`CheckRunner` runs them after
 every sync (cheap tier every sync, full tier on a schedule and on suspicion)."""
 

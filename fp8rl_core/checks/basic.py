@@ -1,4 +1,4 @@
-"""Checks of W1 coverage, W2 grid identity, W4 precision, W5 version and W6 derived state (DESIGN,
+"""Checks of W1 coverage, W2 grid identity, W4 precision, W5 version and W6 derived state (docs/design.md,
 "The seven conditions"); W3 layout is in :mod:`.layout`, W7 behaviour in :mod:`.behaviour`, the cadence
 that runs them in :mod:`.runner`.
 

@@ -1,5 +1,5 @@
 """The fault catalogue: named perturbations of one step of the real sync path, each declaring the
-condition it breaks (DESIGN, "Failures seen in real systems").
+condition it breaks (docs/design.md, "The seven conditions").
 
 A :class:`Fault` is a set of sync hooks (:class:`fp8rl_core.sync.hooks.SyncHooks`): whoever injects it
 passes it as ``hooks`` to :func:`fp8rl_core.loop.start_pipeline` (a ``config`` fault) or
@@ -37,7 +37,7 @@ Tensors = dict[str, torch.Tensor]
 @dataclass(frozen=True)
 class Fault(SyncHooks):
     name: str
-    condition: str  # the DESIGN condition it breaks: W1 … W7
+    condition: str  # the condition it breaks (docs/design.md): W1 … W7
     stage: str
     model: str  # "dense" | "moe": the model it is injected on
     what: str  # what goes wrong, as seen in real systems

@@ -1,26 +1,10 @@
 """W3 layout: each tensor lands in the shape, orientation and order the sampler's kernel reads.
 
-Two angles, both on what the live engine holds (its read-back) against the learner's masters:
-
-1. **Shapes and value classes** of every engine tensor against the learner-derived expectation (FP8 data
-   and E8M0 scales are bytes, off-grid tensors are floating point): a transposed or padded tensor, or
-   scales of the wrong orientation ([N/32, K] columnwise instead of [N, K/32] rowwise), differs here —
-   reported with both shapes.
-2. **Order and orientation by content**, independent of any name or layout table: every GEMM layer's
-   *effective* weight (on the learner's grid: the engine's data bytes × its scale bytes, dequantized;
-   block FP8: its own data × scale_inv; BF16: the probed weight) is cut into the *slots* the engine itself
-   declares — the fused output sizes vLLM reports for the layer (``output_partition_sizes``: q | k | v,
-   gate | up), and for experts expert × (gate | up) rows of ``w13`` and expert rows of ``w2`` — and
-   each slot is matched against the learner's fp32 masters. A slot *matches* a member when every element
-   is within ``tolerance`` × the amax of its block (1×32 along K; 128×128 tiles for block FP8) — a
-   quarter by default: twice the worst legal FP8 rounding (E4M3: 16/448 of amax below saturation; FLOOR
-   saturation: 1/8), far below what a misplacement produces (another matrix: ~the amax itself) and below
-   one wrong scale binade (×2 or ×½: half the amax or more). W3 asks *where* content landed, not whether
-   it is exact (W2 and W4 do that), so stale-but-placed weights (one optimizer step behind) still match.
-
-A slot that does not match its own member is searched among the layer's other members of the same
-shape: found → an order fault ("slot k of qkv_proj holds v_proj"); not found → an orientation/scale
-fault with the measured error in units of the tolerance.
+Rule: on the live engine's read-back, every tensor's shape and value class against the learner-derived
+expectation, and every GEMM layer's effective weight cut into the slots the engine declares, each slot
+matched by content to the learner's fp32 masters within a quarter of its block's amax — naming an order
+fault ("slot k of qkv_proj holds v_proj") or an orientation/scale fault. In full on
+:func:`check_layout`; docs/correctness.md (W3).
 """
 
 from __future__ import annotations
@@ -104,7 +88,7 @@ def check_layout(readback: dict[str, torch.Tensor], engine_shapes: dict[str, tup
                  expected_shapes: dict[str, tuple[tuple[int, ...], bool]], layers: dict[str, dict],
                  groups: dict[str, list[str]], masters: dict[str, torch.Tensor], mx_grid: str,
                  tolerance: float = 0.25) -> CheckResult:
-    """W3 (see the module docstring).
+    """W3: shapes, value classes, and slot content against the learner's masters (the method below).
 
     engine_shapes:   engine tensor name → (shape, dtype name), from the engine's snapshot
     expected_shapes: sync tensor name → (shape, is_bytes) derived from the learner
@@ -112,7 +96,30 @@ def check_layout(readback: dict[str, torch.Tensor], engine_shapes: dict[str, tup
     groups:          vLLM layer prefix → learner members in the engine's documented order (q, k, v;
                      gate, up; experts gate_up, down)
     masters:         learner member → fp32 master weight
-    ``measured`` = misshapen tensors + misplaced or mismatching slots; ``bound`` = the tolerance."""
+    ``measured`` = misshapen tensors + misplaced or mismatching slots; ``bound`` = the tolerance.
+
+    Two angles, both on what the live engine holds (its read-back) against the learner's masters:
+
+    1. **Shapes and value classes** of every engine tensor against the learner-derived expectation (FP8 data
+       and E8M0 scales are bytes, off-grid tensors are floating point): a transposed or padded tensor, or
+       scales of the wrong orientation ([N/32, K] columnwise instead of [N, K/32] rowwise), differs here —
+       reported with both shapes.
+    2. **Order and orientation by content**, independent of any name or layout table: every GEMM layer's
+       *effective* weight (on the learner's grid: the engine's data bytes × its scale bytes, dequantized;
+       block FP8: its own data × scale_inv; BF16: the probed weight) is cut into the *slots* the engine itself
+       declares — the fused output sizes vLLM reports for the layer (``output_partition_sizes``: q | k | v,
+       gate | up), and for experts expert × (gate | up) rows of ``w13`` and expert rows of ``w2`` — and
+       each slot is matched against the learner's fp32 masters. A slot *matches* a member when every element
+       is within ``tolerance`` × the amax of its block (1×32 along K; 128×128 tiles for block FP8) — a
+       quarter by default: twice the worst legal FP8 rounding (E4M3: 16/448 of amax below saturation; FLOOR
+       saturation: 1/8), far below what a misplacement produces (another matrix: ~the amax itself) and below
+       one wrong scale binade (×2 or ×½: half the amax or more). W3 asks *where* content landed, not whether
+       it is exact (W2 and W4 do that), so stale-but-placed weights (one optimizer step behind) still match.
+
+    A slot that does not match its own member is searched among the layer's other members of the same
+    shape: found → an order fault ("slot k of qkv_proj holds v_proj"); not found → an orientation/scale
+    fault with the measured error in units of the tolerance.
+    """
     t0 = time.perf_counter()
     offenders: list[str] = []
     for name, (shape, is_bytes) in sorted(expected_shapes.items()):

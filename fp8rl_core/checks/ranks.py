@@ -1,22 +1,10 @@
 """Per-rank checks: each tensor-parallel rank's live shard against its slice of the sync.
 
-With tensor parallelism a rank holds shards (:mod:`fp8rl_core.sync.ranks` cuts the same shards from the
-full tensors the learner's expectation describes). Two tiers, as for the whole-engine checks:
-
-* :func:`check_rank_fingerprints` (cheap): every rank's fingerprint of every tensor against its slice's;
-* :func:`check_rank_shards` (full): every byte. On-grid tensors (E4M3 data, E8M0 scales) compare as
-  bytes; floating tensors as the bits of their float32 values (a rank may hold a BF16 view in float32 —
-  the same values — as :func:`fp8rl_core.sync.fingerprint.fingerprint` canonicalises them).
-
-A mismatch names the rank, the layer, the tensor and the **first differing position** (its index in the
-rank's shard, and the two values there), so a fault confined to one rank's shard — a wrong slice, a
-replica of a kv head loaded from the wrong shard, a corrupted copy on one GPU — points at that rank.
-``measured`` = differing elements (full tier) or differing tensors (cheap tier), over all ranks.
-
-In the live engine (:func:`check_engine_ranks`): each rank of the engine checks its own shards in its
-worker (``fp8rl_check_rank``, :mod:`fp8rl_core.sampler.worker`) and returns a
-:class:`~fp8rl_core.sync.ranks.RankCheck`; :func:`check_rank_results` collects one per rank and fails naming
-every rank that failed or did not answer.
+Rule: two tiers as for the whole-engine checks — fingerprints (:func:`check_rank_fingerprints`) and
+every byte (:func:`check_rank_shards`; floating tensors as the bits of their float32 values) — against
+the slices :mod:`fp8rl_core.sync.ranks` cuts; a failure names the rank, the layer, the tensor and the
+first differing position. In the live engine each rank checks itself in its worker
+(:func:`check_engine_ranks`). docs/gpu.md (Tensor-parallel ranks and SGLang).
 """
 
 from __future__ import annotations
@@ -38,7 +26,13 @@ __all__ = ["check_engine_ranks", "check_rank_fingerprints", "check_rank_results"
 def check_rank_shards(slices: Sequence[RankSlice], live: Mapping[int, Mapping[str, torch.Tensor]]) -> CheckResult:
     """Full tier: every tensor of every rank's live shard (``live``: rank → name → tensor, the sync's
     names) equals that rank's slice, byte for byte; none missing, none extra
-    (:func:`fp8rl_core.sync.ranks.shard_offenders` per rank)."""
+    (:func:`fp8rl_core.sync.ranks.shard_offenders` per rank).
+
+    A mismatch names the rank, the layer, the tensor and the **first differing position** (its index in the
+    rank's shard, and the two values there), so a fault confined to one rank's shard — a wrong slice, a
+    replica of a kv head loaded from the wrong shard, a corrupted copy on one GPU — points at that rank.
+    ``measured`` = differing elements (full tier) or differing tensors (cheap tier), over all ranks.
+    """
     t0 = time.perf_counter()
     offenders: list[str] = []
     differing = 0

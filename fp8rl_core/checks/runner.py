@@ -1,27 +1,9 @@
 """The checks after every weight sync, on a cadence: cheap every sync, full on a schedule and on suspicion.
 
-=========  ==========================================  ==========================================
-condition  cheap tier (every sync, one snapshot call)   full tier (first sync of an engine, every
-                                                       ``full_every`` syncs, any cheap failure)
-=========  ==========================================  ==========================================
-W1         names held vs expected; per-tensor record   —
-           of the sync version that wrote it
-W2         fingerprints of on-grid bytes, all ranks    byte-for-byte read-back vs forward operands
-W3         —                                           shapes + slot content vs masters (:mod:`.layout`)
-W4         off-grid fingerprints; on-grid layer set    values of every off-grid tensor vs BF16 view
-W5         versions of all ranks/replicas; rollout     (same)
-           tags; content = which learner version
-W6         cache blocks = 0, cache reset counted,      + effective weight (probe) = held weight
-           post-load processing once per layer
-W7         —                                           probe-batch log-probs vs learner (:mod:`.behaviour`)
-=========  ==========================================  ==========================================
-
-A fingerprint mismatch escalates to the full tier at the same sync, so a fault is named by the check of
-its condition at the first sync where it happens, not N syncs later. A new engine instance (a restart)
-always starts with a full check. The choice of tier is the pure function :func:`full_tier_reason`;
-:class:`CheckRunner` keeps the state it needs across syncs: the engine's processing counts and reset
-count at the previous check, the learner's fingerprints of recent versions (W5 content), the engine
-instances seen.
+Rule: the cheap tier runs after every sync; the full tier at an engine's first sync, every
+``full_every`` syncs, on request and at the same sync as any cheap failure (so a fault is named by its
+own condition's check where it happens); the choice is the pure function :func:`full_tier_reason`.
+Which condition each tier checks and how: docs/correctness.md (The seven conditions, Tiers and cadence).
 """
 
 from __future__ import annotations
@@ -130,10 +112,14 @@ def merge(condition: str, parts: list[CheckResult]) -> CheckResult:
 
 
 class CheckRunner:
-    """Runs the checks after each sync of one pipeline (see the module docstring).
+    """Runs the checks after each sync of one pipeline (tiers: :func:`full_tier_reason`).
 
     ``probe`` is the fixed probe batch for W7 ([B, T] token ids). Call :meth:`start` once the engines
-    are up (it records their processing and reset counts), then :meth:`check` after every sync."""
+    are up (it records their processing and reset counts), then :meth:`check` after every sync.
+
+    It keeps the state it needs across syncs: the engine's processing counts and reset count at the previous
+    check, the learner's fingerprints of recent versions (W5 content), the engine instances seen.
+    """
 
     def __init__(self, policy: CheckPolicy = CheckPolicy(), probe: torch.Tensor | None = None) -> None:
         self.policy = policy

@@ -1,33 +1,10 @@
 """Real FP8 GEMMs beside the emulation: ``torch._scaled_mm`` on operands from :mod:`fp8rl_core.grids`.
 
-The emulation (:mod:`.mxfp8`) multiplies dequantized fp32 operands. Here the same kind of operands —
-FP8 bytes and scales exactly as :func:`fp8rl_core.grids.quantize` produces them — go to the hardware's
-scaled GEMM, ``out = (A · scale_a) @ (B · scale_b)ᵀ`` with fp32 accumulation. Which scalings
-``torch._scaled_mm`` runs depends on the device (:func:`scaling_of` names them; :func:`supported`
-says where each runs):
-
-===========  ==========================================  ==================================================
-scaling      operands (A [M, K], B [N, K], both along K)  runs on
-===========  ==========================================  ==================================================
-tensorwise   ``fp8-tensor-*`` × ``fp8-tensor-*``          CPU (torch 2.13) and CUDA with FP8 (sm89+)
-rowwise      ``fp8-block128-e4m3`` activations with K =   CPU and CUDA sm89+ (one 1×128 group per row is a
-             128 (scales [M, 1] and [N, 1])               per-row scale)
-blockwise    1×128 activation × 128×128 weight, or        CUDA sm90 (Hopper, CUDA ≥ 12.9): Transformer
-             1×128 × 1×128 (``fp8-block128-e4m3``, role   Engine's blockwise recipe, cuBLAS's 1×128 /
-             activation / weight)                         128×128 block scaling
-mx           ``mxfp8-e4m3-*`` rowwise × rowwise           CUDA sm100 (Blackwell): E8M0 scales in cuBLAS's
-                                                          128×4 swizzled layout (:mod:`fp8rl_core.grids.swizzle`)
-===========  ==========================================  ==================================================
-
-Where a scaling does not run on the operands' device, :func:`scaled_mm` raises; with
-``fallback=True`` it computes the emulation's product instead (fp32 of the dequantized operands), so
-the code around it — operand layouts, padding, autograd — runs and is tested on CPU.
-
-:func:`block_fp8_linear` is a linear layer's three GEMMs on the Hopper recipe (TE's
-``Float8BlockScaling``): fprop ``X(1×128 along K) · W(128×128)ᵀ``, dgrad ``dY(1×128 along N) ·
-W(128×128)`` — W's transposed tiles are W's tiles, so its bytes are W's transposed and its scales
-W's scales transposed — and wgrad ``dYᵀ(1×128 along M) · X(1×128 along M)``. The token dim M is
-zero-padded to a multiple of 128 (zero rows raise no amax and add nothing).
+Rule: the same FP8 bytes and scales :func:`fp8rl_core.grids.quantize` produces go to the hardware's
+scaled GEMM, ``out = (A · scale_a) @ (B · scale_b)ᵀ`` with fp32 accumulation — tensorwise and rowwise
+on CPU, 1×128 × 128×128 blockwise on Hopper, MXFP8 on Blackwell (the table on :func:`scaled_mm`);
+:func:`block_fp8_linear` runs a linear layer's three GEMMs on TE's blockwise recipe. Used by
+``bench/gpu.py``; docs/library.md (Quantization grids).
 """
 
 from __future__ import annotations
@@ -83,7 +60,22 @@ def scaled_mm(a: QuantizedTensor, b: QuantizedTensor, out_dtype: torch.dtype = t
     """``A · Bᵀ`` [M, N] on the FP8 operands ``a`` [M, K] and ``b`` [N, K] through ``torch._scaled_mm``.
 
     ``fallback``: where the scaling does not run on this device, return the emulated product
-    (dequantized fp32 operands) instead of raising.
+    (dequantized fp32 operands) instead of raising — so the code around it (operand layouts, padding,
+    autograd) runs and is tested on CPU. Which scalings run where (:func:`scaling_of` names them,
+    :func:`supported` says where each runs):
+
+        ===========  ==========================================  ==================================================
+    scaling      operands (A [M, K], B [N, K], both along K)  runs on
+    ===========  ==========================================  ==================================================
+    tensorwise   ``fp8-tensor-*`` × ``fp8-tensor-*``          CPU (torch 2.13) and CUDA with FP8 (sm89+)
+    rowwise      ``fp8-block128-e4m3`` activations with K =   CPU and CUDA sm89+ (one 1×128 group per row is a
+                 128 (scales [M, 1] and [N, 1])               per-row scale)
+    blockwise    1×128 activation × 128×128 weight, or        CUDA sm90 (Hopper, CUDA ≥ 12.9): Transformer
+                 1×128 × 1×128 (``fp8-block128-e4m3``, role   Engine's blockwise recipe, cuBLAS's 1×128 /
+                 activation / weight)                         128×128 block scaling
+    mx           ``mxfp8-e4m3-*`` rowwise × rowwise           CUDA sm100 (Blackwell): E8M0 scales in cuBLAS's
+                                                              128×4 swizzled layout (:mod:`fp8rl_core.grids.swizzle`)
+    ===========  ==========================================  ==================================================
     """
     kind = scaling_of(a, b)
     if not supported(kind, a.data.device):
@@ -143,7 +135,11 @@ class _BlockFP8Linear(torch.autograd.Function):
 
 
 def block_fp8_linear(x: torch.Tensor, weight: torch.Tensor, *, fallback: bool = False) -> torch.Tensor:
-    """``x · Wᵀ`` with the three GEMMs in block FP8 (TE's blockwise recipe; see the module docstring).
+    """``x · Wᵀ`` with the three GEMMs in block FP8: a linear layer's three GEMMs on the Hopper recipe
+    (TE's ``Float8BlockScaling``): fprop ``X(1×128 along K) · W(128×128)ᵀ``, dgrad ``dY(1×128 along N) ·
+    W(128×128)`` — W's transposed tiles are W's tiles, so its bytes are W's transposed and its scales
+    W's scales transposed — and wgrad ``dYᵀ(1×128 along M) · X(1×128 along M)``. The token dim M is zero-padded to a
+    multiple of 128 (zero rows raise no amax and add nothing).
 
     x: [..., K]; weight: [N, K] (fp32 master; dW comes back in its dtype); K and N multiples of 128.
     On a device without blockwise ``_scaled_mm`` it raises, unless ``fallback`` (emulated products).

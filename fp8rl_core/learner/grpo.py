@@ -1,37 +1,9 @@
 """The GRPO step: group-relative advantages, a PPO-style clipped objective, token-budget micro-batches.
 
-What one step does (Shao et al. 2024, "DeepSeekMath", section 4.1; the loss as verl/DAPO write it)
-----------------------------------------------------------------------------------------------
-Input: G sampled completions for each prompt (rows ``g·G … g·G+G−1`` form group g), their rewards
-and the sampler's log-probs of the sampled tokens (from any sampler: only tensors come in).
-
-1. Advantages, one per sequence, broadcast over its tokens::
-
-       A_i = (r_i − mean_group(r)) / (std_group(r) + eps)     (``scale_rewards=True``, GRPO)
-       A_i =  r_i − mean_group(r)                              (``scale_rewards=False``, Dr. GRPO)
-
-   No critic, no KL-to-reference term (``kl_coef`` is fixed at 0: the experiments measure the
-   train–rollout mismatch, which a reference penalty would blur).
-2. Learner log-probs ``log π_θ(y_t | x, y_<t)`` recomputed on exactly the sampled tokens.
-3. Clipped surrogate with ratio ``ρ_t = exp(log π_θ − log π_old)``::
-
-       L = − Σ_t mask_t · min(ρ_t A, clip(ρ_t, 1−ε_low, 1+ε_high) A) / Σ_t mask_t   (token-mean)
-
-   ``old_logprobs="learner"`` (default): π_old is the learner itself before this update (one update per
-   batch, so ρ = 1 in value and the gradient is the policy gradient); ``"sampler"``: π_old is the
-   sampler's log-probs, i.e. the importance ratio corrects for the train–rollout mismatch.
-   ``clip_fraction`` is the share of tokens where the clipped term is the one taken
-   (:func:`clipped_tokens`: ``ρ > 1+ε_high`` with ``A > 0``, ``ρ < 1−ε_low`` with ``A < 0``).
-4. Micro-batches by a token budget: sequences (prompt + completion, in their original order) are
-   packed greedily so that each micro-batch's padded size ``rows × max_len`` stays within
-   ``tokens_per_microbatch`` (a single longer sequence still forms its own micro-batch). The split
-   depends only on lengths and the budget — never on the precision — so BF16 and MXFP8 runs do
-   identical work. Gradients accumulate over micro-batches with each micro-batch's loss weighted by
-   its share of the step's tokens, so the result equals the full-batch token-mean loss.
-5. Clip the global gradient norm, optimizer step (AdamW on fp32 master weights), version += 1.
-
-Timing: every micro-batch is timed (wall clock) with the MXFP8 layers reporting their quantization
-and GEMM seconds into a :class:`~fp8rl_core.learner.timers.Timers`; ``other`` is the remainder.
+Rule: GRPO as in Shao et al. 2024 ("DeepSeekMath", §4.1), the loss as verl/DAPO write it — per-group
+advantages (no critic, no KL-to-reference term), a clipped token-mean surrogate against the learner's
+or the sampler's old log-probs, micro-batches packed by a token budget independent of precision,
+gradients weighted to equal the full-batch loss. Specified in docs/library.md (The GRPO step).
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ class Learner:
         """Log-probs of each token of ``sequences`` [B, T] given its prefix, [B, T-1] (``full``: over the
         vocabulary, [B, T-1, V]) — computed in fp32, without autocast, on the weights exactly as a synced
         sampler holds them: on-grid layers through their MXFP8 forward operands (as always), every other
-        parameter as its BF16 view. This is the learner side of the exact behaviour check (DESIGN W7)
+        parameter as its BF16 view. This is the learner side of the exact behaviour check (docs/design.md, W7)
         against a float32 sampler engine; the fp32 master weights are restored afterwards."""
         self.model.eval()
         views = self.bf16_view()

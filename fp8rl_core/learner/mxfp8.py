@@ -1,70 +1,10 @@
 """MXFP8 training emulated on CPU: Transformer Engine's ``MXFP8BlockScaling`` recipe, exact bytes.
 
-What is emulated, and from where
---------------------------------
-Transformer Engine (TE) runs every ``te.Linear`` under the ``MXFP8BlockScaling`` recipe as three
-GEMMs, each on MXFP8 operands (32-element blocks with one E8M0 scale byte, see
-:mod:`fp8rl_core.grids.mx`). The operand quantizers have TE's names (``transformer_engine/pytorch/
-module/linear.py``: ``input_quantizer``, ``weight_quantizer``, ``grad_output_quantizer``); with a
-weight ``W`` [N, K] and the input flattened to ``X`` [M, K] (M = tokens)::
-
-    GEMM   product              operand A                                  operand B
-    fprop  Y  = X · Wᵀ  [M, N]  X  rowwise    1×32 along K (input_q)        W rowwise    1×32 along K (weight_q)
-    dgrad  dX = dY · W  [M, K]  dY rowwise    1×32 along N (grad_output_q)  W columnwise 32×1 along N (weight_q)
-    wgrad  dW = dYᵀ · X [N, K]  dY columnwise 32×1 along M (grad_output_q)  X columnwise 32×1 along M (input_q)
-
-(``input_q`` = ``input_quantizer``, etc.; "along D" = the 32 elements of a block run along D, which
-is always the GEMM's reduction dimension: K for fprop, N for dgrad, M for wgrad.)
-
-Every operand is quantized from the high-precision tensor — a columnwise copy is never derived from
-the rowwise result (DESIGN "Numerics"; TE quantizes both usages from the same BF16/FP32 source in one
-kernel). TE's ``MXFP8Quantizer.is_quantizable`` wants both the last dim and the product of the others
-divisible by 32. K and N must therefore be multiples of 32 here too (else a ``ValueError`` naming the
-layer). The token dimension M is not a multiple of 32 in general (a micro-batch, an expert's share of
-tokens): for the two columnwise operands of wgrad it is zero-padded to the next multiple of 32, which
-is what TE's ``Fp8Padding`` / Megatron's FP8 token padding do — zero rows raise no block's amax, so
-the real rows' bytes are unchanged, and add nothing to the product. Rowwise operands need no padding
-(each token row is its own blocks).
-
-Element formats (``Recipe``): fprop operands are E4M3 (``fwd``). ``grad`` is the element format of
-the gradient operand dY: E4M3 under TE's ``Format.E4M3`` (the ``MXFP8BlockScaling`` default) or E5M2
-under ``Format.HYBRID`` (:meth:`Recipe.hybrid`). The weight and the input stay E4M3 in the backward
-GEMMs under both formats, as in TE. ``rule`` is the scale rule: ``rceil`` (TE / cuBLAS / Blackwell) or
-``floor`` (OCP MX spec) — the "other grid" a sampler may be on.
-
-Products: each GEMM is computed in fp32 on the dequantized operands,
-``a.dequantize(fp32) @ b.dequantize(fp32)ᵀ`` — the values a tensor core multiplies, accumulated in
-fp32 (summation order may differ from a GPU by fp32 rounding). The output is cast to the activation
-dtype (x's dtype; under autocast the autocast dtype, as TE casts its input to ``activation_dtype``); a
-bias is added in fp32 without quantization; dW is returned in the weight's dtype (fp32 master), so
-autograd accumulates it in fp32 into ``weight.grad`` across micro-batches (Megatron's fp32
-``main_grad``).
-
-Weight cache (``Recipe(cache_weights=True)``)
---------------------------------------------
-TE's ``Linear.forward(..., is_first_microbatch=True)`` quantizes the weight on the first micro-batch
-of a step and reuses that FP8 workspace for the others. Here the rowwise (fprop) and columnwise
-(dgrad) QuantizedTensors of a weight are cached keyed on the parameter's *identity* and
-``weight._version`` (every in-place write — the optimizer's ``step()``, ``load_state_dict``,
-``copy_`` under ``no_grad`` — bumps it; also its ``data_ptr``, shape, dtype and the grid), so the cache
-lasts exactly across the micro-batches of one step. As with autograd's own checks, writes through
-``weight.data`` bypass the version counter and are not seen: write weights with ``torch.no_grad()``
-and an in-place op. Results are byte-identical with and without the cache.
-
-Off-grid layers and BF16
-------------------------
-Layers not on the grid stay ``nn.Linear`` (or plain ``F.linear`` for an off-grid expert projection)
-and, inside :func:`bf16_autocast`, compute in BF16 like Megatron's BF16 layers. The MXFP8 function
-disables autocast inside its forward and backward so its products stay the fp32 products of
-dequantized operands; under autocast it casts its input to BF16 first (TE's ``activation_dtype``),
-while weights are always quantized from the fp32 master.
-
-Operand capture
----------------
-:func:`capture_operands` records every operand exactly as a GEMM consumed it (a
-:class:`GemmOperands` per GEMM). It is part of the code path — the same objects the product is
-computed from — so tests and checks (W2: the sampler must hold the learner's FP8 forward weights) can
-compare bytes without re-deriving them.
+Rule: each linear layer on the grid runs TE's three GEMMs (fprop, dgrad, wgrad) on MXFP8 operands
+quantized from the high-precision tensor (rowwise or columnwise as TE does, tokens padded to 32 for
+wgrad), multiplied in fp32 after dequantization; weights optionally cached per step
+(``Recipe(cache_weights=True)``); :func:`capture_operands` records the operands each GEMM consumed.
+Specified in docs/library.md (The MXFP8 emulation); the numerics in docs/design.md (Numerics).
 """
 
 from __future__ import annotations
@@ -325,7 +265,7 @@ def linear(
     *,
     layer: str | None = None,
 ) -> torch.Tensor:
-    """``x·Wᵀ + b`` through TE's three MXFP8 GEMMs (see the module docstring for the operands).
+    """``x·Wᵀ + b`` through TE's three MXFP8 GEMMs (the operands: docs/library.md, The MXFP8 emulation).
 
     x: [..., K] float32/bfloat16 (leading dims are flattened into the token dim M); weight: [N, K]
     (fp32 master); K and N multiples of 32. ``layer`` names the GEMM in captured operands.

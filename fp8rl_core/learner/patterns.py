@@ -1,69 +1,9 @@
 """Which layers are on the grid: the GEMM layers of a model, layer patterns and the presets.
 
-GEMM layer names
-----------------
-:func:`gemm_layers` lists every weight the model *multiplies* with, in model order (the order of
-``model.named_modules()``):
-
-* each ``nn.Linear`` by module name (``model.layers.0.self_attn.q_proj``, ``lm_head`` — tied to the
-  embeddings or not: with tied weights the embedding *lookup* is not a GEMM but the LM head is);
-* each other module holding a 2-D ``weight`` of its own — in Hugging Face MoE models the router
-  (``Qwen3MoeTopKRouter``: ``router_logits = F.linear(h, self.weight)``), and this package's
-  ``MXFP8Linear`` / ``MXFP8Router`` after a swap — except embeddings (``nn.Embedding``: a lookup);
-* each 3-D parameter of a fused-experts module, by *parameter* name: ``Qwen3MoeExperts`` holds
-  ``gate_up_proj`` [E, 2I, H] and ``down_proj`` [E, H, I], so the names are
-  ``model.layers.0.mlp.experts.gate_up_proj`` and ``model.layers.0.mlp.experts.down_proj``.
-
-Norm weights (1-D) and rotary buffers are not GEMM operands and never listed.
-
-Patterns (whole dotted components, never substrings)
-----------------------------------------------------
-A pattern is a dotted sequence of *component globs*. Each glob is matched against one whole name
-component with :func:`fnmatch.fnmatchcase` (``*``, ``?``, ``[...]`` inside a component), the component
-``*`` matches exactly one component and ``**`` any number (zero or more). A pattern matches a name when
-it matches a *contiguous run* of the name's components anywhere in the name:
-
-==========================  =============================================  ================================
-pattern                     matches                                        does not match
-==========================  =============================================  ================================
-``mlp.gate``                ``model.layers.3.mlp.gate`` (the MoE router)   ``mlp.gate_proj``,
-                                                                           ``mlp.experts.gate_up_proj``
-``gate_proj``               ``model.layers.0.mlp.gate_proj``               ``mlp.gate``, ``gate_up_proj``
-``mlp.experts.*``           ``…experts.gate_up_proj``, ``…experts.down_proj``  ``mlp.down_proj``
-``layers.0.**``             everything in block 0                          ``model.layers.10.…``
-``self_attn``               q/k/v/o projections of every block             ``mlp.…``
-==========================  =============================================  ================================
-
-This is the DESIGN's W4 guard: a substring rule (vLLM's ``ignored_layers``) would let ``gate`` select
-the router *and* ``gate_proj`` *and* ``gate_up_proj``. A leading ``!`` excludes: a selection list is the
-union of what its positive entries match minus what its ``!`` entries match, whatever their order.
-A list entry may also be a preset name (``["all", "!mlp.experts.*"]``).
-
-Presets
--------
-``none``  no layer on the grid (a BF16 learner/sampler).
-``all``   every GEMM layer inside a decoder block (``layers.<i>.…``) except the MoE router
-          (``mlp.gate``): attention q/k/v/o, dense MLP gate/up/down, expert gate_up/down. The router
-          and ``lm_head`` stay off the grid (BF16): router precision decides which experts a token
-          reaches (routing stability), and Transformer Engine recipes keep the LM head and embeddings
-          in BF16 (only ``te.Linear`` layers inside the blocks run under the FP8 recipe).
-          On an MoE model the same as the pattern list ``["layers.*.**", "!mlp.gate"]``
-          (``ALL_PATTERNS``; as a user list it fails on a dense model, where ``!mlp.gate`` matches
-          nothing — exclusions must match too, since a mistyped exclusion would leave a layer on
-          the grid).
-``half``  the ``all`` set restricted to half of the decoder blocks: blocks are grouped by *type* (the
-          set of on-grid layers they hold — e.g. dense-MLP blocks and MoE blocks when
-          ``decoder_sparse_step`` or ``mlp_only_layers`` mixes them), and within each type every
-          other block is taken, starting with the type's *second* block (positions 1, 3, 5, … of the
-          type, 0-based). For a homogeneous model that is blocks 1, 3, 5, …; for a dense model with an
-          even number of blocks it is exactly 50% of the ``all`` layers (a type with an odd count ``n``
-          contributes ``n // 2`` blocks). Why this half: interleaving spreads the quantized layers
-          evenly over depth (each contiguous half of the stack gets the same share, ±1 block), every
-          block type keeps the same share on the grid, and block 0 — which sees the raw embeddings
-          and is the block FP8 recipes most often keep in BF16 (Megatron-LM's
-          ``--first-last-layers-bf16``) — stays off the grid.
-
-The resolved list is sorted in model order (the order of :func:`gemm_layers`) and is what a run records.
+Rule: a pattern matches whole dotted name components (``*`` one component, ``**`` any number, ``!``
+excludes), never substrings — so ``mlp.gate`` is the router and never ``gate_proj`` (the W4 guard);
+presets ``none`` / ``all`` (every GEMM in the decoder blocks but the router) / ``half`` (``all`` on every
+other block of each block type, from the second). Specified in docs/library.md (Layers on the grid).
 """
 
 from __future__ import annotations
@@ -99,7 +39,7 @@ def _direct_params(module: nn.Module) -> dict[str, nn.Parameter]:
 
 
 def gemm_layers(model: nn.Module) -> list[str]:
-    """Every weight ``model`` multiplies with, in model order (see the module docstring)."""
+    """Every weight ``model`` multiplies with, in model order (the naming rules: docs/library.md, Layers on the grid)."""
     names: list[str] = []
     for mod_name, module in model.named_modules():
         if isinstance(module, nn.Embedding):
@@ -252,5 +192,5 @@ def resolve_names(names: Sequence[str], selection: str | Iterable[str]) -> list[
 
 def resolve_layers(model: nn.Module, selection: str | Iterable[str]) -> list[str]:
     """The GEMM layers of ``model`` that ``selection`` (preset or pattern list) puts on the grid,
-    in model order. See the module docstring for the pattern language and the presets."""
+    in model order. The pattern language and the presets: docs/library.md (Layers on the grid)."""
     return resolve_names(gemm_layers(model), selection)

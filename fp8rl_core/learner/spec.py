@@ -1,24 +1,9 @@
 """A model spec: the architecture of a tiny Qwen3 / Qwen3-MoE policy, read from YAML, with a stable hash.
 
-Light on purpose (pydantic and YAML; transformers is imported only by :meth:`ModelSpec.hf_config`): the
-experiment config (:mod:`fp8rl_core.config`) validates specs without loading a model library. The
-builder is :func:`fp8rl_core.learner.models.build_model`.
-
-Rules a spec must satisfy (each violation is reported as ``file: field: problem``):
-
-* ``kind`` is ``dense`` or ``moe``; ``moe_intermediate_size``, ``num_experts`` and
-  ``num_experts_per_tok`` are required for ``moe`` and forbidden for ``dense``.
-* ``vocab_size`` ≥ 1024 (the synthetic task uses ids 0–14; the rest of the vocabulary makes the output
-  softmax realistic in size).
-* Every GEMM dimension — ``hidden_size``, ``intermediate_size``, ``moe_intermediate_size``,
-  ``num_attention_heads·head_dim``, ``num_key_value_heads·head_dim`` and ``vocab_size`` — is a multiple
-  of 32, the MXFP8 block size, so rowwise (1×32) and columnwise (32×1) blocks tile every weight exactly.
-* ``intermediate_size`` and ``moe_intermediate_size`` differ from ``hidden_size``: the MLP weights are
-  then not square, so a transposed or swapped gate/up/down tensor shows up as a shape error instead of
-  loading silently (the layout condition W3).
-* ``num_attention_heads`` is a multiple of ``num_key_value_heads`` (grouped-query attention);
-  ``head_dim`` is even (RoPE rotates pairs); ``1 ≤ num_experts_per_tok ≤ num_experts``.
-* ``name`` is usable as a directory name (letters, digits, ``.``, ``_``, ``-``).
+Rule: frozen pydantic, unknown fields refused, every violation reported as ``file: field: problem``
+(the rules on :class:`ModelSpec`: every GEMM dimension a multiple of 32, non-square MLPs so a swapped
+tensor is a shape error, …). Light on purpose (transformers is imported only by
+:meth:`ModelSpec.hf_config`), so the experiment config validates specs without loading a model library.
 """
 
 from __future__ import annotations
@@ -55,7 +40,24 @@ def _multiple_of_block(field: str, value: int) -> None:
 
 
 class ModelSpec(BaseModel):
-    """A tiny Qwen3 / Qwen3-MoE architecture. Frozen and hashable; unknown fields are rejected."""
+    """A tiny Qwen3 / Qwen3-MoE architecture. Frozen and hashable; unknown fields are rejected.
+
+    Rules a spec must satisfy (each violation is reported as ``file: field: problem``):
+
+    * ``kind`` is ``dense`` or ``moe``; ``moe_intermediate_size``, ``num_experts`` and
+      ``num_experts_per_tok`` are required for ``moe`` and forbidden for ``dense``.
+    * ``vocab_size`` ≥ 1024 (the synthetic task uses ids 0–14; the rest of the vocabulary makes the output
+      softmax realistic in size).
+    * Every GEMM dimension — ``hidden_size``, ``intermediate_size``, ``moe_intermediate_size``,
+      ``num_attention_heads·head_dim``, ``num_key_value_heads·head_dim`` and ``vocab_size`` — is a multiple
+      of 32, the MXFP8 block size, so rowwise (1×32) and columnwise (32×1) blocks tile every weight exactly.
+    * ``intermediate_size`` and ``moe_intermediate_size`` differ from ``hidden_size``: the MLP weights are
+      then not square, so a transposed or swapped gate/up/down tensor shows up as a shape error instead of
+      loading silently (the layout condition W3).
+    * ``num_attention_heads`` is a multiple of ``num_key_value_heads`` (grouped-query attention);
+      ``head_dim`` is even (RoPE rotates pairs); ``1 ≤ num_experts_per_tok ≤ num_experts``.
+    * ``name`` is usable as a directory name (letters, digits, ``.``, ``_``, ``-``).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -1,46 +1,9 @@
 """A verifiable synthetic task with a tokenizer-free vocabulary: multi-digit addition.
 
-Vocabulary (fixed ids; a model's vocabulary is larger, ids ≥ 15 exist but the task never produces them)::
-
-    PAD 0 '_'   BOS 1 '^'   EOS 2 '$'   PLUS 3 '+'   EQUALS 4 '='   digits '0'..'9' = 5..14
-
-Each id has a one-character spelling, so :func:`encode` / :func:`decode` turn ids into readable strings
-and back (an id outside the task vocabulary is spelled ``[id]``, which :func:`encode` also reads).
-
-Prompt and answer for ``a + b`` with ``digits = D`` (operands padded with leading zeros, so every
-prompt has the same length ``P = 2·D + 3`` and every answer the same length ``A = D + 2``)::
-
-    prompt  ^ a_0 … a_{D-1} + b_0 … b_{D-1} =   (reverse_operands=True, default)   e.g. D=3, 7+95:  ^700+590=
-            ^ a_{D-1} … a_0 + b_{D-1} … b_0 =   (reverse_operands=False, written order)             ^007+095=
-    answer  s_0 s_1 … s_D $                     (reverse_answer=True, default)                      2010$
-            s_D … s_1 s_0 $                     (reverse_answer=False, written order)               0102$
-
-(digit ``x_i`` is the coefficient of 10^i; the padding zeros are written last when reversed.)
-
-Why little-endian by default — both choices make the task learnable by tiny RoPE models in a short warm
-start. ``reverse_answer``: the sum is emitted in the order carries propagate, so each answer digit depends
-on the operand digits at its position and the carry out of digits already emitted. ``reverse_operands``:
-answer digit ``s_i`` is predicted at position ``2·D + 2 + i`` and needs ``a_i`` (position ``1 + i``) and
-``b_i`` (position ``D + 2 + i``); with little-endian operands these lie at the *same* relative offsets
-(``2·D + 1`` and ``D`` back) for every ``i`` — a RoPE attention score depends on relative position, so
-one learned pattern serves every answer position. In written order the offsets change with ``i``; measured on
-3-digit addition with the default warm start, ``qwen3-dense-tiny`` seed 1 then never learned the tens
-digit (at chance; 9 % exact after 1200 steps) and ``qwen3-moe-tiny`` seed 0 reached 10 %, while with
-little-endian operands both reached 100 %.
-
-Reward (:meth:`AdditionTask.reward`), per row, on the completion up to and including its first EOS
-(anything after the first EOS is ignored; a completion shorter than ``A`` counts as PAD-extended):
-
-* 1.0 — exact: the ``D+1`` answer digits followed by EOS.
-* otherwise 0.5 · (number of the ``D+1`` digit positions holding the right digit, before any EOS) / (D+1):
-  partial credit, strictly below an exact answer (the right digits without the closing EOS get 0.5).
-* 0.0 — garbage: no digit position right.
-
-Held-out split. Each operand pair ``(a, b)`` belongs to exactly one split, decided by a fixed integer
-hash of ``a·10^D + b`` (:meth:`AdditionTask.is_eval_pair`): a fraction ``eval_fraction`` of all pairs is
-reserved for evaluation. ``prompts(n, seed, split="train")`` only ever draws training pairs and
-``split="eval"`` only evaluation pairs, whatever the seeds, so no evaluation problem is ever trained on.
-The partition depends only on ``digits`` and ``eval_fraction``.
+Rule: fixed token ids (PAD 0, BOS 1, EOS 2, ``+`` 3, ``=`` 4, digits 5..14), fixed-length prompts and
+answers, operands and answer least-significant digit first by default (one relative-position pattern
+serves every digit for a RoPE model); reward 1.0 for an exact answer, partial credit below it; a
+held-out split by a fixed hash of the operand pair. Specified in docs/library.md (The addition task).
 """
 
 from __future__ import annotations
@@ -129,7 +92,7 @@ class Prompts:
 
 
 class AdditionTask(BaseModel):
-    """``digits``-digit addition (operands 0 … 10^digits − 1). See the module docstring for the rules."""
+    """``digits``-digit addition (operands 0 … 10^digits − 1). The rules: docs/library.md (The addition task)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -214,7 +177,7 @@ class AdditionTask(BaseModel):
     def reward(self, prompts: Prompts, completion_ids: torch.Tensor) -> torch.Tensor:
         """Float32 reward per row of ``completion_ids`` [n, L] (any L ≥ 0): 1 exact, 0.5·fraction, 0.
 
-        See the module docstring for the exact rule. Vectorised over the batch.
+        The exact rule: docs/library.md (The addition task). Vectorised over the batch.
         """
         ans = prompts.answer_ids
         n, A = ans.shape

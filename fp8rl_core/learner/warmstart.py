@@ -1,39 +1,9 @@
 """Supervised warm start: make a freshly built policy peaked on the addition task before RL.
 
-A train–rollout KL only means something when the policy's next-token distributions are peaked, so each
-tiny model is first trained with teacher forcing on ``prompt + answer`` (cross-entropy on the answer
-tokens only, EOS included) until it solves held-out problems greedily. The rules:
-
-* Data: training batches come only from the task's training split (``task.prompts(batch_size,
-  seed=(cfg.seed << 31) + step, split="train")``); evaluation uses ``cfg.eval_prompts`` problems from the
-  held-out split (``seed=cfg.seed``), which never overlaps it (a hash partition of operand pairs).
-* Optimiser: AdamW (β = 0.9, 0.98; ε = 1e-8), weight decay on matrices only (not on RMSNorm gains),
-  gradient norm clipped to ``grad_clip``. Learning rate "warmup–stable–decay" (:func:`lr_factor`): linear
-  from 0 over ``warmup`` steps, constant, then linear to 0 over the last ``decay_fraction`` of the steps.
-  Why not cosine: these models sit on a loss plateau (≈ the marginal digit distribution) for a
-  seed-dependent few hundred steps before they learn to add; a cosine schedule has already halved the
-  rate by then. Measured (written-order operands): 2-digit addition on a 2-layer model, 600 steps, seeds
-  0–4, cosine 0.90–1.00 exact vs warmup–stable–decay 0.99–1.00; 3-digit on ``qwen3-dense-tiny``, 1200
-  steps, seed 2: cosine 11 % vs 100 %. A constant rate escapes the plateau; the final decay sharpens.
-* Determinism: float32 throughout; the model is built with ``build_model(spec, cfg.seed)`` and training
-  runs under ``torch.manual_seed(cfg.seed)`` inside ``fork_rng`` (the caller's RNG state is untouched);
-  the data come from local generators. ``torch.set_num_threads`` is left as the caller set it; results
-  are bit-for-bit reproducible for a given thread count (1 and 2 threads gave identical weights here,
-  which other CPUs need not repeat; the cache key does not include the thread count).
-* Metrics: ``accuracy`` = fraction of held-out problems answered exactly (reward 1.0) by
-  :func:`greedy_generate`; ``mean_entropy`` = mean over held-out problems and answer positions (EOS
-  included) of the entropy, in nats, of the model's next-token distribution under teacher forcing.
-* Content addressing: the checkpoint lives at ``cache_root / f"{spec.name}-{key}"`` with ``key`` =
-  :func:`warmstart_key` (spec, config, transformers and torch versions, :data:`WARMSTART_VERSION`). A
-  directory holding ``config.json``, ``model.safetensors`` and ``warmstart.json`` is complete and is
-  returned as is (``reused=True``, no training). It is written atomically: the model is trained in memory,
-  saved into a hidden temporary directory in ``cache_root`` (``warmstart.json`` last) and renamed into
-  place, so an interrupted run never leaves a directory under the final name; a failed save removes its
-  temporary directory (a killed process may leave a ``.<name>-<key>.tmp-*`` directory, which is never
-  read). A directory under the final name that is not complete is replaced.
-
-The checkpoint is a plain Hugging Face directory (``save_pretrained``; safetensors, checkpoint names,
-so experts are ``mlp.experts.E.gate_proj.weight`` …) that :func:`load_policy`, transformers and vLLM load.
+Rule: teacher-forced cross-entropy on the answer tokens of training-split problems, AdamW with a
+warmup–stable–decay learning rate (:func:`lr_factor`), float32 and seeded (bit-for-bit reproducible at a
+given thread count); the checkpoint is a plain Hugging Face directory, content-addressed by
+:func:`warmstart_key` and written atomically. Specified in docs/library.md (The warm start).
 """
 
 from __future__ import annotations
@@ -336,7 +306,7 @@ def warm_start(
 ) -> WarmStartResult:
     """The warm-started checkpoint for (spec, cfg) under ``cache_root``: reused if complete, else trained.
 
-    See the module docstring for training, metrics, content addressing and the atomic write.
+    Training, metrics, content addressing and the atomic write: docs/library.md (The warm start).
     """
     task = cfg.task
     if task.seq_len - 1 > spec.max_position_embeddings:

@@ -1,78 +1,12 @@
 """Train–rollout mismatch: per-token estimators on sampled tokens, per-sequence tables, and exact
 full-vocabulary divergences.
 
-Setting
--------
-The sampler (rollout engine) draws a completion ``y = (y_1 … y_T)`` from its distribution ``s``; the
-learner scores the same tokens with the same weight version and gives ``l``. Per sampled token::
-
-    log r = log l(y_t | y_<t) − log s(y_t | y_<t)        r = l / s   (the importance ratio)
-
-Every token estimator below is a function of ``log r`` (and of the two log-probs), evaluated on tokens
-**sampled from the sampler**, so each is an expectation under ``s``.
-
-KL(sampler ‖ learner) — Schulman's estimators (http://joschu.net/blog/kl-approx.html), with his
-``q = s`` (the sampling distribution) and ``p = l``::
-
-    k1 = −log r                   unbiased, high variance, can be negative per token
-    k2 = (log r)² / 2             biased (exact to second order in log r), low variance, ≥ 0
-    k3 = (r − 1) − log r          unbiased (E_s[r] = 1), low variance, ≥ 0
-
-KL(learner ‖ sampler) — the reverse direction. The tokens still come from ``s``, so each estimator is
-the one Schulman writes for samples from ``l`` (ratio ``s/l = 1/r``) multiplied by the importance
-weight ``r``, using ``E_l[f] = E_s[r·f]``::
-
-    k1_rev = r · log r                              from log(l/s)              → unbiased
-    k2_rev = r · (log r)² / 2                       from (log(s/l))² / 2       → biased like k2, ≥ 0
-    k3_rev = r·(1/r − 1 + log r) = r·log r − (r − 1)   from (1/r − 1) − log(1/r) → unbiased, ≥ 0
-
-``k3`` and ``k3_rev`` are the f-divergence integrands ``f(t) = t − 1 − log t`` and
-``f(t) = t·log t − t + 1`` of the two KLs, both convex with minimum 0 at ``t = 1``, hence ≥ 0 per token.
-All six are 0 when the two log-prob columns agree.
-
-Probability-space differences on the sampled token:
-
-- ``mean_abs_logprob_diff`` / ``max_abs_logprob_diff``: mean and max of ``|log r|``.
-- ``mean_abs_prob_diff`` / ``max_abs_prob_diff``: mean and max of ``|exp(log l) − exp(log s)|``; verl's
-  ``training/rollout_probs_diff_mean`` / ``_max`` (computed here as ``s·|expm1(log r)|``, the same
-  number without cancellation).
-- ``token_mult_prob_error``: mean of ``exp(|log r|)``; NeMo-RL's multiplicative probability error
-  (``docs/adding-new-models.md``: 1 means exact agreement).
-
-χ²(learner ‖ sampler), the variance factor of importance sampling (``Σ (l − s)²/s = E_s[(r − 1)²]``):
-
-- ``chi2_token`` = mean over tokens of ``(r − 1)²`` — non-negative per token. verl's
-  ``rollout_corr/chi2_token`` reports ``mean(r²) − 1`` instead: the same expectation (``E_s[r] = 1``),
-  but the two differ on a finite sample by ``2·(mean(r) − 1)`` and verl's can be negative.
-- ``chi2_seq`` = mean over sequences of ``(ρ − 1)²`` with ``ρ = Π_t r_t = l(y)/s(y)`` the whole
-  completion's ratio (chain rule). It is computed from ``Σ_t log r_t`` as ``expm1(clamp(Σ log r))²``
-  with the clamp ``±SEQ_LOG_RATIO_CLAMP = ±20`` (verl's ``SAFETY_BOUND`` for sequence ratios), so one
-  long sequence cannot overflow float64; a clamped sequence contributes a lower bound, and
-  ``chi2_seq_clamped`` counts them. (verl's ``rollout_corr/chi2_seq`` is ``mean(ρ²) − 1``.)
-
-Log-perplexity difference, per sequence (sign as verl's ``rollout_corr/log_ppl_diff``)::
-
-    log_ppl_diff = mean_t(−log l) − mean_t(−log s) = log PPL_learner − log PPL_sampler = mean_t(−log r)
-
-positive when the learner finds the sampled text less likely than the sampler did. It is averaged over
-sequences with equal weight (``log_ppl_abs_diff`` averages its absolute value), so it equals the
-sequence-mean of per-sequence k1 and differs from the token-mean k1 when lengths differ.
-
-Aggregation and uncertainty
----------------------------
-Token means are ratios of per-sequence sums (Σ over sequences of the sum over tokens / Σ token counts),
-so :func:`sequence_table` returns those sums per sequence and :func:`metric_units` hands a metric's
-(numerator, denominator) to :func:`fp8rl_core.metrics.stats.cluster_bootstrap`, which resamples
-sequences, not tokens (tokens of one sequence are not independent).
-
-Full vocabulary
----------------
-When both sides can give their whole next-token distributions, :func:`full_vocab_divergence` computes
-the exact KL in both directions and the Jensen–Shannon divergence per position, with no sampling.
-
-Inputs are validated: empty columns, columns of different lengths, non-finite log-probs (a sampled
-token with log-prob −inf under either side is a broken pipeline, not a large KL) and positive log-probs
-(probabilities passed by mistake) raise ``ValueError`` naming the argument. All arithmetic is float64.
+Rule: every token estimator is a function of ``log r = log l(y_t) − log s(y_t)`` on tokens sampled from
+the sampler ``s`` and scored by the learner ``l`` with the same weights (:func:`_token_terms` gives the
+formulas: Schulman's k1/k2/k3, http://joschu.net/blog/kl-approx.html, and their importance-weighted
+reverses); token means are ratios of per-sequence sums, so intervals resample sequences
+(:func:`metric_units`). Inputs are validated, arithmetic is float64. The metric names, their definitions
+and how they map onto verl, NeMo-RL and slime: docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -169,7 +103,25 @@ def _seq_index(seq_ids: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _token_terms(s: np.ndarray, lrn: np.ndarray) -> dict[str, np.ndarray]:
-    """Every per-token quantity of the module docstring, float64, one entry per token."""
+    """Every per-token quantity, float64, one entry per token, with ``log r = lrn − s`` and ``r = l/s``.
+
+    KL(sampler ‖ learner), Schulman's estimators with his ``q = s`` (the sampling distribution), ``p = l``::
+
+        k1 = −log r                   unbiased, high variance, can be negative per token
+        k2 = (log r)² / 2             biased (exact to second order in log r), low variance, ≥ 0
+        k3 = (r − 1) − log r          unbiased (E_s[r] = 1), low variance, ≥ 0
+
+    KL(learner ‖ sampler): the tokens still come from ``s``, so each is Schulman's estimator for samples
+    from ``l`` (ratio ``1/r``) weighted by ``r`` (``E_l[f] = E_s[r·f]``)::
+
+        k1_rev = r · log r                                   unbiased
+        k2_rev = r · (log r)² / 2                            biased like k2, ≥ 0
+        k3_rev = r·(1/r − 1 + log r) = r·log r − (r − 1)     unbiased, ≥ 0
+
+    ``k3`` and ``k3_rev`` are the f-divergence integrands ``t − 1 − log t`` and ``t·log t − t + 1``
+    (convex, minimum 0 at ``t = 1``), hence ≥ 0 per token; all six are 0 when the columns agree. Also
+    ``|log r|``; ``|l − s|`` computed as ``s·|expm1(log r)|`` (no cancellation); ``exp(|log r|)``
+    (NeMo-RL's multiplicative probability error); ``(r − 1)²`` (χ² per token, ``E_s[(r − 1)²]``, ≥ 0)."""
     lr = lrn - s
     em1 = np.expm1(lr)  # r − 1, exact for small log r
     r = em1 + 1.0
@@ -192,7 +144,7 @@ def _token_terms(s: np.ndarray, lrn: np.ndarray) -> dict[str, np.ndarray]:
 # --------------------------------------------------------------------------------------------- metrics
 
 def kl_estimators(sampler_logprobs: Sequence[float], learner_logprobs: Sequence[float]) -> dict[str, float]:
-    """Token-mean k1, k2, k3 of KL(sampler‖learner) and mean/max |Δ log p| (see the module docstring).
+    """Token-mean k1, k2, k3 of KL(sampler‖learner) and mean/max |Δ log p| (formulas: :func:`_token_terms`).
 
     Keys: ``k1, k2, k3, mean_abs_logprob_diff, max_abs_logprob_diff, tokens`` (``tokens`` as a float).
     :func:`token_mismatch` gives these and the rest, per sequence as well."""
@@ -216,9 +168,14 @@ def sequence_table(sampler_logprobs: Any, learner_logprobs: Any, seq_ids: Any, *
     ``tokens``; ``sum_<x>`` for x in k1 k2 k3 k1_rev k2_rev k3_rev abs_logprob_diff abs_prob_diff
     token_mult_prob_error chi2_token (token sums; token mean = Σ sum / Σ tokens);
     ``max_abs_logprob_diff``, ``max_abs_prob_diff``; ``log_ratio_sum`` (Σ_t log r_t = log ρ);
-    ``chi2_seq`` = expm1(clamp(log ρ, ±seq_log_ratio_clamp))²; ``seq_log_ratio_clamped`` (bool);
-    ``nll_sampler``, ``nll_learner`` (mean −log p per token); ``log_ppl_diff`` = nll_learner −
-    nll_sampler and ``abs_log_ppl_diff``. Formulas: the module docstring.
+    ``chi2_seq`` = expm1(clamp(log ρ, ±seq_log_ratio_clamp))² (ρ = Π_t r_t, the completion's ratio; the
+    clamp keeps one long sequence from overflowing, so a clamped sequence contributes a lower bound);
+    ``seq_log_ratio_clamped`` (bool); ``nll_sampler``, ``nll_learner`` (mean −log p per token);
+    ``log_ppl_diff`` = nll_learner − nll_sampler (= the sequence's mean −log r: positive when the learner
+    finds the text less likely; verl's sign) and ``abs_log_ppl_diff``. Per-token formulas:
+    :func:`_token_terms`. Empty or mismatched columns, non-finite log-probs (a sampled token at −inf is a
+    broken pipeline, not a large KL) and positive ones (probabilities passed by mistake) raise
+    ``ValueError`` naming the argument.
     """
     if not seq_log_ratio_clamp > 0:
         raise ValueError(f"seq_log_ratio_clamp must be > 0, got {seq_log_ratio_clamp}")
@@ -270,7 +227,8 @@ def metric_units(table: Mapping[str, np.ndarray], metric: str) -> tuple[np.ndarr
 
 def token_mismatch(sampler_logprobs: Any, learner_logprobs: Any, seq_ids: Any, *,
                    seq_log_ratio_clamp: float = SEQ_LOG_RATIO_CLAMP) -> dict[str, float]:
-    """Every mismatch metric of the module docstring over the sampled tokens of one or more sequences.
+    """Every mismatch metric over the sampled tokens of one or more sequences (sequence means weigh each
+    sequence equally, so ``log_ppl_diff`` differs from the token-mean ``k1`` when lengths differ).
 
     Arguments as :func:`sequence_table`. Returns floats: ``tokens``, ``sequences``; token means ``k1 k2
     k3`` (KL(sampler‖learner)), ``k1_rev k2_rev k3_rev`` (KL(learner‖sampler), importance-weighted),

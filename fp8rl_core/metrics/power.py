@@ -1,54 +1,9 @@
 """Power of a paired KL comparison: which ratio n seeds × m probe sequences can resolve, from a pilot.
 
-What is compared
-----------------
-The KL claims compare two presets a (baseline) and b (candidate) by the ratio of their mean KL,
-``R = (Σ bn / Σ bd) / (Σ an / Σ ad)`` over paired units (a probe sequence of one seed: ``n`` = the KL
-summed over its positions, ``d`` = its position count; :func:`fp8rl_core.metrics.compare_ratio`). The
-question before a sweep is how small a change |log R| it can tell from no change.
-
-Linearisation (the delta method)
---------------------------------
-``log R = log Σbn − log Σbd − log Σan + log Σad``. Moving one unit u changes it, to first order, by
-``z_u / N`` with the *influence* (:func:`log_ratio_influence`)::
-
-    z_u = bn_u / mean(bn) − bd_u / mean(bd) − an_u / mean(an) + ad_u / mean(ad)
-
-(the mean of z over the units is 0). With N independent units ``Var(log R) ≈ Var(z) / N``.
-
-Two levels (seeds, then sequences)
-----------------------------------
-Units of one seed share its RL run, so z varies between seeds (σ²_between: the seeds' true ratios differ)
-and within a seed (σ²_within: sequence to sequence). :func:`variance_components` estimates both from a
-pilot by the one-way random-effects analysis of variance (Searle, Casella & McCulloch, *Variance
-Components*, 1992, §3.5)::
-
-    MSB = Σ_s m_s (z̄_s − z̄)² / (k − 1)          MSW = Σ_s Σ_u (z_su − z̄_s)² / (N − k)
-    m0  = (N − Σ_s m_s² / N) / (k − 1)             (= m when every seed has m units)
-    σ²_within = MSW                                 σ²_between = max(0, (MSB − MSW) / m0)
-
-A design of n seeds × m sequences per seed then has (:func:`log_ratio_se`)::
-
-    se(log R) = sqrt(σ²_between / n + σ²_within / (n·m))
-
-— more sequences only shrink the second term; when seeds differ, only more seeds help.
-
-Resolvable effect and seeds needed
-----------------------------------
-A two-sided test at level ``level`` (``z_α = Φ⁻¹((1 + level) / 2)``, 1.96 at 95%) rejects "no change"
-when |log R̂| > z_α·se. The smallest true effect it detects with probability ``power``
-(``z_β = Φ⁻¹(power)``, 0.84 at 80%) is (:func:`resolvable_ratio`)::
-
-    |log R| = (z_α + z_β) · se        reported as the factor exp(that) ≥ 1 (a ratio ≤ 1/f or ≥ f)
-
-and ``power = 0.5`` (z_β = 0) gives the half-width of the CI itself. Solving for n at a target ratio
-(:func:`seeds_needed`)::
-
-    n = ⌈ (z_α + z_β)² · (σ²_between + σ²_within / m) / (log R)² ⌉
-
-Normal quantiles, not Student's t: the report's intervals are bootstrap percentile intervals, which are
-as large-sample as this; with very few seeds both are optimistic. :func:`power_estimate` does it all for
-one comparison and returns a :class:`PowerEstimate`.
+Rule: each paired probe sequence's influence on log(ratio) (the delta method), its variance split
+between and within seeds by the one-way random-effects ANOVA (Searle, Casella & McCulloch 1992, §3.5),
+se(log R) = sqrt(σ²_between/n + σ²_within/(n·m)), and the factor resolvable at a level and power — or
+the seeds a target ratio needs. Specified in docs/results/power.md (The calculation).
 """
 
 from __future__ import annotations
@@ -107,7 +62,7 @@ def _unit_pairs(u: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def log_ratio_influence(a_units: Any, b_units: Any) -> np.ndarray:
-    """Per-unit influence z_u on log(ratio b/a) of paired units (module docstring): ``a_units`` and
+    """Per-unit influence z_u on log(ratio b/a) of paired units (docs/results/power.md): ``a_units`` and
     ``b_units`` are per-unit values or (num, den) pairs, in the same unit order."""
     an, ad = _unit_pairs(a_units, "a_units")
     bn, bd = _unit_pairs(b_units, "b_units")
@@ -126,7 +81,7 @@ def log_ratio_influence(a_units: Any, b_units: Any) -> np.ndarray:
 
 def variance_components(values: Any, groups: Any) -> VarianceComponents:
     """σ²_between and σ²_within of ``values`` grouped by ``groups`` (one label per value), by the one-way
-    random-effects ANOVA of the module docstring. Needs ≥ 2 groups and more values than groups."""
+    random-effects ANOVA (docs/results/power.md). Needs ≥ 2 groups and more values than groups."""
     v = np.asarray(values, dtype=np.float64).reshape(-1)
     g = np.asarray(groups).reshape(-1)
     if v.size != g.size:

@@ -1,49 +1,11 @@
 """Confidence intervals for mismatch metrics: a cluster bootstrap over sequences (optionally over seeds,
 then sequences), and a bootstrap ratio for comparing two configurations.
 
-Why sequences, not tokens
--------------------------
-Tokens of one completion share a prompt, a prefix and a sampling path, so their mismatch values are
-correlated; resampling tokens as if independent understates the uncertainty. The unit of resampling is
-therefore a sequence (a *cluster* of tokens). Every metric is written as a ratio of sums over units::
-
-    estimate = Σ_u num_u / Σ_u den_u
-
-— a token mean is (per-sequence token sum, token count) (the combined ratio estimator, Cochran,
-*Sampling Techniques*, 3rd ed. 1977, §6.2); a sequence mean is (per-sequence value, 1).
-:func:`fp8rl_core.metrics.mismatch.metric_units` builds these pairs from a per-sequence table.
-
-Bootstrap (Efron & Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 13 percentile interval)
------------------------------------------------------------------------------------------------------
-Each of ``n_boot`` replicates draws the n units with replacement (as multinomial counts ``w_u``, which
-is the same thing) and computes ``Σ w_u num_u / Σ w_u den_u``; the interval is the ``(1 − level)/2``
-and ``(1 + level)/2`` quantiles of the replicates (linear interpolation), the point estimate is the
-full-sample ratio, and ``se`` is the replicates' standard deviation. A ``numpy`` generator seeded with
-``seed`` drives every draw, so a call is deterministic.
-
-Hierarchical (two-stage) option — ``groups``
---------------------------------------------
-Across seeds (or runs), sequences of one seed share the model and the data order, so a seed is a
-higher-level cluster. With ``groups`` (one label per unit, e.g. the seed), a replicate first draws the G
-groups with replacement, then, for each drawn copy of a group, draws that group's n_g units with
-replacement (Davison & Hinkley, *Bootstrap Methods and their Application*, 1997, §3.8, the strategy that
-resamples at both stages; Field & Welsh, JRSS-B 69, 2007). The within-group draws of all c copies of a
-group together are one multinomial of c·n_g draws over its units, which is how it is computed.
-Resampling at both stages counts the within-group noise twice, so it overstates the variance
-(conservative): by up to a factor 2 when the groups do not really differ, negligibly when the
-between-group spread dominates. ``resample_within_groups=False`` resamples whole groups only, which
-is closer to unbiased when there are many groups but with few groups (2–5 seeds) gives very coarse
-intervals, since only a handful of distinct group draws exist — report either with the number of
-groups. A single group gives exactly the flat bootstrap (same draws, same seed).
-
-Comparing two configurations — :func:`compare_ratio`
----------------------------------------------------
-``ratio = estimate_b / estimate_a``: b relative to a (a is the baseline, e.g. the BF16 sampler; b the
-candidate, e.g. the sampler on the learner's grid), so 0.84 reads "b is 16% lower". Paired (both sides
-measured on the same units in the same order, e.g. the same prompt ids — a sweep shares its data):
-each replicate applies the *same* unit counts to both sides, so unit-to-unit variation common to both
-cancels in the ratio. Unpaired: independent replicates for each side. The ratio interval is the
-percentile interval of the replicate ratios. :func:`describe_change` turns it into words.
+Rule: a sequence, not a token, is the unit of resampling; every metric is a ratio of sums over units
+(Cochran 1977, §6.2) with a seeded percentile bootstrap (Efron & Tibshirani 1993, ch. 13), two-stage
+across seeds (Davison & Hinkley 1997, §3.8); two configurations compare as a ratio b/a, paired when they
+share units. The method in full on :func:`cluster_bootstrap` and :func:`compare_ratio`; what it is used
+for: docs/metrics.md (Intervals and comparisons).
 """
 
 from __future__ import annotations
@@ -161,7 +123,7 @@ def _check_settings(n_boot: int, level: float) -> None:
 
 def _count_chunks(rng: np.random.Generator, n: int, members: list[np.ndarray] | None,
                   n_boot: int, within: bool = True) -> Iterator[np.ndarray]:
-    """Multinomial resampling counts [chunk, n] (float64), n_boot rows in all; see the module docstring."""
+    """Multinomial resampling counts [chunk, n] (float64), n_boot rows in all; see :func:`cluster_bootstrap`."""
     per = max(1, _MAX_CELLS // n)
     done = 0
     while done < n_boot:
@@ -198,7 +160,39 @@ def cluster_bootstrap(num: Any, den: Any = None, *, groups: Any = None, resample
     :func:`fp8rl_core.metrics.mismatch.metric_units`. ``groups``: optional label per unit (e.g. the
     seed) for the two-stage bootstrap, groups then units within them (``resample_within_groups=False``:
     groups only, each drawn group keeping all its units). ``n_boot`` replicates,
-    ``level`` coverage, ``seed`` for the generator. See the module docstring for the method."""
+    ``level`` coverage, ``seed`` for the generator.
+
+    Why sequences, not tokens. Tokens of one completion share a prompt, a prefix and a sampling path, so their
+    mismatch values are correlated; resampling tokens as if independent understates the uncertainty. The unit of
+    resampling is therefore a sequence (a *cluster* of tokens). Every metric is written as a ratio of sums over
+    units::
+
+        estimate = Σ_u num_u / Σ_u den_u
+
+    — a token mean is (per-sequence token sum, token count) (the combined ratio estimator, Cochran,
+    *Sampling Techniques*, 3rd ed. 1977, §6.2); a sequence mean is (per-sequence value, 1).
+    :func:`fp8rl_core.metrics.mismatch.metric_units` builds these pairs from a per-sequence table.
+
+    Bootstrap (Efron & Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 13 percentile interval). Each
+    of ``n_boot`` replicates draws the n units with replacement (as multinomial counts ``w_u``, which is the
+    same thing) and computes ``Σ w_u num_u / Σ w_u den_u``; the interval is the ``(1 − level)/2`` and ``(1 +
+    level)/2`` quantiles of the replicates (linear interpolation), the point estimate is the full-sample ratio,
+    and ``se`` is the replicates' standard deviation. A ``numpy`` generator seeded with ``seed`` drives every
+    draw, so a call is deterministic.
+
+    Two-stage, with ``groups``. Across seeds (or runs), sequences of one seed share the model and the data
+    order, so a seed is a higher-level cluster. With ``groups`` (one label per unit, e.g. the seed), a replicate
+    first draws the G groups with replacement, then, for each drawn copy of a group, draws that group's n_g
+    units with replacement (Davison & Hinkley, *Bootstrap Methods and their Application*, 1997, §3.8, the
+    strategy that resamples at both stages; Field & Welsh, JRSS-B 69, 2007). The within-group draws of all c
+    copies of a group together are one multinomial of c·n_g draws over its units, which is how it is computed.
+    Resampling at both stages counts the within-group noise twice, so it overstates the variance (conservative):
+    by up to a factor 2 when the groups do not really differ, negligibly when the between-group spread
+    dominates. ``resample_within_groups=False`` resamples whole groups only, which is closer to unbiased when
+    there are many groups but with few groups (2–5 seeds) gives very coarse intervals, since only a handful of
+    distinct group draws exist — report either with the number of groups. A single group gives exactly the flat
+    bootstrap (same draws, same seed).
+    """
     _check_settings(n_boot, level)
     n_arr, d_arr = _units(num, den, "num", "den")
     members = _group_index(groups, n_arr.size, "groups")
@@ -257,7 +251,15 @@ def compare_ratio(a_units: Any, b_units: Any, *, paired: bool, groups: Any = Non
     align by prompt id); each replicate draws one set of counts and applies it to both sides; ``groups``
     (per-unit labels, e.g. seeds) then applies to both. ``paired=False``: independent replicates, with
     ``groups`` for a and ``b_groups`` for b; ``resample_within_groups`` as in :func:`cluster_bootstrap`.
-    Raises if the baseline estimate is 0 (no ratio)."""
+    Raises if the baseline estimate is 0 (no ratio).
+
+    ``ratio = estimate_b / estimate_a``: b relative to a (a is the baseline, e.g. the BF16 sampler; b the
+    candidate, e.g. the sampler on the learner's grid), so 0.84 reads "b is 16% lower". Paired (both sides
+    measured on the same units in the same order, e.g. the same prompt ids — a sweep shares its data):
+    each replicate applies the *same* unit counts to both sides, so unit-to-unit variation common to both
+    cancels in the ratio. Unpaired: independent replicates for each side. The ratio interval is the
+    percentile interval of the replicate ratios. :func:`describe_change` turns it into words.
+    """
     _check_settings(n_boot, level)
     a_point, b_point, reps = _ratio_replicates(
         a_units, b_units, paired=paired, groups=groups, b_groups=b_groups,

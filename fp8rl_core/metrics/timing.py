@@ -1,53 +1,9 @@
 """Timing fits: MXFP8's fixed cost per micro-batch, its per-token saving, and the break-even size.
 
-The model
----------
-The wall time of one learner micro-batch is modelled as affine in the tokens it processes (the
-learner's padded ``rows × max_len``, :class:`~fp8rl_core.learner.grpo.MicroBatchTiming.tokens`)::
-
-    seconds ≈ fixed + per_token · tokens
-
-``fixed`` is what a micro-batch pays whatever its size (kernel launches, host-side Python, weight
-quantization — it scales with the parameters, not the tokens — allocator work); ``per_token`` is what
-grows with the activations (GEMM FLOPs, activation quantization, element-wise work). MXFP8 training
-adds fixed work (more kernels, scale handling, weight casts) and, on hardware with FP8 tensor cores,
-saves per-token work (FP8 GEMMs run at about twice the BF16 rate). With
-
-    Δfixed = fixed_mxfp8 − fixed_bf16          (s per micro-batch, > 0 when MXFP8 adds overhead)
-    saving = per_token_bf16 − per_token_mxfp8  (s per token,       > 0 when MXFP8 is cheaper per token)
-
-the two cost lines cross at ``break_even = Δfixed / saving`` tokens per micro-batch; MXFP8 is faster
-above it. This is the analysis behind the reference result in docs/design.md ("Reference results": dense
-break-even ≈ 4.5k tokens per micro-batch on B200). On CPU emulation the saving is expected to be
-negative — quantizing is extra work and there are no FP8 tensor cores — and the analysis then says so
-instead of printing a meaningless ratio.
-
-Fitting method: Huber M-estimator by IRLS
------------------------------------------
-Timings have one-sided spikes (a garbage collection, a first-step warm-up, a noisy neighbour) that
-drag an ordinary least-squares line. The robust fit is Huber's M-estimator (Huber 1964, "Robust
-estimation of a location parameter"; regression form: Huber 1973) computed by iteratively reweighted
-least squares (Holland & Welsch 1977): with residuals ``r_i`` and scale ``s``, weight
-``w_i = min(1, k·s/|r_i|)``, refit weighted least squares, repeat. ``k = 1.345`` gives 95% of OLS's
-efficiency under Gaussian noise; ``s`` is re-estimated every iteration as the normalised median
-absolute residual ``median|r| / 0.6745`` (Hampel's MAD; statsmodels' RLM default). Observations far
-from the line get bounded influence. Why Huber rather than Theil–Sen: a sweep holds thousands of
-micro-batches and each bootstrap resample refits, so an O(n) fit that vectorises over resamples beats
-Theil–Sen's O(n²) pairwise slopes; the design points (token budgets) are chosen by the experiment, so
-there are no leverage outliers for Theil–Sen's extra protection to guard against. On noise-free data
-the fit is exact: the OLS start has zero residuals and the iteration stops there. ``robust=False``
-gives plain OLS.
-
-Confidence intervals: pairs bootstrap, percentile intervals
------------------------------------------------------------
-``B`` resamples (default 2000) of the (tokens, seconds) observations with replacement, seeded
-(Efron & Tibshirani 1993, "An Introduction to the Bootstrap", ch. 9.5 resampling cases and ch. 13
-percentile intervals). Each resample is refitted; the ``level`` interval is the central percentile
-range of the refits. Resamples that hold fewer than two distinct token budgets cannot separate fixed
-from per-token cost and are dropped (``n_boot_used`` counts the rest). :func:`cost_model` resamples
-each precision independently (they are independent runs) and pairs resample ``b`` of one with
-resample ``b`` of the other, so Δfixed, the saving and the break-even get intervals from the same
-joint draws; ``saving_positive_fraction`` is the share of joint resamples with a positive saving.
+Rule: ``seconds ≈ fixed + per_token · tokens`` per precision, fitted robustly (Huber M-estimator by IRLS,
+:func:`fit_linear`) with pairs-bootstrap percentile intervals; the break-even is Δfixed / saving, with
+joint intervals (:func:`cost_model`, which also says when there is none, as under CPU emulation). What
+the cost model reports: docs/metrics.md (Cost model).
 """
 
 from __future__ import annotations
@@ -233,8 +189,28 @@ def _fit_with_draws(tokens: Any, seconds: Any, *, robust: bool, level: float, n_
 
 def fit_linear(tokens: Sequence[float], seconds: Sequence[float], *, robust: bool = True, level: float = 0.95,
                n_boot: int = 2000, seed: int = 0) -> LinearFit:
-    """Fit ``seconds ≈ fixed + per_token · tokens`` (see the module docstring for model, method and CI);
-    returns a :class:`LinearFit`.
+    """Fit ``seconds ≈ fixed + per_token · tokens`` (the model: :func:`cost_model`); returns a
+    :class:`LinearFit`.
+
+    Method. Timings have one-sided spikes (a garbage collection, a first-step warm-up, a noisy neighbour) that
+    drag an ordinary least-squares line. The robust fit is Huber's M-estimator (Huber 1964, "Robust
+    estimation of a location parameter"; regression form: Huber 1973) computed by iteratively reweighted
+    least squares (Holland & Welsch 1977): with residuals ``r_i`` and scale ``s``, weight
+    ``w_i = min(1, k·s/|r_i|)``, refit weighted least squares, repeat. ``k = 1.345`` gives 95% of OLS's
+    efficiency under Gaussian noise; ``s`` is re-estimated every iteration as the normalised median
+    absolute residual ``median|r| / 0.6745`` (Hampel's MAD; statsmodels' RLM default). Observations far
+    from the line get bounded influence. Why Huber rather than Theil–Sen: a sweep holds thousands of
+    micro-batches and each bootstrap resample refits, so an O(n) fit that vectorises over resamples beats
+    Theil–Sen's O(n²) pairwise slopes; the design points (token budgets) are chosen by the experiment, so
+    there are no leverage outliers for Theil–Sen's extra protection to guard against. On noise-free data
+    the fit is exact: the OLS start has zero residuals and the iteration stops there. ``robust=False``
+    gives plain OLS.
+
+    Intervals. ``B`` resamples (default 2000) of the (tokens, seconds) observations with replacement, seeded
+    (Efron & Tibshirani 1993, "An Introduction to the Bootstrap", ch. 9.5 resampling cases and ch. 13
+    percentile intervals). Each resample is refitted; the ``level`` interval is the central percentile
+    range of the refits. Resamples that hold fewer than two distinct token budgets cannot separate fixed
+    from per-token cost and are dropped (``n_boot_used`` counts the rest).
 
     >>> fit = fit_linear([1000, 2000, 4000], [0.003, 0.004, 0.006], n_boot=0)
     >>> round(fit.fixed * 1e3, 9), round(fit.per_token * 1e6, 9)  # 2 ms + 1 µs per token
@@ -349,7 +325,32 @@ def cost_model(
 
     ``data``: a DataFrame or an iterable of row mappings with columns ``precision`` ("bf16"/"mxfp8";
     other values are ignored), ``tokens`` (per micro-batch) and ``seconds``. Each precision is fitted
-    with :func:`fit_linear`; the bootstrap is joint (see the module docstring).
+    with :func:`fit_linear`.
+
+    The wall time of one learner micro-batch is modelled as affine in the tokens it processes (the
+    learner's padded ``rows × max_len``, :class:`~fp8rl_core.learner.grpo.MicroBatchTiming.tokens`)::
+
+        seconds ≈ fixed + per_token · tokens
+
+    ``fixed`` is what a micro-batch pays whatever its size (kernel launches, host-side Python, weight
+    quantization — it scales with the parameters, not the tokens — allocator work); ``per_token`` is what
+    grows with the activations (GEMM FLOPs, activation quantization, element-wise work). MXFP8 training
+    adds fixed work (more kernels, scale handling, weight casts) and, on hardware with FP8 tensor cores,
+    saves per-token work (FP8 GEMMs run at about twice the BF16 rate). With
+
+        Δfixed = fixed_mxfp8 − fixed_bf16          (s per micro-batch, > 0 when MXFP8 adds overhead)
+        saving = per_token_bf16 − per_token_mxfp8  (s per token,       > 0 when MXFP8 is cheaper per token)
+
+    the two cost lines cross at ``break_even = Δfixed / saving`` tokens per micro-batch; MXFP8 is faster
+    above it. This is the analysis behind the reference result in docs/design.md ("Reference results": dense
+    break-even ≈ 4.5k tokens per micro-batch on B200). On CPU emulation the saving is expected to be
+    negative — quantizing is extra work and there are no FP8 tensor cores — and the analysis then says so
+    instead of printing a meaningless ratio.
+
+    :func:`cost_model` resamples
+    each precision independently (they are independent runs) and pairs resample ``b`` of one with
+    resample ``b`` of the other, so Δfixed, the saving and the break-even get intervals from the same
+    joint draws; ``saving_positive_fraction`` is the share of joint resamples with a positive saving.
 
     Returns a :class:`CostModel`. ``emulated=True`` adds to a no-break-even verdict that this is expected on
     CPU emulation; ``None`` (default) says it conditionally; ``False`` omits it. With ``n_boot=0`` there

@@ -1,63 +1,10 @@
 """Profiler-trace analysis: where a step's time goes (quantize / GEMM / other) and why the GPU idles.
 
-The input: a torch.profiler Chrome trace
-----------------------------------------
-``prof.export_chrome_trace(path)`` (what :func:`fp8rl_core.learner.grpo.grpo_step` writes with
-``trace_path=``) produces ``{"traceEvents": [...]}`` in the Chrome Trace Event Format
-(https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU). Only *complete*
-events (``"ph": "X"``, start ``ts`` and duration ``dur`` in µs) carry time; Kineto, PyTorch's profiler
-backend, tags each with a category ``cat``:
-
-* host side — ``cpu_op`` (ATen operators, nested per thread), ``user_annotation`` (a
-  ``torch.profiler.record_function`` range), ``python_function``, ``cuda_runtime`` / ``cuda_driver``
-  (``cudaLaunchKernel``, ``cuLaunchKernel``, ``cudaMemcpyAsync`` …, with ``args.correlation``);
-* device side — ``kernel``, ``gpu_memcpy``, ``gpu_memset`` on ``pid`` = the device, ``tid`` = the
-  stream, with the same ``args.correlation`` as the host call that launched them; ``gpu_user_annotation``
-  (a record_function range projected onto a stream — not work, ignored here);
-* ``Trace`` — the profiler's own envelope ("PyTorch Profiler (0)"), ignored.
-
-Flow events (``"ph": "s"`` at the launch, ``"ph": "f"`` at the kernel, same ``id``, category ``ac2g``)
-draw the launch→kernel arrows; they are used to link a kernel to its launch when ``args.correlation``
-is absent. ``"M"`` metadata and ``"i"`` instant events carry no duration and are skipped.
-
-Definitions used below
-----------------------
-wall
-    From the first to the last moment any host or device event is active (the ``Trace`` envelope and
-    ``gpu_user_annotation`` excluded) — the span the profile actually measured.
-phase time (:func:`phase_times`)
-    Each instant of the window is attributed to at most one phase: the *innermost* classified interval
-    covering it (latest start; on equal starts the shorter). Nested ops (``aten::linear`` ⊃
-    ``aten::addmm``) and overlapping threads are therefore never counted twice, the phases plus
-    ``other`` (plus ``idle`` on the device) sum to the window, and each phase is ≤ the wall.
-    Classification: ``by="annotations"`` uses ``user_annotation`` ranges named after a phase (``gemm``,
-    ``quantize``, or ``<namespace>::gemm``); on the device a kernel belongs to the phase annotation that
-    encloses its launch on the launching thread. ``by="names"`` matches op and kernel names against
-    regular expressions (:data:`DEFAULT_PHASES`; the first phase that matches wins, GEMMs first so that
-    ``cutlass_mxfp8_gemm`` is a GEMM). ``by="auto"`` uses annotations when the trace has any phase
-    annotation, else names. The learner's timers (:func:`fp8rl_core.learner.timers.timed`) open a
-    ``record_function(kind)`` range while a profiler records, so a trace of an MXFP8 step carries
-    ``quantize`` / ``gemm`` annotations and ``auto`` uses them — the only way to find the MXFP8
-    emulation's quantization on CPU, whose plain ATen ops (abs, amax, bit operations) no name pattern
-    recognises (by name, its time lands in ``other``). A BF16 learner has no MXFP8 layers and so no
-    annotations (``auto`` falls back to names there), and the annotations cover only the MXFP8 layers
-    while names cover every matmul: compare traces of two precisions with the same explicit ``by``.
-GPU idle (:func:`gpu_idle`)
-    Device busy time is the union of all kernel/memcpy/memset intervals of one device over all its
-    streams; idle is the window minus busy. A *gap* is a maximal idle interval. A gap is **host-bound**
-    when the launch call of the kernel that ends it (its ``cudaLaunchKernel``-like event) *began at or
-    after the gap began*: the device ran dry and then waited for the host to issue more work — the
-    signature of launch/Python overhead. When the launch was issued before the device went idle the
-    gap is **device-side** (the work was queued but held back: a stream/event dependency, a
-    synchronisation, launch latency). A gap with no following kernel in the window, or whose kernel has
-    no linked launch, is **unknown**.
-Added time (:func:`added_time_idle_fraction`)
-    ``(idle_mxfp8 − idle_bf16) / (wall_mxfp8 − wall_bf16)``, idle measured over each trace's wall: of
-    the extra wall time MXFP8 costs, the share during which the device did nothing; the same with
-    host-bound idle says how much of the added time is the GPU waiting for the host (docs/design.md,
-    "Reference results": "a trace shows the GPU waiting for the host for most of the added time").
-    Both traces must profile the same work (same micro-batch plan). The ratio is not clipped: above 1
-    means device busy time shrank (faster FP8 kernels) while idle grew by more than the wall did.
+Rule: a torch.profiler Chrome trace's complete events are attributed to phases innermost-first (nothing
+counted twice, phases sum to the window), by the learner's ``record_function`` annotations or by op and
+kernel names; a device gap is host-bound when the launch that ends it began after the gap began. The
+definitions live on :func:`load_trace`, :func:`wall_window`, :func:`phase_times`, :func:`gpu_idle` and
+:func:`added_time_idle_fraction`; what the numbers are for: docs/metrics.md (Traces).
 """
 
 from __future__ import annotations
@@ -122,7 +69,26 @@ class _Event:
 
 def load_trace(trace: Any) -> list[dict[str, Any]]:
     """The ``traceEvents`` list of a Chrome trace given as a path (``.json`` or ``.json.gz``), the
-    parsed dict, or the event list itself."""
+    parsed dict, or the event list itself.
+
+    ``prof.export_chrome_trace(path)`` (what :func:`fp8rl_core.learner.grpo.grpo_step` writes with
+    ``trace_path=``) produces ``{"traceEvents": [...]}`` in the Chrome Trace Event Format
+    (https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU). Only *complete*
+    events (``"ph": "X"``, start ``ts`` and duration ``dur`` in µs) carry time; Kineto, PyTorch's profiler
+    backend, tags each with a category ``cat``:
+
+    * host side — ``cpu_op`` (ATen operators, nested per thread), ``user_annotation`` (a
+      ``torch.profiler.record_function`` range), ``python_function``, ``cuda_runtime`` / ``cuda_driver``
+      (``cudaLaunchKernel``, ``cuLaunchKernel``, ``cudaMemcpyAsync`` …, with ``args.correlation``);
+    * device side — ``kernel``, ``gpu_memcpy``, ``gpu_memset`` on ``pid`` = the device, ``tid`` = the
+      stream, with the same ``args.correlation`` as the host call that launched them; ``gpu_user_annotation``
+      (a record_function range projected onto a stream — not work, ignored here);
+    * ``Trace`` — the profiler's own envelope ("PyTorch Profiler (0)"), ignored.
+
+    Flow events (``"ph": "s"`` at the launch, ``"ph": "f"`` at the kernel, same ``id``, category ``ac2g``)
+    draw the launch→kernel arrows; they are used to link a kernel to its launch when ``args.correlation``
+    is absent. ``"M"`` metadata and ``"i"`` instant events carry no duration and are skipped.
+    """
     if isinstance(trace, (str, Path)):
         path = Path(trace)
         if not path.is_file():
@@ -183,7 +149,8 @@ def _extent(events: Sequence[_Event]) -> tuple[float, float] | None:
 
 
 def wall_window(trace: Any) -> tuple[float, float]:
-    """(first start, last end) in µs over all host and device events: the wall the profile measured."""
+    """(first start, last end) in µs over all host and device events (the ``Trace`` envelope and
+    ``gpu_user_annotation`` excluded): the wall the profile measured."""
     return _wall(_parse(trace))
 
 
@@ -346,7 +313,24 @@ def _enclosing_phase(t: _Trace, queries: Mapping[int, _Event], phases: Sequence[
 
 def phase_times(trace: Any, phases: Mapping[str, str] | None = None, *, by: str = "auto", where: str = "host",
                 window: Any = "wall", device: Any = None) -> dict[str, Any]:
-    """Time per phase of a profiled span (the module docstring defines attribution and classification).
+    """Time per phase of a profiled span.
+
+    Each instant of the window is attributed to at most one phase: the *innermost* classified interval
+    covering it (latest start; on equal starts the shorter). Nested ops (``aten::linear`` ⊃
+    ``aten::addmm``) and overlapping threads are therefore never counted twice, the phases plus
+    ``other`` (plus ``idle`` on the device) sum to the window, and each phase is ≤ the wall.
+    Classification: ``by="annotations"`` uses ``user_annotation`` ranges named after a phase (``gemm``,
+    ``quantize``, or ``<namespace>::gemm``); on the device a kernel belongs to the phase annotation that
+    encloses its launch on the launching thread. ``by="names"`` matches op and kernel names against
+    regular expressions (:data:`DEFAULT_PHASES`; the first phase that matches wins, GEMMs first so that
+    ``cutlass_mxfp8_gemm`` is a GEMM). ``by="auto"`` uses annotations when the trace has any phase
+    annotation, else names. The learner's timers (:func:`fp8rl_core.learner.timers.timed`) open a
+    ``record_function(kind)`` range while a profiler records, so a trace of an MXFP8 step carries
+    ``quantize`` / ``gemm`` annotations and ``auto`` uses them — the only way to find the MXFP8
+    emulation's quantization on CPU, whose plain ATen ops (abs, amax, bit operations) no name pattern
+    recognises (by name, its time lands in ``other``). A BF16 learner has no MXFP8 layers and so no
+    annotations (``auto`` falls back to names there), and the annotations cover only the MXFP8 layers
+    while names cover every matmul: compare traces of two precisions with the same explicit ``by``.
 
     ``phases``: phase → name regex (default :data:`DEFAULT_PHASES`: ``gemm``, ``quantize``); the phase
     names are also the annotation labels looked for. ``by``: "auto" | "annotations" | "names".
@@ -428,7 +412,7 @@ def _pick_device(t: _Trace, device: Any) -> list[int]:
 class IdleGap:
     """A maximal idle interval of the device: ``start_us``/``end_us``/``dur_us``; ``cause`` "host" (the
     device waited for the host to launch more work), "device" (the work was queued but held back) or
-    "unknown" (see the module docstring); ``next``: the kernel that ended it (None if none);
+    "unknown" (see :func:`gpu_idle`); ``next``: the kernel that ended it (None if none);
     ``launch_us``: the start of that kernel's launch call (None if not linked)."""
 
     start_us: float
@@ -474,9 +458,18 @@ def gpu_idle(trace: Any, window: Any = None, *, device: Any = None) -> GpuIdle:
     (idle before the first kernel and after the last one counts); or (start_us, end_us). ``device``:
     which device when the trace has several (``args.device``, else the event's ``pid``).
 
-    Returns a :class:`GpuIdle` (the module docstring defines the causes). A trace without device
+    Returns a :class:`GpuIdle`. A trace without device
     activity (a CPU profile) is not an error: ``has_device_activity`` is False, ``message`` says so and
     the numbers are None.
+
+    Device busy time is the union of all kernel/memcpy/memset intervals of one device over all its
+    streams; idle is the window minus busy. A *gap* is a maximal idle interval. A gap is **host-bound**
+    when the launch call of the kernel that ends it (its ``cudaLaunchKernel``-like event) *began at or
+    after the gap began*: the device ran dry and then waited for the host to issue more work — the
+    signature of launch/Python overhead. When the launch was issued before the device went idle the
+    gap is **device-side** (the work was queued but held back: a stream/event dependency, a
+    synchronisation, launch latency). A gap with no following kernel in the window, or whose kernel has
+    no linked launch, is **unknown**.
     """
     return _gpu_idle(_parse(trace), window, device)
 
@@ -565,6 +558,13 @@ def added_time_idle_fraction(trace_mxfp8: Any, trace_bf16: Any, *, device: Any =
     Each trace is measured over its own wall (:func:`wall_window`), with :func:`gpu_idle`. Returns an
     :class:`AddedTime`; its fractions are None (with a message) when MXFP8 added no wall time or a trace
     has no device activity.
+
+    ``(idle_mxfp8 − idle_bf16) / (wall_mxfp8 − wall_bf16)``, idle measured over each trace's wall: of
+    the extra wall time MXFP8 costs, the share during which the device did nothing; the same with
+    host-bound idle says how much of the added time is the GPU waiting for the host (docs/design.md,
+    "Reference results": "a trace shows the GPU waiting for the host for most of the added time").
+    Both traces must profile the same work (same micro-batch plan). The ratio is not clipped: above 1
+    means device busy time shrank (faster FP8 kernels) while idle grew by more than the wall did.
     """
     wall: dict[str, float] = {}
     idle: dict[str, float | None] = {}

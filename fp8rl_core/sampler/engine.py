@@ -1,31 +1,10 @@
 """The sampler: vLLM's offline engine on the learner's checkpoint, with per-layer grids and weight syncs.
 
-``Sampler`` wraps ``vllm.LLM``. By default (``SamplerConfig.process = "spawn"``) vLLM runs the model in
-processes of its own (an engine-core process and a worker process, spawned), so the learner and the
-sampler never share a Python heap. Either way weights cross as files (:mod:`fp8rl_core.sync.transport`)
-and control as ``collective_rpc`` calls into the worker extension (:mod:`.worker`), so what the engine
-computes with is what vLLM's own loaders read from the learner's bytes. Create samplers from a script
-guarded by ``if __name__ == "__main__":`` (vLLM spawns processes that re-import the main module).
-
-In-process engines (``process = "in-process"``): vLLM's in-process client and single-process executor run the
-engine core and the worker in the calling process. A spawned engine's start is mostly two interpreters
-importing vLLM (about 10 s each on 2 cores, ~24 of ~27 s; ``bench/engine.py``); an in-process start skips both
-and its close tears no process down. What it gives up: the engine cannot die alone (a crash ends the
-caller, which the flow records as a killed run), and its start-up changes process-wide state that
-:func:`.vllm_compat.in_process_engine` puts back around every start and call. One tensor-parallel rank only.
-
-Engine directory. vLLM reads a Hugging Face directory: :func:`prepare_engine_dir` writes one per engine
-— the warm-start checkpoint's ``config.json`` with ``quantization_config = {"quant_method": "fp8rl",
-"layers": {vLLM prefix: scheme}}`` (see :mod:`.plugin`) and the initial sync tensors in checkpoint
-format, so the first load goes through vLLM's own loaders exactly like every later sync.
-
-Engine reuse: :mod:`.pool` (``acquire``, ``release_all``). Workarounds for vLLM 0.32 (a dead engine core
-hanging the caller; the engine-core utilities the checks read): :mod:`.vllm_compat`.
-
-Log-probs. Generation returns, per sampled token, the log-probability vLLM's sampler reports
-(``logprobs_mode="raw_logprobs"``: log-softmax of the model's logits, before temperature — what the
-learner computes). The probe path returns prompt log-probs (``prompt_logprobs``; such requests bypass
-the prefix cache) and, for exact KL, the full-vocabulary log-probs of a probe batch (``-1``).
+Rule: weights cross as files (:mod:`fp8rl_core.sync.transport`) and control as ``collective_rpc`` calls
+into the worker extension (:mod:`.worker`), so what the engine computes with is what vLLM's own loaders
+read from the learner's bytes; the engine runs spawned (default) or in-process (:class:`Sampler`).
+Engine reuse: :mod:`.pool`; vLLM 0.32 workarounds: :mod:`.vllm_compat`. Described in docs/library.md
+(The sampler and the weight sync) and docs/design.md (Engines).
 """
 
 from __future__ import annotations
@@ -99,7 +78,13 @@ def engine_config(checkpoint: str | Path, schemes: Mapping[str, str], mx_grid: s
 
 
 def prepare_engine_dir(cfg: Mapping, initial: Mapping[str, torch.Tensor], root: str | Path) -> Path:
-    """A fresh HF directory under ``root`` with ``cfg`` and the initial sync tensors in checkpoint format."""
+    """A fresh HF directory under ``root`` with ``cfg`` and the initial sync tensors in checkpoint format.
+
+    vLLM reads a Hugging Face directory: :func:`prepare_engine_dir` writes one per engine — the warm-start
+    checkpoint's ``config.json`` with ``quantization_config = {"quant_method": "fp8rl", "layers": {vLLM prefix:
+    scheme}}`` (see :mod:`.plugin`) and the initial sync tensors in checkpoint format, so the first load goes
+    through vLLM's own loaders exactly like every later sync.
+    """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="fp8rl-engine-", dir=root))
@@ -150,7 +135,28 @@ class SyncTiming:
 # The sampler
 # ----------------------------------------------------------------------------------------------------
 class Sampler:
-    """One live vLLM engine for one model and one set of per-layer schemes (see the module docstring)."""
+    """One live vLLM engine for one model and one set of per-layer schemes.
+
+    ``Sampler`` wraps ``vllm.LLM``. By default (``SamplerConfig.process = "spawn"``) vLLM runs the model in
+    processes of its own (an engine-core process and a worker process, spawned), so the learner and the
+    sampler never share a Python heap. Either way weights cross as files (:mod:`fp8rl_core.sync.transport`)
+    and control as ``collective_rpc`` calls into the worker extension (:mod:`.worker`), so what the engine
+    computes with is what vLLM's own loaders read from the learner's bytes. Create samplers from a script
+    guarded by ``if __name__ == "__main__":`` (vLLM spawns processes that re-import the main module).
+
+    In-process engines (``process = "in-process"``): vLLM's in-process client and single-process executor run
+    the engine core and the worker in the calling process. A spawned engine's start is mostly two interpreters
+    importing vLLM (``bench/engine.py`` measures it); an in-process start skips both and its close tears no
+    process down. What it gives up: the engine cannot die alone (a crash ends the caller, which the flow
+    records as a killed run), and its start-up changes process-wide state that
+    :func:`.vllm_compat.in_process_engine` puts back around every start and call. One tensor-parallel rank
+    only.
+
+    Log-probs. Generation returns, per sampled token, the log-probability vLLM's sampler reports
+    (``logprobs_mode="raw_logprobs"``: log-softmax of the model's logits, before temperature — what the
+    learner computes). The probe path returns prompt log-probs (``prompt_logprobs``; such requests bypass the
+    prefix cache) and, for exact KL, the full-vocabulary log-probs of a probe batch (``-1``).
+    """
 
     def __init__(
         self,

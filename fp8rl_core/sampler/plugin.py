@@ -1,43 +1,11 @@
 """The ``fp8rl`` vLLM quantization method: a sampler that computes on the learner's grid, per layer.
 
-vLLM has no MXFP8 GEMM on CPU, so this plugin supplies one, registered through vLLM's plugin entry
-point ``vllm.general_plugins`` (``pyproject.toml``: ``fp8rl = "fp8rl_core.sampler.plugin:register"``).
-vLLM calls :func:`register` in *every* process it starts — the front end, the engine core and each
-worker are spawned, so nothing set up in the parent carries over — and an engine selects the method
-with ``quantization_config.quant_method = "fp8rl"`` in the model's ``config.json``.
-
-The config names a *scheme* per vLLM layer prefix (``model.layers.1.self_attn.qkv_proj``,
-``model.layers.1.mlp.experts``, …; absent = ``bf16``):
-
-``bf16``
-    vLLM's own unquantized method (on CPU it prepacks the weight for oneDNN and empties
-    ``weight``), wrapped only to count post-load processing (DESIGN W6: exactly once per sync).
-``mxfp8``
-    the learner's grid. The layer holds the learner's rowwise MXFP8 forward operand as it was
-    synced: ``weight`` uint8 [N, K] (E4M3 bit patterns) and ``weight_scale`` uint8 [N, K/32] (E8M0
-    bytes) — vLLM's weight-loader-v2 places fused q/k/v and gate/up shards for both. The forward
-    quantizes activations rowwise with the same MXFP8 rule (Transformer Engine's fprop input
-    quantizer, 1×32 blocks along K, ``fp8rl_core.grids.quantize``) and multiplies the dequantized
-    operands in fp32: ``Y = deq(Xq) · deq(Wq)ᵀ`` — the values an MXFP8 tensor core multiplies, as
-    :func:`fp8rl_core.learner.mxfp8.linear` computes them for the learner. The bytes are never
-    requantized (W2); post-load processing only builds the dequantized fp32 copy (derived state, W6).
-``block128``
-    another grid, what verl's FP8 rollout does: the layer receives the learner's BF16 view and
-    post-load processing requantizes it itself to DeepSeek-style 128×128 block FP8 (E4M3 data, fp32
-    ``weight_scale_inv``; :mod:`fp8rl_core.grids.block`); activations are quantized per token in 1×128
-    groups with vLLM's rule (division by ``max(amax, eps)/448``) and the dequantized operands multiplied.
-
-MoE experts (``RoutedExperts``) take the same schemes through :class:`Fp8rlMoEMethod`:
-``w13_weight`` [E, 2I, H] (gate rows then up rows, vLLM's order) and ``w2_weight`` [E, H, I], with
-``*_weight_scale`` uint8 [E, N, K/32] for ``mxfp8``; the forward routes each token to its top-k experts
-and runs gate_up → SiLU(gate)·up → down per expert, like the learner's ``MXFP8Experts``.
-
-On Blackwell GPUs the synced (weight, weight_scale) pairs are exactly what vLLM's native MXFP8 linear
-method consumes; :func:`native_mxfp8_available` reports whether that path can be used (it needs CUDA
-compute capability ≥ 10.0) and :class:`NativeMxfp8LinearMethod` hands such layers to vLLM's kernel.
-
-Derived state is kept as plain attributes (``fp8rl_w`` …), rebuilt by every post-load processing;
-``fp8rl_processed`` counts processings per layer so checks can see "exactly once per sync".
+Rule: registered in every vLLM process through the ``vllm.general_plugins`` entry point and selected by
+``quant_method = "fp8rl"``; each layer prefix gets a scheme — ``bf16`` (vLLM's own method), ``mxfp8``
+(holds the learner's synced bytes and scales, never requantized; fp32 products of dequantized operands
+like the learner's fprop) or ``block128`` (requantizes the BF16 view to 128×128 block FP8, as verl's
+FP8 rollout); post-load processing runs once per sync and is counted (W6). Specified in docs/library.md
+(The fp8rl quantization method).
 """
 
 from __future__ import annotations
@@ -272,7 +240,7 @@ class Fp8rlMoEMethod(FusedMoEMethodBase):
         return out.to(x.dtype)
 
 class Fp8rlConfig(QuantizationConfig):
-    """Per-layer sampler grids for fp8rl (see the module docstring)."""
+    """Per-layer sampler grids for fp8rl (the schemes: docs/library.md, The fp8rl quantization method)."""
 
     def __init__(self, layers: dict[str, str], mx_grid: str = MX_GRID,
                  block_grid: str = "fp8-block128-e4m3") -> None:

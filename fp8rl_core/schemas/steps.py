@@ -1,33 +1,10 @@
-"""The tables of an RL run: ``steps``, ``tokens`` (both written by :func:`fp8rl_core.loop.rollout_and_learn`)
-and ``microbatches`` (the learner's micro-batch timings).
+"""The tables of an RL run, each rule of a table naming what it protects (docs/metrics.md, tables).
 
-``steps`` — one row per RL step. Written by :func:`fp8rl_core.loop.rollout_and_learn` (step, version,
-    new_version, sequences, tokens, cached_tokens, mean_reward, loss, grad_norm, clip_fraction,
-    mean/max_abs_logprob_diff, generate_s, learner_s, microbatches) +
-    :func:`fp8rl_core.loop.sync_weights` (export_s, transport_s, load_s, reset_s, sync_bytes,
-    sync_buckets) + total_s (``run_rl`` or the ``experiment`` flow); the flow (``tasks.stages``) adds
-    the optional train_stage_s, checks_s, checks_full and ``check/W*`` (1.0 passed, 0.0 failed, null:
-    not run at that sync — W3/W7 run in the full tier only) and logs it as ``tables/steps.parquet``.
-    Protects: one row per step (a retried ``record-step`` must not double a step); ``new_version =
-    version + 1`` and each step's rollout on the version the previous step produced (W5: no rollout on
-    stale or mixed weights); rewards in [0, 1] (the task's reward rule); ``tokens ≥ sequences`` (every
-    completion has ≥ 1 sampled token); max |Δlogp| ≥ mean |Δlogp|; non-negative, finite timings, and
-    ``total_s`` covering its disjoint parts (a mis-attributed or double-counted timing breaks the timing
-    fits).
-``tokens`` — one row per sampled token, from ``rollout_and_learn`` (``tables/tokens.parquet``): step,
-    version, sequence, position, token, sampler_logprob, learner_logprob. Protects the KL estimators:
-    both log-probs ≤ 0 (up to +1e-4 of float32 rounding, as metrics.mismatch allows) and finite
-    (-inf/NaN would make every KL infinite or NaN); one row per (step, sequence, position); positions of
-    a sequence run 0 … n−1 without gaps (no token dropped or repeated); one weight version per step (W5:
-    the tokens of a rollout come from one version).
-``microbatches`` — one row per learner micro-batch: the fields of
-    :class:`fp8rl_core.learner.grpo.MicroBatchTiming` (rows, tokens, real_tokens, seconds, quantize_s,
-    gemm_s; optional other_s) plus run_id, precision, step, microbatch (index in the step) and
-    tokens_per_microbatch (the budget); :func:`fp8rl_core.learner.grpo.microbatch_rows` builds them.
-    Protects the break-even fit: padded tokens = rows × longest (a multiple of rows) and ≥ real tokens;
-    a micro-batch stays within the budget unless it is one over-long sequence (the packing rule);
-    quantize + GEMM time ≤ the micro-batch's wall time (they are disjoint parts of it); a BF16
-    micro-batch quantizes nothing; indices 0 … n−1 per step, one precision and one budget per run.
+``steps``: one row per RL step — :func:`fp8rl_core.loop.rollout_and_learn` and
+:func:`fp8rl_core.loop.sync_weights` write it, the flow (``tasks.stages``) adds its optional stage
+times and ``check/W*`` verdicts. ``tokens``: one row per sampled token, both log-probs (from
+``rollout_and_learn``). ``microbatches``: one row per learner micro-batch
+(:func:`fp8rl_core.learner.grpo.microbatch_rows`).
 """
 
 from __future__ import annotations

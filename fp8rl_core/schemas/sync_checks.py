@@ -1,27 +1,10 @@
-"""The weight-sync check tables: ``checks`` (every check report of a run), ``clean_syncs`` and
-``detection_matrix`` (the correctness stage). Conditions, tiers, fault stages and model kinds are those of
-:mod:`fp8rl_core.vocabulary`.
+"""The weight-sync check tables, each rule of a table naming what it protects (docs/metrics.md, tables).
 
-``checks`` — one row per (sync, condition) of the weight-sync checks: the flattened
-    :meth:`fp8rl_core.checks.CheckReport.as_dict` (version, sync, tier, why, report_seconds) × its
-    :meth:`CheckResult.as_dict` (condition, passed, measured, bound, count, seconds, detail, offenders);
-    :func:`fp8rl_core.checks.check_rows` flattens reports (what ``tasks.stages`` keeps as
-    ``checks.json``). Protects: one result per condition per sync, one version and tier per sync; tier
-    ``cheap``/``full`` and condition W1…W7; a passed check has no offenders (count 0); W3 and W7 only in
-    the full tier; counts, bounds, measurements and seconds ≥ 0 (measured may be NaN: a non-finite
-    measurement, which the check fails).
-``clean_syncs`` — one row per clean sync of the correctness stage:
-    :func:`fp8rl_core.correctness.clean_series` (sync, version, tier, false_alarm, alarms, checks_s,
-    step_s, mean_reward, ``check/W*`` True/False/null), with ``model`` (dense|moe) added by the nightly
-    flow; ``tasks.stages.record_matrix`` logs it as ``tables/clean_syncs.parquet``. Protects the
-    false-alarm count: false_alarm is true exactly when a check failed, and then (only then) alarms says
-    why; one row per (model, sync); W3/W7 only in the full tier.
-``detection_matrix`` — one row per injected fault: :func:`fp8rl_core.correctness.inject` (fault,
-    condition, stage, model, what, tier, why, warmup_clean, caught_first, declared_offenders, W1…W7 as 1
-    fired / 0 passed / null not run, optional repaired); ``record_matrix`` writes it as
-    ``detection_matrix.csv``. Protects the verdicts: caught_first is true exactly when the declared
-    condition's column is 1; a caught fault names its offenders; W3/W7 are null in the cheap tier; one
-    row per fault; the condition, stage, model and tier from their fixed vocabularies.
+``checks``: one row per (sync, condition) — check reports flattened by
+:func:`fp8rl_core.checks.check_rows`. ``clean_syncs``: one row per clean sync of the correctness stage
+(:func:`fp8rl_core.correctness.clean_series`, ``model`` added by the nightly flow).
+``detection_matrix``: one row per injected fault (:func:`fp8rl_core.correctness.inject`). Conditions,
+tiers, fault stages and model kinds are those of :mod:`fp8rl_core.vocabulary`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Validation and the error a user reads: :func:`validate` normalises a table (lossless widenings only),
 checks it against its schema lazily — every problem at once — and translates pandera's failure cases
-into :class:`Problem` lines of a :class:`TableError` (the format is in :mod:`fp8rl_core.schemas`).
+into :class:`Problem` lines of a :class:`TableError` (the format and the widenings are on :func:`validate`).
 """
 
 from __future__ import annotations
@@ -227,7 +227,22 @@ def validate(name: str, rows) -> pd.DataFrame:
     """Check table ``name`` (a list of row dicts or a DataFrame) against ``SCHEMAS[name]``; every problem
     is found at once. Returns the validated DataFrame (integer columns of float tables widened to float,
     nullable integer/boolean columns as ``Int64``/``boolean``). For ``checks``, check reports (objects or
-    ``as_dict()`` dicts) are flattened with :func:`fp8rl_core.checks.check_rows` first. Raises :class:`TableError`."""
+    ``as_dict()`` dicts) are flattened with :func:`fp8rl_core.checks.check_rows` first. Raises :class:`TableError`
+    with one line per problem: the table, the column, the rule in words, the offending rows (index labels:
+    list positions for a list of dicts; the first few and a count) and their values, e.g.::
+
+        table 'tokens': column 'sampler_logprob' must be ≤ 0 (a log-probability); rows 3, 7 (2 rows) hold 0.2, 1.5
+
+    Extra columns: every table is *strict* — a column the schema does not declare is refused (a renamed or
+    misspelt key would otherwise pass unchecked and the real column be reported missing only by a reader).
+    Columns that legitimately vary are declared as patterns: ``check/W1`` … ``check/W7`` (steps, clean
+    syncs) and the confidence bounds ``<metric>_lo`` / ``<metric>_hi`` (KL summary). Optional columns (only
+    some writers add them) are declared ``required=False``. Dtypes are strict, except lossless widenings
+    done before validation: integer → float in float columns, whole-number floats → int64 in count columns
+    (``metrics.mismatch`` returns counts as floats), integral numbers/None → nullable ``Int64``, booleans/None
+    → nullable ``boolean`` (what a list of dicts or a parquet/CSV read-back yields); 1.5 in a count column,
+    text in a number column or 1 in a True/False column is refused, naming its rows.
+    """
     if name not in SCHEMAS:
         raise ValueError(f"unknown table {name!r}; the tables are: {', '.join(SCHEMAS)}")
     df = _normalize(name, _frame(name, rows))

@@ -1,20 +1,9 @@
 """Export: the learner's state in the sampler's names and layout, per the sampler's grid of each layer.
 
-For every vLLM layer (see :mod:`fp8rl_core.sync.layout`) the sampler's scheme decides what is sent:
-
-``mxfp8`` (on the learner's grid)
-    the learner's *forward weights* — the rowwise MXFP8 operand of the fprop GEMM
-    (:meth:`Learner.forward_weights`), as uint8 views: ``weight`` = E4M3 bit patterns, ``weight_scale``
-    = E8M0 bytes (1×32 blocks along K). Fused layers concatenate their members' rows in vLLM's order
-    (rowwise 1×32 blocks never straddle rows, so concatenating the quantized members is byte-equal to
-    quantizing the concatenation). DESIGN W2: never requantized on the way.
-``bf16`` and ``block128``
-    the learner's BF16 view: round-to-nearest-even BF16 of each fp32 master weight (``block128``
-    samplers requantize it themselves, in the plugin, as verl's FP8 rollout does).
-
-Everything that is not a GEMM layer — embeddings, norms, and the MoE router unless a sampler puts it
-on a grid — goes as the BF16 view. A tied ``lm_head`` is the embedding and is sent once, as
-``model.embed_tokens.weight`` (vLLM ties the two the same way).
+Rule: an ``mxfp8`` layer gets the learner's forward weights (rowwise MXFP8 bytes and E8M0 scales, never
+requantized: W2), every other tensor the learner's BF16 view (round-to-nearest-even of the fp32 master:
+W4); names and fused order from :mod:`fp8rl_core.sync.layout`; a tied ``lm_head`` is sent once. In full
+on :func:`export_weights`.
 """
 
 from __future__ import annotations
@@ -49,6 +38,22 @@ def export_weights(
     ``forward_weights`` is the learner's rowwise MXFP8 operand per on-grid learner layer. A layer the
     sampler wants on the learner's grid must be on it in the learner (else :class:`SyncError`: the
     sampler would have to quantize it itself, which is a different grid).
+
+    For every vLLM layer (see :mod:`fp8rl_core.sync.layout`) the sampler's scheme decides what is sent:
+
+    ``mxfp8`` (on the learner's grid)
+        the learner's *forward weights* — the rowwise MXFP8 operand of the fprop GEMM
+        (:meth:`Learner.forward_weights`), as uint8 views: ``weight`` = E4M3 bit patterns, ``weight_scale``
+        = E8M0 bytes (1×32 blocks along K). Fused layers concatenate their members' rows in vLLM's order
+        (rowwise 1×32 blocks never straddle rows, so concatenating the quantized members is byte-equal to
+        quantizing the concatenation). W2: never requantized on the way.
+    ``bf16`` and ``block128``
+        the learner's BF16 view: round-to-nearest-even BF16 of each fp32 master weight (``block128``
+        samplers requantize it themselves, in the plugin, as verl's FP8 rollout does).
+
+    Everything that is not a GEMM layer — embeddings, norms, and the MoE router unless a sampler puts it
+    on a grid — goes as the BF16 view. A tied ``lm_head`` is the embedding and is sent once, as
+    ``model.embed_tokens.weight`` (vLLM ties the two the same way).
     """
     params = dict(model.named_parameters())  # shared (tied) parameters appear once
     gemms = gemm_layers(model)

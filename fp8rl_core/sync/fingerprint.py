@@ -1,56 +1,11 @@
 """Fingerprints of sync tensors: a 64-bit digest over every byte, computed where the tensor lives (CPU,
 or the GPU a CUDA engine holds it on), so the learner and the live engine can compare what they hold
-without moving the tensors (DESIGN W2/W4, the cheap tier of the checks).
+without moving the tensors (W2/W4, the cheap tier of the checks).
 
-What is hashed: bytes
----------------------
-:func:`tensor_hash` hashes a tensor's **bytes in logical (row-major) order** — what
-``t.contiguous().view(torch.uint8)`` would hold. dtype, shape, strides, storage offset and device do
-not enter: a ``uint8`` tensor, a ``float8_e4m3fn`` view of it, a transposed copy laid out the same
-way, and a copy on another device all hash alike. :func:`fingerprint` (what the checks compare) adds a
-canonical form and a header:
-
-* integer tensors (FP8 data and E8M0 scale bytes, as ``uint8``) are hashed as their raw bytes;
-* floating tensors are hashed as the bytes of their ``float32`` values. The engine may hold a BF16 view
-  in its compute dtype (BF16 or float32); both are the same values, so both sides fingerprint alike,
-  while a value that is *not* on the BF16 grid (an fp32 master sent by mistake, an FP8 round trip)
-  changes the digest;
-* the value class (integer/floating) and the shape are folded into the final mix, so a reshaped
-  tensor with the same bytes has another fingerprint.
-
-The hash
---------
-The bytes, zero-padded to a multiple of 8, are read as little-endian 64-bit words ``w_i``. Word ``i``
-sits in block ``q = i // B`` at offset ``r = i % B`` (``B = 2**15`` words, 256 KiB), and contributes::
-
-    x = w_i XOR R[r];   x = x XOR (x >> 32)             R, Q: fixed pseudo-random 64-bit keys
-    x = x * C1 + Q[q];  x = x XOR (x >> 29)             C1, C2: odd constants; >>: logical shift
-    x = x * C2;         z_i = x XOR (x >> 32)           (all mod 2**64)
-
-The tensor's hash is ``fmix64(Σ z_i mod 2**64  XOR  fmix64(number of bytes))`` (``fmix64``: the
-SplitMix64 output function, on the host, once per tensor). Every step is integer arithmetic on
-``int64`` lanes, so the result is the same on every device and for any chunking of the sum (addition
-mod 2**64 is associative and commutative); on the GPU it runs at memory speed, on the CPU in
-cache-sized blocks at a few GB/s (``bench/checks.py`` measures it against ``torch.equal`` and a copy).
-
-Why 64 bits detect corruption. For a fixed position, ``w ↦ z`` is a bijection (XOR with a key,
-multiplication by an odd constant, adding a key and an xorshift ``x XOR (x >> k)`` are each invertible), so **any change
-confined to one 8-byte word — a flipped bit, a wrong scale byte — always changes the hash**. A change
-spread over several words changes the sum by a sum of pseudo-random 64-bit differences; the keys make
-every position's map different and the alternating xorshifts and multiplications carry every input
-bit into every output bit (so a difference is not passed on unchanged from one word to the next), so
-for random corruption that sum is zero — a missed fault — with
-probability about 2**-64 per compared tensor pair (2**-52 over the ~4 000 tensors of a 30B model's
-sync, every sync, for 10**6 syncs: still < 10**-9). The keys depend on the position, so the hash is
-**order sensitive**: swapped blocks, rows or experts, and a shifted copy, change it; so does the
-length (trailing zeros are not padding).
-
-What it cannot detect. It is not cryptographic: bytes *crafted* to collide can be found (the map is
-invertible and public), so it guards against faults, not against an adversary. And it **compares,
-it does not validate**: both sides hash what they hold, so when learner and engine are wrong the same
-way (a wrong expectation derived from the same wrong source) the hashes agree. That is why the
-expectation is derived from the learner, never from the exporter's output, and why the full tier
-compares every byte on its cadence.
+Rule: position-keyed little-endian 64-bit words, each mixed by an invertible xorshift-multiply chain,
+summed mod 2**64 and finalised by SplitMix64's ``fmix64`` — a change inside one word always changes the
+digest, random corruption goes unseen with probability ≈ 2**-64; not cryptographic. Specified in
+docs/correctness.md (The fingerprint).
 """
 
 from __future__ import annotations
@@ -63,7 +18,7 @@ import torch
 __all__ = ["BLOCK_WORDS", "fingerprint", "fingerprints", "fmix64", "tensor_hash", "tensor_hashes"]
 
 _M64 = (1 << 64) - 1
-#: words per block of the keys (see the module docstring); a tensor of fewer words is one partial block
+#: words per block of the keys (docs/correctness.md, The fingerprint); a tensor of fewer words is one partial block
 BLOCK_WORDS = 1 << 15
 _GOLDEN = 0x9E3779B97F4A7C15
 _C1, _C2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB  # odd: multiplication by either is a bijection mod 2**64
@@ -128,7 +83,7 @@ def _xorshift_(x: torch.Tensor, k: int, tmp: torch.Tensor) -> torch.Tensor:
 
 def _contributions(w: torch.Tensor, r_keys: torch.Tensor, q_keys: torch.Tensor) -> torch.Tensor:
     """``z_i`` of the words ``w`` at block offsets keyed ``r_keys`` in blocks keyed ``q_keys``
-    (broadcast), as a new int64 tensor (the module docstring's three lines)."""
+    (broadcast), as a new int64 tensor (the three lines of docs/correctness.md, The fingerprint)."""
     x = torch.bitwise_xor(w, r_keys)
     tmp = torch.empty_like(x)
     _xorshift_(x, 32, tmp).mul_(_signed(_C1)).add_(q_keys)
@@ -230,7 +185,7 @@ def _batches(idx: list[int], srcs: list[_Source], words: int) -> list[list[int]]
 
 
 def _hash_sources(srcs: list[_Source]) -> list[int]:
-    """The 64-bit hash of each source (see the module docstring), grouped by device."""
+    """The 64-bit hash of each source (docs/correctness.md, The fingerprint), grouped by device."""
     sums: list[int | None] = [None] * len(srcs)
     by_device: dict[torch.device, list[int]] = {}
     for i, s in enumerate(srcs):
@@ -256,7 +211,7 @@ def tensor_hashes(tensors: Iterable[torch.Tensor]) -> list[int]:
 
 
 def tensor_hash(t: torch.Tensor) -> int:
-    """The 64-bit hash (an unsigned int) of ``t``'s bytes in logical order (see the module docstring):
+    """The 64-bit hash (an unsigned int) of ``t``'s bytes in logical order (docs/correctness.md, The fingerprint):
     equal for equal bytes whatever the dtype, shape, strides or device."""
     return tensor_hashes([t])[0]
 
@@ -276,5 +231,6 @@ def fingerprints(tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch
 
 
 def fingerprint(t: torch.Tensor) -> str:
-    """The fingerprint of ``t`` (canonical bytes + value class + shape; module docstring), 16 hex chars."""
+    """The fingerprint of ``t`` (canonical bytes + value class + shape; docs/correctness.md, The
+    fingerprint), 16 hex chars."""
     return fingerprints([("", t)])[""]

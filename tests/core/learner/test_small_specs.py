@@ -1,4 +1,4 @@
-"""The `small` model family (issue 16): every matrix a sampler quantizes spans ≥ 4×4 blocks of 128×128, with
+"""The `small` model family: every matrix a sampler quantizes spans ≥ 4×4 blocks of 128×128, with
 Qwen3's head dim and GQA ratios — so a 128×128 block grid sees many blocks per matrix, not one.
 
 The models are built on the meta device (real module tree, shapes, no memory or init time)."""
