@@ -31,14 +31,11 @@ from typing import Any
 import torch
 
 from fp8rl_core.sampler.engine import Sampler, engine_config
+from fp8rl_core.verl.overrides import CHECKS_ENV
 
-__all__ = ["FAULT_ENV", "REPORTS_ENV", "CheckFailedError", "CheckSettings", "ServerSampler", "SyncChecks",
+__all__ = ["CheckFailedError", "CheckSettings", "ServerSampler", "SyncChecks",
            "read_reports", "synced_learner"]
 
-#: environment variable naming the JSON-lines file the check reports are appended to (one line a sync)
-REPORTS_ENV = "FP8RL_VERL_REPORTS"
-#: environment variable planting a catalogue fault in the workers' load: ``{"name": …, "rank": k | null}``
-FAULT_ENV = "FP8RL_VERL_FAULT"
 
 
 class CheckFailedError(RuntimeError):
@@ -57,8 +54,6 @@ class CheckSettings:
 
     @classmethod
     def from_env(cls, environ: Any = None) -> "CheckSettings | None":
-        from fp8rl_core.verl.overrides import CHECKS_ENV
-
         raw = (os.environ if environ is None else environ).get(CHECKS_ENV)
         if not raw:
             return None

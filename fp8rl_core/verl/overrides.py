@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fp8rl_core.config import RunConfig
 
-__all__ = ["CHECKS_ENV", "EXTENSION", "MAIN_PPO", "MXFP8_SEQ_ALIGN", "Override", "REWARD_FUNCTION", "TE_RECIPES",
+__all__ = ["CHECKS_ENV", "EXTENSION", "FAULT_ENV", "REPORTS_ENV", "MAIN_PPO", "MXFP8_SEQ_ALIGN", "Override", "REWARD_FUNCTION", "TE_RECIPES",
            "WORKER_EXTENSION", "hydra_value", "main_ppo_argv", "verl_overrides"]
 
 #: the module verl imports in every process (``actor_rollout_ref.model.external_lib``)
@@ -79,6 +79,10 @@ WORKER_EXTENSION = "fp8rl_core.verl.extension.Fp8rlVerlWorkerExtension"
 REWARD_FUNCTION = ("pkg://fp8rl_core.verl.reward", "compute_score")
 #: environment variable of every Ray worker holding the run's ``checks`` section as JSON (read by the extension)
 CHECKS_ENV = "FP8RL_VERL_CHECKS"
+#: environment variable naming the JSON-lines file the check reports are appended to (one line a sync)
+REPORTS_ENV = "FP8RL_VERL_REPORTS"
+#: environment variable planting a catalogue fault in the workers' load: ``{"name": …, "rank": k | null}``
+FAULT_ENV = "FP8RL_VERL_FAULT"
 #: verl's trainer entry point
 MAIN_PPO = "verl.trainer.main_ppo"
 #: Transformer Engine FP8 recipe per GPU generation
@@ -212,7 +216,6 @@ def verl_overrides(run: "RunConfig", *, experiment: str = "fp8rl", run_name: str
     path on the shared checkout; None: ``verl-data/<experiment>/<run_name>``). ``ray_address``: the Ray
     cluster verl's ``main_ppo`` joins (None: it starts a local Ray, as verl does by default)."""
     from fp8rl_core.sampler.presets import PRESETS
-    from fp8rl_core.verl.checking import FAULT_ENV, REPORTS_ENV
 
     if run.backend != "verl" or run.verl is None:
         raise ValueError(f"run has backend = {run.backend!r}; verl overrides need backend: verl and a verl section")

@@ -184,7 +184,8 @@ def _server_adapter() -> type:
             checks every rank of its engine; the checks section unset: none)."""
             if self.fp8rl_checks is not None or self.rollout_rank != 0:
                 return self.fp8rl_checks
-            from fp8rl_core.verl.checking import REPORTS_ENV, CheckSettings, ServerSampler, SyncChecks
+            from fp8rl_core.verl.checking import CheckSettings, ServerSampler, SyncChecks
+            from fp8rl_core.verl.overrides import REPORTS_ENV
 
             settings = CheckSettings.from_env()
             if settings is None or not self._ensure_server_handle():
@@ -293,7 +294,7 @@ def planted_fault(rank: int) -> str | None:
     import json
 
     from fp8rl_core.checks.faults import fault
-    from fp8rl_core.verl.checking import FAULT_ENV
+    from fp8rl_core.verl.overrides import FAULT_ENV
 
     raw = os.environ.get(FAULT_ENV)
     if not raw:
