@@ -4,7 +4,8 @@ verl logs, per RL step, its train–rollout mismatch (``rollout_corr/*`` from th
 against the actor's recomputed ones, ``training/rollout_probs_diff_*``), the reward and its timings. A
 native run's summary metrics (``kl/k3``, ``reward/final``, ``time/warm_step_s`` …) are what the headline
 columns and the report read, so :func:`summary` gives a verl run the same names where verl measures the
-same quantity, and keeps verl's own under ``verl/`` where it measures another:
+same quantity (verl's estimators are fp8rl's, docs/metrics.md; pooled per step here, per run there), and
+keeps verl's own under ``verl/`` where fp8rl has none:
 
 =========================  ===============================================================================
 summary metric             from verl's per-step metrics
@@ -16,9 +17,9 @@ summary metric             from verl's per-step metrics
 ``reward/first``           ``critic/score/mean`` at the first step
 ``time/warm_step_s``       mean ``timing_s/step`` over the steps after the first
 ``time/first_step_s``      ``timing_s/step`` of the first step
-``verl/probs_diff_mean``   mean over steps of ``training/rollout_probs_diff_mean`` (mean |p_train − p_rollout|
+``kl/mean_abs_prob_diff``  mean over steps of ``training/rollout_probs_diff_mean`` (mean |p_train − p_rollout|
                            per token: a probability difference, not ``kl/mean_abs_logprob_diff``)
-``verl/probs_diff_max``    max over steps of ``training/rollout_probs_diff_max``
+``kl/max_abs_prob_diff``   max over steps of ``training/rollout_probs_diff_max``
 ``verl/update_weights_s``  mean ``timing_s/update_weights`` (the sync)
 ``verl/steps``             RL steps verl logged
 =========================  ===============================================================================
@@ -59,8 +60,8 @@ def summary(history: Mapping[str, Sequence[tuple[int, float]]]) -> dict[str, flo
     put("time/first_step_s", "timing_s/step", lambda v: v[0])
     if len(by.get("timing_s/step", ())) > 1:
         out["time/warm_step_s"] = _mean(by["timing_s/step"][1:])
-    put("verl/probs_diff_mean", "training/rollout_probs_diff_mean", _mean)
-    put("verl/probs_diff_max", "training/rollout_probs_diff_max", max)
+    put("kl/mean_abs_prob_diff", "training/rollout_probs_diff_mean", _mean)
+    put("kl/max_abs_prob_diff", "training/rollout_probs_diff_max", max)
     put("verl/update_weights_s", "timing_s/update_weights", _mean)
     if by:
         out["verl/steps"] = float(max(len(v) for v in by.values()))

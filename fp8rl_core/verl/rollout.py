@@ -50,7 +50,7 @@ import torch
 from fp8rl_core.grids import bf16_view, quantize
 from fp8rl_core.sync.layout import sync_name
 
-__all__ = ["TE_GRID", "cpu_transfer_shim", "layer_schemes", "mxfp8_weights", "planted_fault", "quantize_rowwise",
+__all__ = ["TE_GRID", "layer_schemes", "mxfp8_weights", "planted_fault", "quantize_rowwise",
            "scale_name"]
 
 #: the MXFP8 grid Transformer Engine quantizes on (E4M3 elements, rceil E8M0 scales): the only one TE's
@@ -120,39 +120,12 @@ def layer_schemes(engine_kwargs: Mapping | None) -> tuple[dict[str, str], str]:
 # ------------------------------------------------------------------------------------------------------
 # verl's classes, subclassed on first use
 # ------------------------------------------------------------------------------------------------------
-class _CpuDevice:
-    """What verl's transfer asks of its device module, on a CPU-only torch."""
-
-    synchronize = staticmethod(torch.cpu.synchronize)
-
-    @staticmethod
-    def empty_cache() -> None:
-        pass
-
-
-def cpu_transfer_shim() -> bool:
-    """On a CPU-only torch, point verl's bucketed weight transfer at the CPU: verl's platform detection
-    falls back to CUDA there (``get_torch_device()`` is ``torch.cuda``, ``is_support_ipc()`` is True), so
-    the sender would pick CUDA IPC and every ``synchronize()`` would fail. With the shim the adapter and the
-    transfer take verl's own shared-memory path (``use_shm=True``). Does nothing where CUDA is available;
-    returns whether it patched."""
-    if torch.cuda.is_available():
-        return False
-    from verl.workers.rollout.vllm_rollout import bucketed_weight_transfer, vllm_rollout
-
-    bucketed_weight_transfer.get_torch_device = _CpuDevice
-    bucketed_weight_transfer.is_support_ipc = vllm_rollout.is_support_ipc = lambda: False
-    return True
-
-
 def _cls(name: str) -> type:
     return globals()[name] if name in globals() else __getattr__(name)
 
 
 def _server_adapter() -> type:
     from verl.workers.rollout.vllm_rollout.vllm_rollout import ServerAdapter
-
-    cpu_transfer_shim()
 
     class Fp8rlServerAdapter(ServerAdapter):
         """verl's vLLM adapter sending the learner's MXFP8 bytes (module docstring), then checking the sync."""
@@ -265,8 +238,6 @@ def _worker_extension() -> type:
     from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 
     from fp8rl_core.sampler.worker import Fp8rlWorkerExtension
-
-    cpu_transfer_shim()  # in vLLM's worker process
 
     class Fp8rlVerlWorkerExtension(Fp8rlWorkerExtension, vLLMColocateWorkerExtension):
         """fp8rl's RPCs + verl's colocate extension; verl's transfer feeds fp8rl's load (module docstring)."""

@@ -5,6 +5,7 @@ Slow (verl's import and Hydra composition take seconds each): marked ``slow``.""
 from __future__ import annotations
 
 import dataclasses
+import json
 import importlib
 from pathlib import Path
 
@@ -115,3 +116,27 @@ def test_cli_verl_config_prints_overrides_and_the_composed_config():
     bad = CliRunner().invoke(app, ["verl-config", GPU["qwen3-8b"], "verl.tensor_parallel=3",
                                    "verl.micro_batch_size_per_gpu=1"])
     assert bad.exit_code == 1 and "verl.tensor_parallel" in bad.output and "n_gpus (8)" in bad.output
+
+
+@pytest.mark.parametrize("preset", ["bf16-sampler", "all", "other-grid"])
+def test_the_cpu_config_composes_and_passes_verls_validation(preset):
+    """``verl.hardware: cpu`` (configs/verl-smoke.yaml): verl's FSDP engine, fp32 masters for an MXFP8 learner,
+    fp8rl's method for every on-grid rollout (block FP8 too: verl's own FP8 rollout needs Triton), verl's own
+    local Ray with its "GPU" slots, the default (v1) trainer."""
+    _, runs = load_sweep("configs/verl-smoke.yaml", [f"axes.preset=[{preset}]", "axes.model=[qwen3-moe-mini]"])
+    (run,) = runs
+    cfg, printed = check(run, verl_overrides(run, data_dir="/w/r"))
+    assert "All configuration checks passed successfully!" in printed
+    arr = cfg.actor_rollout_ref
+    assert arr.actor.strategy == "fsdp2" and arr.actor.fsdp_config.strategy == "fsdp2" and cfg.trainer.device == "cpu"
+    assert cfg.trainer.use_v1 and arr.model.path == "/w/r/model" and not arr.model.use_remove_padding
+    assert arr.actor.fsdp_config.mixed_precision.param_dtype == "fp32"
+    assert arr.rollout.enable_sleep_mode is False and arr.rollout.free_cache_engine is False
+    assert arr.rollout.engine_kwargs.vllm.quantization == "fp8rl" and arr.rollout.quantization is None
+    layers = arr.rollout.engine_kwargs.vllm.hf_overrides.quantization_config.layers
+    assert set(layers.values()) == ({"block128"} if preset == "other-grid" else {"mxfp8"} if preset == "all" else set())
+    assert cfg.ray_kwargs.ray_init.num_gpus == 1 and cfg.ray_kwargs.ray_init.num_cpus == 8
+    env = cfg.ray_kwargs.ray_init.runtime_env.env_vars
+    assert env.VERL_PLATFORM == "cpu" and env.VLLM_CPU_OMP_THREADS_BIND == "nobind"
+    assert json.loads(env.FP8RL_VERL_LEARNER) == {"precision": "mxfp8", "layers": "all", "grad": "e4m3", "rule": "rceil"}
+    assert "megatron" not in str(cfg.actor_rollout_ref.actor.get("strategy"))

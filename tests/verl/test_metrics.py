@@ -21,7 +21,7 @@ def test_summary_maps_verls_per_step_metrics_onto_the_native_names():
     assert s["kl/k3"] == pytest.approx(2e-4) and s["kl/k1"] == pytest.approx(1e-4)
     assert s["reward/first"] == 0.5 and s["reward/final"] == 0.75
     assert s["time/first_step_s"] == 30.0 and s["time/warm_step_s"] == pytest.approx(3.0)
-    assert s["verl/probs_diff_mean"] == pytest.approx(0.002) and s["verl/probs_diff_max"] == 0.2
+    assert s["kl/mean_abs_prob_diff"] == pytest.approx(0.002) and s["kl/max_abs_prob_diff"] == 0.2
     assert s["verl/update_weights_s"] == pytest.approx(0.2) and s["verl/steps"] == 3.0
 
 

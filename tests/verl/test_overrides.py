@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -10,7 +11,7 @@ import pytest
 from fp8rl_core.config import ConfigError, RunConfig, load_sweep
 from fp8rl_core.config import ChecksSection
 from fp8rl_core.verl import Override, hydra_value, verl_overrides
-from fp8rl_core.verl.overrides import CHECKS_ENV, main_ppo_argv
+from fp8rl_core.verl.overrides import CHECKS_ENV, FAULT_ENV, REPORTS_ENV, main_ppo_argv
 from fp8rl_core.verl.extension import mxfp8_align_size, padding_patch_needed
 
 GPU = {"qwen3-8b": "configs/gpu/qwen3-8b.yaml", "qwen3-30b-a3b": "configs/gpu/qwen3-30b-a3b.yaml"}
@@ -148,8 +149,11 @@ def test_task_data_reward_and_checks_reach_verl():
     assert d["reward.custom_reward_function.path"] == "pkg://fp8rl_core.verl.reward"
     assert d["reward.custom_reward_function.name"] == "compute_score"
     env = "ray_kwargs.ray_init.runtime_env.env_vars"
-    checks = ChecksSection.model_validate_json(d[f"{env}.{CHECKS_ENV}"])  # what the worker extension reads back
+    sent = json.loads(d[f"{env}.{CHECKS_ENV}"])  # what the rollout adapter reads back (fp8rl_core.verl.checking)
+    assert sent.pop("probe") == run.check_probe().tolist()  # W7's held-out probe batch
+    checks = ChecksSection.model_validate(sent)
     assert checks.full_every == 3 and (checks.w7_mean, checks.w7_max) == run.checks.w7_bounds("bfloat16", "all")
+    assert d[f"{env}.{REPORTS_ENV}"] == "/shared/verl/r1/checks.jsonl" and f"{env}.{FAULT_ENV}" not in d
     assert "ray_kwargs.ray_init.address" not in d
     default = as_dict(verl_overrides(run, experiment="gpu-qwen3-8b"))
     assert default["data.train_files"] == "verl-data/gpu-qwen3-8b/qwen3-8b-all-s0/train.parquet"

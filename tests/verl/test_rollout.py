@@ -132,13 +132,15 @@ def adapter(schemes: dict[str, str], grid: str, zmq_handle: str, bucket_mb: int 
     from verl.workers.config import RolloutConfig
     from verl.workers.config.rollout import CheckpointEngineConfig
 
-    from fp8rl_core.verl.rollout import Fp8rlServerAdapter, cpu_transfer_shim
+    from verl.utils.device import is_support_ipc
+
+    from fp8rl_core.verl.rollout import Fp8rlServerAdapter
 
     qc = {"quant_method": "fp8rl", "layers": schemes, "mx_grid": grid}
     a = Fp8rlServerAdapter.__new__(Fp8rlServerAdapter)
     a.config = RolloutConfig(name="vllm", engine_kwargs={"vllm": {"hf_overrides": {"quantization_config": qc}}},
                              checkpoint_engine=CheckpointEngineConfig(update_weights_bucket_megabytes=bucket_mb))
-    a.zmq_handle, a.use_shm = zmq_handle, cpu_transfer_shim()
+    a.zmq_handle, a.use_shm = zmq_handle, not is_support_ipc()  # fp8rl's CPU platform: no CUDA IPC
     a.server_handle, a._has_server, a.replica_rank, a.rollout_rank = None, False, 0, 0
     return a
 
