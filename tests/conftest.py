@@ -40,7 +40,7 @@ BY_FOLDER = {"engine": ("core/sampler/", "bench/test_engine.py"), "flow": ("flow
 #: fixtures that start engines: a test using one is an engine test wherever it lives
 ENGINE_FIXTURES = frozenset({"engines", "checkpoints"})
 #: files that do not get their folder's marker: path → marker
-EXCEPT = {"flows/test_cli.py": "flow", "core/sampler/test_quiet.py": "engine"}
+EXCEPT = {"flows/test_cli.py": "flow", "flows/test_terminal_table.py": "flow", "core/sampler/test_quiet.py": "engine"}
 #: slow without an engine, measured with ``pytest --durations=0`` on the 2-core machine (seconds there, loaded):
 #: a folder (``path/``), a file (``path``) or a test with all its parameters (``path::name``)
 SLOW = frozenset({
