@@ -10,7 +10,8 @@ test file, so a new test lands in the right tier by itself:
     runs Prefect flows with real engines and MLflow stores: every test under ``tests/flows/``.
 
 A file in :data:`EXCEPT` does not get its folder's marker (it starts no engine, runs no flow: the CLI's
-tests replace the flow with a recorder; the noise rules are checked on log records).
+tests replace the flow with a recorder; the terminal table is rendered by rich alone; the noise rules are
+checked on log records).
 ``slow``
     measured slow on the 2-core machine without starting an engine (warm starts, exhaustive numerics,
     MLflow stores): the folders, files and tests in :data:`SLOW` and the users of :data:`SLOW_FIXTURES`.
