@@ -60,9 +60,10 @@ results-small: setup
 	for s in $(RESULTS_SMALL); do $(VENV)/bin/fp8rl run configs/$$s.yaml || exit 1; done
 	for s in $(RESULTS_SMALL); do $(VENV)/bin/fp8rl report $$s --out docs/results/$$s --no-log || exit 1; done
 
-# every test (what CI runs), then the 25 slowest
+# every test (what CI runs), then every test phase of 5 s or more, slowest first — compare them with
+# tests/BUDGET.md, which lists the slow tests' measured seconds; each test's time also in test-artifacts/junit.xml
 test: setup
-	$(PY) -m pytest --durations=25
+	$(PY) -m pytest --durations=0 --durations-min=5 --junitxml=test-artifacts/junit.xml
 
 # the edit loop: no vLLM engine, no flow, nothing slow (tiers set by path in tests/conftest.py; times: bench/README.md)
 test-fast: setup

@@ -254,8 +254,8 @@ def runs(
 
     from mlflow.entities import ViewType
     from rich.console import Console
-    from rich.table import Table
 
+    from flows.terminal_table import Column, fitted_table
     from tasks import tracking
 
     c = tracking.client()
@@ -270,20 +270,20 @@ def runs(
     names = {e.experiment_id: e.name for e in exps}
     found = c.search_runs(list(names), order_by=["attributes.start_time DESC"], max_results=limit) if names else []
 
-    table = Table(title=f"{len(found)} most recent runs" + (f" of sweep {sweep}" if sweep else "")
-                  + f" — {tracking.tracking_uri()}")
-    for col in ("sweep", "run", "run id", "status", "started"):
-        table.add_column(col)
-    for _, label, *_ in tracking.HEADLINE:
-        table.add_column(label, justify="right")
+    # a narrow terminal leaves out the run id, then the start time, then the sweep: names and numbers stay whole
+    columns = [Column("sweep", hide=3), Column("run"), Column("run id", hide=1), Column("status", wraps=True),
+               Column("started", hide=2), *(Column(label, numeric=True) for _, label, *_ in tracking.HEADLINE)]
+    rows = []
     for r in found:
         started = datetime.fromtimestamp(r.info.start_time / 1000).strftime("%Y-%m-%d %H:%M") if r.info.start_time else "–"
         kind = r.data.tags.get("fp8rl.kind")
-        table.add_row(names.get(r.info.experiment_id, r.info.experiment_id), r.info.run_name or r.info.run_id,
-                      r.data.tags.get("fp8rl.run_id", f"({kind})" if kind else "–"), r.info.status, started,
-                      *(_metric(r, k) for k, *_ in tracking.HEADLINE))
+        rows.append([names.get(r.info.experiment_id, r.info.experiment_id), r.info.run_name or r.info.run_id,
+                     r.data.tags.get("fp8rl.run_id", f"({kind})" if kind else "–"), r.info.status, started,
+                     *(_metric(r, k) for k, *_ in tracking.HEADLINE)])
     console = Console()
-    console.print(table)
+    title = (f"{len(found)} most recent runs" + (f" of sweep {sweep}" if sweep else "")
+             + f" — {tracking.tracking_uri()}")
+    console.print(fitted_table(title, columns, rows, console.width))
     if sweep is not None:
         for line in _ui_links(c, exps[0].experiment_id):
             console.print(line, markup=False, highlight=False, soft_wrap=True)

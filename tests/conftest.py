@@ -10,7 +10,8 @@ test file, so a new test lands in the right tier by itself:
     runs Prefect flows with real engines and MLflow stores: every test under ``tests/flows/``.
 
 A file in :data:`EXCEPT` does not get its folder's marker (it starts no engine, runs no flow: the CLI's
-tests replace the flow with a recorder; the noise rules are checked on log records).
+tests replace the flow with a recorder; the terminal table is rendered by rich alone; the noise rules are
+checked on log records).
 ``slow``
     measured slow on the 2-core machine without starting an engine (warm starts, exhaustive numerics,
     MLflow stores): the folders, files and tests in :data:`SLOW` and the users of :data:`SLOW_FIXTURES`.
@@ -40,7 +41,7 @@ BY_FOLDER = {"engine": ("core/sampler/", "bench/test_engine.py"), "flow": ("flow
 #: fixtures that start engines: a test using one is an engine test wherever it lives
 ENGINE_FIXTURES = frozenset({"engines", "checkpoints"})
 #: files that do not get their folder's marker: path → marker
-EXCEPT = {"flows/test_cli.py": "flow", "core/sampler/test_quiet.py": "engine"}
+EXCEPT = {"flows/test_cli.py": "flow", "flows/test_terminal_table.py": "flow", "core/sampler/test_quiet.py": "engine"}
 #: slow without an engine, measured with ``pytest --durations=0`` on the 2-core machine (seconds there, loaded):
 #: a folder (``path/``), a file (``path``) or a test with all its parameters (``path::name``)
 SLOW = frozenset({

@@ -1,5 +1,6 @@
-"""Servers the flow tests share: PostgreSQL (the Debian binaries) and an MLflow tracking server on it,
-started by :mod:`flows.tracking_server` once per test module that asks for them."""
+"""What the flow tests share: PostgreSQL (the Debian binaries) and an MLflow tracking server on it, started
+by :mod:`flows.tracking_server` once per test module that asks for them; one warm-start cache per session
+(tests/BUDGET.md says what each flow test costs and what is shared)."""
 
 from __future__ import annotations
 
@@ -28,3 +29,10 @@ def servers():
             yield db, server
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def warmstart_cache(tmp_path_factory) -> Path:
+    """The session's warm-start cache: the first sweep that needs a checkpoint trains it, later sweeps of
+    the same model and warm-start config load it (as a rerun of ``make run`` loads ``.cache/warmstart``)."""
+    return tmp_path_factory.mktemp("warmstart")

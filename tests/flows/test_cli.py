@@ -143,7 +143,7 @@ def test_runs_on_an_empty_store_prints_an_empty_table(store):
         assert header in result.output
 
 
-def test_runs_lists_runs_with_status_and_headline_metrics(store):
+def test_runs_lists_runs_with_status_and_headline_metrics(store, monkeypatch):
     from tasks import tracking
 
     parent = tracking.open_sweep_run("sw", "swid", {"axes.seed": "[0]"})
@@ -178,6 +178,18 @@ def test_runs_lists_runs_with_status_and_headline_metrics(store):
     compare = next(l for l in out.splitlines() if l.startswith("compare the 2 presets of qwen3-dense-mini, seed 0: "))
     assert compare.endswith(tracking.compare_url(exp, [other, done])) or compare.endswith(tracking.compare_url(exp, [done, other]))
     assert "qwen3-moe-mini" not in "".join(l for l in out.splitlines() if l.startswith("compare"))  # one preset: nothing to compare
+
+    # an 80-column terminal: the run id and start time left out (and named); names and numbers whole
+    monkeypatch.setenv("COLUMNS", "80")
+    result = _invoke("runs", "--sweep", "sw")
+    assert result.exit_code == 0, result.output
+    table = result.output.split("MLflow UI (", 1)[0].splitlines()
+    assert all(len(l) <= 80 for l in table) and not any("…" in l for l in table)
+    line = next(l for l in table if "dense-mini·all·s0" in l)
+    assert line.split() == ["sw", "dense-mini·all·s0", "FINISHED", "0.01235", "–", "0.25", "1", "12.5"]
+    assert next(l for l in table if "moe-mini·half·s1" in l).split()[:3] == ["sw", "moe-mini·half·s1", "FAILED"]
+    assert "not shown in 80 columns: run id, started" in result.output
+    monkeypatch.setenv("COLUMNS", "220")
 
     result = _invoke("runs", "--limit", "1")
     assert result.exit_code == 0 and "1 most recent runs" in result.output and "other-run" in result.output

@@ -67,7 +67,9 @@ class Server:
         # A clean environment: nothing of a person's Prefect/MLflow configuration (API URL, profile, keys).
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
         env |= {
-            "PREFECT_HOME": str(home),  # profiles.toml, results, local storage: all in tmp
+            "PREFECT_HOME": str(home),  # profiles.toml; and the two files prefect.toml puts under .prefect/:
+            "PREFECT_SERVER_MEMO_STORE_PATH": str(home / "memo_store.toml"),
+            "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(home / "storage"),
             "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{tmp / 'prefect.db'}",
             "PREFECT_API_URL": self.api,
             "DO_NOT_TRACK": "1",  # Prefect's SDK telemetry (server analytics: off in prefect.toml)

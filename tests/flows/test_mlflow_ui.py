@@ -34,7 +34,7 @@ ARTIFACTS = Path(os.environ.get("FP8RL_TEST_ARTIFACTS", ROOT / "test-artifacts")
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory):
+def sweep(tmp_path_factory, warmstart_cache):
     """The sweep, recorded in a SQLite store of its own (its runs in this process, one after another: the
     second run's log must not carry the first's lines). Yields the store's settings and the flow's rows."""
     import flows.pipelines as pipelines
@@ -44,7 +44,7 @@ def sweep(tmp_path_factory):
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     cache, reports = pipelines.WARMSTART_CACHE, pipelines.REPORTS
-    pipelines.WARMSTART_CACHE, pipelines.REPORTS = str(root / "warmstart"), str(root / "reports")
+    pipelines.WARMSTART_CACHE, pipelines.REPORTS = str(warmstart_cache), str(root / "reports")
     try:
         rows = pipelines.mxfp8_sweep(SMOKE, TWO_PRESETS, inline=True)
         yield {"root": root, "rows": rows} | env

@@ -1,0 +1,54 @@
+"""Prefect's state on a fresh machine: every file Prefect keeps lies under the project's ``.prefect/``
+(prefect.toml), and a first flow on the embedded server — what ``make run`` starts — prints no warning
+and writes nothing into an empty home directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def fresh_env(home: Path) -> dict[str, str]:
+    """This environment as a fresh machine has it: an empty home, no Prefect settings of a person's."""
+    home.mkdir()
+    return {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")} | {"HOME": str(home)}
+
+
+def test_every_file_prefect_keeps_is_under_the_projects_prefect_folder(tmp_path):
+    code = ("import json; from prefect.settings import get_current_settings as g; s = g(); "
+            "print(json.dumps({'home': str(s.home), 'profiles': str(s.profiles_path), "
+            "'memo_store': str(s.server.memo_store_path), 'storage': str(s.results.local_storage_path), "
+            "'logging': str(s.logging.config_path), 'db': s.server.database.connection_url.get_secret_value()}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=fresh_env(tmp_path / "home"),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    paths = json.loads(out.stdout.strip().splitlines()[-1])
+    assert paths == {"home": ".prefect", "profiles": ".prefect/profiles.toml", "memo_store": ".prefect/memo_store.toml",
+                     "storage": ".prefect/storage", "logging": ".prefect/logging.yml",
+                     "db": "sqlite+aiosqlite:///.prefect/prefect.db"}
+
+
+def test_a_first_flow_on_a_fresh_machine_warns_of_nothing_and_leaves_home_empty(tmp_path):
+    """The embedded server registers Prefect's blocks on its first start and memoizes that in the memo
+    store: with the store outside ``.prefect/`` (in a ``~/.prefect`` that does not exist) it warns
+    "Unable to write to memo_store.toml"."""
+    work = tmp_path / "project"
+    work.mkdir()
+    shutil.copy(ROOT / "prefect.toml", work)  # the project's settings, a .prefect/ not made yet
+    home = tmp_path / "home"
+    code = "from prefect import flow\n@flow\ndef fresh():\n    return 41 + 1\nprint('result', fresh())\n"
+    out = subprocess.run([sys.executable, "-c", code], cwd=work, env=fresh_env(home),
+                         capture_output=True, text=True, timeout=300)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-3000:]
+    assert "result 42" in out.stdout
+    assert "memo_store" not in text and "Unable to" not in text, text[-3000:]
+    assert not [line for line in text.splitlines() if "| WARNING | prefect.server" in line], text[-3000:]
+    assert (work / ".prefect" / "memo_store.toml").is_file() and (work / ".prefect" / "prefect.db").is_file()
+    assert list(home.iterdir()) == []
