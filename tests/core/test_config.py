@@ -31,6 +31,7 @@ EXPECTED_RUNS = {
     "dense-matching-small.yaml": 12,
     "moe-grids-small.yaml": 24,
     "nightly.yaml": 10,
+    "verl-smoke.yaml": 8,
     "gpu/qwen3-8b.yaml": 15,
     "gpu/qwen3-30b-a3b.yaml": 15,
 }
