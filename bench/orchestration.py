@@ -51,7 +51,7 @@ def _timed_sweep(config: str, overrides: list[str], **kw) -> float:
     t0 = time.perf_counter()
     rows = mxfp8_sweep(config, overrides, report=False, **kw)
     wall = time.perf_counter() - t0
-    bad = [r["name"] for r in rows if r["status"] != "FINISHED"]
+    bad = [r.name for r in rows if r.status != "FINISHED"]
     if bad:
         raise SystemExit(f"runs did not finish: {bad}")
     return wall

@@ -78,7 +78,11 @@ __all__ = [
     "engine_group",
     "load_sweep",
     "next_run",
+    "run_description",
     "run_id",
+    "run_name",
+    "run_tags",
+    "short_model",
 ]
 
 
@@ -492,6 +496,30 @@ def run_id(run: RunConfig) -> str:
     body = run.model_dump(mode="json", exclude={"models_dir"}) | {"model_spec": spec_hash(run.spec())}
     canon = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canon.encode()).hexdigest()[:12]
+
+
+def short_model(model: str) -> str:
+    """A model's name without its family (``qwen3-dense-mini`` → ``dense-mini``) when two parts remain: the
+    narrow name column of the UI shows the part that differs; the full name is the run's ``model`` tag."""
+    family, _, rest = model.partition("-")
+    return rest if "-" in rest else model
+
+
+def run_name(cfg: RunConfig) -> str:
+    """The run's short, distinct name: ``dense-mini·bf16-sampler·s0`` (model·preset·seed)."""
+    return f"{short_model(cfg.model)}·{cfg.preset}·s{cfg.seed}"
+
+
+def run_tags(cfg: RunConfig) -> dict[str, str]:
+    """The tags a user groups and filters runs by (the full names)."""
+    return {"model": cfg.model, "preset": cfg.preset, "seed": str(cfg.seed), "backend": cfg.backend,
+            "learner_precision": PRESETS[cfg.preset].learner_precision if cfg.preset in PRESETS else ""}
+
+
+def run_description(cfg: RunConfig) -> str:
+    """The run's one line in the UI: what it ran."""
+    what = PRESETS[cfg.preset].what if cfg.preset in PRESETS else cfg.preset
+    return f"{cfg.model}, preset {cfg.preset} ({what}), seed {cfg.seed}, {cfg.loop.steps} RL steps"
 
 
 def _warm_start_of(run: RunConfig) -> list:
