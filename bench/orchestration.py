@@ -39,9 +39,9 @@ def _warm(config: str, overrides: list[str], cache: Path) -> int:
     _, runs = load_sweep(config, overrides)
     seen = {}
     for r in runs:
-        seen[(r.spec().model_dump_json(), r.warmstart.model_dump_json())] = r
+        seen[(r.spec.model_dump_json(), r.config.warmstart.model_dump_json())] = r
     for r in seen.values():
-        warm_start(r.spec(), r.warmstart, cache.resolve(), progress=True)
+        warm_start(r.spec, r.config.warmstart, cache.resolve(), progress=True)
     return len(runs)
 
 

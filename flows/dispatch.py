@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from prefect import get_run_logger
 
-from fp8rl_core.config import next_run
+from fp8rl_core.schedule import next_run
 from tasks import cluster, tracking
 from tasks.signals import on_signals
 from tasks.tracking import RunRow

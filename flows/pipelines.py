@@ -7,8 +7,6 @@ signal) and the dispatcher that runs a sweep's experiments on Ray (:mod:`flows.d
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 from pathlib import Path
@@ -27,10 +25,8 @@ from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.runtime import flow_run as runtime_flow_run  # noqa: E402
 
 from flows import console, dispatch  # noqa: E402
-from fp8rl_core.config import (  # noqa: E402
-    RunConfig, SweepConfig, correctness_runs, dispatch_order, engine_group, load_sweep, run_description, run_id, run_name,
-    run_tags,
-)
+from fp8rl_core.config import Run, SweepConfig, correctness_runs, load_sweep, run_id, sweep_id  # noqa: E402
+from fp8rl_core.schedule import dispatch_order, engine_group  # noqa: E402
 from fp8rl_core.sampler.pool import release_all  # noqa: E402
 from fp8rl_core.vocabulary import CONDITIONS  # noqa: E402
 from tasks import cluster, reporting, stages, tracking  # noqa: E402
@@ -42,10 +38,10 @@ WARMSTART_CACHE = os.environ.get("FP8RL_CACHE", ".cache/warmstart")
 REPORTS = os.environ.get("FP8RL_REPORTS", "reports")
 
 
-def _open(cfg: RunConfig, sweep: str, sweep_id: str, flow_run: str | None, parent: str | None = None) -> str:
-    params = tracking.flatten(cfg.model_dump(mode="json", exclude={"models_dir"}))
-    return tracking.open_run(sweep, sweep_id, run_id(cfg), run_name(cfg), params, flow_run, parent=parent,
-                             tags=run_tags(cfg), description=run_description(cfg))
+def _open(run: Run, sweep: str, sweep_id: str, flow_run: str | None, parent: str | None = None) -> str:
+    params = tracking.flatten(run.config.model_dump(mode="json", exclude={"models_dir"}))
+    return tracking.open_run(sweep, sweep_id, run.id, run.name, params, flow_run, parent=parent, tags=run.tags,
+                             description=run.description)
 
 
 def _flow_run() -> str:
@@ -53,26 +49,26 @@ def _flow_run() -> str:
 
 
 @flow(name="experiment", log_prints=True)
-def experiment(run: dict, sweep: str = "adhoc", sweep_id: str = "adhoc", mlflow_run: str | None = None) -> RunRow:
-    """One run: warm start → sampler-grid setup → (train step → weight sync → checks) × steps → KL and
-    timing extraction → record. Returns the run's row with its summary metrics. ``mlflow_run``: the MLflow
-    run the sweep opened for it (SCHEDULED; on Ray the sweep opens runs before dispatch), else a new one."""
-    cfg = RunConfig.model_validate(run)
-    key = run_id(cfg)
+def experiment(run: Run, sweep: str = "adhoc", sweep_id: str = "adhoc", mlflow_run: str | None = None) -> RunRow:
+    """One run (as :func:`fp8rl_core.config.load_sweep` expanded it): warm start → sampler-grid setup →
+    (train step → weight sync → checks) × steps → KL and timing extraction → record. Returns the run's row
+    with its summary metrics. ``mlflow_run``: the MLflow run the sweep opened for it (SCHEDULED; on Ray the
+    sweep opens runs before dispatch), else a new one."""
+    cfg, key = run.config, run.id
     flow_run = _flow_run()
     if mlflow_run is None:
-        mlflow_run = _open(cfg, sweep, sweep_id, flow_run)
+        mlflow_run = _open(run, sweep, sweep_id, flow_run)
     tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run})
     try:
         with tracking.ending(mlflow_run), tracking.captured_logs(mlflow_run):
-            ckpt = stages.warm_start_checkpoint(cfg.spec().model_dump(mode="json"),
+            ckpt = stages.warm_start_checkpoint(run.spec.model_dump(mode="json"),
                                                 cfg.warmstart.model_dump(mode="json"), WARMSTART_CACHE)
-            setup = stages.setup_sampler_grid(key, cfg.model_dump(mode="json"), ckpt)
+            setup = stages.setup_sampler_grid(key, cfg, ckpt)
             tracking.log_json(mlflow_run, "layers.json", {k: setup[k] for k in ("learner_layers", "sampler_schemes")})
             tracking.log_json(mlflow_run, "config.json", cfg.model_dump(mode="json"))
             tracking.log_metrics(mlflow_run, {"time/setup_s": setup["setup_s"],
                                               "time/engine_startup_s": setup["engine_startup_s"]})
-            get_run_logger().info("run %s: set up in %.1f s (%s)", run_name(cfg), setup["setup_s"],
+            get_run_logger().info("run %s: set up in %.1f s (%s)", run.name, setup["setup_s"],
                                   f"engine started in {setup['engine_startup_s']:.1f} s" if setup["engine_startup_s"]
                                   else "engine reused")
             for step in range(1, cfg.loop.steps + 1):
@@ -84,7 +80,7 @@ def experiment(run: dict, sweep: str = "adhoc", sweep_id: str = "adhoc", mlflow_
                 stages.record_step(key, mlflow_run, row)
             summary = stages.extract_kl_timing(key)
             stages.record_run(key, mlflow_run, summary)
-        return RunRow(key, mlflow_run, run_name(cfg), "FINISHED", summary)
+        return RunRow(key, mlflow_run, run.name, "FINISHED", summary)
     except BaseException:
         live = stages.LIVE.get(key)
         if live is not None:  # what the engine last held that passed every check
@@ -94,14 +90,8 @@ def experiment(run: dict, sweep: str = "adhoc", sweep_id: str = "adhoc", mlflow_
         stages.LIVE.pop(key, None)
 
 
-def _portable(cfg: RunConfig) -> dict:
-    """The run as a dict a worker on any node can load: the model-spec folder as an absolute path (a
-    worker's working directory is not the driver's; every host has the checkout at the same path)."""
-    return cfg.model_dump(mode="json") | {"models_dir": str(Path(cfg.models_dir).resolve())}
-
-
 @task(name="run-experiment", cache_policy=NO_CACHE)
-def run_experiment(run: dict, sweep: str, sweep_id: str, mlflow_run: str, cwd: str) -> RunRow:
+def run_experiment(run: Run, sweep: str, sweep_id: str, mlflow_run: str, cwd: str) -> RunRow:
     """One run on the Ray worker this task landed on: the experiment flow, a subflow of this task run.
     The worker keeps its engines for the next run it gets (the engine pool is per process)."""
     if Path(cwd).is_dir():  # the checkout's relative paths (configs, caches) as on the driver
@@ -122,17 +112,17 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
-def _inline(sweep: SweepConfig, sweep_id: str, todo: list[tuple[RunConfig, str]], done) -> list[RunRow]:
+def _inline(sweep: SweepConfig, sweep_id: str, todo: list[tuple[Run, str]], done) -> list[RunRow]:
     """The runs one after another in this process (``inline=True``): for a debugger, and the baseline of
     bench/orchestration.py. No Ray."""
     rows = []
     try:
-        for cfg, mlflow_run in todo:
+        for run, mlflow_run in todo:
             try:
-                row = experiment(cfg.model_dump(mode="json"), sweep.sweep, sweep_id, mlflow_run)
+                row = experiment(run, sweep.sweep, sweep_id, mlflow_run)
             except Exception as e:  # noqa: BLE001 — one failed run must not stop the others
-                get_run_logger().error("run %s failed: %s: %s", run_name(cfg), type(e).__name__, e)
-                row = RunRow(run_id(cfg), mlflow_run, run_name(cfg), f"FAILED: {type(e).__name__}")
+                get_run_logger().error("run %s failed: %s: %s", run.name, type(e).__name__, e)
+                row = RunRow(run.id, mlflow_run, run.name, f"FAILED: {type(e).__name__}")
             rows.append(row)
             done(row)
     except BaseException as e:
@@ -144,22 +134,22 @@ def _inline(sweep: SweepConfig, sweep_id: str, todo: list[tuple[RunConfig, str]]
     return rows
 
 
-def _on_ray(sweep: SweepConfig, sweep_id: str, todo: list[tuple[RunConfig, str]], ray: dispatch.RayCluster,
+def _on_ray(sweep: SweepConfig, sweep_id: str, todo: list[tuple[Run, str]], ray: dispatch.RayCluster,
             done) -> list[RunRow]:
     """The runs as ``run-experiment`` task runs on Ray, warm starts side by side first."""
     # the task as the importable module holds it: a deployment loads this file under a script-module name
     # that a Ray worker cannot import back (the task's function is pickled by reference)
     from flows.pipelines import run_experiment as task_fn
 
-    todo = [todo[i] for i in dispatch_order([cfg for cfg, _ in todo])]
-    jobs = [dispatch.Job(run_id(cfg), run_name(cfg), mlflow_run, engine_group(cfg),
-                         {"run": _portable(cfg), "sweep": sweep.sweep, "sweep_id": sweep_id, "mlflow_run": mlflow_run,
+    todo = [todo[i] for i in dispatch_order([run for run, _ in todo])]
+    jobs = [dispatch.Job(run.id, run.name, mlflow_run, engine_group(run),
+                         {"run": run, "sweep": sweep.sweep, "sweep_id": sweep_id, "mlflow_run": mlflow_run,
                           "cwd": os.getcwd()})
-            for cfg, mlflow_run in todo]
+            for run, mlflow_run in todo]
     return ray.run(task_fn, jobs, sweep.resources.ray_options(), done)
 
 
-def _verl_sweep(sweep: SweepConfig, runs: list[RunConfig], sweep_id: str, config: str, resume: bool,
+def _verl_sweep(sweep: SweepConfig, runs: list[Run], sweep_id: str, config: str, resume: bool,
                 ray_address: str | None) -> list[RunRow]:
     """A ``backend: verl`` sweep: check the cluster, then each run as verl's trainer
     (:func:`tasks.verl_run.run_verl`), one after another — each takes ``verl.nnodes × verl.gpus_per_node``
@@ -170,29 +160,28 @@ def _verl_sweep(sweep: SweepConfig, runs: list[RunConfig], sweep_id: str, config
     from tasks.verl_run import run_verl
 
     logger = get_run_logger()
-    if any(r.backend != "verl" for r in runs):
+    if any(r.config.backend != "verl" for r in runs):
         raise ValueError(f"{config}: a sweep runs all its runs on one backend; this one mixes native and verl")
     _, where = dispatch.target(ray_address)
     with dispatch.connected(ray_address) as found:  # verl's main_ppo joins this cluster (or starts the same Ray) after
-        cluster.preflight(found, [cluster.verl_fit_problem(r.verl.nnodes, r.verl.gpus_per_node, found, where)
-                                  for r in runs])
+        cluster.preflight(found, [cluster.verl_fit_problem(r.config.verl.nnodes, r.config.verl.gpus_per_node, found,
+                                                           where) for r in runs])
     flow_run = _flow_run()
     rows = []
-    for cfg in runs:
-        key = run_id(cfg)
-        done = tracking.find_finished(sweep.sweep, key) if resume else None
+    for run in runs:
+        done = tracking.find_finished(sweep.sweep, run.id) if resume else None
         if done is not None:
-            rows.append(RunRow(key, done, run_name(cfg), "SKIPPED (done)"))
+            rows.append(RunRow(run.id, done, run.name, "SKIPPED (done)"))
             continue
-        mlflow_run = _open(cfg, sweep.sweep, sweep_id, flow_run)
+        mlflow_run = _open(run, sweep.sweep, sweep_id, flow_run)
         tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run, "verl.launch": "subprocess"})
         with tracking.ending(mlflow_run) as end:  # verl's own MLflow logger may end the run too: fp8rl's end is the last word
-            out = run_verl(_portable(cfg), sweep.sweep, mlflow_run, ray_address)
+            out = run_verl(run.config.model_dump(mode="json"), sweep.sweep, mlflow_run, ray_address)
             if out.reason:
                 end.fail(out.reason)
-        logger.log(logging.ERROR if out.reason else logging.INFO, "run %s: %s (log: %s)", run_name(cfg),
+        logger.log(logging.ERROR if out.reason else logging.INFO, "run %s: %s (log: %s)", run.name,
                    out.reason or "verl's trainer finished", out.log)
-        rows.append(RunRow(key, mlflow_run, run_name(cfg),
+        rows.append(RunRow(run.id, mlflow_run, run.name,
                            "FAILED: verl exit status " + str(out.returncode) if out.reason else "FINISHED"))
     console.console().print(console.sweep_table(sweep.sweep, rows))
     failed = [r.name for r in rows if r.failed]
@@ -206,45 +195,43 @@ def _sweep(config: str, overrides: list[str], resume: bool = True, report: bool 
            ray_address: str | None = None, inline: bool = False) -> list[RunRow]:
     logger = get_run_logger()
     sweep, runs = load_sweep(config, overrides)
-    ids = [run_id(r) for r in runs]
-    sweep_id = hashlib.sha256(",".join(ids).encode()).hexdigest()[:12]
-    logger.info("sweep %s (%s): %d runs from %s", sweep.sweep, sweep_id, len(runs), config)
-    if any(r.backend == "verl" for r in runs):  # verl's trainer runs them: never fall back to native
-        return _verl_sweep(sweep, runs, sweep_id, config, resume=resume, ray_address=ray_address)
+    expansion = sweep_id(runs)
+    logger.info("sweep %s (%s): %d runs from %s", sweep.sweep, expansion, len(runs), config)
+    if any(r.config.backend == "verl" for r in runs):  # verl's trainer runs them: never fall back to native
+        return _verl_sweep(sweep, runs, expansion, config, resume=resume, ray_address=ray_address)
 
     rows: dict[str, RunRow] = {}
-    pending: list[RunConfig] = []
-    for cfg in runs:
-        key = run_id(cfg)
-        found = tracking.find_finished(sweep.sweep, key) if resume else None
+    pending: list[Run] = []
+    for run in runs:
+        found = tracking.find_finished(sweep.sweep, run.id) if resume else None
         if found is not None:
-            logger.info("run %s (%s) already finished as MLflow run %s: skipped", run_name(cfg), key, found)
-            rows[key] = RunRow(key, found, run_name(cfg), "SKIPPED (done)")
+            logger.info("run %s (%s) already finished as MLflow run %s: skipped", run.name, run.id, found)
+            rows[run.id] = RunRow(run.id, found, run.name, "SKIPPED (done)")
         else:
-            pending.append(cfg)
+            pending.append(run)
 
     parent: list[str] = []  # the sweep's parent run, opened with the first run (tracking.open_sweep_run)
 
     def sweep_run() -> str:
         if not parent:
             params = tracking.flatten(sweep.model_dump(mode="json", exclude={"correctness"})) | {"config": str(config)}
-            parent.append(tracking.open_sweep_run(sweep.sweep, sweep_id, params, sweep.description))
+            parent.append(tracking.open_sweep_run(sweep.sweep, expansion, params, sweep.description))
             tracking.log_json(parent[0], "sweep.json", sweep.model_dump(mode="json") | {"config": str(config),
                                                                                        "overrides": overrides})
         return parent[0]
 
-    def opened() -> list[tuple[RunConfig, str]]:  # every run gets its MLflow record before any is dispatched
+    def opened() -> list[tuple[Run, str]]:  # every run gets its MLflow record before any is dispatched
         out = []
-        for cfg in pending:
-            mlflow_run = _open(cfg, sweep.sweep, sweep_id, None, sweep_run())
+        for run in pending:
+            mlflow_run = _open(run, sweep.sweep, expansion, None, sweep_run())
             tracking.schedule(mlflow_run)
-            out.append((cfg, mlflow_run))
+            out.append((run, mlflow_run))
         return out
 
     try:
         if pending and inline:
             with console.progress(sweep.sweep, len(pending)) as done:
-                rows |= {r.run_id: r for r in _inline(sweep, sweep_id, opened(), done)}
+                rows |= {r.run_id: r for r in _inline(sweep, expansion, opened(), done)}
         elif pending:
             with dispatch.on_ray(ray_address, _worker_env()) as ray:
                 cluster.preflight(ray.nodes, [cluster.fit_problem(sweep.resources.ray_options(), ray.nodes, ray.where)],
@@ -252,19 +239,19 @@ def _sweep(config: str, overrides: list[str], resume: bool = True, report: bool 
                 logger.info("%s: %d nodes; each run asks for %s", ray.where, len(ray.nodes), sweep.resources.describe())
                 todo = opened()
                 with console.progress(sweep.sweep, len(pending)) as done:
-                    rows |= {r.run_id: r for r in _on_ray(sweep, sweep_id, todo, ray, done)}
+                    rows |= {r.run_id: r for r in _on_ray(sweep, expansion, todo, ray, done)}
     except BaseException as e:  # interrupted, or the sweep itself broke: its parent run says so
         if parent:
             tracking.end_sweep_run(parent[0], list(rows.values()), interrupted=e)
         raise
-    rows = [rows[k] for k in ids]
+    rows = [rows[r.id] for r in runs]
     out = console.console()
     out.print(console.sweep_table(sweep.sweep, rows))
     failed = [r.name for r in rows if r.failed]
     if report and len(failed) < len(rows):  # the finished runs' summary + figures, even if some failed
         try:
             path = reporting.sweep_report(sweep.sweep, str(Path(REPORTS) / sweep.sweep), sweep_run())
-            where = f"also in MLflow: the parent run {sweep.sweep}·{sweep_id[:6]} of experiment {sweep.sweep}"
+            where = f"also in MLflow: the parent run {sweep.sweep}·{expansion[:6]} of experiment {sweep.sweep}"
             logger.info("sweep report: %s (%s)", path, where)
             out.print(f"report: {path} ({where})", markup=False, highlight=False)  # the log line reaches the log file only
         except Exception as e:  # noqa: BLE001 — the runs are recorded; a report can be rebuilt with `fp8rl report`
@@ -320,19 +307,19 @@ def _correctness(config: str, overrides: list[str]) -> dict:
     wanted = [f for f in FAULTS if section.faults is None or f.name in section.faults]
     wanted = [f for f in wanted if f.model in runs]
     params = tracking.flatten(section.model_dump(mode="json"))
-    sweep_id = hashlib.sha256(json.dumps(section.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:12]
-    mlflow_run = tracking.open_run(sweep.sweep, sweep_id, f"correctness-{sweep_id}", "correctness", params,
-                                   _flow_run())
+    stage = section.id()
+    mlflow_run = tracking.open_run(sweep.sweep, stage, f"correctness-{stage}", "correctness", params, _flow_run())
     try:
         with tracking.ending(mlflow_run):
             with tracking.captured_logs(mlflow_run):
                 clean: list[dict] = []
                 matrix: list[dict] = []
                 for kind, cfg in runs.items():
-                    ckpt = stages.warm_start_checkpoint(cfg.spec().model_dump(mode="json"),
+                    spec = cfg.spec()
+                    ckpt = stages.warm_start_checkpoint(spec.model_dump(mode="json"),
                                                         cfg.warmstart.model_dump(mode="json"), WARMSTART_CACHE)
-                    key = f"correctness-{kind}-{run_id(cfg)}"
-                    stages.correctness_setup(key, cfg.model_dump(mode="json"), ckpt)
+                    key = f"correctness-{kind}-{run_id(cfg, spec)}"
+                    stages.correctness_setup(key, cfg, ckpt)
                     rows = stages.clean_sync_series(key, section.clean_syncs[kind])
                     clean += [r | {"model": kind} for r in rows]
                     logger.info("%s: %d clean syncs, %d false alarms", kind, len(rows), sum(r["false_alarm"] for r in rows))
@@ -343,7 +330,7 @@ def _correctness(config: str, overrides: list[str]) -> dict:
                         fkey = key
                         if f.replicas > 1 or f.engine_schemes is not None:
                             fkey = f"{key}-{f.name}"
-                            stages.correctness_setup(fkey, cfg.model_dump(mode="json"), ckpt, f.name)
+                            stages.correctness_setup(fkey, cfg, ckpt, f.name)
                         row = stages.inject_fault(fkey, f.name)
                         logger.info("fault %s (%s): caught at first sync: %s; fired: %s", f.name, f.condition,
                                     row["caught_first"], [c for c in CONDITIONS if row.get(c)])

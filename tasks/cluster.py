@@ -84,7 +84,7 @@ def capacity(request: Mapping[str, float], cluster: Sequence[Node]) -> int:
     """How many runs asking ``request`` (as :func:`fit_problem`) the cluster runs at once: per node, the
     fewest of its CPUs, GPUs and memory divided by what one run asks (a resource not asked for does not
     limit), summed over the nodes. The sweep keeps this many runs in flight and hands each worker that
-    finishes the run it should take next (:func:`fp8rl_core.config.next_run`)."""
+    finishes the run it should take next (:func:`fp8rl_core.schedule.next_run`)."""
     cpus, gpus, mem = _asked(request)  # num_cpus > 0 (the config's rule): every node has a CPU limit
 
     def fits(n: Node) -> int:

@@ -38,7 +38,6 @@ so experts are ``mlp.experts.E.gate_proj.weight`` …) that :func:`load_policy`,
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -51,6 +50,8 @@ import torch
 import torch.nn.functional as F
 import transformers
 from transformers import AutoModelForCausalLM, PreTrainedModel
+
+from fp8rl_core.identity import content_hash
 
 from .config import WarmStartConfig
 from .models import build_model
@@ -104,7 +105,7 @@ def warmstart_key(spec: ModelSpec, cfg: WarmStartConfig) -> str:
         "torch": torch.__version__,
         "warmstart_version": WARMSTART_VERSION,
     }
-    return hashlib.sha256(json.dumps(ident, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+    return content_hash(ident, 16)
 
 
 def lr_factor(step: int, cfg: WarmStartConfig) -> float:

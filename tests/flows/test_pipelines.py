@@ -49,6 +49,20 @@ def _runs(sweep: str, kind: str | None = None):
     return [r for r in found if r.data.tags.get("fp8rl.kind") == kind]
 
 
+def test_the_experiment_flow_takes_its_run_as_expanded_without_reading_the_spec_again(monkeypatch):
+    """A run crosses the task boundaries as the data its expansion made: Prefect's validation of the flow's
+    parameters keeps the same object (no re-validation, so no read of the model spec)."""
+    from fp8rl_core.config import load_sweep
+    from flows.pipelines import experiment
+
+    _, runs = load_sweep(SMOKE, ONE_RUN)
+    reads = []
+    read_text = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: reads.append(self) or read_text(self, *a, **k))
+    params = experiment.validate_parameters({"run": runs[0], "sweep": "smoke", "sweep_id": "x", "mlflow_run": None})
+    assert params["run"] is runs[0] and reads == []
+
+
 def test_a_run_finishes_with_its_record_and_a_resume_skips_it(env):
     from flows.pipelines import mxfp8_sweep
 
