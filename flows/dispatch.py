@@ -52,15 +52,16 @@ class Job:
 
 
 @contextmanager
-def connected(address: str | None) -> Iterator[list[cluster.Node]]:
-    """Connected to Ray (``address`` as :func:`target`) for the length of the block; yields its alive nodes.
-    For a pre-flight whose runs are started by something else (verl's trainer joins the cluster itself)."""
+def connected(address: str | None) -> Iterator[tuple[str, list[cluster.Node]]]:
+    """Connected to Ray (``address`` as :func:`target`) for the length of the block; yields how messages
+    name the cluster and its alive nodes. For a pre-flight whose runs something else starts (verl's
+    trainer joins the cluster itself)."""
     import ray
 
-    local, _ = target(address)
+    local, where = target(address)
     ray.init(address=address, **_init_kwargs(local))
     try:
-        yield cluster.nodes()
+        yield where, cluster.nodes()
     finally:
         ray.shutdown()
 

@@ -134,7 +134,7 @@ def _inline(sweep: SweepConfig, sweep_id: str, todo: list[tuple[Run, str]], done
     return rows
 
 
-def _on_ray(sweep: SweepConfig, sweep_id: str, todo: list[tuple[Run, str]], ray: dispatch.RayCluster,
+def _on_ray(sweep: SweepConfig, sweep_id: str, todo: list[tuple[Run, str]], ray_cluster: dispatch.RayCluster,
             done) -> list[RunRow]:
     """The runs as ``run-experiment`` task runs on Ray, warm starts side by side first."""
     # the task as the importable module holds it: a deployment loads this file under a script-module name
@@ -146,7 +146,53 @@ def _on_ray(sweep: SweepConfig, sweep_id: str, todo: list[tuple[Run, str]], ray:
                          {"run": run, "sweep": sweep.sweep, "sweep_id": sweep_id, "mlflow_run": mlflow_run,
                           "cwd": os.getcwd()})
             for run, mlflow_run in todo]
-    return ray.run(task_fn, jobs, sweep.resources.ray_options(), done)
+    return ray_cluster.run(task_fn, jobs, sweep.resources.ray_options(), done)
+
+
+def _skip_finished(sweep: SweepConfig, runs: list[Run], resume: bool) -> tuple[dict[str, RunRow], list[Run]]:
+    """The rows of the runs already FINISHED in MLflow (same run id; none unless ``resume``), and the runs
+    still to run, in sweep order."""
+    logger = get_run_logger()
+    rows: dict[str, RunRow] = {}
+    pending: list[Run] = []
+    for run in runs:
+        found = tracking.find_finished(sweep.sweep, run.id) if resume else None
+        if found is not None:
+            logger.info("run %s (%s) already finished as MLflow run %s: skipped", run.name, run.id, found)
+            rows[run.id] = RunRow(run.id, found, run.name, "SKIPPED (done)")
+        else:
+            pending.append(run)
+    return rows, pending
+
+
+class _ParentRun:
+    """The sweep's parent run (:func:`tasks.tracking.open_sweep_run`), opened when first asked for — with
+    the sweep's settings as params and ``sweep.json`` — so a sweep with nothing to run opens none."""
+
+    def __init__(self, sweep: SweepConfig, expansion: str, config: str, overrides: list[str]) -> None:
+        self._sweep, self._expansion, self._config, self._overrides = sweep, expansion, config, overrides
+        self.id: str | None = None
+
+    def get(self) -> str:
+        if self.id is None:
+            sweep, config = self._sweep, str(self._config)
+            params = tracking.flatten(sweep.model_dump(mode="json", exclude={"correctness"})) | {"config": config}
+            self.id = tracking.open_sweep_run(sweep.sweep, self._expansion, params, sweep.description)
+            tracking.log_json(self.id, "sweep.json", sweep.model_dump(mode="json") | {"config": config,
+                                                                                     "overrides": self._overrides})
+        return self.id
+
+    def end(self, rows: list[RunRow], interrupted: BaseException | None = None) -> None:
+        """End it by its runs' rows (:func:`tasks.tracking.end_sweep_run`), if it was opened."""
+        if self.id is not None:
+            tracking.end_sweep_run(self.id, rows, interrupted=interrupted)
+
+
+def _raise_if_failed(rows: list[RunRow], what: str = "runs") -> None:
+    failed = [r.name for r in rows if r.failed]
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {len(rows)} {what} failed: {', '.join(failed)}; rerun the sweep to retry "
+                           "them (their MLflow runs say why)")
 
 
 def _verl_sweep(sweep: SweepConfig, runs: list[Run], sweep_id: str, config: str, resume: bool,
@@ -154,7 +200,7 @@ def _verl_sweep(sweep: SweepConfig, runs: list[Run], sweep_id: str, config: str,
     """A ``backend: verl`` sweep: check the cluster, then each run as verl's trainer
     (:func:`tasks.verl_run.run_verl`), one after another — each takes ``verl.nnodes × verl.gpus_per_node``
     GPUs, the whole cluster as configured. Nothing is opened in MLflow when the cluster cannot host the runs
-    (:class:`ClusterError`: too few GPUs per node, a tracking store other nodes cannot share). Each run's
+    (:class:`tasks.cluster.ClusterError`: too few GPUs per node, a tracking store other nodes cannot share). Each run's
     MLflow run ends FINISHED, or FAILED with verl's exit status and last error lines (KILLED on a signal);
     runs already FINISHED are skipped when ``resume``."""
     from tasks.verl_run import run_verl
@@ -162,17 +208,12 @@ def _verl_sweep(sweep: SweepConfig, runs: list[Run], sweep_id: str, config: str,
     logger = get_run_logger()
     if any(r.config.backend != "verl" for r in runs):
         raise ValueError(f"{config}: a sweep runs all its runs on one backend; this one mixes native and verl")
-    _, where = dispatch.target(ray_address)
-    with dispatch.connected(ray_address) as found:  # verl's main_ppo joins this cluster (or starts the same Ray) after
+    with dispatch.connected(ray_address) as (where, found):  # verl's main_ppo joins this cluster (or starts the same Ray) after
         cluster.preflight(found, [cluster.verl_fit_problem(r.config.verl.nnodes, r.config.verl.gpus_per_node, found,
                                                            where) for r in runs])
     flow_run = _flow_run()
-    rows = []
-    for run in runs:
-        done = tracking.find_finished(sweep.sweep, run.id) if resume else None
-        if done is not None:
-            rows.append(RunRow(run.id, done, run.name, "SKIPPED (done)"))
-            continue
+    rows, pending = _skip_finished(sweep, runs, resume)
+    for run in pending:
         mlflow_run = _open(run, sweep.sweep, sweep_id, flow_run)
         tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run, "verl.launch": "subprocess"})
         with tracking.ending(mlflow_run) as end:  # verl's own MLflow logger may end the run too: fp8rl's end is the last word
@@ -181,13 +222,11 @@ def _verl_sweep(sweep: SweepConfig, runs: list[Run], sweep_id: str, config: str,
                 end.fail(out.reason)
         logger.log(logging.ERROR if out.reason else logging.INFO, "run %s: %s (log: %s)", run.name,
                    out.reason or "verl's trainer finished", out.log)
-        rows.append(RunRow(run.id, mlflow_run, run.name,
-                           "FAILED: verl exit status " + str(out.returncode) if out.reason else "FINISHED"))
+        rows[run.id] = RunRow(run.id, mlflow_run, run.name,
+                              "FAILED: verl exit status " + str(out.returncode) if out.reason else "FINISHED")
+    rows = [rows[r.id] for r in runs]
     console.console().print(console.sweep_table(sweep.sweep, rows))
-    failed = [r.name for r in rows if r.failed]
-    if failed:
-        raise RuntimeError(f"{len(failed)} of {len(rows)} verl runs failed: {', '.join(failed)} (their MLflow runs "
-                           "say why); rerun the sweep to retry them")
+    _raise_if_failed(rows, "verl runs")
     return rows
 
 
@@ -200,30 +239,13 @@ def _sweep(config: str, overrides: list[str], resume: bool = True, report: bool 
     if any(r.config.backend == "verl" for r in runs):  # verl's trainer runs them: never fall back to native
         return _verl_sweep(sweep, runs, expansion, config, resume=resume, ray_address=ray_address)
 
-    rows: dict[str, RunRow] = {}
-    pending: list[Run] = []
-    for run in runs:
-        found = tracking.find_finished(sweep.sweep, run.id) if resume else None
-        if found is not None:
-            logger.info("run %s (%s) already finished as MLflow run %s: skipped", run.name, run.id, found)
-            rows[run.id] = RunRow(run.id, found, run.name, "SKIPPED (done)")
-        else:
-            pending.append(run)
-
-    parent: list[str] = []  # the sweep's parent run, opened with the first run (tracking.open_sweep_run)
-
-    def sweep_run() -> str:
-        if not parent:
-            params = tracking.flatten(sweep.model_dump(mode="json", exclude={"correctness"})) | {"config": str(config)}
-            parent.append(tracking.open_sweep_run(sweep.sweep, expansion, params, sweep.description))
-            tracking.log_json(parent[0], "sweep.json", sweep.model_dump(mode="json") | {"config": str(config),
-                                                                                       "overrides": overrides})
-        return parent[0]
+    rows, pending = _skip_finished(sweep, runs, resume)
+    parent = _ParentRun(sweep, expansion, config, overrides)
 
     def opened() -> list[tuple[Run, str]]:  # every run gets its MLflow record before any is dispatched
         out = []
         for run in pending:
-            mlflow_run = _open(run, sweep.sweep, expansion, None, sweep_run())
+            mlflow_run = _open(run, sweep.sweep, expansion, None, parent.get())
             tracking.schedule(mlflow_run)
             out.append((run, mlflow_run))
         return out
@@ -233,34 +255,32 @@ def _sweep(config: str, overrides: list[str], resume: bool = True, report: bool 
             with console.progress(sweep.sweep, len(pending)) as done:
                 rows |= {r.run_id: r for r in _inline(sweep, expansion, opened(), done)}
         elif pending:
-            with dispatch.on_ray(ray_address, _worker_env()) as ray:
-                cluster.preflight(ray.nodes, [cluster.fit_problem(sweep.resources.ray_options(), ray.nodes, ray.where)],
-                                  prefect_api=ray.prefect_api)  # before any MLflow run is opened
-                logger.info("%s: %d nodes; each run asks for %s", ray.where, len(ray.nodes), sweep.resources.describe())
+            with dispatch.on_ray(ray_address, _worker_env()) as ray_cluster:
+                cluster.preflight(ray_cluster.nodes, [cluster.fit_problem(sweep.resources.ray_options(), ray_cluster.nodes,
+                                                                         ray_cluster.where)],
+                                  prefect_api=ray_cluster.prefect_api)  # before any MLflow run is opened
+                logger.info("%s: %d nodes; each run asks for %s", ray_cluster.where, len(ray_cluster.nodes),
+                            sweep.resources.describe())
                 todo = opened()
                 with console.progress(sweep.sweep, len(pending)) as done:
-                    rows |= {r.run_id: r for r in _on_ray(sweep, expansion, todo, ray, done)}
+                    rows |= {r.run_id: r for r in _on_ray(sweep, expansion, todo, ray_cluster, done)}
     except BaseException as e:  # interrupted, or the sweep itself broke: its parent run says so
-        if parent:
-            tracking.end_sweep_run(parent[0], list(rows.values()), interrupted=e)
+        parent.end(list(rows.values()), interrupted=e)
         raise
     rows = [rows[r.id] for r in runs]
     out = console.console()
     out.print(console.sweep_table(sweep.sweep, rows))
-    failed = [r.name for r in rows if r.failed]
-    if report and len(failed) < len(rows):  # the finished runs' summary + figures, even if some failed
+    if report and not all(r.failed for r in rows):  # the finished runs' summary + figures, even if some failed
         try:
-            path = reporting.sweep_report(sweep.sweep, str(Path(REPORTS) / sweep.sweep), sweep_run())
+            path = reporting.sweep_report(sweep.sweep, str(Path(REPORTS) / sweep.sweep), parent.get())
             where = f"also in MLflow: the parent run {sweep.sweep}·{expansion[:6]} of experiment {sweep.sweep}"
             logger.info("sweep report: %s (%s)", path, where)
             out.print(f"report: {path} ({where})", markup=False, highlight=False)  # the log line reaches the log file only
         except Exception as e:  # noqa: BLE001 — the runs are recorded; a report can be rebuilt with `fp8rl report`
             logger.error("the sweep report failed (rebuild it with `fp8rl report %s`): %s: %s",
                          sweep.sweep, type(e).__name__, e)
-    if parent:
-        tracking.end_sweep_run(parent[0], rows)
-    if failed:
-        raise RuntimeError(f"{len(failed)} of {len(rows)} runs failed: {', '.join(failed)}; rerun the sweep to retry them")
+    parent.end(rows)
+    _raise_if_failed(rows)
     return rows
 
 
