@@ -200,15 +200,16 @@ def _verl_sweep(sweep: SweepConfig, runs: list[Run], sweep_id: str, config: str,
     """A ``backend: verl`` sweep: check the cluster, then each run as verl's trainer
     (:func:`tasks.verl_run.run_verl`), one after another — each takes ``verl.nnodes × verl.gpus_per_node``
     GPUs, the whole cluster as configured. Nothing is opened in MLflow when the cluster cannot host the runs
-    (:class:`tasks.cluster.ClusterError`: too few GPUs per node, a tracking store other nodes cannot share). Each run's
-    MLflow run ends FINISHED, or FAILED with verl's exit status and last error lines (KILLED on a signal);
-    runs already FINISHED are skipped when ``resume``."""
+    (:class:`tasks.cluster.ClusterError`: too few GPUs per node, a tracking store other nodes cannot share).
+    Each run's MLflow run ends FINISHED, or FAILED with verl's exit status and last error lines (KILLED on a
+    signal); runs already FINISHED are skipped when ``resume``."""
     from tasks.verl_run import run_verl
 
     logger = get_run_logger()
     if any(r.config.backend != "verl" for r in runs):
         raise ValueError(f"{config}: a sweep runs all its runs on one backend; this one mixes native and verl")
-    with dispatch.connected(ray_address) as (where, found):  # verl's main_ppo joins this cluster (or starts the same Ray) after
+    # the pre-flight: verl's main_ppo joins this cluster (or, locally, starts the same Ray) after it
+    with dispatch.connected(ray_address) as (where, found):
         cluster.preflight(found, [cluster.verl_fit_problem(r.config.verl.nnodes, r.config.verl.gpus_per_node, found,
                                                            where) for r in runs])
     flow_run = _flow_run()
