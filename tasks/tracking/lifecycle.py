@@ -59,6 +59,13 @@ def _git_commit() -> str:
         return "unknown"
 
 
+def _log_params(c, mlflow_run: str, params: Mapping[str, str]) -> None:
+    """A new run's params, sorted, each cut at MLflow's length limit, in batches of 100."""
+    items = [Param(k, v[:MAX_PARAM_LEN]) for k, v in sorted(params.items())]
+    for i in range(0, len(items), 100):
+        c.log_batch(mlflow_run, params=items[i:i + 100])
+
+
 def open_run(sweep: str, sweep_id: str, run_id: str, run_name: str, params: Mapping[str, str],
              flow_run_id: str | None, *, parent: str | None = None, tags: Mapping[str, str] | None = None,
              description: str | None = None) -> str:
@@ -78,14 +85,9 @@ def open_run(sweep: str, sweep_id: str, run_id: str, run_name: str, params: Mapp
     if description:
         every[NOTE] = description
     run = c.create_run(exp, run_name=run_name, tags=every)
-    items = [Param(k, v[:MAX_PARAM_LEN]) for k, v in sorted(params.items())]
-    for i in range(0, len(items), 100):
-        c.log_batch(run.info.run_id, params=items[i:i + 100])
+    _log_params(c, run.info.run_id, params)
     return run.info.run_id
 
-
-def terminate(mlflow_run: str, status: str) -> None:
-    client().set_terminated(mlflow_run, status=status)
 
 def open_sweep_run(sweep: str, sweep_id: str, params: Mapping[str, str], description: str = "") -> str:
     """The parent run of one expansion of the sweep (``fp8rl.kind = sweep``, no ``fp8rl.run_id``): its runs
@@ -101,9 +103,7 @@ def open_sweep_run(sweep: str, sweep_id: str, params: Mapping[str, str], descrip
     run = c.create_run(exp, run_name=f"{sweep}·{sweep_id[:6]}",
                        tags={"fp8rl.kind": "sweep", "fp8rl.sweep": sweep, "fp8rl.sweep_id": sweep_id, "sweep": sweep,
                              "git.commit": _git_commit(), NOTE: text})
-    items = [Param(k, v[:MAX_PARAM_LEN]) for k, v in sorted(params.items())]
-    for i in range(0, len(items), 100):
-        c.log_batch(run.info.run_id, params=items[i:i + 100])
+    _log_params(c, run.info.run_id, params)
     return run.info.run_id
 
 
@@ -150,6 +150,10 @@ def start(mlflow_run: str, tags: Mapping[str, str]) -> None:
     c.update_run(mlflow_run, status="RUNNING")
     for k, v in tags.items():
         c.set_tag(mlflow_run, k, v)
+
+
+def terminate(mlflow_run: str, status: str) -> None:
+    client().set_terminated(mlflow_run, status=status)
 
 
 def status(mlflow_run: str) -> str:
