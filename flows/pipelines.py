@@ -5,8 +5,8 @@ end an MLflow run (:func:`tasks.tracking.ending`: FINISHED, FAILED with the ``er
 signal) and the dispatcher that runs a sweep's experiments on Ray (:mod:`flows.dispatch`).
 """
 
-from __future__ import annotations
-
+# annotations evaluated at definition (no postponed ones): Prefect validates the experiment flow's
+# parameters against them on a Ray worker, where a postponed name (``Run``) does not resolve
 import logging
 import os
 from pathlib import Path
