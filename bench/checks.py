@@ -60,7 +60,7 @@ PAPER_MODELS = ("qwen3-8b", "qwen3-30b-a3b")
 def mini(args) -> None:
     """The smoke mini on live engines (the module docstring's first scale)."""
     _, runs = load_sweep(args.config, [f"axes.model=[{args.model}]", f"axes.preset=[{args.preset}]", "axes.seed=[0]"])
-    cfg = runs[0]
+    cfg = runs[0].config
     ckpt = warm_start(cfg.spec(), cfg.warmstart, Path(args.cache).resolve(), progress=True).path
     pipe = start_pipeline(ckpt, cfg.preset, learner=cfg.learner_config(), sampler_cfg=cfg.sampler)
     policy, probe = cfg.check_policy(), cfg.check_probe()

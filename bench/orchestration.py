@@ -39,9 +39,9 @@ def _warm(config: str, overrides: list[str], cache: Path) -> int:
     _, runs = load_sweep(config, overrides)
     seen = {}
     for r in runs:
-        seen[(r.spec().model_dump_json(), r.warmstart.model_dump_json())] = r
+        seen[(r.spec.model_dump_json(), r.config.warmstart.model_dump_json())] = r
     for r in seen.values():
-        warm_start(r.spec(), r.warmstart, cache.resolve(), progress=True)
+        warm_start(r.spec, r.config.warmstart, cache.resolve(), progress=True)
     return len(runs)
 
 
@@ -51,7 +51,7 @@ def _timed_sweep(config: str, overrides: list[str], **kw) -> float:
     t0 = time.perf_counter()
     rows = mxfp8_sweep(config, overrides, report=False, **kw)
     wall = time.perf_counter() - t0
-    bad = [r["name"] for r in rows if r["status"] != "FINISHED"]
+    bad = [r.name for r in rows if r.status != "FINISHED"]
     if bad:
         raise SystemExit(f"runs did not finish: {bad}")
     return wall

@@ -123,7 +123,7 @@ def verl_config(
 
     try:
         sweep, runs = load_sweep(config, list(overrides or []))
-        run = runs[index]
+        run = runs[index].config
         ov = launch_overrides(run, sweep.sweep, mlflow_run_id=mlflow_run, ray_address=ray_address)
         cfg, printed = check(run, ov)
     except (ConfigError, VerlConfigError, ValueError, IndexError) as e:

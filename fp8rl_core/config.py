@@ -44,17 +44,19 @@ same id on every machine, which makes sweeps resumable.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from fp8rl_core.checks.runner import CheckPolicy
+from fp8rl_core.errors import format_errors
+from fp8rl_core.identity import content_hash, digest
 from fp8rl_core.learner.config import GRAD_FORMATS, RULES, GRPOConfig, LearnerConfig, Recipe, WarmStartConfig
 from fp8rl_core.learner.spec import ModelSpec, load_model_spec, spec_hash
 from fp8rl_core.metrics.summary import BOOTSTRAP_RESAMPLES, CI_LEVEL
@@ -74,11 +76,14 @@ __all__ = [
     "RunConfig",
     "SweepConfig",
     "apply_overrides",
-    "dispatch_order",
-    "engine_group",
+    "Run",
     "load_sweep",
-    "next_run",
+    "run_description",
     "run_id",
+    "run_name",
+    "run_tags",
+    "short_model",
+    "sweep_id",
 ]
 
 
@@ -244,19 +249,27 @@ class RunConfig(BaseModel):
             return p
         return Path(self.models_dir) / f"{self.model}.yaml"
 
-    def spec(self) -> ModelSpec:
+    def spec(self, specs: MutableMapping[Path, ModelSpec] | None = None) -> ModelSpec:
+        """The run's model spec, read from its file — once per file across the runs that share ``specs``
+        (a sweep's expansion: the specs read so far, by resolved path)."""
         path = self.spec_path()
+        key = path.resolve()
+        if specs is not None and key in specs:
+            return specs[key]
         if not path.is_file():
             names = sorted(q.stem for q in Path(self.models_dir).glob("*.yaml"))
             raise ValueError(f"model {self.model!r}: no spec file {path}; known models: {', '.join(names) or 'none'}")
-        return load_model_spec(path)
+        spec = load_model_spec(path)
+        if specs is not None:
+            specs[key] = spec
+        return spec
 
     @model_validator(mode="after")
-    def _combination(self) -> "RunConfig":
+    def _combination(self, info: ValidationInfo) -> "RunConfig":
         if (self.backend == "verl") != (self.verl is not None):
             raise ValueError(f"backend = {self.backend!r} {'needs a' if self.verl is None else 'takes no'} 'verl' section "
                              "(model_path, hardware, gpus_per_node, tensor_parallel, ...; fields: fp8rl_core/config.py VerlSection)")
-        spec = self.spec()
+        spec = self.spec((info.context or {}).get("specs"))  # validated with a sweep's expansion: its specs
         task = self.warmstart.task
         if self.sampler.max_model_len < task.seq_len:
             raise ValueError(
@@ -305,13 +318,17 @@ class CorrectnessSection(BaseModel):
             raise ValueError(f"clean_syncs must be at least 1 per model, got {bad}")
         return v
 
-    def runs(self, models_dir: str) -> dict[str, RunConfig]:
-        """The RunConfig of each model's correctness pipeline."""
+    def runs(self, models_dir: str, specs: MutableMapping[Path, ModelSpec] | None = None) -> dict[str, RunConfig]:
+        """The RunConfig of each model's correctness pipeline (``specs``: as :meth:`RunConfig.spec`)."""
         out = {}
         for kind, model in self.models.items():
             data = json.loads(json.dumps(self.base)) | {"model": model, "preset": self.preset, "models_dir": models_dir}
-            out[kind] = RunConfig.model_validate(data)
+            out[kind] = RunConfig.model_validate(data, context={"specs": specs})
         return out
+
+    def id(self) -> str:
+        """The correctness stage's id: 12 hex digits of the content hash of this section."""
+        return content_hash(self.model_dump(mode="json"), 12, compact=False)
 
 
 class ResourcesSection(BaseModel):
@@ -472,94 +489,73 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _format(source: str, prefix: str, err: ValidationError, model: type[BaseModel]) -> str:
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"])
-        field = f"{prefix}{loc}" if loc else prefix.rstrip(".") or "(config)"
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = f"unknown field; valid fields here are: {', '.join(_fields_at(model, e['loc'][:-1]))}"
-        elif e["type"] == "missing":
-            msg = "required field is missing"
-        lines.append(f"{source}: {field}: {msg}")
-    return "\n".join(lines)
+def run_id(run: RunConfig, spec: ModelSpec | None = None) -> str:
+    """Stable id of a run: 12 hex digits of the content hash of its resolved config and the *contents* of
+    its model spec (``spec``, else read from its file; editing a spec file gives its runs new ids, so a
+    resumed sweep does not skip runs of an older architecture)."""
+    spec = run.spec() if spec is None else spec
+    return content_hash(run.model_dump(mode="json", exclude={"models_dir"}) | {"model_spec": spec_hash(spec)}, 12)
 
 
-def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
-    cur: Any = model
-    for part in loc:
-        info = getattr(cur, "model_fields", {}).get(part)
-        if info is None:
-            return sorted(getattr(cur, "model_fields", {}))
-        cur = info.annotation
-    return sorted(getattr(cur, "model_fields", {})) or ["(none)"]
+def short_model(model: str) -> str:
+    """A model's name without its family (``qwen3-dense-mini`` → ``dense-mini``) when two parts remain: the
+    narrow name column of the UI shows the part that differs; the full name is the run's ``model`` tag."""
+    family, _, rest = model.partition("-")
+    return rest if "-" in rest else model
 
 
-def run_id(run: RunConfig) -> str:
-    """Stable id of a run: its resolved config and the *contents* of its model spec (editing a spec file
-    gives its runs new ids, so a resumed sweep does not skip runs of an older architecture)."""
-    body = run.model_dump(mode="json", exclude={"models_dir"}) | {"model_spec": spec_hash(run.spec())}
-    canon = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canon.encode()).hexdigest()[:12]
+def run_name(cfg: RunConfig) -> str:
+    """The run's short, distinct name: ``dense-mini·bf16-sampler·s0`` (model·preset·seed)."""
+    return f"{short_model(cfg.model)}·{cfg.preset}·s{cfg.seed}"
 
 
-def _warm_start_of(run: RunConfig) -> list:
-    """What a run's warm-start checkpoint is made from: the model spec's contents and the warm-start settings."""
-    return [spec_hash(run.spec()), run.warmstart.model_dump(mode="json")]
+def run_tags(cfg: RunConfig) -> dict[str, str]:
+    """The tags a user groups and filters runs by (the full names)."""
+    return {"model": cfg.model, "preset": cfg.preset, "seed": str(cfg.seed), "backend": cfg.backend,
+            "learner_precision": PRESETS[cfg.preset].learner_precision if cfg.preset in PRESETS else ""}
 
 
-def dispatch_order(runs: Sequence[RunConfig]) -> list[int]:
-    """The order in which a cluster should start ``runs`` (indices into it): round-robin over the runs'
-    warm starts (model spec + warm-start settings), each warm start's runs in their sweep order.
-
-    Why: a sweep lists its runs model by model, so the first free workers would all take the first model's
-    runs and train its warm start side by side (each its own copy; the checkpoint is published atomically),
-    then all wait on the next model's. Interleaved, the first workers train *different* warm starts at once.
-    A preset's seeds stay consecutive within their warm start's runs; which worker takes which run after the
-    first ones is :func:`next_run`'s choice (a worker stays on its engine group)."""
-    groups: dict[str, list[int]] = {}
-    for i, run in enumerate(runs):
-        groups.setdefault(json.dumps(_warm_start_of(run), sort_keys=True), []).append(i)
-    queues = list(groups.values())
-    order: list[int] = []
-    while any(queues):
-        for q in queues:
-            if q:
-                order.append(q.pop(0))
-    return order
+def run_description(cfg: RunConfig) -> str:
+    """The run's one line in the UI: what it ran."""
+    what = PRESETS[cfg.preset].what if cfg.preset in PRESETS else cfg.preset
+    return f"{cfg.model}, preset {cfg.preset} ({what}), seed {cfg.seed}, {cfg.loop.steps} RL steps"
 
 
-def engine_group(run: RunConfig) -> str:
-    """The runs that can share one live sampler engine: same model spec and warm start (the checkpoint
-    the engine loads), same preset (the engine's grid schemes) and same engine settings — what
-    :func:`fp8rl_core.sampler.config.engine_key` keys the pool by, read from the run's config (two
-    presets that happen to build identical engines count as two groups: a missed reuse, never a wrong one)."""
-    return json.dumps([*_warm_start_of(run), run.preset, run.sampler.engine_settings()], sort_keys=True)
+@dataclass(frozen=True)
+class Run:
+    """One run of a sweep as its expansion made it, once: its stable ``id`` (:func:`run_id`), its ``name``
+    and ``tags`` (:func:`run_name`, :func:`run_tags`), its validated ``config`` and the model ``spec`` its
+    id was computed from. Flows and tasks carry it as it is (it pickles; no step re-reads or re-hashes it)."""
+
+    id: str
+    name: str
+    tags: Mapping[str, str]
+    config: RunConfig
+    spec: ModelSpec
+
+    @classmethod
+    def of(cls, config: RunConfig, spec: ModelSpec | None = None) -> "Run":
+        """The run of ``config`` (``spec``: its model spec when already read)."""
+        spec = config.spec() if spec is None else spec
+        return cls(run_id(config, spec), run_name(config), run_tags(config), config, spec)
+
+    @property
+    def description(self) -> str:
+        return run_description(self.config)
 
 
-def next_run(queued: Sequence[str], finished: str | None, running: Iterable[str]) -> int | None:
-    """Which queued run a worker that just finished a run of group ``finished`` should take next
-    (``queued``: the waiting runs' :func:`engine_group`, in dispatch order; ``running``: the groups of the
-    runs still running elsewhere). Returns an index into ``queued`` (None when it is empty).
-
-    The rule: (1) the next run of the group it just finished — its engine is still live in that worker
-    (an in-process engine starts in ~0.5 s but closes in ~1.4 s; a spawned one takes ~25 s), so the run
-    skips both; (2) else the first run of a group no other worker is on, so two workers do not start the
-    same engine side by side; (3) else the first queued run (the sweep's tail: better a second engine
-    than an idle worker)."""
-    if not queued:
-        return None
-    if finished is not None and finished in queued:
-        return queued.index(finished)
-    busy = set(running)
-    return next((i for i, g in enumerate(queued) if g not in busy), 0)
+def sweep_id(runs: Sequence[Run]) -> str:
+    """The id of one expansion of a sweep: 12 hex digits of the SHA-256 of its runs' ids, comma-joined."""
+    return digest(",".join(r.id for r in runs), 12)
 
 
-def expand(sweep: SweepConfig, source: str, models_dir: str) -> list[RunConfig]:
-    """The sweep's runs: base × the cartesian product of the axes, validated, ids unique."""
+def expand(sweep: SweepConfig, source: str, models_dir: str,
+           specs: MutableMapping[Path, ModelSpec] | None = None) -> list[Run]:
+    """The sweep's runs: base × the cartesian product of the axes, validated, ids unique; each model spec
+    read once (``specs``: the specs read so far, shared with the caller)."""
+    specs = {} if specs is None else specs
     keys = list(sweep.axes)
-    runs: list[RunConfig] = []
+    runs: list[Run] = []
     models_seen: set[str] = set()
     for combo in itertools.product(*(sweep.axes[k] for k in keys)) if keys else [()]:
         data = json.loads(json.dumps(sweep.base))
@@ -581,10 +577,11 @@ def expand(sweep: SweepConfig, source: str, models_dir: str) -> list[RunConfig]:
                     raise ConfigError(f"{source}: per_model.{model}.{key} conflicts with the axis {hit[0]!r}, which sets "
                                       f"it in every run; keep one of them")
         try:
-            runs.append(RunConfig.model_validate(data))
+            cfg = RunConfig.model_validate(data, context={"specs": specs})
+            runs.append(Run.of(cfg, cfg.spec(specs)))
         except ValidationError as e:
             prefix = "base."
-            msg = _format(source, prefix, e, RunConfig)
+            msg = format_errors(source, e, RunConfig, prefix)
             raise ConfigError(msg + (f"\n  (in the run {where})" if where else "")) from None
         except (ValueError, FileNotFoundError) as e:
             raise ConfigError(f"{source}: {e}" + (f" (in the run {where})" if where else "")) from None
@@ -592,15 +589,16 @@ def expand(sweep: SweepConfig, source: str, models_dir: str) -> list[RunConfig]:
     if unused:
         raise ConfigError(f"{source}: per_model names {unused}, which no run of this sweep uses; its models are "
                           f"{sorted(models_seen)}")
-    ids = [run_id(r) for r in runs]
+    ids = [r.id for r in runs]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
         raise ConfigError(f"{source}: the axes produce identical runs (ids {dup}); remove the repeated values")
     return runs
 
 
-def load_sweep(path: str | Path, overrides: Iterable[str] = ()) -> tuple[SweepConfig, list[RunConfig]]:
-    """Read a sweep file, apply overrides, validate and expand it. Raises :class:`ConfigError`."""
+def load_sweep(path: str | Path, overrides: Iterable[str] = ()) -> tuple[SweepConfig, list[Run]]:
+    """Read a sweep file, apply overrides, validate and expand it into its runs, each model spec read once.
+    Raises :class:`ConfigError`."""
     path = Path(path)
     overrides = list(overrides)
     if not path.is_file():
@@ -615,21 +613,24 @@ def load_sweep(path: str | Path, overrides: Iterable[str] = ()) -> tuple[SweepCo
     try:
         sweep = SweepConfig.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(_format(str(path), "", e, SweepConfig)) from None
+        raise ConfigError(format_errors(str(path), e, SweepConfig)) from None
     _shadowed_overrides(str(path), sweep, overrides)
     models_dir = str(path.resolve().parent / "models")
-    runs = expand(sweep, str(path), models_dir)
-    correctness_runs(sweep, path)  # validate the correctness section's runs now, with the file named
+    specs: dict[Path, ModelSpec] = {}
+    runs = expand(sweep, str(path), models_dir, specs)
+    correctness_runs(sweep, path, specs)  # validate the correctness section's runs now, with the file named
     return sweep, runs
 
 
-def correctness_runs(sweep: SweepConfig, path: str | Path) -> dict[str, RunConfig]:
-    """The correctness section's RunConfig per model ({} without a section); errors name the file."""
+def correctness_runs(sweep: SweepConfig, path: str | Path,
+                     specs: MutableMapping[Path, ModelSpec] | None = None) -> dict[str, RunConfig]:
+    """The correctness section's RunConfig per model ({} without a section); errors name the file.
+    ``specs``: as :meth:`RunConfig.spec`."""
     if sweep.correctness is None:
         return {}
     try:
-        return sweep.correctness.runs(str(Path(path).resolve().parent / "models"))
+        return sweep.correctness.runs(str(Path(path).resolve().parent / "models"), specs)
     except ValidationError as e:
-        raise ConfigError(_format(str(path), "correctness.base.", e, RunConfig)) from None
+        raise ConfigError(format_errors(str(path), e, RunConfig, "correctness.base.")) from None
     except (ValueError, FileNotFoundError) as e:
         raise ConfigError(f"{path}: correctness: {e}") from None

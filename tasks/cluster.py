@@ -1,5 +1,6 @@
 """The Ray cluster a sweep runs on, seen from the sweep: its nodes, whether one run fits on one of them,
-whether the servers the runs report to are reachable from every node, and where a run ran.
+whether the servers the runs report to are reachable from every node (together: :func:`preflight`),
+and where a run ran.
 
 Ray is imported inside the functions that talk to a running Ray (the CLI's quick commands never load
 it). The checks are pure functions over :class:`Node` records, tested without a cluster; :func:`nodes`
@@ -14,7 +15,6 @@ the driver's disk means nothing there.
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import os
 import socket
@@ -22,7 +22,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-__all__ = ["Node", "capacity", "fit_problem", "loopback_problem", "nodes", "verl_fit_problem", "where"]
+from .tracking import is_loopback, require_shared_store, this_host_ips
+
+__all__ = ["ClusterError", "Node", "capacity", "fit_problem", "loopback_problem", "nodes", "preflight", "verl_fit_problem",
+           "where"]
 
 GIB = 2**30
 
@@ -81,7 +84,7 @@ def capacity(request: Mapping[str, float], cluster: Sequence[Node]) -> int:
     """How many runs asking ``request`` (as :func:`fit_problem`) the cluster runs at once: per node, the
     fewest of its CPUs, GPUs and memory divided by what one run asks (a resource not asked for does not
     limit), summed over the nodes. The sweep keeps this many runs in flight and hands each worker that
-    finishes the run it should take next (:func:`fp8rl_core.config.next_run`)."""
+    finishes the run it should take next (:func:`fp8rl_core.schedule.next_run`)."""
     cpus, gpus, mem = _asked(request)  # num_cpus > 0 (the config's rule): every node has a CPU limit
 
     def fits(n: Node) -> int:
@@ -106,30 +109,47 @@ def verl_fit_problem(nnodes: int, gpus_per_node: int, cluster: Sequence[Node], w
             "Run on the GPU cluster (--ray-address, or from its head node). Nothing was run.")
 
 
-def _is_loopback(host: str) -> bool:
-    if host in ("localhost", ""):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def loopback_problem(what: str, url: str, cluster: Sequence[Node], local_ips: Iterable[str]) -> str | None:
     """None when ``url`` (a server the runs report to, e.g. the Prefect API) is reachable from every node
     as far as the URL says; a message when it is a loopback address and some node is on another host
-    (an IP not among ``local_ips``, this machine's addresses: :func:`tasks.tracking.this_host_ips`). The
-    tracking store has its own, stricter check (:func:`tasks.tracking.require_shared_store`)."""
+    (an IP not among ``local_ips``, this machine's addresses: :func:`tasks.tracking.this_host_ips`); the
+    loopback rule is :func:`tasks.tracking.is_loopback`. The tracking store has its own, stricter check
+    (:func:`tasks.tracking.require_shared_store`)."""
     host = urlparse(url).hostname or ""
-    if not _is_loopback(host):
+    if not is_loopback(host):
         return None
     mine = set(local_ips)
-    away = sorted({n.ip for n in cluster if n.ip not in mine and not _is_loopback(n.ip)})
+    away = sorted({n.ip for n in cluster if n.ip not in mine and not is_loopback(n.ip)})
     if not away:
         return None
     return (f"{what} is {url}, a loopback address, but the Ray cluster has nodes on other hosts ({', '.join(away)}): "
             "runs there could not reach it. Run the server on an address every node reaches and point to it "
             "(README, Scale out).")
+
+
+class ClusterError(RuntimeError):
+    """The sweep cannot run on this cluster as configured (nothing was run)."""
+
+
+def preflight(cluster: Sequence[Node], fit: Iterable[str | None], *, prefect_api: str | None = None,
+              store: str | None = None, local_ips: Iterable[str] | None = None) -> None:
+    """The check of a sweep before anything runs: raise :class:`ClusterError` naming every problem, each
+    once, in this order — ``fit``'s (whether its runs fit a node: :func:`fit_problem`,
+    :func:`verl_fit_problem`; None where they do), the Prefect API ``prefect_api`` (when the runs report
+    to it from the nodes) behind a loopback address, and a tracking store ``store`` (default
+    :func:`tasks.tracking.tracking_uri`) that the nodes cannot share. ``local_ips``: this host's
+    addresses (default :func:`tasks.tracking.this_host_ips`)."""
+    mine = set(this_host_ips() if local_ips is None else local_ips)
+    problems = list(fit)
+    if prefect_api is not None:
+        problems.append(loopback_problem("the Prefect API (PREFECT_API_URL)", prefect_api, cluster, mine))
+    try:
+        require_shared_store(len(cluster), store, node_ips=[n.ip for n in cluster], local_ips=mine)
+    except ValueError as e:
+        problems.append(str(e))
+    problems = list(dict.fromkeys(p for p in problems if p))
+    if problems:
+        raise ClusterError("\n".join(problems))
 
 
 def where() -> dict[str, str]:

@@ -100,9 +100,8 @@ def _start_live(key: str, cfg: RunConfig, checkpoint: str, **pipeline_args) -> P
 
 
 @task(name="sampler-grid-setup", cache_policy=NO_CACHE)
-def setup_sampler_grid(key: str, run: dict, checkpoint: str) -> dict:
+def setup_sampler_grid(key: str, cfg: RunConfig, checkpoint: str) -> dict:
     """Resolve the layer sets, build the learner and start (or reuse) the sampler engine."""
-    cfg = RunConfig.model_validate(run)
     t0 = time.perf_counter()
     pipe = _start_live(key, cfg, checkpoint)
     return {"learner_layers": pipe.learner.layers, "sampler_schemes": pipe.schemes, "engine_key": pipe.sampler.key,
@@ -253,10 +252,9 @@ PREVIEW_TABLES = ("steps", "kl_summary", "checks")
 # The correctness stage (nightly): clean sync series and the fault matrix
 # ----------------------------------------------------------------------------------------------------
 @task(name="correctness-setup", cache_policy=NO_CACHE)
-def correctness_setup(key: str, run: dict, checkpoint: str, fault: str | None = None) -> dict:
+def correctness_setup(key: str, cfg: RunConfig, checkpoint: str, fault: str | None = None) -> dict:
     """A pipeline for the clean series (``fault`` None) or for one fault that needs its own engine
     configuration or replicas; the checks' runner records the engines' starting state."""
-    cfg = RunConfig.model_validate(run)
     f = lookup_fault(fault) if fault else None
     t0 = time.perf_counter()
     pipe = _start_live(key, cfg, checkpoint, replicas=f.replicas, hooks=f) if f else _start_live(key, cfg, checkpoint)

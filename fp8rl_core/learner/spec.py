@@ -8,14 +8,15 @@ tensor is a shape error, …). Light on purpose (transformers is imported only b
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+
+from fp8rl_core.errors import format_errors
+from fp8rl_core.identity import content_hash
 
 from .task import BOS, EOS, PAD
 
@@ -204,21 +205,6 @@ class ModelSpec(BaseModel):
         )
 
 
-def _format_errors(source: str, err: ValidationError) -> str:
-    lines = []
-    for e in err.errors():
-        field = ".".join(str(p) for p in e["loc"]) or "(spec)"
-        msg = e["msg"]
-        if msg.startswith("Value error, "):
-            msg = msg[len("Value error, ") :]
-        if e["type"] == "extra_forbidden":
-            msg = f"unknown field; valid fields are: {', '.join(ModelSpec.model_fields)}"
-        elif e["type"] == "missing":
-            msg = "required field is missing"
-        lines.append(f"{source}: {field}: {msg}")
-    return "\n".join(lines)
-
-
 def load_model_spec(path: str | Path) -> ModelSpec:
     """Read a :class:`ModelSpec` from a YAML mapping.
 
@@ -239,10 +225,9 @@ def load_model_spec(path: str | Path) -> ModelSpec:
     try:
         return ModelSpec.model_validate(data)
     except ValidationError as e:
-        raise ValueError(_format_errors(str(path), e)) from None
+        raise ValueError(format_errors(str(path), e, ModelSpec)) from None
 
 
 def spec_hash(spec: ModelSpec) -> str:
     """SHA-256 hex digest of the spec's canonical JSON (sorted keys, no whitespace, defaults included)."""
-    canon = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canon.encode()).hexdigest()
+    return content_hash(spec.model_dump(mode="json"))

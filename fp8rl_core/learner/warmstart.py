@@ -8,7 +8,6 @@ given thread count); the checkpoint is a plain Hugging Face directory, content-a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -21,6 +20,8 @@ import torch
 import torch.nn.functional as F
 import transformers
 from transformers import AutoModelForCausalLM, PreTrainedModel
+
+from fp8rl_core.identity import content_hash
 
 from .config import WarmStartConfig
 from .models import build_model
@@ -74,7 +75,7 @@ def warmstart_key(spec: ModelSpec, cfg: WarmStartConfig) -> str:
         "torch": torch.__version__,
         "warmstart_version": WARMSTART_VERSION,
     }
-    return hashlib.sha256(json.dumps(ident, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+    return content_hash(ident, 16)
 
 
 def lr_factor(step: int, cfg: WarmStartConfig) -> float:

@@ -6,13 +6,13 @@ fields make an engine's identity (the pool, :mod:`fp8rl_core.sampler.pool`, reus
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from fp8rl_core.identity import content_hash
 
 __all__ = ["ENGINE_PROCESSES", "KV_CACHE_DTYPES", "MX_GRID", "SamplerConfig", "cpu_fp8_kv_support", "engine_key"]
 
@@ -80,5 +80,4 @@ def cpu_fp8_kv_support(cpuinfo: str | None = None) -> tuple[bool, str]:
 def engine_key(model_cfg: Mapping, cfg: SamplerConfig) -> str:
     """What makes two engines interchangeable: model config (incl. schemes) and the engine settings vLLM
     builds at start (:meth:`SamplerConfig.engine_settings`)."""
-    canon = json.dumps({"model": model_cfg, "engine": cfg.engine_settings()}, sort_keys=True, default=str)
-    return hashlib.sha256(canon.encode()).hexdigest()[:16]
+    return content_hash({"model": model_cfg, "engine": cfg.engine_settings()}, 16, compact=False)

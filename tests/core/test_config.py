@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fp8rl_core.config import (
-    ConfigError, LearnerSection, RunConfig, dispatch_order, engine_group, load_sweep, next_run, run_id,
-)
+from fp8rl_core.config import ConfigError, LearnerSection, Run, RunConfig, load_sweep, run_id, run_name, run_tags
 from fp8rl_core.learner.spec import MXFP8_BLOCK, load_model_spec, spec_hash
 from fp8rl_core.sampler.presets import PRESETS
 
@@ -46,19 +44,29 @@ def _ids(runs: list[RunConfig]) -> list[str]:
     return [run_id(r) for r in runs]
 
 
+def configs(path, overrides=()) -> list[RunConfig]:
+    """The run configs of a sweep file, in its order."""
+    return [r.config for r in load_sweep(path, overrides)[1]]
+
+
 def test_every_shipped_config_is_listed():
     assert _shipped() == sorted(EXPECTED_RUNS)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_RUNS))
 def test_shipped_config_loads_and_expands(name):
-    sweep, runs = load_sweep(CONFIGS / name)
+    sweep, expanded = load_sweep(CONFIGS / name)
+    runs = [r.config for r in expanded]
     assert len(runs) == EXPECTED_RUNS[name] == math.prod(len(v) for v in sweep.axes.values())
     ids = _ids(runs)
+    # each run's identity computed once, at expansion: the id, name and tags of its config, the spec it read
+    assert [(r.id, r.name, r.tags, r.spec) for r in expanded] == [(run_id(c), run_name(c), run_tags(c), c.spec())
+                                                                    for c in runs]
+    assert all(isinstance(r, Run) for r in expanded)
     assert len(set(ids)) == len(ids), "run ids must be unique within a sweep"
     assert all(len(i) == 12 and int(i, 16) >= 0 for i in ids)
     # stable: the same file gives the same ids, in the same (file) order
-    assert _ids(load_sweep(CONFIGS / name)[1]) == ids
+    assert _ids(configs(CONFIGS / name)) == ids
     # the id is the SHA-256 of the resolved config's canonical JSON, without the machine's models_dir,
     # plus the hash of the model spec's contents
     r = runs[0]
@@ -81,9 +89,9 @@ def test_shipped_config_loads_and_expands(name):
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_RUNS))
 def test_shipped_config_loads_the_same_from_any_working_directory(name, tmp_path, monkeypatch):
-    ids = _ids(load_sweep(CONFIGS / name)[1])
+    ids = _ids(configs(CONFIGS / name))
     monkeypatch.chdir(tmp_path)
-    assert _ids(load_sweep(CONFIGS / name)[1]) == ids
+    assert _ids(configs(CONFIGS / name)) == ids
 
 
 @pytest.mark.parametrize("name", CPU_CONFIGS)
@@ -91,7 +99,7 @@ def test_cpu_configs_are_cpu_scale(name):
     """The CPU sweeps use the mini or small models, a short warm start and a few hundred prompts per run, so
     each finishes in minutes (measured: dense-matching and moe-grids, 8 steps x 16 prompts, ~3 min for 9 runs;
     the small sweeps: docs/results/power.md)."""
-    _, runs = load_sweep(CONFIGS / name)
+    runs = configs(CONFIGS / name)
     for r in runs:
         assert r.model in ("qwen3-dense-mini", "qwen3-moe-mini", "qwen3-dense-small", "qwen3-moe-small")
         assert r.warmstart.steps <= 1000 and r.warmstart.task.digits == 2
@@ -99,22 +107,22 @@ def test_cpu_configs_are_cpu_scale(name):
 
 
 def test_shipped_sweeps_cover_the_reference_results():
-    _, dense = load_sweep(CONFIGS / "dense-matching.yaml")
+    dense = configs(CONFIGS / "dense-matching.yaml")
     assert {r.preset for r in dense} == {"bf16-sampler", "half", "all"}
     assert {r.model for r in dense} == {"qwen3-dense-mini"} and len({r.seed for r in dense}) >= 3
-    _, moe = load_sweep(CONFIGS / "moe-grids.yaml")
+    moe = configs(CONFIGS / "moe-grids.yaml")
     assert {"all", "other-grid", "bf16-e2e"} == {r.preset for r in moe}
     assert {r.model for r in moe} == {"qwen3-moe-mini"} and len({r.seed for r in moe}) >= 3
-    _, mb = load_sweep(CONFIGS / "microbatch-sweep.yaml")
+    mb = configs(CONFIGS / "microbatch-sweep.yaml")
     assert {r.preset for r in mb} == {"bf16-e2e", "all"}
     assert sorted({r.learner.tokens_per_microbatch for r in mb}) == [256, 512, 1024, 2048, 4096]
     assert len({r.seed for r in mb}) >= 3
-    _, nightly = load_sweep(CONFIGS / "nightly.yaml")
+    nightly = configs(CONFIGS / "nightly.yaml")
     assert {(r.model, r.preset) for r in nightly} == {(m, p) for m in ("qwen3-dense-mini", "qwen3-moe-mini")
                                                        for p in PRESETS}
     assert {r.seed for r in nightly} == {0}
     for name, model in (("gpu/qwen3-8b.yaml", "qwen3-8b"), ("gpu/qwen3-30b-a3b.yaml", "qwen3-30b-a3b")):
-        _, runs = load_sweep(CONFIGS / name)
+        runs = configs(CONFIGS / name)
         assert {r.model for r in runs} == {model} and {r.preset for r in runs} == set(PRESETS)
         assert len({r.seed for r in runs}) >= 3
         assert Path(runs[0].spec_path()) == MODELS / f"{model}.yaml"
@@ -124,9 +132,9 @@ def test_small_sweeps_cover_the_issue_16_experiments():
     """dense-matching-small: claims a/b on the dense small; moe-grids-small: claims d/e on the MoE small and,
     on the same presets, seeds and protocol, the MoE mini — the block-size ablation (one 128×128 block per
     expert matrix vs ≥ 4×4), with a warm start per model that starts both at a comparable reward."""
-    _, dense = load_sweep(CONFIGS / "dense-matching-small.yaml")
+    dense = configs(CONFIGS / "dense-matching-small.yaml")
     assert {r.preset for r in dense} == {"bf16-sampler", "half", "all"} and {r.model for r in dense} == {"qwen3-dense-small"}
-    _, moe = load_sweep(CONFIGS / "moe-grids-small.yaml")
+    moe = configs(CONFIGS / "moe-grids-small.yaml")
     assert {(r.model, r.preset) for r in moe} == {(m, p) for m in ("qwen3-moe-mini", "qwen3-moe-small")
                                                    for p in ("all", "other-grid", "bf16-e2e")}
     for runs in (dense, [r for r in moe if r.model == "qwen3-moe-mini"], [r for r in moe if r.model == "qwen3-moe-small"]):
@@ -177,7 +185,7 @@ SMOKE = CONFIGS / "smoke.yaml"
     ],
 )
 def test_overrides_take_effect(overrides, n_runs, check):
-    _, runs = load_sweep(SMOKE, overrides)
+    runs = configs(SMOKE, overrides)
     assert len(runs) == n_runs
     assert all(check(r) for r in runs)
     assert len(set(_ids(runs))) == n_runs
@@ -186,23 +194,23 @@ def test_overrides_take_effect(overrides, n_runs, check):
 def test_override_of_a_dotted_axis():
     """Axis keys are dotted field paths; ``axes.<key>=...`` replaces that axis, it does not nest."""
     mb = CONFIGS / "microbatch-sweep.yaml"
-    _, runs = load_sweep(mb, ["axes.learner.tokens_per_microbatch=[512]", "axes.seed=[0]"])
+    runs = configs(mb, ["axes.learner.tokens_per_microbatch=[512]", "axes.seed=[0]"])
     assert [(r.preset, r.learner.tokens_per_microbatch) for r in runs] == [("bf16-e2e", 512), ("all", 512)]
     for shadowed in ("learner.tokens_per_microbatch=512", "learner={tokens_per_microbatch: 512}"):
         with pytest.raises(ConfigError, match="'learner.tokens_per_microbatch' is an axis"):
             load_sweep(mb, [shadowed])
     # a section override that leaves the axis' field alone is fine
-    _, runs = load_sweep(mb, ["learner={lr: 2.0e-3, group_size: 4}"])
+    runs = configs(mb, ["learner={lr: 2.0e-3, group_size: 4}"])
     assert len(runs) == 30 and {r.learner.lr for r in runs} == {2e-3}
 
 
 def test_overrides_change_only_what_they_name():
-    _, base = load_sweep(SMOKE)
-    _, runs = load_sweep(SMOKE, ["learner.lr=1e-3"])  # smoke already has lr 1e-3: the same runs
+    base = configs(SMOKE)
+    runs = configs(SMOKE, ["learner.lr=1e-3"])  # smoke already has lr 1e-3: the same runs
     assert _ids(runs) == _ids(base)
-    _, subset = load_sweep(SMOKE, ["axes.seed=[0]"])
+    subset = configs(SMOKE, ["axes.seed=[0]"])
     assert set(_ids(subset)) <= set(_ids(base))
-    _, changed = load_sweep(SMOKE, ["learner.lr=2e-3"])  # another run: another id (a sweep does not skip it)
+    changed = configs(SMOKE, ["learner.lr=2e-3"])  # another run: another id (a sweep does not skip it)
     assert set(_ids(changed)).isdisjoint(_ids(base))
 
 
@@ -372,10 +380,10 @@ def test_models_dir_is_relative_to_the_config_file(tmp_path, monkeypatch):
     path.write_text("sweep: t\nbase: {model: mini, models_dir: ../specs, "
                     "warmstart: {steps: 300, warmup: 30, task: {digits: 2}}}\n")
     monkeypatch.chdir(ROOT)
-    _, runs = load_sweep(path)
+    runs = configs(path)
     assert Path(runs[0].models_dir) == tmp_path / "specs" and runs[0].spec().name == "mini"
     monkeypatch.chdir(tmp_path / "sub")
-    assert _ids(load_sweep(path)[1]) == _ids(runs)
+    assert _ids(configs(path)) == _ids(runs)
     # the id does not depend on where the specs live (the same run on every machine)
     assert "models_dir" not in json.dumps(runs[0].model_dump(mode="json", exclude={"models_dir"}))
     assert os.path.isabs(runs[0].models_dir)
@@ -388,10 +396,10 @@ def test_editing_the_model_spec_changes_the_run_id(tmp_path):
     (models / "m.yaml").write_text(spec)
     cfg = tmp_path / "s.yaml"
     cfg.write_text("sweep: t\nbase: {model: m, warmstart: {steps: 100, warmup: 10, task: {digits: 2}}}\n")
-    (before,) = load_sweep(cfg)[1]
+    (before,) = configs(cfg)
     id_before = run_id(before)
     (models / "m.yaml").write_text(spec.replace("rms_norm_eps: 1.0e-6", "rms_norm_eps: 1.0e-5"))
-    (after,) = load_sweep(cfg)[1]
+    (after,) = configs(cfg)
     assert before == after  # the run config itself is unchanged ...
     assert run_id(after) != id_before  # ... but the architecture is not
 
@@ -474,7 +482,7 @@ def test_importing_the_config_loads_no_model_library():
 def test_learner_device_defaults_to_cpu_and_stays_out_of_run_ids():
     from fp8rl_core.config import LearnerSection, run_id
 
-    _, runs = load_sweep(CONFIGS / "smoke.yaml")
+    runs = configs(CONFIGS / "smoke.yaml")
     run = runs[0]
     assert run.learner.device == "cpu" and run.learner_config().device == "cpu"
     on_gpu = run.model_copy(update={"learner": run.learner.model_copy(update={"device": "cuda:0"})})
@@ -496,7 +504,7 @@ per_model:
 
 
 def test_per_model_settings_reach_only_that_models_runs_and_merge_over_base(tmp_path):
-    _, runs = load_sweep(_write(tmp_path, PER_MODEL))
+    runs = configs(_write(tmp_path, PER_MODEL))
     by = {(r.model, r.seed): r for r in runs}
     assert len(runs) == 4
     for seed in (0, 1):
@@ -505,7 +513,7 @@ def test_per_model_settings_reach_only_that_models_runs_and_merge_over_base(tmp_
         # merged: the rest of base's warm start (warmup, task) stays
         assert (moe.warmstart.steps, moe.warmstart.warmup, moe.warmstart.task.digits, moe.learner.lr) == (700, 30, 2, 3e-4)
     # a dotted override reaches a per-model setting
-    _, runs = load_sweep(_write(tmp_path, PER_MODEL), ["per_model.qwen3-moe-mini.warmstart.steps=650"])
+    runs = configs(_write(tmp_path, PER_MODEL), ["per_model.qwen3-moe-mini.warmstart.steps=650"])
     assert {r.warmstart.steps for r in runs if r.model == "qwen3-moe-mini"} == {650}
 
 
@@ -520,63 +528,3 @@ def test_bad_per_model_settings_are_refused_naming_the_setting(tmp_path, tail, e
     with pytest.raises(ConfigError) as e:
         load_sweep(_write(tmp_path, body))
     assert expect in str(e.value) and str(tmp_path) in str(e.value)
-
-
-def test_dispatch_order_interleaves_warm_starts_and_keeps_a_presets_seeds_together():
-    _, runs = load_sweep(CONFIGS / "smoke.yaml")
-    order = dispatch_order(runs)
-    assert sorted(order) == list(range(len(runs)))  # a permutation: every run once
-    first = [runs[i] for i in order]
-    # smoke lists 15 dense runs then 15 MoE runs: dispatched alternately, dense first
-    assert [r.model for r in first[:4]] == ["qwen3-dense-mini", "qwen3-moe-mini"] * 2
-    for model in ("qwen3-dense-mini", "qwen3-moe-mini"):  # each model's runs keep their sweep order
-        mine = [r for r in first if r.model == model]
-        assert mine == [r for r in runs if r.model == model]
-        assert [(r.preset, r.seed) for r in mine[:3]] == [("bf16-e2e", 0), ("bf16-e2e", 1), ("bf16-e2e", 2)]
-    # one warm start (a single model): the sweep's own order
-    _, dense = load_sweep(CONFIGS / "smoke.yaml", ["axes.model=[qwen3-dense-mini]"])
-    assert dispatch_order(dense) == list(range(len(dense)))
-    # runs of one model with different warm-start settings are different groups
-    longer = [r.model_copy(update={"warmstart": r.warmstart.model_copy(update={"steps": 900})}) for r in dense[:2]]
-    assert dispatch_order(dense[:2] + longer) == [0, 2, 1, 3]
-    assert dispatch_order([]) == []
-
-
-def test_runs_share_an_engine_group_exactly_when_their_engines_are_interchangeable():
-    _, runs = load_sweep(CONFIGS / "smoke.yaml")
-    by = {(r.model, r.preset, r.seed): engine_group(r) for r in runs}
-    assert by["qwen3-dense-mini", "half", 0] == by["qwen3-dense-mini", "half", 2]  # seeds share the engine
-    assert by["qwen3-dense-mini", "half", 0] != by["qwen3-dense-mini", "all", 0]  # another grid
-    assert by["qwen3-dense-mini", "half", 0] != by["qwen3-moe-mini", "half", 0]  # another checkpoint
-    assert len(set(by.values())) == 10  # 2 models × 5 presets
-    run = runs[0]
-    per_request = run.model_copy(update={"sampler": run.sampler.model_copy(update={"temperature": 0.5, "bucket_mb": 8.0})})
-    assert engine_group(per_request) == engine_group(run)  # neither is part of the engine vLLM builds
-    bigger = run.model_copy(update={"sampler": run.sampler.model_copy(update={"max_num_seqs": 128})})
-    assert engine_group(bigger) != engine_group(run)
-    longer = run.model_copy(update={"warmstart": run.warmstart.model_copy(update={"steps": 900})})
-    assert engine_group(longer) != engine_group(run)
-
-
-def test_next_run_keeps_a_worker_on_its_engine_then_spreads_then_fills():
-    assert next_run([], "a", []) is None
-    assert next_run(["b", "a", "a"], "a", ["b"]) == 1  # its engine is live: the next run of its group
-    assert next_run(["b", "c", "d"], "a", ["b"]) == 1  # group done: the first group nobody is on
-    assert next_run(["b", "b"], "a", ["b"]) == 0  # only another worker's group left: take it anyway
-    assert next_run(["b", "c"], None, []) == 0  # a fresh slot: the dispatch order
-
-
-def test_a_smoke_sweep_on_two_workers_starts_ten_engines_not_thirty():
-    # the driver's loop, simulated: two slots, runs of equal length, each worker's engine group followed
-    _, runs = load_sweep(CONFIGS / "smoke.yaml")
-    queue = [engine_group(runs[i]) for i in dispatch_order(runs)]
-    workers: list[str | None] = [None, None]
-    starts = 0
-    while queue:
-        for w, last in enumerate(workers):
-            if not queue:
-                break
-            g = queue.pop(next_run(queue, last, [x for i, x in enumerate(workers) if i != w and x is not None]))
-            starts += g != last
-            workers[w] = g
-    assert starts == 10

@@ -30,6 +30,8 @@ ROOT = CORE.parent
 #: entry fails the test until it is placed here.
 LAYERS: dict[str, int] = {
     "fp8rl_core.vocabulary": 0,
+    "fp8rl_core.identity": 0,  # content hashes (ids of runs, specs, warm starts, engines)
+    "fp8rl_core.errors": 0,  # one message for a config or spec file's validation error
     "fp8rl_core.grids": 1,
     "fp8rl_core.learner": 2,
     "fp8rl_core.sync": 3,
@@ -40,6 +42,7 @@ LAYERS: dict[str, int] = {
     "fp8rl_core.schemas": 6,
     "fp8rl_core.config": 6,
     "fp8rl_core.correctness": 7,
+    "fp8rl_core.schedule": 7,  # the order a sweep's runs go to workers (over config's runs)
     "fp8rl_core.verl": 7,
     "fp8rl_core.report": 8,
     "tasks": 9,

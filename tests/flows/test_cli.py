@@ -158,7 +158,7 @@ def test_runs_lists_runs_with_status_and_headline_metrics(store, monkeypatch):
     failed = tracking.open_run("sw", "swid", "0123456789ab", "moe-mini·half·s1", {"preset": "half"}, None, parent=parent,
                                tags={"model": "qwen3-moe-mini", "preset": "half", "seed": "1"})
     tracking.terminate(failed, "FAILED")
-    tracking.end_sweep_run(parent, [{"name": "moe-mini·half·s1", "status": "FAILED"}])
+    tracking.end_sweep_run(parent, [tracking.RunRow("r", "m", "moe-mini·half·s1", "FAILED")])
     tracking.open_run("other", "x", "ffffffffffff", "other-run", {}, None)
 
     result = _invoke("runs", "--sweep", "sw")

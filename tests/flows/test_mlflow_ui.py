@@ -64,7 +64,7 @@ def _experiment_runs(name: str):
 
 
 def test_the_sweep_reads_back_as_a_parent_with_its_runs_named_tagged_and_described(sweep):
-    assert [r["status"] for r in sweep["rows"]] == ["FINISHED", "FINISHED"]
+    assert [r.status for r in sweep["rows"]] == ["FINISHED", "FINISHED"]
     exp, runs = _experiment_runs("smoke")
     (parent,) = [r for r in runs if r.data.tags.get("fp8rl.kind") == "sweep"]
     children = sorted((r for r in runs if r.data.tags.get("fp8rl.run_id")), key=lambda r: NAMES.index(r.info.run_name))

@@ -52,16 +52,30 @@ def _runs(sweep: str, kind: str | None = None):
     return [r for r in found if r.data.tags.get("fp8rl.kind") == kind]
 
 
+def test_the_experiment_flow_takes_its_run_as_expanded_without_reading_the_spec_again(monkeypatch):
+    """A run crosses the task boundaries as the data its expansion made: Prefect's validation of the flow's
+    parameters keeps the same object (no re-validation, so no read of the model spec)."""
+    from fp8rl_core.config import load_sweep
+    from flows.pipelines import experiment
+
+    _, runs = load_sweep(SMOKE, ONE_RUN)
+    reads = []
+    read_text = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: reads.append(self) or read_text(self, *a, **k))
+    params = experiment.validate_parameters({"run": runs[0], "sweep": "smoke", "sweep_id": "x", "mlflow_run": None})
+    assert params["run"] is runs[0] and reads == []
+
+
 def test_a_run_finishes_with_its_record_and_a_resume_skips_it(env):
     from flows.pipelines import mxfp8_sweep
 
     rows = mxfp8_sweep(SMOKE, ONE_RUN)
-    assert [r["status"] for r in rows] == ["FINISHED"]
+    assert [r.status for r in rows] == ["FINISHED"]
     (run,) = _runs("smoke")
     c = tracking.client()
     assert run.info.status == "FINISHED"
     assert run.data.params["preset"] == "all" and run.data.params["loop.steps"] == "1"
-    assert run.data.tags["fp8rl.run_id"] == rows[0]["run_id"] and run.data.tags["prefect.flow_run_id"] != "none"
+    assert run.data.tags["fp8rl.run_id"] == rows[0].run_id and run.data.tags["prefect.flow_run_id"] != "none"
     # it ran on a Ray worker of a local Ray (not in this process), which the run records
     assert run.data.tags["ray.node_id"] and run.data.tags["fp8rl.pid"] != str(os.getpid())
     for name in ("reward/mean", "kl/k3", "kl/k1", "time/step_s", "time/load_s", "time/checks_s", "sync/bytes"):
@@ -101,7 +115,7 @@ def test_a_run_finishes_with_its_record_and_a_resume_skips_it(env):
     assert "report/summary.md" in {f.path for f in c.list_artifacts(rep.info.run_id, "report")}
 
     again = mxfp8_sweep(SMOKE, ONE_RUN)
-    assert [r["status"] for r in again] == ["SKIPPED (done)"] and again[0]["mlflow_run"] == run.info.run_id
+    assert [r.status for r in again] == ["SKIPPED (done)"] and again[0].mlflow_run == run.info.run_id
     assert len(_runs("smoke")) == 1
 
 
@@ -178,9 +192,9 @@ def test_an_engine_dying_mid_sync_fails_the_run_with_its_last_good_version_and_a
     monkeypatch.setattr(Sampler, "sync", original_sync)
     monkeypatch.setattr(Sampler, "_rpc", original_rpc)
     rows = mxfp8_sweep(SMOKE, run_args, inline=True)  # resume reruns the failed run on a new engine
-    assert [r["status"] for r in rows] == ["FINISHED"]
+    assert [r.status for r in rows] == ["FINISHED"]
     assert not set(state["killed"]) & {p.pid for p in _engine_cores()}
-    rerun = tracking.client().get_run(rows[0]["mlflow_run"])
+    rerun = tracking.client().get_run(rows[0].mlflow_run)
     assert rerun.info.status == "FINISHED" and rerun.info.run_id != run.info.run_id
     checks = json.loads(Path(tracking.client().download_artifacts(rerun.info.run_id, "checks.json",
                                                                   str(env["root"]))).read_text())
@@ -223,11 +237,12 @@ def test_sigterm_marks_the_run_killed(env):
 
 
 def test_a_sweep_asking_for_gpus_the_cluster_lacks_stops_before_anything_runs(env):
-    from flows.pipelines import ClusterError, mxfp8_sweep
+    from flows.pipelines import mxfp8_sweep
+    from tasks.cluster import ClusterError
 
     before = len(_runs("smoke"))
     with pytest.raises(ClusterError, match=r"each run asks for num_cpus=1, num_gpus=1 .* no node of a local Ray "
-                                           r"has that much: .*num_gpus=0.*GPU nodes"):
+                                           r"\(this machine\) has that much: .*num_gpus=0.*GPU nodes"):
         mxfp8_sweep(SMOKE, ["axes.seed=[3]", "axes.preset=[all]", "axes.model=[qwen3-dense-mini]", "resources.num_gpus=1"])
     assert len(_runs("smoke")) == before  # no MLflow run was opened
 
@@ -235,7 +250,8 @@ def test_a_sweep_asking_for_gpus_the_cluster_lacks_stops_before_anything_runs(en
 def test_a_verl_backend_sweep_on_a_cluster_without_gpus_stops_before_anything_runs(env):
     """``backend: verl`` runs go to verl's trainer, never to the native CPU path; on a Ray without GPUs the
     pre-flight says what verl needs and what the cluster has, before any MLflow run is opened."""
-    from flows.pipelines import ClusterError, mxfp8_sweep
+    from flows.pipelines import mxfp8_sweep
+    from tasks.cluster import ClusterError
 
     with pytest.raises(ClusterError, match=r"^backend verl needs 8 GPUs per node on 1 node \(verl.gpus_per_node, "
                                            r"verl.nnodes\); a local Ray \(this machine\) has 0 GPUs, 0 node\(s\) with 8: "

@@ -189,13 +189,13 @@ def test_a_sweep_on_two_ray_nodes_tracked_by_mlflow_on_postgres(env):
         stop.set()
         stopper.join(timeout=60)
     assert len(outage) == 2, "the outage never happened"
-    assert sorted(r["status"] for r in rows) == ["FINISHED"] + ["SKIPPED (done)"] * 3
-    (rerun,) = [r for r in rows if r["status"] == "FINISHED"]
-    assert rerun["name"] == "dense-mini·half·s0" and c.get_run(rerun["mlflow_run"]).info.status == "FINISHED"
+    assert sorted(r.status for r in rows) == ["FINISHED"] + ["SKIPPED (done)"] * 3
+    (rerun,) = [r for r in rows if r.status == "FINISHED"]
+    assert rerun.name == "dense-mini·half·s0" and c.get_run(rerun.mlflow_run).info.status == "FINISHED"
 
     # 3. and a third time nothing runs
     rows = mxfp8_sweep(SMOKE, FOUR_RUNS, report=False, ray_address=env["address"])
-    assert [r["status"] for r in rows] == ["SKIPPED (done)"] * 4
+    assert [r.status for r in rows] == ["SKIPPED (done)"] * 4
     assert not [r for r in _runs("scale-out") if r.info.status in ("RUNNING", "SCHEDULED")]
     # the sweep's one parent run (reopened by each rerun) ends FINISHED once the rerun repaired the failure
     (parent,) = _runs("scale-out", "sweep")

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from fp8rl_core.config import ResourcesSection
-from tasks.cluster import Node, capacity, fit_problem, loopback_problem, where
+from tasks.cluster import ClusterError, Node, capacity, fit_problem, loopback_problem, preflight, verl_fit_problem, where
 
 CPU_NODE = Node("a" * 56, "10.0.0.1", cpus=2, gpus=0, memory_gb=20.0)
 GPU_NODE = Node("b" * 56, "10.0.0.2", cpus=32, gpus=8, memory_gb=900.0)
@@ -54,6 +54,37 @@ def test_a_loopback_server_is_refused_only_when_nodes_are_on_other_hosts():
     msg = loopback_problem("the Prefect API (PREFECT_API_URL)", "http://localhost:4200/api", [CPU_NODE, GPU_NODE], here)
     assert msg.startswith("the Prefect API (PREFECT_API_URL) is http://localhost:4200/api, a loopback address, but the "
                           "Ray cluster has nodes on other hosts (10.0.0.2)")
+
+
+def test_a_loopback_prefect_api_in_any_spelling_is_refused():
+    here = {CPU_NODE.ip}
+    for url in ("http://LOCALHOST:4200/api", "http://[::1]:4200/api", "http:///api", "http://app.localhost:4200/api"):
+        assert "a loopback address" in loopback_problem("the Prefect API", url, [CPU_NODE, GPU_NODE], here), url
+
+
+def test_the_preflight_passes_a_cluster_that_can_run_the_sweep():
+    preflight([CPU_NODE], [None], prefect_api="http://127.0.0.1:4200/api", store="sqlite:///x.db", local_ips={CPU_NODE.ip})
+    preflight([CPU_NODE, GPU_NODE], [None, None], prefect_api="http://10.0.0.1:4200/api", store="http://10.0.0.1:5000",
+              local_ips={CPU_NODE.ip})
+
+
+def test_the_preflight_names_every_problem_once_in_order():
+    nodes = [CPU_NODE, GPU_NODE]
+    fit = fit_problem({"num_cpus": 64}, nodes, "c")
+    with pytest.raises(ClusterError) as e:
+        preflight(nodes, [fit, None, fit], prefect_api="http://localhost:4200/api", store="sqlite:///x.db",
+                  local_ips={CPU_NODE.ip})
+    lines = str(e.value).splitlines()
+    assert len(lines) == 3 and lines[0] == fit
+    assert lines[1].startswith("the Prefect API (PREFECT_API_URL) is http://localhost:4200/api, a loopback address")
+    assert lines[2].startswith("a sweep on 2 nodes with MLFLOW_TRACKING_URI=sqlite:///x.db: a SQLite file")
+
+
+def test_the_preflight_of_a_verl_sweep_checks_no_prefect_api():
+    gpu = verl_fit_problem(1, 16, [GPU_NODE], "c")
+    with pytest.raises(ClusterError) as e:
+        preflight([GPU_NODE], [gpu, gpu], store="sqlite:///x.db", local_ips=set())
+    assert str(e.value) == gpu  # one node: any store; the same problem of two runs said once
 
 
 def test_where_names_this_process_outside_ray():

@@ -76,7 +76,7 @@ def test_the_report_goes_to_the_sweeps_parent_run_with_its_figures_inside_and_th
         for preset in ("bf16-sampler", "all"):
             _log_run(sweep, preset, seed, parent=parent)
     assert tracking.find_sweep_run(sweep, "sid") == parent and tracking.find_sweep_run(sweep, "other") is None
-    tracking.end_sweep_run(parent, [{"name": "x", "status": "FINISHED"}] * 4)
+    tracking.end_sweep_run(parent, [tracking.RunRow("r", "m", "x", "FINISHED")] * 4)
     data = reporting.sweep_data(sweep, store / "dl", configs=store / "no-configs")
     assert parent not in set(data.runs["mlflow_run"]) and len(data.runs) == 4  # the parent is no run of the sweep
 

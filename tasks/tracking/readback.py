@@ -1,0 +1,85 @@
+"""Reading a sweep back from MLflow: its finished runs (resume), its parent run, its tables (reports)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .store import client, tracking_uri
+
+__all__ = ["RUN_TABLES", "find_finished", "find_sweep_run", "sweep_tables"]
+
+
+def find_finished(sweep: str, run_id: str) -> str | None:
+    """The MLflow run id of a FINISHED run with this fp8rl run id in the sweep's experiment, if any."""
+    c = client()
+    exp = c.get_experiment_by_name(sweep)
+    if exp is None:
+        return None
+    runs = c.search_runs([exp.experiment_id],
+                         filter_string=f"tags.`fp8rl.run_id` = '{run_id}' and attributes.status = 'FINISHED'",
+                         max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+#: the tables every finished run logs under ``tables/`` (tasks.stages.record_run)
+RUN_TABLES = ("steps", "tokens", "microbatches", "kl_summary", "probe", "checks")
+
+
+def sweep_tables(sweep: str, dest: str | Path, sweep_id: str | None = "latest") -> dict:
+    """Everything a report needs from a sweep's MLflow experiment: ``runs`` (one dict per FINISHED run —
+    MLflow run id, fp8rl run id, name, params as logged, final metrics) and, per table of
+    :data:`RUN_TABLES`, the concatenated rows of every run (with its fp8rl ``run_id``). Parquet files
+    are downloaded under ``dest``. The newest FINISHED MLflow run wins when a run id was run twice;
+    runs that are not FINISHED, and runs without an fp8rl run id (e.g. a report run), are left out.
+    ``sweep_id``: only runs of that expansion of the config (tag ``fp8rl.sweep_id``, a hash of its run
+    ids: a changed config is a new expansion); ``"latest"`` (default) the expansion of the newest
+    FINISHED run; None every expansion. Raises ``LookupError`` naming the known experiments when the
+    sweep has none."""
+    import pyarrow.parquet as pq
+
+    c = client()
+    exp = c.get_experiment_by_name(sweep)
+    if exp is None:
+        known = sorted(e.name for e in c.search_experiments())
+        raise LookupError(f"no MLflow experiment named {sweep!r} at {tracking_uri()}; known: {', '.join(known) or 'none'}")
+    found = c.search_runs([exp.experiment_id], filter_string="attributes.status = 'FINISHED'",
+                          order_by=["attributes.start_time DESC"], max_results=5000)
+    found = [r for r in found if r.data.tags.get("fp8rl.run_id")]
+    if sweep_id == "latest":
+        sweep_id = found[0].data.tags.get("fp8rl.sweep_id") if found else None
+    if sweep_id is not None:
+        found = [r for r in found if r.data.tags.get("fp8rl.sweep_id") == sweep_id]
+    runs, seen = [], set()
+    tables: dict[str, list[dict]] = {t: [] for t in RUN_TABLES}
+    for r in found:
+        rid = r.data.tags.get("fp8rl.run_id")
+        if rid in seen:
+            continue
+        seen.add(rid)
+        runs.append({"mlflow_run": r.info.run_id, "run_id": rid, "name": r.info.run_name,
+                     "params": dict(r.data.params), "metrics": dict(r.data.metrics)})
+        folder = Path(dest) / r.info.run_id
+        folder.mkdir(parents=True, exist_ok=True)
+        have = {Path(f.path).stem for f in c.list_artifacts(r.info.run_id, "tables")}
+        for t in RUN_TABLES:
+            if t not in have:
+                continue
+            rows = pq.read_table(c.download_artifacts(r.info.run_id, f"tables/{t}.parquet", str(folder))).to_pylist()
+            if t in ("steps", "tokens", "checks"):  # the others carry their run id already
+                rows = [row | {"run_id": rid} for row in rows]
+            tables[t].extend(rows)
+    return {"sweep": sweep, "experiment_id": exp.experiment_id, "sweep_id": sweep_id,
+            "runs": list(reversed(runs))} | tables
+
+
+
+def find_sweep_run(sweep: str, sweep_id: str | None = None) -> str | None:
+    """The newest parent run of the sweep (of the expansion ``sweep_id``, when given), if any."""
+    c = client()
+    exp = c.get_experiment_by_name(sweep)
+    if exp is None:
+        return None
+    where = "tags.`fp8rl.kind` = 'sweep'" + (f" and tags.`fp8rl.sweep_id` = '{sweep_id}'" if sweep_id else "")
+    runs = c.search_runs([exp.experiment_id], filter_string=where, order_by=["attributes.start_time DESC"], max_results=1)
+    return runs[0].info.run_id if runs else None
+
