@@ -123,14 +123,14 @@ def verl_config(
 
     try:
         sweep, runs = load_sweep(config, list(overrides or []))
-        run = runs[index].config
+        run = runs[index]
         ov = launch_overrides(run, sweep.sweep, mlflow_run_id=mlflow_run, ray_address=ray_address)
-        cfg, printed = check(run, ov)
+        cfg, printed = check(run.config, ov)
     except (ConfigError, VerlConfigError, ValueError, IndexError) as e:
         raise _fail(str(e)) from None
     from omegaconf import OmegaConf
 
-    typer.echo(f"# run {index} of {len(runs)}: {run.model}, preset {run.preset}, seed {run.seed}")
+    typer.echo(f"# run {index} of {len(runs)}: {run.config.model}, preset {run.config.preset}, seed {run.config.seed}")
     typer.echo(f"# fp8rl run writes the dataset into {work_dir(sweep.sweep, run)} and runs: python -m {MAIN_PPO} \\")
     typer.echo("\n".join(f"{o.hydra()}    # {o.source}" for o in ov))
     typer.echo("# --- verl's ppo_trainer composed with them ---")

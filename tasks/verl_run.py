@@ -33,7 +33,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from fp8rl_core.config import RunConfig, run_id
+from fp8rl_core.config import Run
 from fp8rl_core.learner.warmstart import warm_start
 from fp8rl_core.verl.checking import read_reports
 from fp8rl_core.verl.data import write_dataset, write_model_dir
@@ -53,36 +53,36 @@ _HYDRA_ECHO = "Error executing job with overrides:"
 _LINE = 400
 
 
-def work_dir(sweep: str, cfg: RunConfig) -> Path:
+def work_dir(sweep: str, run: Run) -> Path:
     """The run's work folder (absolute: verl's trainer runs in other processes, perhaps on other nodes)."""
-    return Path(os.environ.get("FP8RL_VERL_WORK", ".cache/verl")).resolve() / sweep / run_id(cfg)
+    return Path(os.environ.get("FP8RL_VERL_WORK", ".cache/verl")).resolve() / sweep / run.id
 
 
-def model_dir(sweep: str, cfg: RunConfig) -> Path | None:
-    """verl's ``model.path`` for a ``hardware: cpu`` run (its warm start with the task tokenizer, written by
-    :func:`prepare_model`); None where ``verl.model_path`` names the checkpoint."""
-    return work_dir(sweep, cfg) / "model" if cfg.verl.model_path is None else None
+def model_dir(sweep: str, run: Run) -> Path | None:
+    """verl's ``model.path`` for a run without ``verl.model_path`` (its warm start with the task tokenizer,
+    written by :func:`prepare_model`); None where ``verl.model_path`` names the checkpoint."""
+    return work_dir(sweep, run) / "model" if run.config.verl.model_path is None else None
 
 
-def launch_overrides(cfg: RunConfig, sweep: str, *, mlflow_run_id: str | None = None,
+def launch_overrides(run: Run, sweep: str, *, mlflow_run_id: str | None = None,
                      ray_address: str | None = None, fault: dict | None = None) -> list[Override]:
     """verl's overrides of ``cfg`` as the launcher runs them: the sweep as verl's project, the run id as
     its experiment, the dataset (and, on CPU, the model) in :func:`work_dir`, the tracking store, fp8rl's
     MLflow run, the Ray cluster to join and a planted fault (``fault``: the fault tests only)."""
-    return verl_overrides(cfg, experiment=sweep, run_name=run_id(cfg), mlflow_run_id=mlflow_run_id,
+    return verl_overrides(run.config, experiment=sweep, run_name=run.id, mlflow_run_id=mlflow_run_id,
                           tracking_uri=tracking.tracking_uri() if mlflow_run_id else None,
-                          data_dir=work_dir(sweep, cfg), ray_address=ray_address, model_path=model_dir(sweep, cfg),
+                          data_dir=work_dir(sweep, run), ray_address=ray_address, model_path=model_dir(sweep, run),
                           fault=fault)
 
 
-def prepare_model(cfg: RunConfig, sweep: str, cache_root: str | Path) -> Path | None:
+def prepare_model(run: Run, sweep: str, cache_root: str | Path) -> Path | None:
     """The run's warm start (trained once, then reused from ``cache_root``) as verl's model directory, for
     a run without ``verl.model_path``; None otherwise."""
-    target = model_dir(sweep, cfg)
+    target = model_dir(sweep, run)
     if target is None:
         return None
-    res = warm_start(cfg.spec(), cfg.warmstart, Path(cache_root).resolve(), progress=True)
-    return write_model_dir(res.path, target, cfg.spec().vocab_size)
+    res = warm_start(run.spec, run.config.warmstart, Path(cache_root).resolve(), progress=True)
+    return write_model_dir(res.path, target, run.spec.vocab_size)
 
 
 def record(mlflow_run: str, work: Path) -> dict[str, float]:
@@ -135,17 +135,16 @@ def failure_reason(returncode: int, output: str, lines: int = 3) -> str | None:
 
 
 @task(name="verl-run", cache_policy=NO_CACHE)
-def run_verl(run: dict, sweep: str, mlflow_run: str, ray_address: str | None = None,
+def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = None,
              cache_root: str = ".cache/warmstart", fault: dict | None = None) -> VerlOutcome:
     """Write the run's dataset, model directory (a CPU run's warm start) and overrides, then run
     ``python -m verl.trainer.main_ppo`` with them, its MLflow logger inside ``mlflow_run``; wait for it, then
     :func:`record` the checks and summary metrics. Returns how it ended (the caller ends the MLflow run)."""
-    cfg = RunConfig.model_validate(run)
-    work = work_dir(sweep, cfg)
-    write_dataset(cfg, work)
+    work = work_dir(sweep, run)
+    write_dataset(run.config, work)
     (work / "checks.jsonl").unlink(missing_ok=True)
-    prepare_model(cfg, sweep, cache_root)
-    argv = main_ppo_argv(launch_overrides(cfg, sweep, mlflow_run_id=mlflow_run, ray_address=ray_address, fault=fault),
+    prepare_model(run, sweep, cache_root)
+    argv = main_ppo_argv(launch_overrides(run, sweep, mlflow_run_id=mlflow_run, ray_address=ray_address, fault=fault),
                          sys.executable)
     (work / "main_ppo.args").write_text("\n".join(argv[3:]) + "\n")
     tracking.log_file(mlflow_run, work / "main_ppo.args", "verl")

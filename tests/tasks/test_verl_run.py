@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from fp8rl_core.config import load_sweep, run_id
+from fp8rl_core.config import load_sweep
 from tasks import tracking
 from tasks.verl_run import failure_reason, launch_overrides, run_verl, work_dir
 
@@ -45,8 +45,7 @@ def test_verl_config_prints_exactly_the_launchers_overrides(store):
     args = [GPU8B, "axes.seed=[1]", "axes.preset=[half]"]
     res = CliRunner().invoke(app, ["verl-config", *args, "--mlflow-run", "0123abcd", "--ray-address", "10.0.0.1:6379"])
     assert res.exit_code == 0, res.output
-    sweep, (expanded,) = load_sweep(*args[:1], args[1:])
-    run = expanded.config
+    sweep, (run,) = load_sweep(*args[:1], args[1:])
     printed = [line.split("    # ")[0] for line in res.output.splitlines()[2:] if not line.startswith("#")]
     printed = printed[:printed.index("model_engine: megatron")]  # the overrides, before the composed config
     launched = launch_overrides(run, sweep.sweep, mlflow_run_id="0123abcd", ray_address="10.0.0.1:6379")
@@ -64,10 +63,9 @@ def test_a_run_verl_refuses_ends_with_verls_status_and_its_own_message(store):
     needs neither a cluster nor a GPU."""
     sweep, (expanded,) = load_sweep(GPU8B, ["axes.seed=[0]", "axes.preset=[all]", "verl.tensor_parallel=3",
                                             "verl.micro_batch_size_per_gpu=1"])
-    run = expanded.config
-    mlflow_run = tracking.open_run(sweep.sweep, "s", run_id(run), "r", {}, None)
-    out = run_verl.fn(run.model_dump(mode="json") | {"models_dir": str(Path(run.models_dir).resolve())}, sweep.sweep,
-                      mlflow_run)
+    run = expanded
+    mlflow_run = tracking.open_run(sweep.sweep, "s", run.id, "r", {}, None)
+    out = run_verl.fn(run, sweep.sweep, mlflow_run)
     assert out.returncode == 1
     assert out.reason.startswith("verl's main_ppo exited with status 1: ")
     assert "n_gpus (8) must be divisible by model_parallel_size (3)" in out.reason  # verl's own words
@@ -78,6 +76,6 @@ def test_a_run_verl_refuses_ends_with_verls_status_and_its_own_message(store):
     expect = [o.hydra() for o in launch_overrides(run, sweep.sweep, mlflow_run_id=mlflow_run)]
     assert (work / "main_ppo.args").read_text().splitlines() == expect
     train = pd.read_parquet(work / "train.parquet")
-    assert len(train) == run.loop.steps * run.loop.prompts_per_step and len(pd.read_parquet(work / "val.parquet")) == 64
+    assert len(train) == run.config.loop.steps * run.config.loop.prompts_per_step and len(pd.read_parquet(work / "val.parquet")) == 64
     files = {f.path for f in tracking.client().list_artifacts(mlflow_run, "verl")}
     assert files == {"verl/main_ppo.args", "verl/main_ppo.log"}
