@@ -1,7 +1,8 @@
 """Builds SGLang's own Qwen3 / Qwen3-MoE on MXFP8 on CPU and loads fp8rl's export through fp8rl's SGLang
 loader; run by tests/verl/test_sglang_models.py inside .venv-sglang (``make setup-sglang``).
 
-Prints one JSON line per case (model, tp, rank, counts, what failed); exits non-zero on any failure.
+Prints one JSON line per model (what SGLang created, what was sent, what differs, what failed); the test
+asserts on it.
 """
 
 from __future__ import annotations
@@ -12,12 +13,19 @@ import sys
 
 import torch
 
+# SGLang's CPU platform (docs/platforms/cpu_server.md in its repository): without it SGLang takes this host for
+# an unknown accelerator and its rotary embedding imports vLLM's CUDA ops
+os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
+
 # torchvision from PyPI links libtorch_cuda, so its C ops never load beside the CPU torch, and its
 # _meta_registrations then fails on the two ops it registers unguarded; defining their schemas lets the
 # pure-Python torchvision import (SGLang imports it on every path: sglang.srt.utils.common, transformers'
 # image processors). No torchvision op is ever called here.
 for op in ("nms", "qnms"):
     torch.library.define(f"torchvision::{op}", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)  # fp8rl itself is not installed in .venv-sglang: its source tree is imported
 
 import sglang  # noqa: E402
 from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel  # noqa: E402
@@ -42,7 +50,6 @@ from fp8rl_core.sync.layout import ModelLayout  # noqa: E402
 from fp8rl_core.sync.ranks import slice_for_rank  # noqa: E402
 from fp8rl_core.verl.sglang import DERIVED, SglangLoadError, load_into, load_weights, sglang_name  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 QUANT = {"quant_method": "mxfp8", "activation_scheme": "dynamic"}
 
 
@@ -143,12 +150,17 @@ def check(spec_name: str, rank: int, tp: int) -> dict:
 
 
 def main():
-    """``sglang_models.py MODEL [TP RANK PORT]``: one TP rank (a process per rank, gloo over loopback)."""
-    spec_name, tp, rank, port = sys.argv[1], *(int(a) for a in (sys.argv[2:] or ["1", "0", "29533"]))
+    """``sglang_models.py MODEL[,MODEL...] [TP RANK PORT]``: one TP rank (a process per rank, gloo over
+    loopback), a JSON line per model."""
+    if sys.argv[1] == "--import-only":
+        print("sglang", sglang.__version__, "imports on torch", torch.__version__)
+        return
+    models, tp, rank, port = sys.argv[1], *(int(a) for a in (sys.argv[2:] or ["1", "0", "29533"]))
     init_distributed_environment(world_size=tp, rank=rank, local_rank=rank, backend="gloo",
                                  distributed_init_method=f"tcp://127.0.0.1:{port}")
     initialize_model_parallel(tp)
-    print(json.dumps(check(spec_name, rank, tp)))
+    for model in models.split(","):
+        print(json.dumps(check(model, rank, tp)), flush=True)
 
 
 if __name__ == "__main__":
