@@ -34,8 +34,6 @@ from sglang.srt.layers.dp_attention import initialize_dp_attention  # noqa: E402
 from sglang.srt.layers.moe import initialize_moe_config  # noqa: E402
 from sglang.srt.layers.quantization.fp8 import Fp8Config, Fp8LinearMethod, Fp8MoEMethod  # noqa: E402
 from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler  # noqa: E402
-
-
 from sglang.srt.models.qwen3 import Qwen3ForCausalLM  # noqa: E402
 from sglang.srt.models.qwen3_moe import Qwen3MoeForCausalLM  # noqa: E402
 
