@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # pyvers pins packaging<26 (docs/gpu.md, Environments); their imports are tested in tests/verl
 VERL_NODEPS := verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0
 
-.PHONY: setup setup-gpu run test test-fast bench results results-small clean
+.PHONY: setup setup-sglang setup-gpu run test test-fast bench results results-small clean
 
 setup: $(STAMP)
 
@@ -27,6 +27,26 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -c "from fp8rl_core.grids import native; lib = native.load(); print('fp8rl MXFP8 kernel:', native.kernel_path() if lib else 'unavailable (PyTorch fallback)')"
 	$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0') and not torch.cuda.is_available(), torch.__version__"
 	touch $(STAMP)
+
+# SGLang's Python code on the CPU torch, in a venv of its own (its pins clash with .venv's: transformers 5.6,
+# torch 2.11 in its metadata): what tests/verl/test_sglang_models.py runs SGLang's own model classes in. sglang
+# and torchvision without their dependencies (CUDA-only packages SGLang's model code does not import; the
+# torch they pin); the rest is what SGLang's model, layer and quantization modules import (constraints-sglang.txt)
+SGLANG_VENV  ?= .venv-sglang
+SGLANG_STAMP := $(SGLANG_VENV)/.installed
+SGLANG_DEPS  := numpy transformers pydantic pyyaml safetensors orjson psutil pybase64 requests triton pillow \
+	starlette ipython aiohttp pyzmq openai partial-json-parser dill sentencepiece einops compressed-tensors gguf msgspec
+
+setup-sglang: $(SGLANG_STAMP)
+
+$(SGLANG_STAMP): constraints-sglang.txt
+	test -x $(SGLANG_VENV)/bin/python || $(PYTHON) -m venv $(SGLANG_VENV)
+	$(SGLANG_VENV)/bin/python -m pip install -c constraints-sglang.txt torch==2.13.0
+	$(SGLANG_VENV)/bin/python -m pip install -c constraints-sglang.txt --no-deps sglang torchvision
+	$(SGLANG_VENV)/bin/python -m pip install -c constraints-sglang.txt $(SGLANG_DEPS)
+	$(SGLANG_VENV)/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0') and not torch.cuda.is_available(), torch.__version__"
+	$(SGLANG_VENV)/bin/python tests/verl/sglang_models.py --import-only
+	touch $(SGLANG_STAMP)
 
 # a GPU host (CUDA torch, vLLM or SGLang, Transformer Engine, Megatron): not for CPU machines; versions and
 # their sources in constraints-gpu.txt, the steps in docs/gpu.md
@@ -61,8 +81,9 @@ results-small: setup
 	for s in $(RESULTS_SMALL); do $(VENV)/bin/fp8rl report $$s --out docs/results/$$s --no-log || exit 1; done
 
 # every test (what CI runs), then every test phase of 5 s or more, slowest first — compare them with
-# tests/BUDGET.md, which lists the slow tests' measured seconds; each test's time also in test-artifacts/junit.xml
-test: setup
+# tests/BUDGET.md, which lists the slow tests' measured seconds; each test's time also in test-artifacts/junit.xml;
+# the SGLang venv for tests/verl/test_sglang_models.py
+test: setup setup-sglang
 	$(PY) -m pytest --durations=0 --durations-min=5 --junitxml=test-artifacts/junit.xml
 
 # the edit loop: no vLLM engine, no flow, nothing slow (tiers set by path in tests/conftest.py; times: bench/README.md)
@@ -73,4 +94,4 @@ bench: setup
 	$(PY) bench/quantize.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(SGLANG_VENV) .pytest_cache .hypothesis

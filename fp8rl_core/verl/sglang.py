@@ -1,26 +1,26 @@
 """fp8rl's bytes into SGLang's MXFP8 parameters: a custom weight loader for ``update_weights_from_tensor``.
 
-SGLang is not installed here (it does not run on CPU); everything below was read from its source,
-**sgl-project/sglang @00563d36** (the newest stored snapshot, newer than the 0.5.12 that
-``constraints-gpu.txt`` pins — re-check the names on the pinned version before the first GPU run):
+Written against **sglang 0.5.12** (verl 0.9.1's pin, ``constraints-gpu.txt``) and checked against that
+version's own model classes on CPU (tests/verl/test_sglang_models.py, in .venv-sglang; docs/gpu.md, SGLang).
+What it relies on, in SGLang 0.5.12's ``python/sglang/srt/``:
 
-``python/sglang/srt/layers/quantization/fp8.py``
+``layers/quantization/fp8.py``
     ``Fp8Config.from_config``: a ``quant_method`` containing "mxfp8" sets ``use_mxfp8`` and the block
-    ``[1, 32]``. ``Fp8LinearMethod.create_fp8_weight_`` registers, per rank, ``weight``
-    ``[N_rank, K_rank]`` ``float8_e4m3fn`` and ``weight_scale_inv`` — a ``BlockQuantScaleParameter`` of
-    ``uint8`` E8M0 bytes ``[N_rank, K_rank/32]``, compact and row-major (one byte per 1×32 block along K:
-    the layout of fp8rl's rowwise ``weight_scale``). ``Fp8MoEMethod.create_fp8_moe_weight_``:
-    ``w13_weight`` ``[E, 2·I_rank, H]`` (gate | up), ``w13_weight_scale_inv`` ``[E, 2·I_rank, H/32]``,
-    ``w2_weight`` ``[E, H, I_rank]``, ``w2_weight_scale_inv`` ``[E, H, I_rank/32]``.
-``process_weights_after_loading_block_quant`` (MXFP8, serialized checkpoint)
-    keeps ``weight_scale_inv`` compact and in place ("keep parameter object to preserve weight_loader
-    attrs for hot reload") and derives what the GEMM backend reads from it: a swizzled copy in a
-    *separate* attribute (``weight_scale_inv_swizzled``: FlashInfer CUTLASS / CuTe DSL;
-    ``weight_scale_inv_deepgemm``: DeepGEMM), or — FlashInfer TRT-LLM — ``weight`` shuffled **in place** plus
-    ``weight_scale_inv_shuffled``. So the loader writes the *unswizzled* bytes into ``weight`` and
-    ``weight_scale_inv`` and then has the layer's own method derive the rest, once, after both arrived
-    (running it twice would shuffle a TRT-LLM weight twice).
-``model_executor/model_runner.py`` / ``managers/scheduler_components/weight_updater.py``
+    ``[1, 32]``. ``Fp8LinearMethod.create_weights`` registers, per rank, ``weight`` ``[N_rank, K_rank]``
+    ``float8_e4m3fn`` and ``weight_scale_inv`` — a ``BlockQuantScaleParameter`` of ``uint8`` E8M0 bytes
+    ``[N_rank, K_rank/32]``, compact and row-major (one byte per 1×32 block along K: the layout of fp8rl's
+    rowwise ``weight_scale``). ``Fp8MoEMethod.create_weights``: ``w13_weight`` ``[E, 2·I_rank, H]``
+    (gate | up), ``w13_weight_scale_inv`` ``[E, 2·I_rank, H/32]``, ``w2_weight`` ``[E, H, I_rank]``,
+    ``w2_weight_scale_inv`` ``[E, H, I_rank/32]``.
+``process_weights_after_loading`` (MXFP8, serialized checkpoint)
+    derives what the GEMM backend reads from the compact bytes, keeping every Parameter object: linear
+    layers on FlashInfer CUTLASS add ``weight_scale_inv_swizzled`` (a separate attribute), on FlashInfer
+    TRT-LLM shuffle ``weight`` and ``weight_scale_inv`` in place, on Triton keep them as they are; MoE layers
+    (SM100 only) swizzle ``w13/w2_weight_scale_inv`` in place (TRT-LLM: realign the weights too). So the loader
+    writes the *compact* bytes into ``weight`` and ``weight_scale_inv`` and then has the layer's own method
+    derive the rest, once, after both arrived (running it twice would shuffle or swizzle them twice). On
+    SGLang's CPU platform (``SGLANG_USE_CPU_ENGINE=1``) both methods require AMX.
+``model_executor/model_runner.py`` / ``managers/scheduler_update_weights_mixin.py``
     ``update_weights_from_tensor``: with ``load_format`` in ``server_args.custom_weight_loader`` it calls
     ``dynamic_import(load_format)(model, named_tensors)`` — ``named_tensors`` a list of ``(name, tensor)``
     already unwrapped for this TP rank — and nothing else (no post-processing). The scheduler then
@@ -35,7 +35,7 @@ been written since its last processing.
 
 Full tensors or shards: a tensor whose shape is the parameter's is copied as is (the sender sliced it
 for this rank); a full tensor is cut for this rank with :func:`fp8rl_core.sync.ranks.shard_tensor`
-(vLLM's rules, which SGLang's loaders share) when the rank is known.
+(vLLM's rules, which SGLang's parallel layers share: checked at tp = 2) when the rank is known.
 """
 
 from __future__ import annotations
@@ -58,8 +58,9 @@ LOADER = "fp8rl_core.verl.sglang.load_weights"
 #: the fields of ``UpdateWeightsFromTensorReqInput`` a sync sets (besides its tensors): this loader, and
 #: the radix-cache flush after the update (cached KV of the old weights must not be reused: W6)
 UPDATE_REQUEST = {"load_format": LOADER, "flush_cache": True}
-#: attributes SGLang derives from the loaded parameters (never sent; rebuilt by the layer's method)
-DERIVED = ("_swizzled", "_shuffled", "_deepgemm")
+#: what SGLang derives into attributes of their own from the loaded parameters (never sent; rebuilt by the
+#: layer's method): ``weight_scale_inv_swizzled``
+DERIVED = ("_swizzled",)
 
 
 class SglangLoadError(ValueError):

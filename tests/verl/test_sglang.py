@@ -1,11 +1,12 @@
-"""The SGLang loader on a module tree with SGLang's parameter names, dtypes and per-rank shapes (SGLang
-itself does not run on CPU): every parameter ends equal to the sent bytes, in place, each quantized
-layer re-derives its kernel layout once; wrong names, shapes, value classes and gaps fail clearly.
+"""The SGLang loader on a module tree with SGLang's parameter names, dtypes and per-rank shapes, in this
+environment (SGLang's own model classes are checked in .venv-sglang: tests/verl/test_sglang_models.py): every
+parameter ends equal to the sent bytes, in place, each quantized layer re-derives its kernel layout once;
+wrong names, shapes, value classes and gaps fail clearly; tensor-parallel sizes up to 4 and bucketed updates.
 
-The tree follows sgl-project/sglang @00563d36:
-- ``python/sglang/srt/layers/quantization/fp8.py`` ``Fp8LinearMethod.create_fp8_weight_`` (MXFP8):
+The tree follows sglang 0.5.12 (the pinned version):
+- ``python/sglang/srt/layers/quantization/fp8.py`` ``Fp8LinearMethod.create_weights`` (MXFP8):
   ``weight`` [N_rank, K_rank] float8_e4m3fn, ``weight_scale_inv`` [N_rank, K_rank/32] uint8;
-  ``Fp8MoEMethod.create_fp8_moe_weight_``: ``w13_weight`` [E, 2·I_rank, H], ``w13_weight_scale_inv``
+  ``Fp8MoEMethod.create_weights``: ``w13_weight`` [E, 2·I_rank, H], ``w13_weight_scale_inv``
   [E, 2·I_rank, H/32], ``w2_weight`` [E, H, I_rank], ``w2_weight_scale_inv`` [E, H, I_rank/32];
 - per-rank sizes from SGLang's ``layers/linear.py`` (``QKVParallelLinear``: heads/tp q heads,
   max(1, kv_heads/tp) kv heads; ``MergedColumnParallelLinear``; ``RowParallelLinear``) and
@@ -40,7 +41,7 @@ MOE = load_model_spec(CONFIGS / "qwen3-moe-tiny.yaml")
 
 class CutlassMxfp8:
     """Stands in for what ``Fp8LinearMethod.process_weights_after_loading`` does for MXFP8 on the FlashInfer
-    CUTLASS backend (``_process_mxfp8_linear_weight_scale``): a 128×4-swizzled copy of ``weight_scale_inv``
+    CUTLASS backend (``_process_mxfp8_linear_weight_scale``, which needs a GPU): a 128×4-swizzled copy of ``weight_scale_inv``
     in a separate attribute (``block_scale_interleave``; here fp8rl's own swizzle), ``weight`` and
     ``weight_scale_inv`` untouched. Counts its calls."""
 
