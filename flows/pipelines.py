@@ -170,14 +170,14 @@ class _ParentRun:
     the sweep's settings as params and ``sweep.json`` — so a sweep with nothing to run opens none."""
 
     def __init__(self, sweep: SweepConfig, expansion: str, config: str, overrides: list[str]) -> None:
-        self._sweep, self._expansion, self._config, self._overrides = sweep, expansion, config, overrides
+        self._sweep, self.expansion, self._config, self._overrides = sweep, expansion, config, overrides
         self.id: str | None = None
 
     def get(self) -> str:
         if self.id is None:
             sweep, config = self._sweep, str(self._config)
             params = tracking.flatten(sweep.model_dump(mode="json", exclude={"correctness"})) | {"config": config}
-            self.id = tracking.open_sweep_run(sweep.sweep, self._expansion, params, sweep.description)
+            self.id = tracking.open_sweep_run(sweep.sweep, self.expansion, params, sweep.description)
             tracking.log_json(self.id, "sweep.json", sweep.model_dump(mode="json") | {"config": config,
                                                                                      "overrides": self._overrides})
         return self.id
@@ -195,39 +195,69 @@ def _raise_if_failed(rows: list[RunRow], what: str = "runs") -> None:
                            "them (their MLflow runs say why)")
 
 
-def _verl_sweep(sweep: SweepConfig, runs: list[Run], sweep_id: str, config: str, resume: bool,
-                ray_address: str | None) -> list[RunRow]:
+def _verl_sweep(sweep: SweepConfig, runs: list[Run], sweep_id: str, config: str, overrides: list[str],
+                resume: bool, report: bool, ray_address: str | None) -> list[RunRow]:
     """A ``backend: verl`` sweep: check the cluster, then each run as verl's trainer
     (:func:`tasks.verl_run.run_verl`), one after another — each takes ``verl.nnodes × verl.gpus_per_node``
-    GPUs, the whole cluster as configured. Nothing is opened in MLflow when the cluster cannot host the runs
+    GPUs (on CPU, ``verl.hardware: cpu``, without a cluster address: that many slots of the local Ray verl
+    starts itself). Nothing is opened in MLflow when the cluster cannot host the runs
     (:class:`tasks.cluster.ClusterError`: too few GPUs per node, a tracking store other nodes cannot share).
-    Each run's MLflow run ends FINISHED, or FAILED with verl's exit status and last error lines (KILLED on a
-    signal); runs already FINISHED are skipped when ``resume``."""
+    The runs are nested under the sweep's parent run, as a native sweep's; each ends FINISHED, or FAILED
+    with verl's exit status and last error lines (a failed check's line among them; KILLED on a signal);
+    runs already FINISHED are skipped when ``resume``; then the sweep's report."""
     from tasks.verl_run import run_verl
 
     logger = get_run_logger()
     if any(r.config.backend != "verl" for r in runs):
         raise ValueError(f"{config}: a sweep runs all its runs on one backend; this one mixes native and verl")
-    # the pre-flight: verl's main_ppo joins this cluster (or, locally, starts the same Ray) after it
-    with dispatch.connected(ray_address) as (where, found):
-        cluster.preflight(found, [cluster.verl_fit_problem(r.config.verl.nnodes, r.config.verl.gpus_per_node, found,
-                                                           where) for r in runs])
+    own_ray = ray_address is None and not os.environ.get("RAY_ADDRESS")
+    on_cluster = [r for r in runs if not (own_ray and r.config.verl.hardware == "cpu")]
+    if on_cluster:  # verl's main_ppo joins this cluster (or, locally, starts the same Ray) after the pre-flight
+        with dispatch.connected(ray_address) as (where, found):
+            cluster.preflight(found, [cluster.verl_fit_problem(r.config.verl.nnodes, r.config.verl.gpus_per_node,
+                                                               found, where) for r in on_cluster])
+    else:  # each run's verl starts its own local Ray with the slots the run asks for
+        cluster.preflight([], [])
     flow_run = _flow_run()
     rows, pending = _skip_finished(sweep, runs, resume)
-    for run in pending:
-        mlflow_run = _open(run, sweep.sweep, sweep_id, flow_run)
-        tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run, "verl.launch": "subprocess"})
-        with tracking.ending(mlflow_run) as end:  # verl's own MLflow logger may end the run too: fp8rl's end is the last word
-            out = run_verl(run.config.model_dump(mode="json"), sweep.sweep, mlflow_run, ray_address)
-            if out.reason:
-                end.fail(out.reason)
-        logger.log(logging.ERROR if out.reason else logging.INFO, "run %s: %s (log: %s)", run.name,
-                   out.reason or "verl's trainer finished", out.log)
-        rows[run.id] = RunRow(run.id, mlflow_run, run.name,
-                              "FAILED: verl exit status " + str(out.returncode) if out.reason else "FINISHED")
-    rows = [rows[r.id] for r in runs]
-    console.console().print(console.sweep_table(sweep.sweep, rows))
-    _raise_if_failed(rows, "verl runs")
+    parent = _ParentRun(sweep, sweep_id, config, overrides)
+    try:
+        for run in pending:
+            mlflow_run = _open(run, sweep.sweep, sweep_id, flow_run, parent.get())
+            tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run, "verl.launch": "subprocess"})
+            with tracking.ending(mlflow_run) as end:  # verl's own MLflow logger may end the run too: fp8rl's is the last word
+                out = run_verl(run, sweep.sweep, mlflow_run, ray_address, WARMSTART_CACHE)
+                if out.reason:
+                    end.fail(out.reason)
+            logger.log(logging.ERROR if out.reason else logging.INFO, "run %s: %s (log: %s)", run.name,
+                       out.reason or "verl's trainer finished", out.log)
+            rows[run.id] = RunRow(run.id, mlflow_run, run.name,
+                                  "FAILED: verl exit status " + str(out.returncode) if out.reason else "FINISHED",
+                                  tracking.headline_metrics(out.summary))
+    except BaseException as e:  # interrupted, or the sweep itself broke: its parent run says so
+        parent.end(list(rows.values()), interrupted=e)
+        raise
+    return _finish(sweep, [rows[r.id] for r in runs], parent, report, "verl runs")
+
+
+def _finish(sweep: SweepConfig, rows: list[RunRow], parent: "_ParentRun", report: bool, what: str = "runs"
+            ) -> list[RunRow]:
+    """The end of a sweep: the runs' table, the report of the finished runs (even if some failed; it can be
+    rebuilt with ``fp8rl report``), the parent run ended by its runs, an error naming the failed ones."""
+    logger = get_run_logger()
+    out = console.console()
+    out.print(console.sweep_table(sweep.sweep, rows))
+    if report and not all(r.failed for r in rows):
+        try:
+            path = reporting.sweep_report(sweep.sweep, str(Path(REPORTS) / sweep.sweep), parent.get())
+            where = f"also in MLflow: the parent run {sweep.sweep}·{parent.expansion[:6]} of experiment {sweep.sweep}"
+            logger.info("sweep report: %s (%s)", path, where)
+            out.print(f"report: {path} ({where})", markup=False, highlight=False)  # the log line reaches the log file only
+        except Exception as e:  # noqa: BLE001 — the runs are recorded; a report can be rebuilt with `fp8rl report`
+            logger.error("the sweep report failed (rebuild it with `fp8rl report %s`): %s: %s",
+                         sweep.sweep, type(e).__name__, e)
+    parent.end(rows)
+    _raise_if_failed(rows, what)
     return rows
 
 
@@ -238,7 +268,8 @@ def _sweep(config: str, overrides: list[str], resume: bool = True, report: bool 
     expansion = sweep_id(runs)
     logger.info("sweep %s (%s): %d runs from %s", sweep.sweep, expansion, len(runs), config)
     if any(r.config.backend == "verl" for r in runs):  # verl's trainer runs them: never fall back to native
-        return _verl_sweep(sweep, runs, expansion, config, resume=resume, ray_address=ray_address)
+        return _verl_sweep(sweep, runs, expansion, config, overrides, resume=resume, report=report,
+                           ray_address=ray_address)
 
     rows, pending = _skip_finished(sweep, runs, resume)
     parent = _ParentRun(sweep, expansion, config, overrides)
@@ -268,21 +299,7 @@ def _sweep(config: str, overrides: list[str], resume: bool = True, report: bool 
     except BaseException as e:  # interrupted, or the sweep itself broke: its parent run says so
         parent.end(list(rows.values()), interrupted=e)
         raise
-    rows = [rows[r.id] for r in runs]
-    out = console.console()
-    out.print(console.sweep_table(sweep.sweep, rows))
-    if report and not all(r.failed for r in rows):  # the finished runs' summary + figures, even if some failed
-        try:
-            path = reporting.sweep_report(sweep.sweep, str(Path(REPORTS) / sweep.sweep), parent.get())
-            where = f"also in MLflow: the parent run {sweep.sweep}·{expansion[:6]} of experiment {sweep.sweep}"
-            logger.info("sweep report: %s (%s)", path, where)
-            out.print(f"report: {path} ({where})", markup=False, highlight=False)  # the log line reaches the log file only
-        except Exception as e:  # noqa: BLE001 — the runs are recorded; a report can be rebuilt with `fp8rl report`
-            logger.error("the sweep report failed (rebuild it with `fp8rl report %s`): %s: %s",
-                         sweep.sweep, type(e).__name__, e)
-    parent.end(rows)
-    _raise_if_failed(rows)
-    return rows
+    return _finish(sweep, [rows[r.id] for r in runs], parent, report)
 
 
 @flow(name="mxfp8-sweep", log_prints=True)
@@ -330,6 +347,8 @@ def _correctness(config: str, overrides: list[str]) -> dict:
     params = tracking.flatten(section.model_dump(mode="json"))
     stage = section.id()
     mlflow_run = tracking.open_run(sweep.sweep, stage, f"correctness-{stage}", "correctness", params, _flow_run())
+    if any(cfg.backend == "verl" for cfg in runs.values()):
+        return _verl_correctness(sweep, runs, wanted, mlflow_run)
     try:
         with tracking.ending(mlflow_run):
             with tracking.captured_logs(mlflow_run):
@@ -368,6 +387,72 @@ def _correctness(config: str, overrides: list[str]) -> dict:
         return {"mlflow_run": mlflow_run, "matrix": matrix} | result
     finally:
         release_all()
+
+
+def _verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: str) -> dict:
+    """The correctness stage through verl's trainer (``backend: verl``): per model a clean run of
+    ``clean_syncs`` syncs (``clean_syncs − 1`` RL steps; any failed check is a false alarm), then each
+    fault of the worker's load (the faults verl's path can carry: ``load`` / ``post-load``) planted in a
+    run of its own — on one tensor-parallel rank where ``fault_ranks`` names one — which must stop at the
+    first sync that can catch it (:func:`fp8rl_core.verl.checking.first_catchable_sync`), by its
+    condition's check, naming the rank. Every run is nested under the ``correctness`` run, which holds the
+    table of the faults (``verl_faults``) and the clean runs' false alarms."""
+    import dataclasses
+
+    from fp8rl_core.verl.checking import fault_verdict, read_reports
+    from tasks.verl_run import run_verl, work_dir
+
+    logger = get_run_logger()
+    section, flow_run = sweep.correctness, _flow_run()
+    skipped = [f.name for f in wanted if f.worker is None]
+    wanted = [f for f in wanted if f.worker is not None]
+
+    def one(run: Run, fault: dict | None) -> tuple[RunRow, list[dict]]:
+        child = _open(run, sweep.sweep, section.id(), flow_run, mlflow_run)
+        tracking.start(child, cluster.where() | {"prefect.flow_run_id": flow_run, "verl.launch": "subprocess"}
+                       | ({"fp8rl.fault": fault["name"]} if fault else {}))
+        with tracking.ending(child) as end:
+            out = run_verl(run, sweep.sweep, child, None, WARMSTART_CACHE, fault)
+            if out.reason:
+                end.fail(out.reason)
+        return (RunRow(run.id, child, run.name, "FAILED" if out.reason else "FINISHED"),
+                read_reports(work_dir(sweep.sweep, run) / "checks.jsonl"))
+
+    rows: list[dict] = []
+    alarms: list[str] = []
+    with tracking.ending(mlflow_run):
+        with tracking.captured_logs(mlflow_run):
+            for kind, cfg in runs.items():
+                steps = max(1, section.clean_syncs[kind] - 1)
+                clean = Run.of(cfg.model_copy(update={"loop": cfg.loop.model_copy(update={"steps": steps})}))
+                row, reports = one(dataclasses.replace(clean, name=f"{clean.name}·clean"), None)
+                bad = [f"{kind} sync {r['sync']}: {c['condition']}" for r in reports for c in r["results"]
+                       if not c["passed"]]
+                if row.failed and not bad:
+                    bad = [f"{kind}: the clean run failed ({row.mlflow_run}; its error tag says why)"]
+                alarms += bad
+                logger.info("%s: %d clean syncs through verl, %d alarms", kind, len(reports), len(bad))
+                for f in (f for f in wanted if f.model == kind):
+                    rank = section.fault_ranks.get(f.name)
+                    base = Run.of(cfg)
+                    run = dataclasses.replace(base, id=f"{base.id}-{f.name}", name=f"{base.name}·{f.name}")
+                    row, reports = one(run, {"name": f.name, "rank": rank})
+                    v = fault_verdict(reports, f.name, f.condition, rank)
+                    logger.info("fault %s (%s%s): caught at its first sync: %s; fired: %s", f.name, f.condition,
+                                "" if rank is None else f", rank {rank}", v.caught_first, list(v.fired))
+                    rows.append(v.as_row() | {"model": kind, "mlflow_run": row.mlflow_run})
+            tracking.log_table(mlflow_run, "verl_faults", rows)
+            tracking.log_metrics(mlflow_run, {"verl_faults/planted": float(len(rows)),
+                                              "verl_faults/caught_first": float(sum(r["caught_first"] for r in rows)),
+                                              "verl_faults/false_alarms": float(len(alarms))})
+            if skipped:
+                tracking.set_tag(mlflow_run, "verl_faults.not_plantable", ", ".join(skipped))
+        missed = [r["fault"] for r in rows if not r["caught_first"]]
+        if missed or alarms:
+            raise RuntimeError(f"correctness through verl: {len(missed)} faults not caught at their first sync by their "
+                               f"condition's check ({', '.join(missed) or 'none'}); {len(alarms)} false alarms on "
+                               f"clean syncs{', e.g. ' + alarms[0] if alarms else ''}")
+    return {"mlflow_run": mlflow_run, "faults": rows, "false_alarms": alarms}
 
 
 def project_root() -> Path:

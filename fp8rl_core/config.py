@@ -297,6 +297,8 @@ class CorrectnessSection(BaseModel):
     base: dict[str, Any] = Field(default_factory=dict, description="a RunConfig for both models (model/preset set here)")
     clean_syncs: dict[Literal["dense", "moe"], int] = Field(default_factory=lambda: {"dense": 100, "moe": 30})
     faults: list[str] | None = Field(None, description="fault names (None: the whole catalogue)")
+    fault_ranks: dict[str, int] = Field(default_factory=dict, description="backend verl: fault name → the one "
+                                        "tensor-parallel rank it is planted on (absent: every rank)")
 
     @field_validator("faults")
     @classmethod

@@ -54,7 +54,7 @@ def sweep_data(sweep: str, dest: str | Path, configs: str | Path = "configs",
         preset = p.get("preset", "")
         rows.append({
             "run_id": r["run_id"], "mlflow_run": r["mlflow_run"], "name": r["name"], "preset": preset,
-            "model": p.get("model", ""), "seed": int(p.get("seed", 0)),
+            "model": p.get("model", ""), "seed": int(p.get("seed", 0)), "backend": p.get("backend", "native"),
             "learner_precision": PRESETS[preset].learner_precision if preset in PRESETS else "",
             "tokens_per_microbatch": int(p.get("learner.tokens_per_microbatch", 0)),
             "group_size": int(p.get("learner.group_size", 0)), "status": "FINISHED",

@@ -68,6 +68,7 @@ SLOW = frozenset({
     "verl/test_data.py::test_parquet_loads_through_verls_rlhf_dataset",  # imports verl, datasets (~9 s)
     "verl/test_compose.py",  # composes verl's whole Hydra config per case (~10 s each)
     "verl/test_rollout.py",  # imports verl's vLLM rollout (vLLM itself), a fresh verl process (~2 min in all)
+    "verl/test_platform.py",  # a fresh verl process per check, tiny Qwen3s on the grid (~85 s in all, loaded)
     "verl/test_sglang_models.py",  # SGLang's model classes in .venv-sglang, a process per rank (~1-3 min in all)
 })
 #: fixtures that make every test using them slow

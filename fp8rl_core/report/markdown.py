@@ -51,6 +51,13 @@ RUN_METRICS: dict[str, str] = {
 }
 
 
+
+#: what a report says of the runs verl's trainer ran (``backend: verl``; docs/metrics.md, verl runs)
+VERL_NOTE = ("Runs of `backend: verl` (verl's own trainer): verl logs its train–rollout mismatch as per-step means "
+             "(`rollout_corr/*`, here `kl/k3`, `kl/k1` averaged over the steps), not fp8rl's per-token `tokens` table and "
+             "probe KL, so such runs answer the sync claim (c) from their checks and the KL, cost and time claims "
+             "need `backend: native` runs; their KL is listed per run below.")
+
 def _cell(v: Any) -> str:
     """A Markdown table cell: numbers to 4 significant digits, pipes and newlines escaped."""
     if v is None or (isinstance(v, float) and v != v):
@@ -278,6 +285,8 @@ def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = Non
     lines += [f"Sweep `{data.sweep}`: {len(r)} finished runs; models {', '.join(models) or '–'}; presets "
               f"{', '.join(preset_order(data)) or '–'}; seeds {', '.join(map(str, seeds)) or '–'}"
               + ("; MXFP8 emulated on CPU." if data.emulated else "."), ""]
+    if "backend" in r.columns and (r["backend"] == "verl").any():
+        lines += [VERL_NOTE, ""]
     lines += ["## The paper's claims", "",
               "Paper: docs/design.md, reference results (single seed, B200). Verdict: *reproduced* when the 95% CI lies on "
               "the claimed side; *not reproduced* when it lies on the other side or includes no change; *not "

@@ -33,7 +33,8 @@ import torch
 from fp8rl_core.sampler.engine import Sampler, engine_config
 from fp8rl_core.verl.overrides import CHECKS_ENV
 
-__all__ = ["CheckFailedError", "CheckSettings", "ServerSampler", "SyncChecks",
+__all__ = ["CheckFailedError", "CheckSettings", "FaultVerdict", "NEEDS_NEW_WEIGHTS", "ServerSampler", "SyncChecks",
+           "fault_verdict", "first_catchable_sync",
            "read_reports", "synced_learner"]
 
 
@@ -169,3 +170,48 @@ def read_reports(path: str | Path) -> list[dict]:
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@dataclass(frozen=True)
+class FaultVerdict:
+    """How a planted fault showed in a verl run's check reports (:func:`fault_verdict`)."""
+
+    fault: str
+    condition: str
+    rank: int | None
+    caught_first: bool  #: its condition's check failed at the first sync that can catch it (naming the rank, when
+    #: planted on one)
+    fired: tuple[str, ...]  #: the conditions whose checks failed at that sync
+    named_rank: bool  #: the failing check's offenders name the planted rank (True when planted on every rank)
+    offenders: tuple[str, ...]
+
+    def as_row(self) -> dict:
+        return {"fault": self.fault, "condition": self.condition, "rank": -1 if self.rank is None else self.rank,
+                "caught_first": self.caught_first, "fired": ",".join(self.fired), "named_rank": self.named_rank,
+                "offenders": "; ".join(self.offenders[:3])}
+
+
+#: faults that cannot show before the weights change: verl's first sync sends the checkpoint's own weights,
+#: so a derived copy left stale from the checkpoint still equals the new one — the first sync after an RL step
+#: (the run's second) is the first that can catch them
+NEEDS_NEW_WEIGHTS = frozenset({"derived-copy-stale"})
+
+
+def first_catchable_sync(fault: str) -> int:
+    """The first sync of a verl run at which ``fault`` can be caught (1-based)."""
+    return 2 if fault in NEEDS_NEW_WEIGHTS else 1
+
+
+def fault_verdict(reports: list[dict], fault: str, condition: str, rank: int | None = None) -> FaultVerdict:
+    """Whether the fault ``fault`` (breaking ``condition``) planted on tensor-parallel rank ``rank`` (None:
+    every rank) was caught at the first sync that can catch it (:func:`first_catchable_sync`) of the run whose
+    check ``reports`` (:func:`read_reports`) these are: no check failed before, the condition's check failed
+    there and, for a one-rank fault, its offenders name that rank."""
+    at = first_catchable_sync(fault)
+    early = [r for rep in reports[: at - 1] for r in rep["results"] if not r["passed"]]
+    first = reports[at - 1] if len(reports) >= at and not early else {"results": []}
+    failed = [r for r in first["results"] if not r["passed"]]
+    fired = tuple(sorted({r["condition"] for r in failed}))
+    offenders = tuple(o for r in failed if r["condition"] == condition for o in r.get("offenders", []))
+    named = rank is None or any(f"rank {rank}/" in o for o in offenders)
+    return FaultVerdict(fault, condition, rank, condition in fired and named, fired, named, offenders)

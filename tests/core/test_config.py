@@ -30,6 +30,7 @@ EXPECTED_RUNS = {
     "moe-grids-small.yaml": 24,
     "nightly.yaml": 10,
     "verl-smoke.yaml": 8,
+    "nightly-verl.yaml": 2,
     "gpu/qwen3-8b.yaml": 15,
     "gpu/qwen3-30b-a3b.yaml": 15,
 }

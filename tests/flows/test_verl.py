@@ -1,0 +1,106 @@
+"""``backend: verl`` end to end on CPU: verl's own (default) trainer with fp8rl's MXFP8 learner layers in its
+FSDP engine, vLLM-CPU as its rollout through fp8rl's adapter and worker extension at tensor parallel 2, W1–W7
+after every sync on both live ranks — through the mxfp8-sweep flow (one parent run, verl's metrics and fp8rl's
+checks in each run's record, the report, resume) and the nightly correctness flow (worker faults planted through
+verl, one on a single rank, each caught at the first sync that can catch it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tasks import tracking
+
+ROOT = Path(__file__).resolve().parents[2]
+VERL_SMOKE = str(ROOT / "configs" / "verl-smoke.yaml")
+NIGHTLY_VERL = str(ROOT / "configs" / "nightly-verl.yaml")
+#: a 100-step warm start (shared with the other flow tests through the session's cache)
+SHORT = "warmstart.steps=100"
+#: the rollout over two tensor-parallel ranks, two actor ranks
+TP2 = ["verl.gpus_per_node=2", "verl.rollout_tensor_parallel=2"]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, warmstart_cache):
+    root = tmp_path_factory.mktemp("tracking")
+    return {"MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "FP8RL_ARTIFACTS": str(root / "artifacts"),
+            "root": root, "warmstart": str(warmstart_cache)}
+
+
+@pytest.fixture()
+def env(store, monkeypatch):
+    import flows.pipelines as pipelines
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store["MLFLOW_TRACKING_URI"])
+    monkeypatch.setenv("FP8RL_ARTIFACTS", store["FP8RL_ARTIFACTS"])
+    monkeypatch.setenv("FP8RL_VERL_WORK", str(store["root"] / "verl"))
+    monkeypatch.setattr(pipelines, "WARMSTART_CACHE", store["warmstart"])
+    monkeypatch.setattr(pipelines, "REPORTS", str(store["root"] / "reports"))
+    return store
+
+
+def _history(run: str, key: str) -> dict[int, float]:
+    return {m.step: m.value for m in tracking.client().get_metric_history(run, key)}
+
+
+def test_a_verl_sweep_trains_dense_and_moe_with_every_check_passing_on_both_ranks_under_one_parent(env):
+    from flows.pipelines import mxfp8_sweep
+
+    args = ["axes.preset=[all]", SHORT, *TP2]
+    rows = mxfp8_sweep(VERL_SMOKE, args)
+    assert [(r.name, r.status) for r in rows] == [("dense-mini·all·s0", "FINISHED"), ("moe-mini·all·s0", "FINISHED")]
+    c = tracking.client()
+    exp = c.get_experiment_by_name("verl-smoke")
+    found = c.search_runs([exp.experiment_id])
+    (parent,) = [r for r in found if r.data.tags.get("fp8rl.kind") == "sweep"]
+    assert parent.info.status == "FINISHED"
+    for row in rows:
+        run = c.get_run(row.mlflow_run)
+        assert run.info.status == "FINISHED" and run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert run.data.tags["backend"] == "verl" and run.data.tags["preset"] == "all"
+        # verl's own metrics, logged by verl's MLflow logger into fp8rl's run: two GRPO steps
+        assert sorted(_history(row.mlflow_run, "rollout_corr/k3_kl")) == [1, 2]
+        assert sorted(_history(row.mlflow_run, "timing_s/update_weights")) == [1, 2]
+        # fp8rl's checks after every sync (the initial one and one per step), every condition passing
+        for cond in ("W1", "W2", "W4", "W5", "W6"):
+            assert _history(row.mlflow_run, f"check/{cond}") == {0: 1.0, 1: 1.0, 2: 1.0}, cond
+        assert _history(row.mlflow_run, "check/W7") == {0: 1.0}  # the full tier at the first sync
+        m = run.data.metrics
+        assert m["checks/syncs"] == 3 and m["checks/failed"] == 0 and m["verl/steps"] == 2
+        assert m["kl/k3"] >= 0 and m["headline/kl_k3_micronats"] == pytest.approx(m["kl/k3"] * 1e6, rel=1e-3)
+        assert "headline/full_kl_micronats" not in m  # verl has no exact probe KL
+        table = pq.read_table(c.download_artifacts(row.mlflow_run, "tables/checks.parquet", str(env["root"]))).to_pylist()
+        w2 = [t for t in table if t["condition"] == "W2"]
+        assert len(w2) == 3 and all("2 tensor-parallel ranks" in t["detail"] for t in w2)  # per-rank, both ranks
+        files = {f.path for f in c.list_artifacts(row.mlflow_run, "verl")}
+        assert files == {"verl/main_ppo.args", "verl/main_ppo.log"}
+        args_file = Path(c.download_artifacts(row.mlflow_run, "verl/main_ppo.args", str(env["root"]))).read_text()
+        assert "model_engine=dp" in args_file and "trainer.use_v1" not in args_file  # verl's default trainer
+    # the report: the claims a verl run answers (the sync's bytes) and those it cannot, said so
+    summary = (env["root"] / "reports" / "verl-smoke" / "summary.md").read_text()
+    assert "| c |" in summary or "(c)" in summary
+    # resume: both FINISHED, skipped
+    again = mxfp8_sweep(VERL_SMOKE, args, report=False)
+    assert [r.status for r in again] == ["SKIPPED (done)"] * 2
+
+
+def test_faults_planted_through_verl_are_caught_at_their_first_sync_one_naming_its_rank(env):
+    from flows.pipelines import nightly_correctness
+
+    out = nightly_correctness(NIGHTLY_VERL, ["correctness.base.warmstart.steps=100", "correctness.clean_syncs.dense=2"],
+                              stages_to_run=["correctness"])["correctness"]
+    rows = {r["fault"]: r for r in out["faults"]}
+    assert set(rows) == {"sampler-requantizes-floor", "post-load-twice", "derived-copy-stale"}
+    assert all(r["caught_first"] for r in rows.values()), rows
+    floor = rows["sampler-requantizes-floor"]
+    assert floor["rank"] == 1 and floor["fired"] == "W2" and floor["named_rank"] and "tp rank 1/2" in floor["offenders"]
+    assert rows["post-load-twice"]["fired"].split(",")[0] == "W6" and rows["derived-copy-stale"]["fired"] == "W6"
+    assert out["false_alarms"] == []
+    c = tracking.client()
+    assert c.get_run(out["mlflow_run"]).info.status == "FINISHED"
+    for r in rows.values():  # each fault's verl run stopped FAILED, its reason the failed check's line
+        run = c.get_run(r["mlflow_run"])
+        assert run.info.status == "FAILED" and run.data.tags["mlflow.parentRunId"] == out["mlflow_run"]
+        assert f"{r['condition']} failed" in run.data.tags["error"] and "CheckFailedError" in run.data.tags["error"]
