@@ -100,10 +100,21 @@ def _console_handlers() -> list[logging.Handler]:
             if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
 
 
+class _ExpectedRefusal(logging.Filter):
+    """Keeps off the terminal the record of an exception marked ``expected_refusal`` (a pre-flight refusal,
+    :class:`tasks.cluster.ClusterError`), which Prefect's flow engine logs with its traceback: the command
+    prints the refusal itself, in one line; the sweep's log file keeps the record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not getattr(exc, "expected_refusal", False)
+
+
 @contextmanager
 def sweep_log(sweep: str, root: str | Path | None = None, console_level: int = logging.WARNING) -> Iterator[Path]:
     """Write every log line (INFO and up) of the block to ``<root>/<sweep>-<YYYYmmdd-HHMMSS>.log`` and show
-    only ``console_level`` and up on the terminal; yields the file's path (restores everything after)."""
+    only ``console_level`` and up on the terminal, less an expected refusal's traceback
+    (:class:`_ExpectedRefusal`); yields the file's path (restores everything after)."""
     import mlflow  # noqa: F401 — both install their console handlers at import: they must exist to be turned down
     import prefect  # noqa: F401
 
@@ -117,13 +128,16 @@ def sweep_log(sweep: str, root: str | Path | None = None, console_level: int = l
     for lg in targets:
         lg.addHandler(handler)
     consoles = {h: h.level for h in _console_handlers()}
+    refusal = _ExpectedRefusal()
     for h in consoles:
         h.setLevel(max(h.level, console_level))
+        h.addFilter(refusal)
     try:
         yield path.resolve()
     finally:
         for h, level in consoles.items():
             h.setLevel(level)
+            h.removeFilter(refusal)
         for lg in targets:
             lg.removeHandler(handler)
         handler.close()

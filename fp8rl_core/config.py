@@ -329,8 +329,10 @@ class CorrectnessSection(BaseModel):
         return out
 
     def id(self) -> str:
-        """The correctness stage's id: 12 hex digits of the content hash of this section."""
-        return content_hash(self.model_dump(mode="json"), 12, compact=False)
+        """The correctness stage's id: 12 hex digits of the content hash of this section (``fault_ranks``
+        counted only when set: a native section's id is that of its other settings)."""
+        return content_hash(self.model_dump(mode="json", exclude=set() if self.fault_ranks else {"fault_ranks"}),
+                            12, compact=False)
 
 
 class ResourcesSection(BaseModel):

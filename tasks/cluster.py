@@ -128,7 +128,10 @@ def loopback_problem(what: str, url: str, cluster: Sequence[Node], local_ips: It
 
 
 class ClusterError(RuntimeError):
-    """The sweep cannot run on this cluster as configured (nothing was run)."""
+    """The sweep cannot run on this cluster as configured (nothing was run). An expected refusal: the command
+    line prints its message alone (flows.logs keeps the flow engine's traceback of it off the terminal)."""
+
+    expected_refusal = True
 
 
 def preflight(cluster: Sequence[Node], fit: Iterable[str | None], *, prefect_api: str | None = None,

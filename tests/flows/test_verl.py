@@ -104,3 +104,20 @@ def test_faults_planted_through_verl_are_caught_at_their_first_sync_one_naming_i
         run = c.get_run(r["mlflow_run"])
         assert run.info.status == "FAILED" and run.data.tags["mlflow.parentRunId"] == out["mlflow_run"]
         assert f"{r['condition']} failed" in run.data.tags["error"] and "CheckFailedError" in run.data.tags["error"]
+
+
+def test_a_pre_flight_refusal_prints_only_its_message(tmp_path):
+    """``fp8rl run`` of a GPU config on a machine without GPUs: the refusal in one line, no traceback on the
+    terminal (Prefect's flow engine logs it with one: that record stays in the sweep's log file)."""
+    import os
+    import subprocess
+
+    env = os.environ | {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "COLUMNS": "200"}
+    out = subprocess.run([str(ROOT / ".venv" / "bin" / "fp8rl"), "run", "configs/gpu/qwen3-8b.yaml", "axes.seed=[0]"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    lines = (out.stdout + out.stderr).strip().splitlines()
+    assert out.returncode == 1 and "Traceback" not in out.stdout + out.stderr, lines
+    assert lines[0] == "sweep gpu-qwen3-8b: 5 runs from configs/gpu/qwen3-8b.yaml" and lines[1].startswith("log: ")
+    assert len(lines) == 3 and lines[2].startswith("error: backend verl needs 8 GPUs per node on 1 node")
+    log = Path(lines[1].removeprefix("log: ").strip())
+    assert "Traceback" in log.read_text() and "ClusterError" in log.read_text()
