@@ -36,3 +36,24 @@ def warmstart_cache(tmp_path_factory) -> Path:
     """The session's warm-start cache: the first sweep that needs a checkpoint trains it, later sweeps of
     the same model and warm-start config load it (as a rerun of ``make run`` loads ``.cache/warmstart``)."""
     return tmp_path_factory.mktemp("warmstart")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, warmstart_cache):
+    """A module's temporary MLflow store (SQLite + artifacts), with the session's warm-start cache."""
+    root = tmp_path_factory.mktemp("tracking")
+    return {"MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "FP8RL_ARTIFACTS": str(root / "artifacts"),
+            "root": root, "warmstart": str(warmstart_cache)}
+
+
+@pytest.fixture()
+def env(store, monkeypatch):
+    """The flows pointed at ``store``: MLflow, the warm-start cache, reports and verl's work folders in it."""
+    import flows.pipelines as pipelines
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store["MLFLOW_TRACKING_URI"])
+    monkeypatch.setenv("FP8RL_ARTIFACTS", store["FP8RL_ARTIFACTS"])
+    monkeypatch.setenv("FP8RL_VERL_WORK", str(store["root"] / "verl"))
+    monkeypatch.setattr(pipelines, "WARMSTART_CACHE", store["warmstart"])
+    monkeypatch.setattr(pipelines, "REPORTS", str(store["root"] / "reports"))
+    return store

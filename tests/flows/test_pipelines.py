@@ -26,24 +26,6 @@ SHORT = "warmstart.steps=100"
 ONE_RUN = ["axes.seed=[0]", "axes.preset=[all]", "axes.model=[qwen3-dense-mini]", "loop.steps=1", SHORT]
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory, warmstart_cache):
-    root = tmp_path_factory.mktemp("tracking")
-    return {"MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "FP8RL_ARTIFACTS": str(root / "artifacts"),
-            "root": root, "warmstart": str(warmstart_cache)}
-
-
-@pytest.fixture()
-def env(store, monkeypatch):
-    import flows.pipelines as pipelines
-
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", store["MLFLOW_TRACKING_URI"])
-    monkeypatch.setenv("FP8RL_ARTIFACTS", store["FP8RL_ARTIFACTS"])
-    monkeypatch.setattr(pipelines, "WARMSTART_CACHE", store["warmstart"])
-    monkeypatch.setattr(pipelines, "REPORTS", str(store["root"] / "reports"))
-    return store
-
-
 def _runs(sweep: str, kind: str | None = None):
     """The sweep's experiment runs (``kind='sweep'``: its parent runs instead)."""
     c = tracking.client()

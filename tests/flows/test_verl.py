@@ -22,25 +22,6 @@ SHORT = "warmstart.steps=100"
 TP2 = ["verl.gpus_per_node=2", "verl.rollout_tensor_parallel=2"]
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory, warmstart_cache):
-    root = tmp_path_factory.mktemp("tracking")
-    return {"MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "FP8RL_ARTIFACTS": str(root / "artifacts"),
-            "root": root, "warmstart": str(warmstart_cache)}
-
-
-@pytest.fixture()
-def env(store, monkeypatch):
-    import flows.pipelines as pipelines
-
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", store["MLFLOW_TRACKING_URI"])
-    monkeypatch.setenv("FP8RL_ARTIFACTS", store["FP8RL_ARTIFACTS"])
-    monkeypatch.setenv("FP8RL_VERL_WORK", str(store["root"] / "verl"))
-    monkeypatch.setattr(pipelines, "WARMSTART_CACHE", store["warmstart"])
-    monkeypatch.setattr(pipelines, "REPORTS", str(store["root"] / "reports"))
-    return store
-
-
 def _history(run: str, key: str) -> dict[int, float]:
     return {m.step: m.value for m in tracking.client().get_metric_history(run, key)}
 
