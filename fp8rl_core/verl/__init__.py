@@ -1,4 +1,4 @@
-"""fp8rl on verl: one verl run per ``backend: verl`` experiment (issue 14, docs/gpu.md).
+"""fp8rl on verl: one verl run per ``backend: verl`` experiment (docs/gpu.md).
 
 verl is imported only in this package, and only inside functions: importing ``fp8rl_core.verl`` (or any
 module under it) loads neither verl nor Ray, so the rest of fp8rl_core stays importable without them.
@@ -12,6 +12,10 @@ module under it) loads neither verl nor Ray, so the rest of fp8rl_core stays imp
 ``data``       fp8rl's task as verl's parquet dataset (the native loop's prompts, in step order), and a
                tokenizer whose ids are the task's ids.
 ``reward``     verl's ``custom_reward_function``: fp8rl's own task reward on verl's decoded responses.
+``platform``, ``engine``, ``patches``  verl's trainer on a CPU host: fp8rl's platform in verl's registry, verl's
+               FSDP engine with fp8rl's MXFP8 layers for ``device="cpu"``, the one upstream patch.
+``rollout``, ``extension``, ``checking``  fp8rl's rollout classes in verl's registries, and W1–W7 after every sync.
+``metrics``    a verl run's summary metrics from verl's per-step ones.
 """
 
 from fp8rl_core.verl.overrides import Override, hydra_value, verl_overrides
