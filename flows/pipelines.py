@@ -393,9 +393,8 @@ def _verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: 
     """The correctness stage through verl's trainer (``backend: verl``): per model a clean run of
     ``clean_syncs`` syncs (``clean_syncs − 1`` RL steps; any failed check is a false alarm), then each
     fault of the worker's load (the faults verl's path can carry: ``load`` / ``post-load``) planted in a
-    run of its own — on one tensor-parallel rank where ``fault_ranks`` names one — which must stop at the
-    first sync that can catch it (:func:`fp8rl_core.verl.checking.first_catchable_sync`), by its
-    condition's check, naming the rank. Every run is nested under the ``correctness`` run, which holds the
+    run of its own — on one tensor-parallel rank where ``fault_ranks`` names one — which must stop at its
+    first sync, by its condition's check, naming the rank. Every run is nested under the ``correctness`` run, which holds the
     table of the faults (``verl_faults``) and the clean runs' false alarms."""
     import dataclasses
 
@@ -438,7 +437,7 @@ def _verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: 
                     run = dataclasses.replace(base, id=f"{base.id}-{f.name}", name=f"{base.name}·{f.name}")
                     row, reports = one(run, {"name": f.name, "rank": rank})
                     v = fault_verdict(reports, f.name, f.condition, rank)
-                    logger.info("fault %s (%s%s): caught at its first sync: %s; fired: %s", f.name, f.condition,
+                    logger.info("fault %s (%s%s): caught at the first sync: %s; fired: %s", f.name, f.condition,
                                 "" if rank is None else f", rank {rank}", v.caught_first, list(v.fired))
                     rows.append(v.as_row() | {"model": kind, "mlflow_run": row.mlflow_run})
             tracking.log_table(mlflow_run, "verl_faults", rows)

