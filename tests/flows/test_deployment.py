@@ -160,7 +160,11 @@ def test_deploy_run_worker_mlflow(server: Server, tmp_path: Path):
         outputs["deploy"] = server.cli("deploy", "--all", "--prefect-file", PREFECT_FILE)
         deployments = {f"{d['name']}@{d['entrypoint']}": d for d in server.post("/deployments/filter", {})}
         assert set(deployments) == {"default@flows/pipelines.py:mxfp8_sweep",
-                                    "default@flows/pipelines.py:nightly_correctness"}, deployments
+                                    "default@flows/pipelines.py:nightly_correctness",
+                                    "verl@flows/pipelines.py:nightly_correctness"}, deployments
+        verl_nightly = deployments["verl@flows/pipelines.py:nightly_correctness"]
+        assert verl_nightly["parameters"]["config"] == "configs/nightly-verl.yaml"
+        assert [s["schedule"].get("cron") for s in verl_nightly["schedules"]] == ["0 3 * * *"]
         for d in deployments.values():
             assert d["work_pool_name"] == POOL
             assert d["pull_steps"] == [{"prefect.deployments.steps.set_working_directory": {
