@@ -34,10 +34,12 @@ class CheckResult:
     count: int = 0
     seconds: float = 0.0
     detail: str = ""
+    failing_ranks: list[int] = field(default_factory=list)  # tensor-parallel ranks a per-rank check failed on
 
     def as_dict(self) -> dict:
         return {"condition": self.condition, "passed": self.passed, "measured": self.measured, "bound": self.bound,
-                "offenders": self.offenders[:5], "count": self.count, "seconds": self.seconds, "detail": self.detail}
+                "offenders": self.offenders[:5], "count": self.count, "seconds": self.seconds, "detail": self.detail,
+                "failing_ranks": list(self.failing_ranks)}
 
 
 def _ranks(states: list[dict]) -> list[tuple[str, dict]]:

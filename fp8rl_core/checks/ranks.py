@@ -75,7 +75,7 @@ def check_rank_results(results: Sequence[RankCheck]) -> CheckResult:
     detail = (f"{len(results)} tensor-parallel ranks checked their own live shards ({'/'.join(tiers)})"
               + (f"; failing ranks {failed}" if failed else ""))
     return CheckResult("W2/W4", not offenders, float(sum(r.differing for r in results)), 0.0, offenders,
-                       len(offenders), time.perf_counter() - t0 + sum(r.seconds for r in results), detail)
+                       len(offenders), time.perf_counter() - t0 + sum(r.seconds for r in results), detail, failed)
 
 
 #: which expected tensors a per-rank check compares, and the condition its result is reported under

@@ -108,7 +108,7 @@ def merge(condition: str, parts: list[CheckResult]) -> CheckResult:
     return CheckResult(condition, all(p.passed for p in parts), sum(p.measured for p in parts),
                        max(p.bound for p in parts), [o for p in parts for o in p.offenders],
                        sum(p.count for p in parts), sum(p.seconds for p in parts),
-                       " | ".join(p.detail for p in parts))
+                       " | ".join(p.detail for p in parts), sorted({k for p in parts for k in p.failing_ranks}))
 
 
 class CheckRunner:

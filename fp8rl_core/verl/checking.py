@@ -197,5 +197,5 @@ def fault_verdict(reports: list[dict], fault: str, condition: str, rank: int | N
     failed = [r for r in first["results"] if not r["passed"]]
     fired = tuple(sorted({r["condition"] for r in failed}))
     offenders = tuple(o for r in failed if r["condition"] == condition for o in r.get("offenders", []))
-    named = rank is None or any(f"rank {rank}/" in o for o in offenders)
+    named = rank is None or any(rank in r.get("failing_ranks", ()) for r in failed if r["condition"] == condition)
     return FaultVerdict(fault, condition, rank, condition in fired and named, fired, named, offenders)
