@@ -72,7 +72,7 @@ SLOW = frozenset({
     "verl/test_sglang_models.py",  # SGLang's model classes in .venv-sglang, a process per rank (~1-3 min in all)
 })
 #: fixtures that make every test using them slow
-SLOW_FIXTURES = frozenset({"trained"})  # tests/core/learner/test_warmstart.py: a 600-step warm start
+SLOW_FIXTURES = frozenset({"trained"})  # tests/core/learner/test_warmstart.py: an 800-step warm start
 
 def tiers_of(path: str, name: str, fixtures: frozenset[str] | set[str]) -> set[str]:
     """The markers of the test ``name`` in the file ``path`` (relative to tests/) that uses ``fixtures``."""

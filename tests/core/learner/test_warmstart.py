@@ -33,12 +33,12 @@ SPEC = ModelSpec(
     name="qwen3-dense-test", kind="dense", vocab_size=1024, hidden_size=128, intermediate_size=384,
     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=64,
 )
-# 2-digit addition (default little-endian format), 600 steps, the last 180 decaying. Measured held-out
-# exact-match accuracy / mean entropy (nats) / final loss for seeds 0-4: 0.977/0.12/0.04, 0.965/0.36/0.18,
-# 0.996/0.02/0.01, 0.984/0.17/0.08, 0.977/0.33/0.15. The thresholds below hold for all five with a margin
-# (the test runs seed 0).
+# 2-digit addition (default little-endian format), 800 steps, the last 240 decaying. The trajectory depends
+# on the CPU's kernels (the same seed at 600 steps: held-out exact match 0.977 on one 2-core machine of this
+# kind, 0.871 on another), so the test trains past that spread: seed 0 at 800 steps measured 0.992 accuracy,
+# 0.09 nats mean entropy, 0.027 final loss (~26 s on 2 cores, loaded); the thresholds below hold with a margin.
 TEST_CFG = WarmStartConfig(
-    steps=600, batch_size=64, lr=3e-3, weight_decay=0.1, warmup=30, seed=0, eval_prompts=256,
+    steps=800, batch_size=64, lr=3e-3, weight_decay=0.1, warmup=30, seed=0, eval_prompts=256,
     task=AdditionTask(digits=2),
 )
 ACCURACY_THRESHOLD = 0.9
