@@ -8,8 +8,6 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
-import torch
-import transformers
 
 from fp8rl_core.config import correctness_runs, load_sweep, run_id, sweep_id
 from fp8rl_core.identity import canonical_json, content_hash, digest
@@ -43,8 +41,12 @@ def test_gpu_and_correctness_ids_are_pinned():
 
 def test_warm_start_and_engine_keys_are_pinned(monkeypatch):
     _, runs = load_sweep(CONFIGS / "smoke.yaml")
-    monkeypatch.setattr(transformers, "__version__", "4.99.0")  # the key names the versions it was trained with
-    monkeypatch.setattr(torch, "__version__", "2.13.0+cpu")
+    from fp8rl_core.learner import warmstart
+
+    # the key names the versions it was trained with: set on the modules the warm start reads them from (a
+    # test that re-imports transformers leaves sys.modules with another module object than the warm start's)
+    monkeypatch.setattr(warmstart.transformers, "__version__", "4.99.0")
+    monkeypatch.setattr(warmstart.torch, "__version__", "2.13.0+cpu")
     assert warmstart_key(runs[0].spec, runs[0].config.warmstart) == "473823657db04d1f"
     assert engine_key({"a": 1, "schemes": ["x"]}, SamplerConfig()) == "5a8c33555165eb22"
 

@@ -124,7 +124,7 @@ def test_the_cpu_config_composes_and_passes_verls_validation(preset):
     fp8rl's method for every on-grid rollout (block FP8 too: verl's own FP8 rollout needs Triton), verl's own
     local Ray with its "GPU" slots, the default (v1) trainer."""
     _, runs = load_sweep("configs/verl-smoke.yaml", [f"axes.preset=[{preset}]", "axes.model=[qwen3-moe-mini]"])
-    (run,) = runs
+    run = runs[0].config
     cfg, printed = check(run, verl_overrides(run, data_dir="/w/r"))
     assert "All configuration checks passed successfully!" in printed
     arr = cfg.actor_rollout_ref
