@@ -205,9 +205,6 @@ def _verl_sweep(sweep: SweepConfig, runs: list[Run], sweep_id: str, config: str,
     The runs are nested under the sweep's parent run, as a native sweep's; each ends FINISHED, or FAILED
     with verl's exit status and last error lines (a failed check's line among them; KILLED on a signal);
     runs already FINISHED are skipped when ``resume``; then the sweep's report."""
-    from tasks.verl_run import run_verl
-
-    logger = get_run_logger()
     if any(r.config.backend != "verl" for r in runs):
         raise ValueError(f"{config}: a sweep runs all its runs on one backend; this one mixes native and verl")
     own_ray = ray_address is None and not os.environ.get("RAY_ADDRESS")
@@ -223,21 +220,30 @@ def _verl_sweep(sweep: SweepConfig, runs: list[Run], sweep_id: str, config: str,
     parent = _ParentRun(sweep, sweep_id, config, overrides)
     try:
         for run in pending:
-            mlflow_run = _open(run, sweep.sweep, sweep_id, flow_run, parent.get())
-            tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run, "verl.launch": "subprocess"})
-            with tracking.ending(mlflow_run) as end:  # verl's own MLflow logger may end the run too: fp8rl's is the last word
-                out = run_verl(run, sweep.sweep, mlflow_run, ray_address, WARMSTART_CACHE)
-                if out.reason:
-                    end.fail(out.reason)
-            logger.log(logging.ERROR if out.reason else logging.INFO, "run %s: %s (log: %s)", run.name,
-                       out.reason or "verl's trainer finished", out.log)
-            rows[run.id] = RunRow(run.id, mlflow_run, run.name,
-                                  "FAILED: verl exit status " + str(out.returncode) if out.reason else "FINISHED",
-                                  tracking.headline_metrics(out.summary))
+            rows[run.id], _ = _verl_run(run, sweep.sweep, sweep_id, flow_run, parent.get(), ray_address)
     except BaseException as e:  # interrupted, or the sweep itself broke: its parent run says so
         parent.end(list(rows.values()), interrupted=e)
         raise
     return _finish(sweep, [rows[r.id] for r in runs], parent, report, "verl runs")
+
+
+def _verl_run(run: Run, sweep: str, sweep_id: str, flow_run: str, parent: str, ray_address: str | None = None,
+              fault: dict | None = None):
+    """One run as verl's trainer (:func:`tasks.verl_run.run_verl`) in an MLflow run nested under ``parent``,
+    ended FINISHED or FAILED with verl's reason; returns its row and how verl ended."""
+    from tasks.verl_run import run_verl
+
+    mlflow_run = _open(run, sweep, sweep_id, flow_run, parent)
+    tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run, "verl.launch": "subprocess"}
+                   | ({"fp8rl.fault": fault["name"]} if fault else {}))
+    with tracking.ending(mlflow_run) as end:  # verl's own MLflow logger may end the run too: fp8rl's is the last word
+        out = run_verl(run, sweep, mlflow_run, ray_address, WARMSTART_CACHE, fault)
+        if out.reason:
+            end.fail(out.reason)
+    get_run_logger().log(logging.ERROR if out.reason and not fault else logging.INFO, "run %s: %s (log: %s)",
+                         run.name, out.reason or "verl's trainer finished", out.log)
+    status = "FAILED: verl exit status " + str(out.returncode) if out.reason else "FINISHED"
+    return RunRow(run.id, mlflow_run, run.name, status, tracking.headline_metrics(out.summary)), out
 
 
 def _finish(sweep: SweepConfig, rows: list[RunRow], parent: "_ParentRun", report: bool, what: str = "runs"
@@ -398,8 +404,7 @@ def _verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: 
     table of the faults (``verl_faults``) and the clean runs' false alarms."""
     import dataclasses
 
-    from fp8rl_core.verl.checking import fault_verdict, read_reports
-    from tasks.verl_run import run_verl, work_dir
+    from fp8rl_core.verl.checking import fault_verdict
 
     logger = get_run_logger()
     section, flow_run = sweep.correctness, _flow_run()
@@ -407,15 +412,8 @@ def _verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: 
     wanted = [f for f in wanted if f.worker is not None]
 
     def one(run: Run, fault: dict | None) -> tuple[RunRow, list[dict]]:
-        child = _open(run, sweep.sweep, section.id(), flow_run, mlflow_run)
-        tracking.start(child, cluster.where() | {"prefect.flow_run_id": flow_run, "verl.launch": "subprocess"}
-                       | ({"fp8rl.fault": fault["name"]} if fault else {}))
-        with tracking.ending(child) as end:
-            out = run_verl(run, sweep.sweep, child, None, WARMSTART_CACHE, fault)
-            if out.reason:
-                end.fail(out.reason)
-        return (RunRow(run.id, child, run.name, "FAILED" if out.reason else "FINISHED"),
-                read_reports(work_dir(sweep.sweep, run) / "checks.jsonl"))
+        row, out = _verl_run(run, sweep.sweep, section.id(), flow_run, mlflow_run, fault=fault)
+        return row, list(out.checks)
 
     rows: list[dict] = []
     alarms: list[str] = []

@@ -85,14 +85,13 @@ def prepare_model(run: Run, sweep: str, cache_root: str | Path) -> Path | None:
     return write_model_dir(res.path, target, run.spec.vocab_size)
 
 
-def record(mlflow_run: str, work: Path) -> dict[str, float]:
-    """Log what fp8rl measured around verl's run into its MLflow run: the check report of every sync (per
+def record(mlflow_run: str, reports: list[dict]) -> dict[str, float]:
+    """Log what fp8rl measured around verl's run into its MLflow run: the check ``reports`` of every sync (per
     condition ``check/W…`` at the sync's version, the ``checks`` table, ``checks.json``) and the summary
     and headline metrics from verl's per-step metrics (:func:`fp8rl_core.verl.metrics.summary`). Returns
     the summary."""
     from fp8rl_core.checks import check_rows
 
-    reports = read_reports(work / "checks.jsonl")
     for rep in reports:
         passed = {f"check/{r['condition']}": float(r["passed"]) for r in rep["results"]}
         tracking.log_metrics(mlflow_run, passed | {"checks_s": rep["seconds"], "checks_full": float(rep["tier"] == "full")},
@@ -117,6 +116,7 @@ class VerlOutcome:
     reason: str | None
     log: Path
     summary: dict[str, float] = field(default_factory=dict)
+    checks: tuple[dict, ...] = ()  #: the check report of every sync, in order (fp8rl_core.verl.checking)
 
 
 def failure_reason(returncode: int, output: str, lines: int = 3) -> str | None:
@@ -163,5 +163,6 @@ def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = No
                     proc.kill()
                     proc.wait()
     tracking.log_file(mlflow_run, log, "verl")
-    summary_metrics = record(mlflow_run, work)
-    return VerlOutcome(returncode, failure_reason(returncode, log.read_text(errors="replace")), log, summary_metrics)
+    reports = read_reports(work / "checks.jsonl")
+    return VerlOutcome(returncode, failure_reason(returncode, log.read_text(errors="replace")), log,
+                       record(mlflow_run, reports), tuple(reports))
