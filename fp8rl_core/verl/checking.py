@@ -12,7 +12,7 @@ conditions; docs/correctness.md), with its two sides built from what a verl run 
   its workers instead of an engine fp8rl started.
 
 The adapter of rollout rank 0 of each replica runs them after every sync (:class:`SyncChecks`), appends
-each report to the JSON-lines file :data:`REPORTS_ENV` names (the launcher logs them to the run's MLflow
+each report to the JSON-lines file :data:`~fp8rl_core.verl.overrides.REPORTS_ENV` names (the launcher logs them to the run's MLflow
 record) and, under ``checks.on_failure: fail``, raises :class:`CheckFailedError` naming the condition,
 the rank and the layer — verl's trainer stops and the run ends FAILED with that line.
 """
@@ -164,7 +164,7 @@ class SyncChecks:
 
 
 def read_reports(path: str | Path) -> list[dict]:
-    """The check reports a verl run appended to ``path`` (:data:`REPORTS_ENV`), in sync order."""
+    """The check reports a verl run appended to ``path`` (:data:`~fp8rl_core.verl.overrides.REPORTS_ENV`), in sync order."""
     path = Path(path)
     if not path.is_file():
         return []

@@ -259,7 +259,7 @@ def _worker_extension() -> type:
 
 
 def planted_fault(rank: int) -> str | None:
-    """The worker hook (``module:function``) of the catalogue fault :data:`~fp8rl_core.verl.checking.FAULT_ENV`
+    """The worker hook (``module:function``) of the catalogue fault :data:`~fp8rl_core.verl.overrides.FAULT_ENV`
     plants on tensor-parallel rank ``rank`` (every rank when the fault names none), else None. Only faults
     that act in the worker's load (stages ``load`` / ``post-load``) can be planted through verl."""
     import json
