@@ -42,8 +42,8 @@ from fp8rl_core.verl.overrides import Override, main_ppo_argv, verl_overrides
 
 from . import tracking
 
-__all__ = ["VerlOutcome", "failure_reason", "launch_overrides", "model_dir", "prepare_model", "record", "run_verl",
-           "work_dir"]
+__all__ = ["VerlOutcome", "failure_reason", "launch_overrides", "model_dir", "port_race", "prepare_model", "record",
+           "run_verl", "work_dir"]
 
 #: lines of verl's output that name an error (a Python exception line, Ray's and Hydra's error lines)
 _ERROR = re.compile(r"(\b\w*(Error|Exception)\b|\bTraceback\b|error:)")
@@ -51,6 +51,11 @@ _ERROR = re.compile(r"(\b\w*(Error|Exception)\b|\bTraceback\b|error:)")
 _HYDRA_ECHO = "Error executing job with overrides:"
 #: characters kept of one line in the reason
 _LINE = 400
+#: torch c10d's lines when the port a process group's TCPStore was given is taken by the time it binds or
+#: connects (verl picks MASTER_PORT as a free port, closes it, and the ranks bind it later; another process on
+#: the host can take it in between): the run never reached its first sync
+_PORT_RACE = re.compile(r"TCP client failed to connect/validate to host|Ping failed, invalid value returned from server"
+                        r"|EADDRINUSE|[Aa]ddress already in use")
 
 
 def work_dir(sweep: str, run: Run) -> Path:
@@ -134,6 +139,15 @@ def failure_reason(returncode: int, output: str, lines: int = 3) -> str | None:
     return f"verl's main_ppo exited with {status}: {tail}"
 
 
+def port_race(returncode: int, output: str, reports: list[dict]) -> str | None:
+    """The line of verl's output that shows the run lost a port race before its first weight sync (a failed
+    exit, no check report, a c10d "address taken" line), else None: such a run is worth one more start."""
+    if returncode == 0 or reports:
+        return None
+    hit = next((x.strip() for x in output.splitlines() if _PORT_RACE.search(x)), None)
+    return hit[:_LINE] if hit else None
+
+
 @task(name="verl-run", cache_policy=NO_CACHE)
 def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = None,
              cache_root: str = ".cache/warmstart", fault: dict | None = None) -> VerlOutcome:
@@ -150,10 +164,26 @@ def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = No
     tracking.log_file(mlflow_run, work / "main_ppo.args", "verl")
     env = os.environ | {"MLFLOW_RUN_ID": mlflow_run, "MLFLOW_TRACKING_URI": tracking.tracking_uri()}
     log = work / "main_ppo.log"
+    returncode = _main_ppo(argv, env, work, log)
+    reports = read_reports(work / "checks.jsonl")
+    race = port_race(returncode, log.read_text(errors="replace"), reports)
+    if race:  # once: the first attempt's log kept beside the second's, the retry tagged with its reason
+        first = log.rename(work / "main_ppo.attempt1.log")
+        tracking.log_file(mlflow_run, first, "verl")
+        tracking.set_tag(mlflow_run, "verl.retried", f"the first start lost a port race before its first sync: {race}")
+        returncode = _main_ppo(argv, env, work, log)
+        reports = read_reports(work / "checks.jsonl")
+    tracking.log_file(mlflow_run, log, "verl")
+    return VerlOutcome(returncode, failure_reason(returncode, log.read_text(errors="replace")), log,
+                       record(mlflow_run, reports), tuple(reports))
+
+
+def _main_ppo(argv: list[str], env: dict[str, str], work: Path, log: Path) -> int:
+    """Run verl's trainer to its end, its output in ``log``; its exit status."""
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=work)
         try:
-            returncode = proc.wait()
+            return proc.wait()
         finally:  # interrupted (a signal, KeyboardInterrupt): verl must not outlive the sweep
             if proc.poll() is None:
                 proc.terminate()
@@ -162,7 +192,3 @@ def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = No
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
-    tracking.log_file(mlflow_run, log, "verl")
-    reports = read_reports(work / "checks.jsonl")
-    return VerlOutcome(returncode, failure_reason(returncode, log.read_text(errors="replace")), log,
-                       record(mlflow_run, reports), tuple(reports))

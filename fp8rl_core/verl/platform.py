@@ -177,5 +177,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-if "verl" in sys.modules:  # verl's plugin discovery imports this module (entry point ``verl.plugins``)
-    register()
+if "verl" in sys.modules:  # imported after verl (which registered it through fp8rl_core.verl.plugin, or had
+    register()              # its plugins switched off by VERL_USE_EXTERNAL_PLUGINS): registered on import

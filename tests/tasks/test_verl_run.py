@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from fp8rl_core.config import load_sweep
 from tasks import tracking
-from tasks.verl_run import failure_reason, launch_overrides, run_verl, work_dir
+from tasks.verl_run import failure_reason, launch_overrides, port_race, run_verl, work_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU8B = str(ROOT / "configs" / "gpu" / "qwen3-8b.yaml")
@@ -37,6 +37,21 @@ def test_failure_reason_is_the_exit_status_and_the_last_error_lines():
         "x" * 386 + "…"
     assert failure_reason(-9, "step 3\nstep 4\n", lines=1) == "verl's main_ppo exited with status -9 (signal SIGKILL): step 4"
     assert failure_reason(2, "") == "verl's main_ppo exited with status 2: no output"
+
+
+#: the lines a verl run printed on this kind of machine when its actor ranks' TCPStore port had been taken
+RACE = """(WorkerDict pid=21135) [W1201 17:59:05.348114067 TCPStore.cpp:340] [c10d] TCP client failed to connect/validate to host 192.0.2.2:39157 - retrying (try=0, timeout=1800000ms, delay=628ms): Ping failed, invalid value returned from server. Expected: 21135, Got: 68681728
+(WorkerDict pid=21135) Exception raised from ping at /__w/pytorch/pytorch/torch/csrc/distributed/c10d/TCPStore.cpp:427 (most recent call first):
+ray.exceptions.RayTaskError(DistNetworkError): ray::WorkerDict.actor_rollout_init_model()"""
+
+
+def test_a_run_that_lost_a_port_race_before_its_first_sync_is_named_for_one_more_start():
+    line = port_race(1, RACE, [])
+    assert line.startswith("(WorkerDict pid=21135) [W1201") and "TCP client failed to connect/validate" in line
+    assert port_race(1, "torch.distributed.DistNetworkError: EADDRINUSE: address already in use", []) is not None
+    assert port_race(1, RACE, [{"sync": 1}]) is None  # it synced: the port was not the problem of its start
+    assert port_race(0, RACE, []) is None  # it finished
+    assert port_race(1, "fp8rl_core.verl.checking.CheckFailedError: W2 failed", []) is None  # any other failure
 
 
 def test_verl_config_prints_exactly_the_launchers_overrides(store):

@@ -37,6 +37,19 @@ print(json.dumps({"cls": type(p).__module__ + "." + type(p).__name__, "device": 
                      "ipc": False, "resource": "GPU", "mem": 0, "name": "CPU"}
 
 
+@pytest.mark.parametrize("first", ["fp8rl_core.verl.platform", "fp8rl_core.verl.rollout", "verl.utils.device"])
+def test_the_platform_is_verls_whichever_module_a_process_imports_first(first):
+    """The registration is the entry point's import (fp8rl_core/verl/plugin.py): a process that imports the
+    platform module before verl still gets it — without it, verl falls back to CUDA and its IPC transfer."""
+    facts = _python(f"""
+import json, {first}
+from verl.plugin.platform import get_platform
+from verl.utils.device import is_support_ipc
+print(json.dumps({{"cls": type(get_platform()).__name__, "ipc": is_support_ipc()}}))
+""")
+    assert facts == {"cls": "PlatformCPU", "ipc": False}
+
+
 def test_the_platform_implements_every_abstract_method_of_verls_base():
     facts = _python("""
 import json, verl

@@ -157,6 +157,7 @@ def receive(zmq_handle: str, out: list) -> threading.Thread:
     return th
 
 
+@pytest.mark.timeout(180)  # under a second; a sender on another transfer path than the receiver waits forever
 @pytest.mark.parametrize("spec", [DENSE, MOE], ids=["dense", "moe"])
 def test_the_bytes_pass_verls_shared_memory_transfer_byte_equal(spec):
     _, schemes, masters, shards = learner_case(spec)

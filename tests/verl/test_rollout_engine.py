@@ -10,6 +10,7 @@ import asyncio
 import threading
 import uuid
 
+import pytest
 import torch
 
 from fp8rl_core.checks import CheckPolicy, CheckRunner
@@ -28,6 +29,7 @@ from ..core.sampler.test_engine import PROBE, _assert_readback_equals_export
 from .test_rollout import adapter, checkpoint_masters
 
 
+@pytest.mark.timeout(600)  # ~40 s; a sender and receiver on different transfer paths wait for each other forever
 def test_verls_transfer_loads_the_learners_bytes_into_a_live_engine_and_every_check_passes(
         checkpoints, tmp_path, monkeypatch):  # noqa: F811
     # the engine as verl's server builds it: fp8rl's method, fp8rl's verl worker extension; its ZMQ handle
