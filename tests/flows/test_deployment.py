@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(sys.executable).with_name("prefect"))
 PREFECT_FILE = "deployments/prefect.yaml"
 POOL = "fp8rl-local"
-OVERRIDES = ["axes.seed=[0]", "axes.preset=[all]", "axes.model=[qwen3-dense-mini]", "loop.steps=1"]
+#: one run; the 100-step warm start of the session's cache (tests/flows/conftest.py), which the other flow tests share
+OVERRIDES = ["axes.seed=[0]", "axes.preset=[all]", "axes.model=[qwen3-dense-mini]", "loop.steps=1", "warmstart.steps=100"]
 
 CLI_TIMEOUT_S = 180       # one CLI command (deploy imports the flows: torch, vLLM)
 SERVER_START_S = 180      # until /api/health answers
@@ -146,7 +147,7 @@ def server(tmp_path_factory):
         srv.stop()
 
 
-def test_deploy_run_worker_mlflow(server: Server, tmp_path: Path):
+def test_deploy_run_worker_mlflow(server: Server, tmp_path: Path, warmstart_cache: Path):
     t0 = time.monotonic()
     mlflow_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     artifacts = tmp_path / "mlartifacts"
@@ -179,7 +180,7 @@ def test_deploy_run_worker_mlflow(server: Server, tmp_path: Path):
         flow_run_id = m.group(1)
 
         worker_env = server.env | {"MLFLOW_TRACKING_URI": mlflow_uri, "FP8RL_ARTIFACTS": str(artifacts),
-                                    "FP8RL_REPORTS": str(artifacts.parent / "reports")}
+                                    "FP8RL_REPORTS": str(artifacts.parent / "reports"), "FP8RL_CACHE": str(warmstart_cache)}
         with worker_log.open("w") as f:
             worker = subprocess.Popen([PREFECT, "--no-prompt", "worker", "start", "--pool", POOL, "--type", "process",
                                        "--name", "test-worker", "--run-once"], cwd=ROOT, env=worker_env,

@@ -25,8 +25,10 @@ from tasks import tracking
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = str(ROOT / "configs" / "smoke.yaml")
+#: four runs of the dense mini from the session's 100-step warm start (tests/flows/conftest.py; nothing here
+#: depends on how well it answers), which the other flow tests share: Ray's workers on both nodes load it
 FOUR_RUNS = ["axes.seed=[0]", "axes.preset=[all,bf16-e2e,half,other-grid]", "axes.model=[qwen3-dense-mini]",
-             "loop.steps=1", "sweep=scale-out"]
+             "loop.steps=1", "sweep=scale-out", "warmstart.steps=100"]
 
 
 def _ray_exe() -> str:
@@ -93,13 +95,13 @@ def ray_cluster(tmp_path_factory):
 
 
 @pytest.fixture()
-def env(servers, ray_cluster, tmp_path_factory, monkeypatch):
+def env(servers, ray_cluster, tmp_path_factory, warmstart_cache, monkeypatch):
     import flows.pipelines as pipelines
 
     db, server = servers
     root = tmp_path_factory.mktemp("scale-out")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", server.url)
-    monkeypatch.setattr(pipelines, "WARMSTART_CACHE", str(root / "warmstart"))
+    monkeypatch.setattr(pipelines, "WARMSTART_CACHE", str(warmstart_cache))
     monkeypatch.setattr(pipelines, "REPORTS", str(root / "reports"))
     return {"db": db, "server": server, "address": ray_cluster, "root": root}
 
