@@ -293,6 +293,10 @@ GOOD_BASE = """
                      ["base.warmstart", "warmup (30)", "exceeds steps (10)"], id="warmstart-phases"),
         pytest.param("sweep: t\nbase: {models_dir: MODELS, model: qwen3-dense-mini, sampler: {block_size: 48}}\n",
                      ["base.sampler.block_size", "multiple of 32"], id="kv-block-size"),
+        pytest.param("sweep: t\nbase: {models_dir: MODELS, model: qwen3-dense-mini, preset: requant, backend: verl,"
+                     " verl: {hardware: cpu, rollout: sglang}}\n",
+                     ["preset 'requant' with verl.rollout = 'sglang'", "use verl.rollout: vllm"],
+                     id="requant-on-sglang"),
         pytest.param(f"sweep: t\nbase:{GOOD_BASE}axes: {{seed: []}}\n", ["axes", "['seed'] have no values"],
                      id="empty-axis"),
         pytest.param(f"sweep: t\nbase:{GOOD_BASE}axes: {{seed: [0, 1, 0]}}\n",
