@@ -1,7 +1,8 @@
 """What the engine must hold after a sync, derived from the *learner* (never from the exporter's output):
 sync names, on-grid bytes, BF16 views, the bytes a layer that requantizes must compute (:mod:`.requant`),
-their fingerprints and shapes, and the fp32 masters by fused group for the layout check. Expectations follow the *configured* per-layer schemes of the run (what the
-user asked for), so an engine or exporter that deviates from the configuration is caught."""
+their fingerprints and shapes, and the fp32 masters by fused group for the layout check. Expectations
+follow the *configured* per-layer schemes of the run (what the user asked for), so an engine or exporter
+that deviates from the configuration is caught."""
 
 from __future__ import annotations
 

@@ -172,7 +172,7 @@ class CheckRunner:
         else:
             parts["W2"].append(check_grid_fingerprints(states, exp.grid_fp | exp.requant_fp))
             parts["W4"].append(check_precision_fingerprints(states, exp.view_fp, pipe.configured, exp.skip))
-        if exp.requant:
+        if exp.requant:  # the requant layers' own bytes: whole tensors (fingerprints above, bytes in the full tier)
             parts["W2"].append(requant_measure(exp.requant_diff))
         parts["W5"].append(check_version(states, exp.version, list(rollout_tags), content))
         for st in states:
