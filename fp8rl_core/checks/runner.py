@@ -172,7 +172,10 @@ class CheckRunner:
         else:
             parts["W2"].append(check_grid_fingerprints(states, exp.grid_fp | exp.requant_fp))
             parts["W4"].append(check_precision_fingerprints(states, exp.view_fp, pipe.configured, exp.skip))
-        if exp.requant:  # the requant layers' own bytes: whole tensors (fingerprints above, bytes in the full tier)
+        # requant layers: the measured difference from the learner's bytes every sync; their own bytes are
+        # checked on whole tensors (the fingerprints above, the full tier's read-back) — per-rank shards of
+        # them are not (tensor parallelism checks the synced BF16 views per rank, W4)
+        if exp.requant:
             parts["W2"].append(requant_measure(exp.requant_diff))
         parts["W5"].append(check_version(states, exp.version, list(rollout_tags), content))
         for st in states:
