@@ -155,8 +155,9 @@ class ChecksSection(BaseModel):
         """The run's declared W7 bound: float32 engines run the learner's arithmetic (tight: measured mean
         ≤ 1e-4 on the learner's grid); a BF16 engine adds BF16 activations and accumulation (measured on
         the peaked smoke mini, preset all: mean 0.09, max 0.79 over held-out sequences), and a sampler on
-        another grid (block FP8) that grid's rounding, which the learner's probe does not model — there
-        W7 is a coarse backstop; run the exact check with ``sampler.dtype: float32``."""
+        another grid (block FP8) or one that requantizes (``requant``) its own rounding, which the learner's
+        probe does not model — there W7 is a coarse backstop; run the exact check with
+        ``sampler.dtype: float32``."""
         mean, mx = (_POLICY.w7_mean, _POLICY.w7_max) if dtype == "float32" else (0.5, 8.0)
         if PRESETS[preset].sampler_grid != "learner":
             mean, mx = max(mean, 0.5), max(mx, 8.0)
