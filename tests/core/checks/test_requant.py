@@ -68,8 +68,9 @@ def test_a_byte_off_the_computed_expectation_fails_naming_the_tensor():
     held["model.layers.1.mlp.down_proj.mx_scale"].view(-1)[3] ^= 1
     r = check_requant_bytes(held, want)
     assert (r.condition, r.passed, r.measured) == ("W2", False, 1.0)
-    assert r.offenders == ["model.layers.1.mlp.down_proj.mx_scale (1 bytes differ from mxfp8-e4m3-rceil of the "
-                           "learner's BF16 view)"]
+    n = want["model.layers.1.mlp.down_proj.mx_scale"].numel()
+    assert r.offenders == [f"model.layers.1.mlp.down_proj.mx_scale (1 of {n} bytes differ from mxfp8-e4m3-rceil of "
+                           "the learner's BF16 view)"]
     del held["model.layers.0.mlp.gate_up_proj.mx_data"]
     assert "model.layers.0.mlp.gate_up_proj.mx_data (engine missing" in check_requant_bytes(held, want).offenders[0]
     m = requant_measure(diff)
