@@ -132,7 +132,8 @@ def check_requant_bytes(readback: Mapping[str, torch.Tensor], expected: Mapping[
             continue
         n = differing_bytes(got, want)
         if n:
-            offenders.append(f"{name} ({n} of {want.numel()} bytes differ from {REQUANT_GRID} of the learner's BF16 view)")
+            offenders.append(f"{name} ({n} of {want.numel()} bytes differ from {REQUANT_GRID} of the learner's "
+                             "BF16 view)")
             differing += n
     return CheckResult("W2", not offenders, float(differing), 0.0, offenders, len(offenders), time.perf_counter() - t0,
                        f"differing bytes between the engine's requantization and {REQUANT_GRID} of the learner's "

@@ -20,10 +20,12 @@ import numpy as np
 import pandas as pd
 import pandera.pandas as pa
 
-from fp8rl_core.vocabulary import CONDITIONS, FULL_TIER_ONLY, LOGPROB_TOL, REQUANT_QUANTITIES, check_column, requant_column
+from fp8rl_core.vocabulary import (CONDITIONS, FULL_TIER_ONLY, LOGPROB_TOL, REQUANT_QUANTITIES, check_column,
+                                   requant_column)
 
-__all__ = ["CHECK_COLUMNS", "DTYPES", "REQUANT_COLUMNS", "FINITE", "LOGPROB", "NONEMPTY", "SECONDS", "Col", "Table", "at_least", "between",
-           "cheap_skips", "col", "constant_per", "ge", "isin", "le", "num", "pattern", "rule", "unique"]
+__all__ = ["CHECK_COLUMNS", "DTYPES", "FINITE", "LOGPROB", "NONEMPTY", "REQUANT_COLUMNS", "SECONDS", "Col", "Table",
+           "at_least", "between", "cheap_skips", "col", "constant_per", "ge", "isin", "le", "num", "pattern", "rule",
+           "unique"]
 
 # -- dtypes ------------------------------------------------------------------------------------------
 # kind → (pandera dtype, words for a user)

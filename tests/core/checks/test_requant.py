@@ -78,6 +78,7 @@ def test_a_byte_off_the_computed_expectation_fails_naming_the_tensor():
 
 
 @pytest.mark.parametrize("prefix, kind", [("model.layers.0.self_attn.qkv_proj", "attention"),
-                                          ("model.layers.3.mlp.gate_up_proj", "mlp"), ("model.layers.1.mlp.experts", "experts")])
+                                          ("model.layers.3.mlp.gate_up_proj", "mlp"),
+                                          ("model.layers.1.mlp.experts", "experts")])
 def test_layer_kinds(prefix, kind):
     assert layer_kind(prefix) == kind
