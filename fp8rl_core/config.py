@@ -6,14 +6,14 @@ no axes)::
     sweep: smoke                      # the MLflow experiment name
     base:                             # a RunConfig (every field has a default)
       model: qwen3-dense-tiny         # configs/models/<name>.yaml, or a path to a spec file
-      preset: all                     # bf16-e2e | bf16-sampler | half | all | other-grid
+      preset: all                     # bf16-e2e | bf16-sampler | half | all | requant | other-grid
       warmstart: {steps: 300, task: {digits: 2}}
       learner: {lr: 1.0e-4, group_size: 4, tokens_per_microbatch: 4096}
       sampler: {dtype: bfloat16}
       loop: {steps: 3, prompts_per_step: 8}
     axes:                             # dotted key → values; runs = the cartesian product, in file order
       model: [qwen3-dense-tiny, qwen3-moe-tiny]
-      preset: [bf16-e2e, bf16-sampler, half, all, other-grid]
+      preset: [bf16-e2e, bf16-sampler, half, all, requant, other-grid]
       seed: [0, 1, 2]
     resources: {num_cpus: 1}          # what one run needs on a Ray node (num_cpus, num_gpus, memory_gb)
 
@@ -155,8 +155,9 @@ class ChecksSection(BaseModel):
         """The run's declared W7 bound: float32 engines run the learner's arithmetic (tight: measured mean
         ≤ 1e-4 on the learner's grid); a BF16 engine adds BF16 activations and accumulation (measured on
         the peaked smoke mini, preset all: mean 0.09, max 0.79 over held-out sequences), and a sampler on
-        another grid (block FP8) that grid's rounding, which the learner's probe does not model — there
-        W7 is a coarse backstop; run the exact check with ``sampler.dtype: float32``."""
+        another grid (block FP8) or one that requantizes (``requant``) its own rounding, which the learner's
+        probe does not model — there W7 is a coarse backstop; run the exact check with
+        ``sampler.dtype: float32``."""
         mean, mx = (_POLICY.w7_mean, _POLICY.w7_max) if dtype == "float32" else (0.5, 8.0)
         if PRESETS[preset].sampler_grid != "learner":
             mean, mx = max(mean, 0.5), max(mx, 8.0)
@@ -283,6 +284,10 @@ class RunConfig(BaseModel):
             )
         if self.preset == "half" and spec.num_hidden_layers < 2:
             raise ValueError(f"preset 'half' needs at least 2 decoder blocks; model {self.model!r} has 1")
+        if self.preset == "requant" and self.verl is not None and self.verl.rollout == "sglang":
+            raise ValueError("preset 'requant' with verl.rollout = 'sglang': fp8rl loads SGLang's MXFP8 method with "
+                             "the learner's bytes and has no SGLang layer that requantizes BF16 itself; use "
+                             "verl.rollout: vllm (fp8rl's vLLM method requantizes), or preset 'all'")
         return self
 
 

@@ -12,8 +12,9 @@ from typing import Literal, get_args
 
 __all__ = [
     "CONDITIONS", "CONDITION_MEANINGS", "FAULT_STAGES", "FULL_TIER_ONLY", "KL_METRICS", "KL_OPTIONAL_METRICS",
-    "KL_RUN_METRICS", "LOGPROB_TOL", "MODEL_KINDS", "PRECISIONS", "STEP_STAGES", "STEP_TIMES", "TIERS",
-    "TIME_TOL", "TIMING_COLUMNS", "ModelKind", "Precision", "Tier", "check_column", "seconds_column",
+    "KL_RUN_METRICS", "LOGPROB_TOL", "MODEL_KINDS", "PRECISIONS", "REQUANT_QUANTITIES", "STEP_STAGES", "STEP_TIMES",
+    "TIERS", "TIME_TOL", "TIMING_COLUMNS", "ModelKind", "Precision", "Tier", "check_column", "requant_column",
+    "seconds_column",
 ]
 
 # -- the weight-sync conditions (docs/design.md, "The seven conditions every weight sync must preserve") --------
@@ -39,6 +40,17 @@ FULL_TIER_ONLY: tuple[str, ...] = ("W3", "W7")
 def check_column(condition: str) -> str:
     """The per-condition verdict column of the steps and clean-sync tables (``check/W1`` …)."""
     return f"check/{condition}"
+
+
+#: what W2 measures on a sampler that requantizes the BF16 view itself (preset ``requant``): the fraction of
+#: its E4M3 data bytes and E8M0 scale bytes that differ from the learner's own forward operand
+REQUANT_QUANTITIES: tuple[str, ...] = ("data_bytes_differ", "scale_bytes_differ")
+
+
+def requant_column(quantity: str, kind: str = "") -> str:
+    """The metric (and steps-table column) of a requant quantity, overall or for one layer kind
+    (``requant/data_bytes_differ``, ``requant/scale_bytes_differ/attention`` …)."""
+    return f"requant/{quantity}" + (f"/{kind}" if kind else "")
 
 
 # -- runs -----------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ trained again); nothing random is cached (``NO_CACHE`` elsewhere).
 
 from __future__ import annotations
 
+import re
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from fp8rl_core.metrics.probe import probe_divergence
 from fp8rl_core.metrics.summary import run_kl_summary
 from fp8rl_core.report.plots import detection_matrix, run_figures
 from fp8rl_core.schemas import validate
+from fp8rl_core.schemas.dsl import REQUANT_COLUMNS
 from fp8rl_core.sampler.engine import SamplerDeadError
 from fp8rl_core.vocabulary import KL_RUN_METRICS, TIMING_COLUMNS
 
@@ -208,11 +210,12 @@ def check_summary(row: dict) -> dict[str, float]:
 
 @task(name="record-step", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
 def record_step(key: str, mlflow_run: str, row: dict) -> None:
-    """Keep the step's row and log its metrics (names: :data:`STEP_METRICS` and :func:`check_summary`), and
-    one progress line."""
+    """Keep the step's row and log its metrics (names: :data:`STEP_METRICS`, :func:`check_summary` and a
+    ``requant`` sampler's W2 byte-difference fractions, ``requant/…``), and one progress line."""
     live = _live(key)
     live.steps.append(row)
     metrics = {STEP_METRICS[k]: v for k, v in row.items() if k in STEP_METRICS} | check_summary(row)
+    metrics |= {k: v for k, v in row.items() if re.fullmatch(REQUANT_COLUMNS, k)}  # W2 of a requant sampler
     tracking.log_metrics(mlflow_run, metrics, step=int(row["step"]))
     get_run_logger().info("step %d/%d: reward %.3f, mean |Δ log p| %.3g, checks %s, %.1f s", int(row["step"]),
                           live.cfg.loop.steps, float(row["mean_reward"]), float(row.get("mean_abs_logprob_diff", 0.0)),

@@ -26,13 +26,15 @@ from .ranks import (
     expected_sync_tensors,
     first_difference,
 )
+from .requant import RequantDifference, check_requant_bytes, requant_expected
 from .rows import check_rows
 from .runner import CONDITIONS, CheckPolicy, CheckReport, CheckRunner
 from .sync import sampler_bf16_views
 
-__all__ = ["CONDITIONS", "CheckPolicy", "CheckReport", "CheckResult", "CheckRunner", "Expected", "check_behaviour",
+__all__ = ["CONDITIONS", "CheckPolicy", "CheckReport", "CheckResult", "CheckRunner", "Expected", "RequantDifference",
+           "check_behaviour", "check_requant_bytes",
            "check_coverage", "check_derived_state", "check_engine_ranks", "check_grid_bytes", "check_grid_fingerprints", "check_layout",
            "check_precision", "check_precision_fingerprints", "check_rank_fingerprints", "check_rank_results", "check_rank_shards",
            "check_rows", "check_version", "differing_bytes",
-           "expected_from_learner",
+           "expected_from_learner", "requant_expected",
            "expected_grid_tensors", "expected_sync_names", "expected_sync_tensors", "first_difference", "sampler_bf16_views"]

@@ -35,11 +35,14 @@ class CheckResult:
     seconds: float = 0.0
     detail: str = ""
     failing_ranks: list[int] = field(default_factory=list)  # tensor-parallel ranks a per-rank check failed on
+    #: measured quantities that are not a verdict, logged as metrics under their names (W2 of a sampler that
+    #: requantizes: :mod:`.requant`)
+    quantities: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {"condition": self.condition, "passed": self.passed, "measured": self.measured, "bound": self.bound,
                 "offenders": self.offenders[:5], "count": self.count, "seconds": self.seconds, "detail": self.detail,
-                "failing_ranks": list(self.failing_ranks)}
+                "failing_ranks": list(self.failing_ranks), "quantities": dict(self.quantities)}
 
 
 def _ranks(states: list[dict]) -> list[tuple[str, dict]]:
@@ -141,7 +144,8 @@ def check_grid_bytes(readback: dict[str, torch.Tensor], forward_weights: dict, s
 # ----------------------------------------------------------------------------------------------------
 #: read-back entries that are derived in the engine (not written by a sync)
 DERIVED_SUFFIXES = (".fp8_data", ".fp8_scale_inv", ".w13_fp8_data", ".w13_fp8_scale_inv", ".w2_fp8_data",
-                    ".w2_fp8_scale_inv", ".effective")
+                    ".w2_fp8_scale_inv", ".mx_data", ".mx_scale", ".w13_mx_data", ".w13_mx_scale", ".w2_mx_data",
+                    ".w2_mx_scale", ".effective")
 
 
 def expected_sync_names(learner_params: list[str], gemm_layers: list[str], schemes: dict[str, str]) -> set[str]:

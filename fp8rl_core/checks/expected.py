@@ -1,7 +1,8 @@
 """What the engine must hold after a sync, derived from the *learner* (never from the exporter's output):
-sync names, on-grid bytes, BF16 views, their fingerprints and shapes, and the fp32 masters by fused
-group for the layout check. Expectations follow the *configured* per-layer schemes of the run (what the
-user asked for), so an engine or exporter that deviates from the configuration is caught."""
+sync names, on-grid bytes, BF16 views, the bytes a layer that requantizes must compute (:mod:`.requant`),
+their fingerprints and shapes, and the fp32 masters by fused group for the layout check. Expectations
+follow the *configured* per-layer schemes of the run (what the user asked for), so an engine or exporter
+that deviates from the configuration is caught."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from fp8rl_core.sync.fingerprint import fingerprints
 from fp8rl_core.sync.layout import fused_group, sampler_layer
 
 from .basic import expected_grid_tensors, expected_sync_names
+from .requant import RequantDifference, requant_expected
 
 __all__ = ["Expected", "expected_from_learner"]
 
@@ -29,16 +31,20 @@ class Expected:
     masters: dict[str, torch.Tensor]  # learner member → fp32 master
     grid_fp: dict[str, str] = field(default_factory=dict)
     view_fp: dict[str, str] = field(default_factory=dict)
+    #: ``requant`` layers: the bytes the engine's own quantization must produce (derived read-back names)
+    requant: dict[str, torch.Tensor] = field(default_factory=dict)
+    requant_fp: dict[str, str] = field(default_factory=dict)
+    requant_diff: RequantDifference = field(default_factory=RequantDifference)
 
     @property
     def shapes(self) -> dict[str, tuple[tuple[int, ...], bool]]:
-        out = {n: (tuple(t.shape), True) for n, t in self.grid.items()}
+        out = {n: (tuple(t.shape), True) for n, t in (self.grid | self.requant).items()}
         out |= {n: (tuple(t.shape), False) for n, t in self.views.items()}
         return out
 
     @property
     def all_fp(self) -> dict[str, str]:
-        return {n: f for n, f in (self.grid_fp | self.view_fp).items() if n not in self.skip}
+        return {n: f for n, f in (self.grid_fp | self.view_fp | self.requant_fp).items() if n not in self.skip}
 
 
 def expected_from_learner(learner, configured: dict[str, str]) -> Expected:
@@ -49,7 +55,8 @@ def expected_from_learner(learner, configured: dict[str, str]) -> Expected:
     params = dict(model.named_parameters())
     layers = gemm_layers(model)
     names = expected_sync_names(list(params), layers, configured)
-    grid = expected_grid_tensors(learner.forward_weights(), configured, learner.layers)
+    forward = learner.forward_weights()
+    grid = expected_grid_tensors(forward, configured, learner.layers)
     views, skip = sampler_bf16_views(model, configured)
     groups: dict[str, list[str]] = {}
     masters: dict[str, torch.Tensor] = {}
@@ -62,5 +69,6 @@ def expected_from_learner(learner, configured: dict[str, str]) -> Expected:
         if prefix not in groups:
             groups[prefix] = [m for m in fused_group(prefix, layers)
                               if (m if m in params else f"{m}.weight") in params]
+    requant, diff = requant_expected(model, forward, configured, learner.layers)
     return Expected(learner.version, names, grid, views, skip, groups, masters,
-                    fingerprints(grid), fingerprints(views))
+                    fingerprints(grid), fingerprints(views), requant, fingerprints(requant), diff)

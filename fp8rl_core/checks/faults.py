@@ -27,6 +27,7 @@ import torch
 
 from fp8rl_core.grids import QuantizedTensor, parse_grid, quantize
 from fp8rl_core.grids.formats import bf16_view
+from fp8rl_core.sampler.config import REQUANT_GRID
 from fp8rl_core.sync.hooks import SyncHooks
 
 __all__ = ["FAULTS", "Fault", "fault"]
@@ -221,6 +222,22 @@ def worker_stale_derived(worker, phase: str) -> None:
     for prefix, w in worker.__dict__.pop("fp8rl_fault_saved", {}).items():
         layers[prefix].fp8rl_w = w
         layers[prefix].fp8rl_processed -= 1
+
+
+@torch.no_grad()
+def worker_requant_byte_flipped(worker, phase: str) -> None:
+    """A sampler that requantizes (preset ``requant``) holds one wrong E4M3 byte after its own quantization:
+    the first data byte of the first such linear layer has its lowest bit flipped, in the held bytes and in
+    the copy the layer computes with. Not in :data:`FAULTS` (their presets put the learner's bytes on the
+    grid); the ``requant`` engine test plants it."""
+    if phase != "after":
+        return
+    for _, module in _fp8rl_linear_layers(worker, "requant"):
+        data = module.fp8rl_data.view(torch.uint8)
+        data.view(-1)[0] ^= 1
+        module.fp8rl_w = QuantizedTensor(module.fp8rl_data, module.fp8rl_scale, parse_grid(REQUANT_GRID),
+                                         axis=1).dequantize()
+        return
 
 
 _W = "fp8rl_core.checks.faults:"

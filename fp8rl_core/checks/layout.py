@@ -15,6 +15,7 @@ import torch
 
 from fp8rl_core.grids import QuantizedTensor, parse_grid
 from fp8rl_core.grids.block import dequantize_block_weight
+from fp8rl_core.sampler.config import REQUANT_GRID
 
 from .basic import CheckResult
 
@@ -53,6 +54,10 @@ def effective_weights(readback: dict[str, torch.Tensor], prefix: str, scheme: st
                 grid = parse_grid(mx_grid)
                 data = readback[f"{base}weight"].view(grid.format.dtype)
                 out[w] = QuantizedTensor(data, readback[f"{base}weight_scale"], grid, axis=data.dim() - 1).dequantize()
+            elif scheme == "requant":
+                grid = parse_grid(REQUANT_GRID)
+                data = readback[f"{base}mx_data"].view(grid.format.dtype)
+                out[w] = QuantizedTensor(data, readback[f"{base}mx_scale"], grid, axis=data.dim() - 1).dequantize()
             elif scheme == "block128":
                 data = readback[f"{base}fp8_data"].view(torch.float8_e4m3fn)
                 out[w] = dequantize_block_weight(data, readback[f"{base}fp8_scale_inv"].float())
@@ -106,7 +111,7 @@ def check_layout(readback: dict[str, torch.Tensor], engine_shapes: dict[str, tup
        reported with both shapes.
     2. **Order and orientation by content**, independent of any name or layout table: every GEMM layer's
        *effective* weight (on the learner's grid: the engine's data bytes × its scale bytes, dequantized;
-       block FP8: its own data × scale_inv; BF16: the probed weight) is cut into the *slots* the engine itself
+       requantized MXFP8: its own data × scales; block FP8: its own data × scale_inv; BF16: the probed weight) is cut into the *slots* the engine itself
        declares — the fused output sizes vLLM reports for the layer (``output_partition_sizes``: q | k | v,
        gate | up), and for experts expert × (gate | up) rows of ``w13`` and expert rows of ``w2`` — and
        each slot is matched against the learner's fp32 masters. A slot *matches* a member when every element

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fp8rl_core.grids import QuantizedTensor, parse_grid
+from fp8rl_core.sampler.config import REQUANT_GRID
 from fp8rl_core.vocabulary import CONDITIONS
 
 from .basic import (
@@ -31,6 +32,7 @@ from .behaviour import check_behaviour
 from .expected import Expected, expected_from_learner
 from .layout import check_layout
 from .ranks import check_engine_ranks
+from .requant import check_requant_bytes, requant_measure
 
 __all__ = ["CONDITIONS", "CheckPolicy", "CheckReport", "CheckRunner", "full_tier_reason", "merge"]
 
@@ -62,7 +64,11 @@ class CheckReport:
         return [r for r in self.results if not r.passed]
 
     def metrics(self) -> dict[str, float]:
-        return {f"check/{r.condition}": float(r.passed) for r in self.results}
+        """``check/<condition>``: 1.0 passed, 0.0 failed; and every result's measured quantities by name."""
+        out = {f"check/{r.condition}": float(r.passed) for r in self.results}
+        for r in self.results:
+            out |= r.quantities
+        return out
 
     def as_dict(self) -> dict:
         return {"version": self.version, "sync": self.sync, "tier": "full" if self.full else "cheap", "why": self.why,
@@ -108,7 +114,8 @@ def merge(condition: str, parts: list[CheckResult]) -> CheckResult:
     return CheckResult(condition, all(p.passed for p in parts), sum(p.measured for p in parts),
                        max(p.bound for p in parts), [o for p in parts for o in p.offenders],
                        sum(p.count for p in parts), sum(p.seconds for p in parts),
-                       " | ".join(p.detail for p in parts), sorted({k for p in parts for k in p.failing_ranks}))
+                       " | ".join(p.detail for p in parts), sorted({k for p in parts for k in p.failing_ranks}),
+                       {k: v for p in parts for k, v in p.quantities.items()})
 
 
 class CheckRunner:
@@ -163,8 +170,13 @@ class CheckRunner:
             parts["W4"].append(check_engine_ranks(samplers[0], exp, kind="views"))
             parts["W4"].append(check_precision_fingerprints(states, {}, pipe.configured, exp.skip))
         else:
-            parts["W2"].append(check_grid_fingerprints(states, exp.grid_fp))
+            parts["W2"].append(check_grid_fingerprints(states, exp.grid_fp | exp.requant_fp))
             parts["W4"].append(check_precision_fingerprints(states, exp.view_fp, pipe.configured, exp.skip))
+        # requant layers: the measured difference from the learner's bytes every sync; their own bytes are
+        # checked on whole tensors (the fingerprints above, the full tier's read-back) — per-rank shards of
+        # them are not (tensor parallelism checks the synced BF16 views per rank, W4)
+        if exp.requant:
+            parts["W2"].append(requant_measure(exp.requant_diff))
         parts["W5"].append(check_version(states, exp.version, list(rollout_tags), content))
         for st in states:
             inst = st["instance"]
@@ -198,6 +210,8 @@ class CheckRunner:
             parts["W4"].append(check_engine_ranks(sampler, exp, full=True, kind="views"))
         else:
             parts["W2"].append(check_grid_bytes(readback, learner.forward_weights(), pipe.configured, learner.layers))
+            if exp.requant:
+                parts["W2"].append(check_requant_bytes(readback, exp.requant))
             shapes = {n: (list(t.shape), str(t.dtype).removeprefix("torch.")) for n, t in readback.items()}
             parts["W3"].append(check_layout(readback, shapes, exp.shapes, meta["layers"], exp.groups, exp.masters,
                                             sampler.mx_grid, self.policy.layout_tolerance))
@@ -205,12 +219,17 @@ class CheckRunner:
             parts["W4"].append(check_precision(readback, exp.views, schemes, pipe.configured, exp.skip))
         stale = []
         grid = parse_grid(sampler.mx_grid)
+        held_bytes = {"mxfp8": ("weight", "weight_scale", grid),
+                      "requant": ("mx_data", "mx_scale", parse_grid(REQUANT_GRID))}
         for p, v in meta["layers"].items():
             eff = readback.get(f"{p}.effective")
-            if v["scheme"] != "mxfp8" or eff is None or f"{p}.weight_scale" not in readback:
+            if v["scheme"] not in held_bytes or eff is None:
                 continue
-            data = readback[f"{p}.weight"].view(grid.format.dtype)
-            held = QuantizedTensor(data, readback[f"{p}.weight_scale"], grid, axis=1).dequantize().to(eff.dtype)
+            data_name, scale_name, g = held_bytes[v["scheme"]]
+            if f"{p}.{scale_name}" not in readback:
+                continue
+            data = readback[f"{p}.{data_name}"].view(g.format.dtype)
+            held = QuantizedTensor(data, readback[f"{p}.{scale_name}"], g, axis=1).dequantize().to(eff.dtype)
             if held.shape != eff.shape or not torch.equal(held, eff):
                 stale.append(p)
         w6 = check_derived_state(0, 1, {}, {}, stale)

@@ -44,14 +44,17 @@ from .markdown import write_report
 from .plots import detection_matrix, kl_by_preset, kl_over_steps, microbatch_time, reward_over_steps, step_breakdown
 from .factors import FactorAcrossModels, factors_across_models
 from .power import PowerRow, power_rows
+from .requant import RequantRow, requant_rows
 from .verdicts import EVALUATORS, AbsentClaim, ClaimRow, absent_claims, direction_verdict, evaluate_claims
 
 __all__ = [
     "CANONICAL_PRESETS", "CLAIMS", "CLAIM_KINDS", "EVALUATORS", "KL_KINDS", "MEASURE_LABELS", "PROBE_COLUMNS",
     "PROBE_LABELS", "PROBE_MEASURE", "PROBE_METRICS", "REPORT_METRICS", "VERDICTS", "AbsentClaim", "Claim",
-    "ClaimKind", "ClaimRow", "FactorAcrossModels", "PowerRow", "PresetComparison", "SweepData", "Units", "Verdict",
+    "ClaimKind", "ClaimRow", "FactorAcrossModels", "PowerRow", "PresetComparison", "RequantRow", "SweepData", "Units",
+    "Verdict",
     "absent_claims", "claims_table", "compare_presets", "compare_times", "cost_models", "detection_matrix",
     "direction_verdict", "evaluate_claims", "factors_across_models", "interval_table", "is_moe", "is_probe_metric",
     "kl_by_preset", "kl_over_steps", "measure_label", "microbatch_time", "power_rows", "preset_order", "probe_units",
+    "requant_rows",
     "reward_over_steps", "sequence_units", "step_breakdown", "sweep_models", "with_run_columns", "write_report",
 ]

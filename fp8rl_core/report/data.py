@@ -81,7 +81,7 @@ __all__ = [
 ]
 
 #: the paper's pipelines in the order the configs list them (``fp8rl_core.sampler.presets.PRESETS``)
-CANONICAL_PRESETS = ("bf16-e2e", "bf16-sampler", "half", "all", "other-grid")
+CANONICAL_PRESETS = ("bf16-e2e", "bf16-sampler", "half", "all", "requant", "other-grid")
 
 #: the mismatch metrics the report tabulates with confidence intervals (token means)
 REPORT_METRICS = ("k1", "k3", "k3_rev", "mean_abs_logprob_diff", "mean_abs_prob_diff", "token_mult_prob_error",

@@ -12,7 +12,9 @@
    (:data:`~fp8rl_core.report.data.REPORT_METRICS`);
 5. when several models ran a KL claim's presets, each claim's factor across the models
    (:func:`~fp8rl_core.report.factors.factors_across_models`: on the MoE sweeps the block-size
-   ablation), then the power of each KL comparison;
+   ablation), then the power of each KL comparison; before them the requantization comparison — requant/all
+   KL ratio per model and measure with its CI, W2's byte-difference fractions and a verdict sentence, or
+   "not run" (:mod:`.requant`);
 6. the micro-batch cost model's verdict, when the sweep timed micro-batches;
 7. the weight-sync check pass counts per condition;
 8. the figures, linked relatively (``![…](kl_by_preset.png)``), so the directory can be moved or
@@ -30,14 +32,18 @@ from typing import Any
 
 import pandas as pd
 
-from fp8rl_core.vocabulary import CONDITIONS
+from fp8rl_core.vocabulary import CONDITIONS, requant_column
 
 from . import plots
 from .compare import cost_models
 from .data import (PROBE_LABELS, PROBE_METRICS, REPORT_METRICS, SweepData, interval_table, is_probe_metric,
                    preset_order, sweep_models, with_run_columns)
 from .factors import FactorAcrossModels, factors_across_models
+from .claims import measure_label
 from .power import PowerRow, power_rows
+from .requant import BASELINE as REQUANT_BASELINE
+from .requant import CANDIDATE as REQUANT_CANDIDATE
+from .requant import requant_rows
 from .verdicts import absent_claims, evaluate_claims
 
 __all__ = ["RUN_METRICS", "write_report"]
@@ -195,6 +201,39 @@ def _factors_section(rows: list[FactorAcrossModels]) -> list[str]:
             *_table(["claim", "factor", "first model", "model", "quotient (95% CI)", "units", "verdict"], body), ""]
 
 
+def _fraction(v: float | None) -> str:
+    return "–" if v is None else f"{v:.2%}"
+
+
+def _requant_section(data: SweepData, n_boot: int, seed: int) -> list[str]:
+    intro = ("Most RL stacks with an FP8 sampler sync BF16 weights and let the engine quantize them again (verl's FP8 "
+             "rollout; vLLM's `quantization=\"mxfp8\"`, whose online MXFP8 rule preset `requant` runs). The KL of "
+             "such a sampler relative to one fed the learner's bytes (`all`), 95% bootstrap CI, and the fraction of "
+             "its E4M3 data / E8M0 scale bytes that differ from the learner's (W2, mean over syncs; double rounding: "
+             "the learner quantizes its fp32 master, the sampler bf16(master)).")
+    present = set(data.runs["preset"].astype(str)) if not data.runs.empty else set()
+    missing = [p for p in (REQUANT_CANDIDATE, REQUANT_BASELINE) if p not in present]
+    head = ["## Requantization: requant vs all", "", intro, ""]
+    if missing:
+        return head + [f"Not run: this sweep has no {' and no '.join(f'`{p}`' for p in missing)} runs, so the "
+                       "requant/all KL ratio is not measured here.", ""]
+    rows = requant_rows(data, n_boot=n_boot, seed=seed)
+    if not rows:
+        return head + ["Not run: the `requant` and `all` runs share no KL measure (no tokens or probe table).", ""]
+    body = []
+    for r in rows:
+        b = r.bytes_differ
+        kinds = sorted({k.rsplit("/", 1)[-1] for k in b if k.count("/") == 2})
+        per = "; ".join(f"{k} {_fraction(b.get(requant_column('data_bytes_differ', k)))} / "
+                        f"{_fraction(b.get(requant_column('scale_bytes_differ', k)))}" for k in kinds)
+        overall = (f"{_fraction(b.get(requant_column('data_bytes_differ')))} / "
+                   f"{_fraction(b.get(requant_column('scale_bytes_differ')))}") if b else "–"
+        ratio = "–" if r.ratio is None else _ci(r.ratio, r.lo, r.hi)
+        body.append([r.model, measure_label(r.measure), ratio, overall + (f" ({per})" if per else ""), r.verdict])
+    return head + [*_table(["model", "measure", "requant / all (95% CI)", "bytes differing: data / scale", "verdict"],
+                           body), ""]
+
+
 def _checks_section(data: SweepData) -> list[str]:
     ch = data.checks
     if ch.empty or "condition" not in ch.columns:
@@ -308,6 +347,7 @@ def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = Non
     if not r.empty:
         lines += _runs_section(data)
     lines += _kl_section(table, preset_order(data))
+    lines += _requant_section(data, n_boot, seed)
     lines += _factors_section(factors_across_models(data, n_boot=n_boot, seed=seed))
     lines += _power_section(power_rows(data))
     lines += _cost_section(cms)

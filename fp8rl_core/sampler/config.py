@@ -14,13 +14,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fp8rl_core.identity import content_hash
 
-__all__ = ["ENGINE_PROCESSES", "KV_CACHE_DTYPES", "MX_GRID", "SamplerConfig", "cpu_fp8_kv_support", "engine_key"]
+__all__ = ["ENGINE_PROCESSES", "KV_CACHE_DTYPES", "MX_GRID", "REQUANT_GRID", "SamplerConfig", "cpu_fp8_kv_support", "engine_key"]
 
 KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2")
 #: where vLLM's engine core and its worker run (see :class:`SamplerConfig`.process)
 ENGINE_PROCESSES = ("spawn", "in-process")
 #: the MXFP8 grid of the sampler's on-grid layers unless the run names another (the learner's default rule)
 MX_GRID = "mxfp8-e4m3-rceil"
+#: the rule a ``requant`` layer quantizes its received BF16 view with: vLLM's online MXFP8 quantization
+#: (``_mxfp8_e4m3_quantize_torch`` in vLLM 0.32: E8M0 scale ``ceil(log2(amax/448))``, 1×32 blocks along K),
+#: which is fp8rl's ``mxfp8-e4m3-rceil`` applied to BF16 input, byte for byte
+REQUANT_GRID = "mxfp8-e4m3-rceil"
 
 
 class SamplerConfig(BaseModel):

@@ -3,9 +3,11 @@
 Rule: registered in every vLLM process through the ``vllm.general_plugins`` entry point and selected by
 ``quant_method = "fp8rl"``; each layer prefix gets a scheme — ``bf16`` (vLLM's own method), ``mxfp8``
 (holds the learner's synced bytes and scales, never requantized; fp32 products of dequantized operands
-like the learner's fprop) or ``block128`` (requantizes the BF16 view to 128×128 block FP8, as verl's
-FP8 rollout); post-load processing runs once per sync and is counted (W6). Specified in docs/library.md
-(The fp8rl quantization method).
+like the learner's fprop), ``requant`` (receives the BF16 view and quantizes it itself in the load path,
+post-load processing, with vLLM's online MXFP8 rule: :data:`~fp8rl_core.sampler.config.REQUANT_GRID`,
+byte-equal to vLLM's ``_mxfp8_e4m3_quantize_torch``) or ``block128`` (requantizes the BF16 view to 128×128
+block FP8, as verl's FP8 rollout); post-load processing runs once per sync and is counted (W6). Specified
+in docs/library.md (The fp8rl quantization method).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch.nn.functional as F
 
 from fp8rl_core.grids import QuantizedTensor, parse_grid, quantize
 from fp8rl_core.sampler import quiet
-from fp8rl_core.sampler.config import MX_GRID
+from fp8rl_core.sampler.config import MX_GRID, REQUANT_GRID
 from fp8rl_core.sampler.vllm_compat import patch_engine_core
 from vllm.model_executor.layers.fused_moe import RoutedExperts
 from vllm.model_executor.layers.fused_moe.config import FusedMoEQuantConfig
@@ -34,7 +36,7 @@ from vllm.model_executor.utils import set_weight_attrs
 __all__ = ["QUANT_METHOD", "SCHEMES", "register", "native_mxfp8_available"]
 
 QUANT_METHOD = "fp8rl"
-SCHEMES = ("bf16", "mxfp8", "block128")
+SCHEMES = ("bf16", "mxfp8", "requant", "block128")
 MX_BLOCK = 32
 _REGISTERED = False
 
@@ -71,9 +73,18 @@ class _Scheme:
     def __init__(self, name: str, mx_grid: str, block_grid: str) -> None:
         self.name, self.mx_grid, self.block_grid = name, mx_grid, block_grid
 
+    @property
+    def receives_bytes(self) -> bool:
+        """The layer is loaded with the learner's FP8 bytes and scales (else with the BF16 view)."""
+        return self.name == "mxfp8"
+
     def process(self, weight: torch.Tensor, scale: torch.Tensor | None) -> dict[str, torch.Tensor]:
         if self.name == "mxfp8":
             return {"fp8rl_w": mx_weight(weight, scale, self.mx_grid)}
+        if self.name == "requant":
+            # quantize the received BF16 view with vLLM's online MXFP8 rule (1×32 blocks along K)
+            qt = quantize(weight.float(), REQUANT_GRID, axis=-1)
+            return {"fp8rl_data": qt.data, "fp8rl_scale": qt.scale, "fp8rl_w": qt.dequantize(torch.float32)}
         # block128: requantize the received BF16 view itself (what verl's FP8 rollout does)
         qt = quantize(weight.float(), self.block_grid, role="weight")
         return {"fp8rl_data": qt.data, "fp8rl_scale_inv": qt.scale, "fp8rl_w": qt.dequantize(torch.float32)}
@@ -81,6 +92,8 @@ class _Scheme:
     def gemm(self, x: torch.Tensor, w_deq: torch.Tensor) -> torch.Tensor:
         if self.name == "mxfp8":
             return mx_gemm(x, w_deq, self.mx_grid)
+        if self.name == "requant":
+            return mx_gemm(x, w_deq, REQUANT_GRID)
         return block_gemm(x, w_deq, self.block_grid)
 
 
@@ -123,16 +136,16 @@ class Fp8rlLinearMethod(LinearMethodBase):
                        output_size, params_dtype, **extra_weight_attrs):
         weight_loader = extra_weight_attrs.pop("weight_loader")
         n, k = sum(output_partition_sizes), input_size_per_partition
-        if self.scheme.name == "mxfp8":
-            if k % MX_BLOCK:
-                raise ValueError(f"fp8rl mxfp8 layer: K = {k} is not a multiple of {MX_BLOCK}")
+        if self.scheme.name in ("mxfp8", "requant") and k % MX_BLOCK:
+            raise ValueError(f"fp8rl {self.scheme.name} layer: K = {k} is not a multiple of {MX_BLOCK}")
+        if self.scheme.receives_bytes:
             weight = ModelWeightParameter(data=torch.empty(n, k, dtype=torch.uint8), input_dim=1,
                                           output_dim=0, weight_loader=weight_loader)
             scale = GroupQuantScaleParameter(data=torch.empty(n, k // MX_BLOCK, dtype=torch.uint8),
                                              input_dim=1, output_dim=0, weight_loader=weight_loader)
             layer.register_parameter("weight", weight)
             layer.register_parameter("weight_scale", scale)
-        else:  # block128 receives the BF16 view in the engine dtype
+        else:  # requant and block128 receive the BF16 view in the engine dtype
             weight = ModelWeightParameter(data=torch.empty(n, k, dtype=params_dtype), input_dim=1,
                                           output_dim=0, weight_loader=weight_loader)
             layer.register_parameter("weight", weight)
@@ -190,7 +203,8 @@ def _use_native() -> bool:
 
 
 class Fp8rlMoEMethod(FusedMoEMethodBase):
-    """Experts on a grid: per-expert MXFP8 (synced bytes) or 128×128 block FP8 (requantized)."""
+    """Experts on a grid: per-expert MXFP8 (synced bytes, or requantized from BF16 by ``requant``) or
+    128×128 block FP8 (requantized)."""
 
     def __init__(self, moe, scheme: _Scheme) -> None:
         super().__init__(moe)
@@ -200,16 +214,16 @@ class Fp8rlMoEMethod(FusedMoEMethodBase):
     def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition,
                        params_dtype, **extra_weight_attrs):
         e, h, i = num_experts, hidden_size, intermediate_size_per_partition
-        mx = self.scheme.name == "mxfp8"
+        mx = self.scheme.receives_bytes
         dtype = torch.uint8 if mx else params_dtype
         shapes = {"w13_weight": (e, 2 * i, h), "w2_weight": (e, h, i)}
         for name, shp in shapes.items():
+            if self.scheme.name in ("mxfp8", "requant") and shp[-1] % MX_BLOCK:
+                raise ValueError(f"fp8rl {self.scheme.name} experts: K = {shp[-1]} is not a multiple of {MX_BLOCK}")
             p = torch.nn.Parameter(torch.empty(*shp, dtype=dtype), requires_grad=False)
             layer.register_parameter(name, p)
             set_weight_attrs(p, extra_weight_attrs)
             if mx:
-                if shp[-1] % MX_BLOCK:
-                    raise ValueError(f"fp8rl mxfp8 experts: K = {shp[-1]} is not a multiple of {MX_BLOCK}")
                 s = torch.nn.Parameter(torch.empty(*shp[:-1], shp[-1] // MX_BLOCK, dtype=torch.uint8),
                                        requires_grad=False)
                 layer.register_parameter(f"{name}_scale", s)

@@ -1,7 +1,7 @@
 """The paper's pipeline presets and the resolution of a sampler's layer selection into vLLM schemes.
 
-Rule: five presets — ``bf16-e2e``, ``bf16-sampler``, ``half``, ``all``, ``other-grid`` — each a learner
-precision and a sampler layer selection and grid (the table: docs/library.md, The sampler and the weight
+Rule: six presets — ``bf16-e2e``, ``bf16-sampler``, ``half``, ``all``, ``requant``, ``other-grid`` — each a
+learner precision and a sampler layer selection and grid (the table: docs/library.md, The sampler and the weight
 sync). Selections use the learner's GEMM layer names and pattern language (:mod:`fp8rl_core.learner.patterns`);
 a fused vLLM layer (q/k/v, gate/up, an expert pair) must be selected whole, else it is an error.
 """
@@ -25,7 +25,7 @@ class Preset:
     learner_precision: Literal["bf16", "mxfp8"]
     learner_layers: str
     sampler_layers: str
-    sampler_grid: Literal["learner", "block128"]
+    sampler_grid: Literal["learner", "requant", "block128"]
     what: str
 
     def learner_config(self, **settings) -> LearnerConfig:
@@ -39,22 +39,26 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("bf16-sampler", "mxfp8", "all", "none", "learner", "MXFP8 learner, BF16 sampler"),
     Preset("half", "mxfp8", "all", "half", "learner", "MXFP8 learner, half the sampler's layers on its grid"),
     Preset("all", "mxfp8", "all", "all", "learner", "MXFP8 learner, every sampler layer on its grid"),
+    Preset("requant", "mxfp8", "all", "all", "requant",
+           "MXFP8 learner, sampler requantizes the BF16 view with vLLM's online MXFP8 rule"),
     Preset("other-grid", "mxfp8", "all", "all", "block128", "MXFP8 learner, sampler on 128x128 block FP8"),
 )}
 
 
 def sampler_schemes(
-    gemm_names: Sequence[str], selection: str | Iterable[str], grid: Literal["learner", "block128"] = "learner"
+    gemm_names: Sequence[str], selection: str | Iterable[str],
+    grid: Literal["learner", "requant", "block128"] = "learner",
 ) -> dict[str, str]:
-    """vLLM layer prefix → scheme (``mxfp8`` for the learner's grid, ``block128``) for the selected
-    learner GEMM layers; layers not selected stay ``bf16`` (absent from the mapping)."""
-    if grid not in ("learner", "block128"):
-        raise ValueError(f"sampler grid must be 'learner' or 'block128', got {grid!r}")
+    """vLLM layer prefix → scheme (``mxfp8`` for the learner's grid and bytes, ``requant`` for that grid
+    requantized by the sampler from BF16, ``block128``) for the selected learner GEMM layers; layers not
+    selected stay ``bf16`` (absent from the mapping)."""
+    if grid not in ("learner", "requant", "block128"):
+        raise ValueError(f"sampler grid must be 'learner', 'requant' or 'block128', got {grid!r}")
     chosen = set(resolve_names(gemm_names, selection))
     groups: dict[str, list[str]] = {}
     for name in gemm_names:
         groups.setdefault(sampler_layer(name), []).append(name)
-    scheme = "mxfp8" if grid == "learner" else "block128"
+    scheme = {"learner": "mxfp8", "requant": "requant", "block128": "block128"}[grid]
     out: dict[str, str] = {}
     for prefix, members in groups.items():
         picked = [m for m in members if m in chosen]

@@ -131,6 +131,9 @@ class Fp8rlWorkerExtension:
                     yield f"{prefix}.{w}_weight", getattr(module, f"{w}_weight")
                     if scheme == "mxfp8":
                         yield f"{prefix}.{w}_weight_scale", getattr(module, f"{w}_weight_scale")
+                    if scheme == "requant":
+                        yield f"{prefix}.{w}_mx_data", getattr(module, f"fp8rl_data_{w}").view(torch.uint8)
+                        yield f"{prefix}.{w}_mx_scale", getattr(module, f"fp8rl_scale_{w}")
                     if scheme == "block128":
                         yield f"{prefix}.{w}_fp8_data", getattr(module, f"fp8rl_data_{w}").view(torch.uint8)
                         yield f"{prefix}.{w}_fp8_scale_inv", getattr(module, f"fp8rl_scale_inv_{w}")
@@ -142,6 +145,9 @@ class Fp8rlWorkerExtension:
             yield f"{prefix}.weight", w.view(torch.uint8) if w.dtype == torch.float8_e4m3fn else w
             if scheme == "mxfp8":
                 yield f"{prefix}.weight_scale", module.weight_scale
+            elif scheme == "requant":
+                yield f"{prefix}.mx_data", module.fp8rl_data.view(torch.uint8)
+                yield f"{prefix}.mx_scale", module.fp8rl_scale
             else:
                 yield f"{prefix}.fp8_data", module.fp8rl_data.view(torch.uint8)
                 yield f"{prefix}.fp8_scale_inv", module.fp8rl_scale_inv
@@ -157,7 +163,9 @@ class Fp8rlWorkerExtension:
 
         What the engine computes with, under sync-tensor names, written to a
         safetensors file whose path is returned (tensors do not travel as RPC results either). For the
-        plugin's FP8 layers the held bytes (``weight``, ``weight_scale``); for prepacked BF16 layers — the
+        plugin's FP8 layers the held bytes (``weight``, ``weight_scale``; a layer that quantizes itself —
+        ``requant``, ``block128`` — the received BF16 ``weight`` and its own bytes: ``mx_data`` / ``mx_scale``,
+        ``fp8_data`` / ``fp8_scale_inv``); for prepacked BF16 layers — the
         CPU worker packs the weight for oneDNN and empties ``weight`` — the *effective* weight recovered by a
         probe forward of the layer with an identity input: ``I · Wᵀ = Wᵀ`` exactly (every output element is
         one product with 1.0). ``effective=True`` probes the plugin's layers too (their dequantized operand).

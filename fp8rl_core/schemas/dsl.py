@@ -20,10 +20,12 @@ import numpy as np
 import pandas as pd
 import pandera.pandas as pa
 
-from fp8rl_core.vocabulary import CONDITIONS, FULL_TIER_ONLY, LOGPROB_TOL, check_column
+from fp8rl_core.vocabulary import (CONDITIONS, FULL_TIER_ONLY, LOGPROB_TOL, REQUANT_QUANTITIES, check_column,
+                                   requant_column)
 
-__all__ = ["CHECK_COLUMNS", "DTYPES", "FINITE", "LOGPROB", "NONEMPTY", "SECONDS", "Col", "Table", "at_least", "between",
-           "cheap_skips", "col", "constant_per", "ge", "isin", "le", "num", "pattern", "rule", "unique"]
+__all__ = ["CHECK_COLUMNS", "DTYPES", "FINITE", "LOGPROB", "NONEMPTY", "REQUANT_COLUMNS", "SECONDS", "Col", "Table",
+           "at_least", "between", "cheap_skips", "col", "constant_per", "ge", "isin", "le", "num", "pattern", "rule",
+           "unique"]
 
 # -- dtypes ------------------------------------------------------------------------------------------
 # kind → (pandera dtype, words for a user)
@@ -86,6 +88,9 @@ LOGPROB = (pa.Check.le(LOGPROB_TOL, error=f"must be ≤ 0 (a log-probability; fl
 
 #: the per-condition verdict columns ``check/W1`` … ``check/W7`` of the steps and clean-sync tables (a pattern)
 CHECK_COLUMNS = rf"^{re.escape(check_column(''))}(?:{'|'.join(CONDITIONS)})$"
+#: W2's measured byte-difference fractions of a sampler that requantizes (``requant/data_bytes_differ`` …,
+#: overall and ``/<layer kind>``; a pattern)
+REQUANT_COLUMNS = rf"^(?:{'|'.join(re.escape(requant_column(q)) for q in REQUANT_QUANTITIES)})(?:/[a-z]+)?$"
 
 
 # -- frame checks: a rule across columns; fn returns True on the *bad* rows --------------------------

@@ -13,7 +13,7 @@ import pandas as pd
 
 from fp8rl_core.vocabulary import PRECISIONS, STEP_TIMES, TIME_TOL
 
-from .dsl import (CHECK_COLUMNS, FINITE, LOGPROB, NONEMPTY, SECONDS, Table, at_least, between, col, constant_per, ge,
+from .dsl import (CHECK_COLUMNS, REQUANT_COLUMNS, FINITE, LOGPROB, NONEMPTY, SECONDS, Table, at_least, between, col, constant_per, ge,
                   isin, num, pattern, rule, unique)
 
 __all__ = ["MICROBATCHES", "STEPS", "TOKENS"]
@@ -51,6 +51,9 @@ STEPS = Table("steps", {
     "checks_full": col("float", isin([0.0, 1.0], "1.0: the full tier ran"), required=False, doc="full tier ran"),
     CHECK_COLUMNS: pattern("float", isin([0.0, 1.0], "1.0 passed, 0.0 failed, null: not run"),
                            doc="check verdict of condition W*"),
+    REQUANT_COLUMNS: pattern("float", between(0, 1, "a fraction of bytes"),
+                             doc="preset requant: fraction of the sampler's own MXFP8 bytes that differ from the "
+                                 "learner's (W2, measured)"),
 }, (
     unique("step", what="one row per step: a retried record must not double a step"),
     rule("new_version = version + 1", "'new_version' must equal 'version' + 1 (one learner update per rollout, "

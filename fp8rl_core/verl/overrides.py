@@ -24,8 +24,10 @@ fp8rl field                    verl keys
                                ``hf_overrides.quantization_config`` = the same per-layer schemes the CPU
                                engine gets (:func:`fp8rl_core.sampler.presets.sampler_schemes`), so vLLM
                                loads with fp8rl's quantization method; ``worker_extension_cls`` = fp8rl's.
-                               ``other-grid`` = verl's own FP8 rollout (``rollout.quantization=fp8``:
-                               128×128 blocks requantized in the vLLM worker). SGLang: its MXFP8 method.
+                               ``requant``: the same method, its layers receive BF16 and requantize it
+                               to MXFP8 with vLLM's online rule. ``other-grid`` = verl's own FP8 rollout
+                               (``rollout.quantization=fp8``: 128×128 blocks requantized in the vLLM
+                               worker). SGLang: its MXFP8 method (``requant`` refused: RunConfig).
 ``learner.*``, ``loop.*``      lr, clip ratio, grad clip, GRPO group size (``rollout.n``), prompts per
                                step (``data.train_batch_size``, one optimizer step per RL step), steps,
                                token-budget micro-batches (``use_dynamic_bsz`` + ``ppo_max_token_len_per_gpu``)
@@ -335,8 +337,9 @@ def main_ppo_argv(overrides: list[Override], python: str = "python") -> list[str
 
 
 def _rollout_quantization(run: "RunConfig") -> list[Override]:
-    """How the rollout engine loads the weights: fp8rl's vLLM method on the learner's grid, verl's own
-    block FP8 for ``other-grid``, nothing for a BF16 rollout."""
+    """How the rollout engine loads the weights: fp8rl's vLLM method on the learner's grid (its bytes, or
+    BF16 requantized by the method for ``requant``), verl's own block FP8 for ``other-grid``, nothing for a
+    BF16 rollout."""
     from fp8rl_core.learner.mxfp8 import Recipe
     from fp8rl_core.sampler.presets import PRESETS
 

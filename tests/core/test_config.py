@@ -23,16 +23,16 @@ MODELS = CONFIGS / "models"
 #: every sweep shipped under configs/ and its number of runs (a new config must be added here)
 EXPECTED_RUNS = {
     "smoke.yaml": 30,
-    "dense-matching.yaml": 9,
-    "moe-grids.yaml": 9,
+    "dense-matching.yaml": 12,
+    "moe-grids.yaml": 12,
     "microbatch-sweep.yaml": 30,
-    "dense-matching-small.yaml": 12,
-    "moe-grids-small.yaml": 24,
-    "nightly.yaml": 10,
+    "dense-matching-small.yaml": 16,
+    "moe-grids-small.yaml": 32,
+    "nightly.yaml": 12,
     "verl-smoke.yaml": 8,
     "nightly-verl.yaml": 2,
-    "gpu/qwen3-8b.yaml": 15,
-    "gpu/qwen3-30b-a3b.yaml": 15,
+    "gpu/qwen3-8b.yaml": 18,
+    "gpu/qwen3-30b-a3b.yaml": 18,
 }
 CPU_CONFIGS = [n for n in EXPECTED_RUNS if not n.startswith("gpu/")]
 
@@ -109,10 +109,10 @@ def test_cpu_configs_are_cpu_scale(name):
 
 def test_shipped_sweeps_cover_the_reference_results():
     dense = configs(CONFIGS / "dense-matching.yaml")
-    assert {r.preset for r in dense} == {"bf16-sampler", "half", "all"}
+    assert {r.preset for r in dense} == {"bf16-sampler", "half", "all", "requant"}
     assert {r.model for r in dense} == {"qwen3-dense-mini"} and len({r.seed for r in dense}) >= 3
     moe = configs(CONFIGS / "moe-grids.yaml")
-    assert {"all", "other-grid", "bf16-e2e"} == {r.preset for r in moe}
+    assert {"all", "requant", "other-grid", "bf16-e2e"} == {r.preset for r in moe}
     assert {r.model for r in moe} == {"qwen3-moe-mini"} and len({r.seed for r in moe}) >= 3
     mb = configs(CONFIGS / "microbatch-sweep.yaml")
     assert {r.preset for r in mb} == {"bf16-e2e", "all"}
@@ -134,10 +134,10 @@ def test_small_sweeps_cover_the_issue_16_experiments():
     on the same presets, seeds and protocol, the MoE mini — the block-size ablation (one 128×128 block per
     expert matrix vs ≥ 4×4), with a warm start per model that starts both at a comparable reward."""
     dense = configs(CONFIGS / "dense-matching-small.yaml")
-    assert {r.preset for r in dense} == {"bf16-sampler", "half", "all"} and {r.model for r in dense} == {"qwen3-dense-small"}
+    assert {r.preset for r in dense} == {"bf16-sampler", "half", "all", "requant"} and {r.model for r in dense} == {"qwen3-dense-small"}
     moe = configs(CONFIGS / "moe-grids-small.yaml")
     assert {(r.model, r.preset) for r in moe} == {(m, p) for m in ("qwen3-moe-mini", "qwen3-moe-small")
-                                                   for p in ("all", "other-grid", "bf16-e2e")}
+                                                   for p in ("all", "requant", "other-grid", "bf16-e2e")}
     for runs in (dense, [r for r in moe if r.model == "qwen3-moe-mini"], [r for r in moe if r.model == "qwen3-moe-small"]):
         assert len({r.seed for r in runs}) >= 4
         # one warm start and one RL/probe protocol per model
@@ -293,6 +293,10 @@ GOOD_BASE = """
                      ["base.warmstart", "warmup (30)", "exceeds steps (10)"], id="warmstart-phases"),
         pytest.param("sweep: t\nbase: {models_dir: MODELS, model: qwen3-dense-mini, sampler: {block_size: 48}}\n",
                      ["base.sampler.block_size", "multiple of 32"], id="kv-block-size"),
+        pytest.param("sweep: t\nbase: {models_dir: MODELS, model: qwen3-dense-mini, preset: requant, backend: verl,"
+                     " verl: {hardware: cpu, rollout: sglang}}\n",
+                     ["preset 'requant' with verl.rollout = 'sglang'", "use verl.rollout: vllm"],
+                     id="requant-on-sglang"),
         pytest.param(f"sweep: t\nbase:{GOOD_BASE}axes: {{seed: []}}\n", ["axes", "['seed'] have no values"],
                      id="empty-axis"),
         pytest.param(f"sweep: t\nbase:{GOOD_BASE}axes: {{seed: [0, 1, 0]}}\n",

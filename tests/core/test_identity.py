@@ -69,7 +69,7 @@ def test_a_sweeps_expansion_and_dispatch_read_each_model_spec_once(monkeypatch):
         return read_text(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "read_text", counted)
-    sweep, runs = load_sweep(CONFIGS / "nightly.yaml")  # 10 runs and a correctness section, on two specs
+    sweep, runs = load_sweep(CONFIGS / "nightly.yaml")  # 12 runs and a correctness section, on two specs
     assert sorted(reads) == ["qwen3-dense-mini.yaml", "qwen3-moe-mini.yaml"]
     # what the sweep's flow does with them before and while dispatching: ids, the expansion's id, names and
     # tags, the order, the engine groups, the runs as Ray ships them to the workers (pickled); Prefect's
@@ -79,5 +79,5 @@ def test_a_sweeps_expansion_and_dispatch_read_each_model_spec_once(monkeypatch):
     order = dispatch_order(runs)
     groups = [engine_group(runs[i]) for i in order]
     shipped = [pickle.loads(pickle.dumps(r)) for r in runs]
-    assert shipped == runs and len(set(groups)) == 10
+    assert shipped == runs and len(set(groups)) == 12
     assert len(reads) == 2

@@ -55,9 +55,11 @@ def test_both_gpu_configs_compose_and_pass_verls_validation(name):
             assert te.fp8 == "e4m3" and te.fp8_recipe == "mxfp8"
         else:
             assert "fp8" not in te
-        if run.preset in ("half", "all"):
+        if run.preset in ("half", "all", "requant"):
             assert arr.rollout.engine_kwargs.vllm.quantization == "fp8rl"
-            assert arr.rollout.engine_kwargs.vllm.hf_overrides.quantization_config.quant_method == "fp8rl"
+            qc = arr.rollout.engine_kwargs.vllm.hf_overrides.quantization_config
+            assert qc.quant_method == "fp8rl"
+            assert set(qc.layers.values()) == {"requant" if run.preset == "requant" else "mxfp8"}
         assert list(cfg.trainer.logger) == ["console", "mlflow"]
 
 
@@ -109,7 +111,7 @@ def test_cli_verl_config_prints_overrides_and_the_composed_config():
     res = CliRunner().invoke(app, ["verl-config", GPU["qwen3-30b-a3b"], "axes.seed=[0]", "--run", "3"])
     assert res.exit_code == 0, res.output
     out = res.output
-    assert "# run 3 of 5: qwen3-30b-a3b, preset all, seed 0" in out
+    assert "# run 3 of 6: qwen3-30b-a3b, preset all, seed 0" in out
     assert "+actor_rollout_ref.actor.megatron.override_transformer_config.fp8_recipe=mxfp8    # verl.hardware" in out
     assert "fp8_recipe: mxfp8" in out and "strategy: megatron" in out
     assert out.rstrip().endswith("All configuration checks passed successfully!")
@@ -118,7 +120,7 @@ def test_cli_verl_config_prints_overrides_and_the_composed_config():
     assert bad.exit_code == 1 and "verl.tensor_parallel" in bad.output and "n_gpus (8)" in bad.output
 
 
-@pytest.mark.parametrize("preset", ["bf16-sampler", "all", "other-grid"])
+@pytest.mark.parametrize("preset", ["bf16-sampler", "all", "requant", "other-grid"])
 def test_the_cpu_config_composes_and_passes_verls_validation(preset):
     """``verl.hardware: cpu`` (configs/verl-smoke.yaml): verl's FSDP engine, fp32 masters for an MXFP8 learner,
     fp8rl's method for every on-grid rollout (block FP8 too: verl's own FP8 rollout needs Triton), verl's own
@@ -134,7 +136,7 @@ def test_the_cpu_config_composes_and_passes_verls_validation(preset):
     assert arr.rollout.enable_sleep_mode is False and arr.rollout.free_cache_engine is False
     assert arr.rollout.engine_kwargs.vllm.quantization == "fp8rl" and arr.rollout.quantization is None
     layers = arr.rollout.engine_kwargs.vllm.hf_overrides.quantization_config.layers
-    assert set(layers.values()) == ({"block128"} if preset == "other-grid" else {"mxfp8"} if preset == "all" else set())
+    assert set(layers.values()) == {"other-grid": {"block128"}, "all": {"mxfp8"}, "requant": {"requant"}}.get(preset, set())
     assert cfg.ray_kwargs.ray_init.num_gpus == 1 and cfg.ray_kwargs.ray_init.num_cpus == 8
     env = cfg.ray_kwargs.ray_init.runtime_env.env_vars
     assert env.VERL_PLATFORM == "cpu" and env.VLLM_CPU_OMP_THREADS_BIND == "nobind"

@@ -35,8 +35,10 @@ TIED = ModelSpec(**(DENSE.model_dump() | dict(tie_word_embeddings=True)))
 
 
 @pytest.fixture(params=[(DENSE, "all", "learner"), (DENSE, "half", "learner"), (DENSE, "none", "learner"),
-                        (MOE, "all", "learner"), (MOE, "all", "block128"), (TIED, "all", "learner")],
-                ids=["dense-all", "dense-half", "dense-bf16", "moe-all", "moe-block128", "tied-all"])
+                        (DENSE, "all", "requant"), (MOE, "all", "learner"), (MOE, "all", "block128"),
+                        (MOE, "all", "requant"), (TIED, "all", "learner")],
+                ids=["dense-all", "dense-half", "dense-bf16", "dense-requant", "moe-all", "moe-block128", "moe-requant",
+                     "tied-all"])
 def case(request):
     spec, sel, grid = request.param
     learner = Learner(build_model(spec, 0), LearnerConfig(precision="mxfp8", layers="all"))

@@ -15,7 +15,8 @@ import torch
 from fp8rl_core.checks import CheckPolicy, CheckRunner
 from fp8rl_core.learner.task import EOS
 from fp8rl_core.loop import run_rl
-from fp8rl_core.checks.faults import fault
+from fp8rl_core.checks.faults import Fault, fault
+from fp8rl_core.config import ChecksSection
 from fp8rl_core.sampler.config import SamplerConfig, cpu_fp8_kv_support
 from fp8rl_core.sampler import pool
 from fp8rl_core.sampler.engine import SamplerError
@@ -189,6 +190,70 @@ def test_loop_dense_other_presets(engines, preset):
     _assert_loop_finite(pipe)
 
 
+# ---------------------------------------------------------------- dense, the sampler requantizes the BF16 view
+#: one wrong E4M3 byte on top of a requant sampler's own quantization (layer 0's qkv_proj, first byte)
+REQUANT_FAULT = Fault("requant-byte-flipped", "W2", "post-load", "dense",
+                      "one byte of the sampler's own MXFP8 quantization of the BF16 view is wrong",
+                      worker="fp8rl_core.checks.faults:worker_requant_byte_flipped")
+
+
+def _requant_runner() -> CheckRunner:
+    """The checks as a run configures them for preset requant on a float32 engine (W7: the coarse bound of a
+    sampler whose bytes are not the learner's)."""
+    mean, mx = ChecksSection().w7_bounds("float32", "requant")
+    return CheckRunner(CheckPolicy(w7_mean=mean, w7_max=mx), probe=PROBE)
+
+
+def _vllm_online_mxfp8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    from vllm.model_executor.layers.quantization.utils.mxfp8_utils import _mxfp8_e4m3_quantize_torch
+
+    data, scale = _mxfp8_e4m3_quantize_torch(w)
+    return data.view(torch.uint8), scale
+
+
+def _assert_engine_requantizes_like_vllm(pipe) -> set[str]:
+    """The sync sends the BF16 view of every requant layer (no scales), and the live engine holds vLLM's
+    online MXFP8 quantization of it, byte for byte; returns the requant layers."""
+    layers = pipe.sampler.layers()
+    on = {p for p, v in layers.items() if v["scheme"] != "bf16"}
+    assert {layers[p]["scheme"] for p in on} == {"requant"}
+    sent, held = pipe.export(), pipe.sampler.read_back()
+    for p in on:
+        for w in (("w13_", "w2_") if p.endswith(".experts") else ("",)):
+            view = sent[f"{p}.{w}weight"]
+            assert view.dtype == torch.bfloat16 and f"{p}.{w}weight_scale" not in sent
+            data, scale = _vllm_online_mxfp8(view)
+            assert torch.equal(held[f"{p}.{w}mx_data"], data), f"{p}.{w}mx_data"
+            assert torch.equal(held[f"{p}.{w}mx_scale"], scale), f"{p}.{w}mx_scale"
+    return on
+
+
+def test_requant_sampler_measures_its_bytes_and_a_planted_byte_is_caught(engines):
+    pipe = engines.get("dense", "requant")
+    assert len(_assert_engine_requantizes_like_vllm(pipe)) == 8
+    runner = _requant_runner()
+    runner.start(pipe.samplers)
+    run_rl(pipe, TASK, 1, prompts_per_step=4)
+    report = runner.check(pipe)
+    assert report.full and len(report.results) == 7 and not report.failed, report.message()
+    m = report.metrics()
+    # measured on this test's warm start at version 0: data 3.43%, scales 0.35% (a measured fraction, not a failure)
+    assert 0.01 < m["requant/data_bytes_differ"] < 0.1 and 0 < m["requant/scale_bytes_differ"] < 0.05, m
+    assert {k.rsplit("/", 1)[-1] for k in m if k.count("/") == 2} == {"attention", "mlp"}
+    assert "of data bytes" in report.results_by["W2"].detail
+    # one byte flipped on top of the requantization: W2 computes the expected bytes, so it fails naming the tensor
+    pipe.sampler.sync(pipe.export(), pipe.learner.version, hooks=REQUANT_FAULT)
+    runner.request_full("planted fault")
+    report = runner.check(pipe)
+    assert [r.condition for r in report.failed] == ["W2"], report.message()
+    w2 = report.results_by["W2"]
+    assert "model.layers.0.self_attn.qkv_proj.mx_data" in w2.offenders  # the cheap tier's fingerprint
+    assert any(o.startswith("model.layers.0.self_attn.qkv_proj.mx_data (1 of ") for o in w2.offenders)
+    assert w2.quantities == {k: v for k, v in m.items() if k.startswith("requant/")}  # the same learner bytes
+    pipe.sampler.sync(pipe.export(), pipe.learner.version)  # clean again for the next user of the engine
+    assert not runner.check(pipe).failed
+
+
 # ---------------------------------------------------------------- MoE
 def test_moe_sync_lands_the_learners_exact_bytes(engines):
     pipe = engines.get("moe", "all")
@@ -304,6 +369,19 @@ def test_moe_bf16_experts_are_repacked_on_every_sync(engines):
 @pytest.mark.parametrize("preset", ["bf16-e2e", "bf16-sampler", "half", "other-grid"])
 def test_loop_moe_presets(engines, preset):
     _assert_loop_finite(engines.get("moe", preset))
+
+
+def test_moe_requant_sampler_requantizes_the_experts_and_measures_them(engines):
+    pipe = engines.get("moe", "requant")
+    assert "model.layers.0.mlp.experts" in _assert_engine_requantizes_like_vllm(pipe)
+    runner = _requant_runner()
+    runner.start(pipe.samplers)
+    _assert_loop_finite(pipe, steps=1)
+    report = runner.check(pipe)
+    assert report.full and not report.failed, report.message()
+    m = report.metrics()
+    assert {k.rsplit("/", 1)[-1] for k in m if k.count("/") == 2} == {"attention", "experts"}
+    assert 0 < m["requant/data_bytes_differ/experts"] < 0.1, m
 
 
 # ---------------------------------------------------------------- FP8 KV cache

@@ -8,7 +8,8 @@ import torch
 from fp8rl_core.grids import quantize
 from fp8rl_core.learner.config import Recipe
 from fp8rl_core.learner.mxfp8 import linear
-from fp8rl_core.sampler.plugin import SCHEMES, block_gemm, mx_gemm, mx_weight
+from fp8rl_core.sampler.config import REQUANT_GRID
+from fp8rl_core.sampler.plugin import SCHEMES, _Scheme, block_gemm, mx_gemm, mx_weight
 
 
 @pytest.mark.parametrize("rule", ["rceil", "floor"])
@@ -43,8 +44,46 @@ def test_block128_layer_matches_a_hand_written_reference():
 def test_unknown_scheme_is_refused():
     from fp8rl_core.sampler.plugin import Fp8rlConfig
 
-    assert SCHEMES == ("bf16", "mxfp8", "block128")
+    assert SCHEMES == ("bf16", "mxfp8", "requant", "block128")
     with pytest.raises(ValueError, match="unknown scheme"):
         Fp8rlConfig({"model.layers.0.self_attn.qkv_proj": "fp4"})
     cfg = Fp8rlConfig.from_config({"quant_method": "fp8rl", "layers": {"a": "mxfp8"}, "mx_grid": "mxfp8-e4m3-floor"})
     assert cfg.layers == {"a": "mxfp8"} and cfg.mx_grid == "mxfp8-e4m3-floor" and cfg.get_name() == "fp8rl"
+
+
+def _vllm_online_mxfp8(x: torch.Tensor):
+    from vllm.model_executor.layers.quantization.utils.mxfp8_utils import _mxfp8_e4m3_quantize_torch
+
+    data, scale = _mxfp8_e4m3_quantize_torch(x)
+    return data.view(torch.uint8), scale
+
+
+def test_requant_is_vllms_online_mxfp8_quantization_bit_for_bit():
+    """The requant scheme's post-load processing against vLLM 0.32's own online MXFP8 reference on the
+    same BF16 input: every finite BF16 value as a block's amax (65280 blocks of 32), a normal(0, 0.02)
+    2048×512 matrix, an all-zero block, experts-shaped [E, N, K]."""
+    bits = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    finite = bits[torch.isfinite(bits.float())]
+    g = torch.Generator().manual_seed(0)
+    blocks = (finite.float()[:, None] * (torch.rand(finite.numel(), 32, generator=g) * 2 - 1)).to(torch.bfloat16)
+    blocks[:, 0] = finite
+    normal = (torch.randn(2048, 512, generator=g) * 0.02).to(torch.bfloat16)
+    experts = (torch.randn(4, 64, 128, generator=g) * 0.05).to(torch.bfloat16)
+    scheme = _Scheme("requant", "mxfp8-e4m3-floor", "fp8-block128-e4m3")  # the run's grid plays no part
+    for w in (blocks, normal, torch.zeros(3, 64, dtype=torch.bfloat16), experts):
+        held = scheme.process(w.float(), None)  # the received BF16 view, in a float32 engine
+        data, scale = _vllm_online_mxfp8(w)
+        assert torch.equal(held["fp8rl_data"].view(torch.uint8), data)
+        assert torch.equal(held["fp8rl_scale"], scale)
+        assert torch.equal(held["fp8rl_w"], mx_weight(data, scale, REQUANT_GRID))
+
+
+def test_requant_of_the_bf16_view_differs_from_the_learners_bytes():
+    """Double rounding: the learner quantizes its fp32 master, a requant sampler bf16(master) — on a
+    normal(0, 0.02) 2048×2048 matrix 3.4% of the E4M3 bytes and 0.30% of the E8M0 scales differ."""
+    w = torch.randn(2048, 2048, generator=torch.Generator().manual_seed(0)) * 0.02
+    own = quantize(w, REQUANT_GRID, axis=-1)
+    held = _Scheme("requant", REQUANT_GRID, "fp8-block128-e4m3").process(w.to(torch.bfloat16).float(), None)
+    data = (held["fp8rl_data"].view(torch.uint8) != own.data.view(torch.uint8)).float().mean().item()
+    scale = (held["fp8rl_scale"] != own.scale).float().mean().item()
+    assert data == pytest.approx(0.0341, abs=0.001) and scale == pytest.approx(0.0030, abs=0.0003)

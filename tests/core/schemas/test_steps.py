@@ -128,3 +128,20 @@ CASES = [
 @pytest.mark.parametrize("name, mutate, column, rows, words", CASES, ids=case_ids(CASES))
 def test_each_violation_names_the_table_the_column_and_the_rows(name, mutate, column, rows, words):
     assert_violation_named(name, mutate, column, rows, words)
+
+
+def test_a_requant_runs_byte_fractions_are_steps_columns():
+    """A requant run's checks add W2's measured fractions to the step row (CheckReport.metrics): the
+    steps table takes them as fractions, and refuses a value outside [0, 1] naming the column."""
+    from fp8rl_core.checks.requant import RequantDifference, requant_measure
+    from fp8rl_core.checks.runner import CheckReport
+
+    diff = RequantDifference({"attention": (34, 1000), "mlp": (30, 1000)}, {"attention": (1, 100), "mlp": (0, 100)})
+    rep = CheckReport(1, 1, False, "cadence: cheap", [requant_measure(diff)], 0.01)
+    row = STEP_ROW | rep.metrics()
+    assert row["requant/data_bytes_differ"] == 0.032 and row["requant/scale_bytes_differ/mlp"] == 0.0
+    assert row["check/W2"] == 1.0
+    out = validate("steps", [row])
+    assert out["requant/data_bytes_differ/attention"].tolist() == [0.034]
+    with pytest.raises(TableError, match="requant/scale_bytes_differ"):
+        validate("steps", [row | {"requant/scale_bytes_differ": 1.5}])
