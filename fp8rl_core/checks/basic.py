@@ -13,13 +13,14 @@ sync) and full values (on the cadence, and whenever a fingerprint disagrees).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
 
 from fp8rl_core.sync.layout import fused_group
 
-__all__ = ["CheckResult", "check_coverage", "check_derived_state", "check_grid_bytes", "check_grid_fingerprints",
+__all__ = ["CheckResult", "byte_offenders", "check_coverage", "check_derived_state", "check_grid_bytes", "check_grid_fingerprints",
            "check_precision", "check_precision_fingerprints", "check_version", "differing_bytes", "expected_grid_tensors",
            "expected_sync_names"]
 
@@ -117,14 +118,14 @@ def differing_bytes(got: torch.Tensor, want: torch.Tensor) -> int:
     return int((got != want).sum())
 
 
-def check_grid_bytes(readback: dict[str, torch.Tensor], forward_weights: dict, schemes: dict[str, str],
-                     learner_layers: list[str]) -> CheckResult:
-    """W2, full tier: for every vLLM layer on the learner's grid, the engine's data and scale bytes equal
-    the learner's rowwise forward operand, byte for byte. ``measured`` = number of differing bytes."""
-    t0 = time.perf_counter()
+def byte_offenders(readback: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor],
+                   why: Callable[[str, int, int], str] = lambda name, n, total: name) -> tuple[list[str], int]:
+    """Every tensor of ``expected`` (one-byte elements) against the engine's ``readback``: the offenders — a
+    missing tensor or one of another shape or element size, named with both; a tensor whose bytes differ,
+    as ``why(name, differing, total)`` — and the number of differing bytes (all of a missing tensor's)."""
     offenders: list[str] = []
     differing = 0
-    for name, want in expected_grid_tensors(forward_weights, schemes, learner_layers).items():
+    for name, want in expected.items():
         got = readback.get(name)
         if got is None or got.shape != want.shape or got.element_size() != 1:
             what = "missing" if got is None else f"{tuple(got.shape)} {str(got.dtype).removeprefix('torch.')}"
@@ -133,8 +134,17 @@ def check_grid_bytes(readback: dict[str, torch.Tensor], forward_weights: dict, s
             continue
         n = differing_bytes(got, want)
         if n:
-            offenders.append(name)
+            offenders.append(why(name, n, want.numel()))
             differing += n
+    return offenders, differing
+
+
+def check_grid_bytes(readback: dict[str, torch.Tensor], forward_weights: dict, schemes: dict[str, str],
+                     learner_layers: list[str]) -> CheckResult:
+    """W2, full tier: for every vLLM layer on the learner's grid, the engine's data and scale bytes equal
+    the learner's rowwise forward operand, byte for byte. ``measured`` = number of differing bytes."""
+    t0 = time.perf_counter()
+    offenders, differing = byte_offenders(readback, expected_grid_tensors(forward_weights, schemes, learner_layers))
     return CheckResult("W2", not offenders, float(differing), 0.0, offenders, len(offenders),
                        time.perf_counter() - t0, "differing bytes between engine and learner forward operands")
 

@@ -21,7 +21,7 @@ from fp8rl_core.sampler.config import REQUANT_GRID
 from fp8rl_core.sync.layout import fused_group
 from fp8rl_core.vocabulary import requant_column
 
-from .basic import CheckResult, differing_bytes
+from .basic import CheckResult, byte_offenders, differing_bytes
 
 __all__ = ["LAYER_KINDS", "RequantDifference", "check_requant_bytes", "layer_kind", "requant_expected",
            "requant_measure"]
@@ -121,20 +121,9 @@ def check_requant_bytes(readback: Mapping[str, torch.Tensor], expected: Mapping[
     the learner's BF16 view (``expected``: :func:`requant_expected`), byte for byte. ``measured`` =
     differing bytes."""
     t0 = time.perf_counter()
-    offenders: list[str] = []
-    differing = 0
-    for name, want in expected.items():
-        got = readback.get(name)
-        if got is None or got.shape != want.shape or got.element_size() != 1:
-            what = "missing" if got is None else f"{tuple(got.shape)} {str(got.dtype).removeprefix('torch.')}"
-            offenders.append(f"{name} (engine {what}, expected {tuple(want.shape)} bytes)")
-            differing += want.numel()
-            continue
-        n = differing_bytes(got, want)
-        if n:
-            offenders.append(f"{name} ({n} of {want.numel()} bytes differ from {REQUANT_GRID} of the learner's "
-                             "BF16 view)")
-            differing += n
+    offenders, differing = byte_offenders(
+        readback, expected,
+        lambda name, n, total: f"{name} ({n} of {total} bytes differ from {REQUANT_GRID} of the learner's BF16 view)")
     return CheckResult("W2", not offenders, float(differing), 0.0, offenders, len(offenders), time.perf_counter() - t0,
                        f"differing bytes between the engine's requantization and {REQUANT_GRID} of the learner's "
                        "BF16 view")
