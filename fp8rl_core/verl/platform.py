@@ -172,10 +172,13 @@ def register() -> type:
 
 
 def __getattr__(name: str) -> Any:
+    """``PlatformCPU`` is built and registered on first access: verl's entry point (``verl.plugins``,
+    pyproject.toml) names this attribute, so loading it at ``import verl`` registers the platform even in a
+    process that imported this module before verl (an import alone would find it loaded and do nothing)."""
     if name == "PlatformCPU":
         return register()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-if "verl" in sys.modules:  # imported after verl (which registered it through fp8rl_core.verl.plugin, or had
-    register()              # its plugins switched off by VERL_USE_EXTERNAL_PLUGINS): registered on import
+if "verl" in sys.modules:  # imported after verl (with its plugins switched off, VERL_USE_EXTERNAL_PLUGINS=none)
+    register()

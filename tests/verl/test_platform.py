@@ -39,8 +39,8 @@ print(json.dumps({"cls": type(p).__module__ + "." + type(p).__name__, "device": 
 
 @pytest.mark.parametrize("first", ["fp8rl_core.verl.platform", "fp8rl_core.verl.rollout", "verl.utils.device"])
 def test_the_platform_is_verls_whichever_module_a_process_imports_first(first):
-    """The registration is the entry point's import (fp8rl_core/verl/plugin.py): a process that imports the
-    platform module before verl still gets it — without it, verl falls back to CUDA and its IPC transfer."""
+    """verl's entry point reads ``PlatformCPU``, which registers it: a process that imports the platform
+    module before verl still gets it — otherwise verl falls back to CUDA and its IPC transfer."""
     facts = _python(f"""
 import json, {first}
 from verl.plugin.platform import get_platform
