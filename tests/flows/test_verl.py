@@ -99,7 +99,7 @@ def test_a_pre_flight_refusal_prints_only_its_message(tmp_path):
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     lines = (out.stdout + out.stderr).strip().splitlines()
     assert out.returncode == 1 and "Traceback" not in out.stdout + out.stderr, lines
-    assert lines[0] == "sweep gpu-qwen3-8b: 5 runs from configs/gpu/qwen3-8b.yaml" and lines[1].startswith("log: ")
+    assert lines[0] == "sweep gpu-qwen3-8b: 6 runs from configs/gpu/qwen3-8b.yaml" and lines[1].startswith("log: ")
     assert len(lines) == 3 and lines[2].startswith("error: backend verl needs 8 GPUs per node on 1 node")
     log = Path(lines[1].removeprefix("log: ").strip())
     assert "Traceback" in log.read_text() and "ClusterError" in log.read_text()
