@@ -1,4 +1,4 @@
-"""Prefect flows: one experiment, a sweep of experiments, the nightly correctness run.
+"""Prefect flows: one experiment, a fixed-weights matching run, a sweep of either, the nightly correctness run.
 
 Flows only compose tasks (:mod:`tasks.stages`, :mod:`tasks.verl_run`), the tracking calls that open and
 end an MLflow run (:func:`tasks.tracking.ending`: FINISHED, FAILED with the ``error`` tag, KILLED on a
@@ -25,14 +25,15 @@ from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.runtime import flow_run as runtime_flow_run  # noqa: E402
 
 from flows import console, dispatch  # noqa: E402
-from fp8rl_core.config import Run, SweepConfig, correctness_runs, load_sweep, run_id, sweep_id  # noqa: E402
+from fp8rl_core.config import (MatchingSection, Run, SweepConfig, correctness_runs, load_sweep, run_id,  # noqa: E402
+                               sweep_id)
 from fp8rl_core.schedule import dispatch_order, engine_group  # noqa: E402
 from fp8rl_core.sampler.pool import release_all  # noqa: E402
 from fp8rl_core.vocabulary import CONDITIONS  # noqa: E402
 from tasks import cluster, reporting, stages, tracking  # noqa: E402
 from tasks.tracking import RunRow  # noqa: E402
 
-__all__ = ["experiment", "mxfp8_sweep", "nightly_correctness"]
+__all__ = ["experiment", "fixed_weights", "mxfp8_sweep", "nightly_correctness"]
 
 WARMSTART_CACHE = os.environ.get("FP8RL_CACHE", ".cache/warmstart")
 REPORTS = os.environ.get("FP8RL_REPORTS", "reports")
@@ -90,12 +91,38 @@ def experiment(run: Run, sweep: str = "adhoc", sweep_id: str = "adhoc", mlflow_r
         stages.LIVE.pop(key, None)
 
 
+@flow(name="fixed-weights", log_prints=True)
+def fixed_weights(run: Run, matching: MatchingSection, sweep: str = "adhoc", sweep_id: str = "adhoc",
+                  mlflow_run: str | None = None) -> RunRow:
+    """One fixed-weights matching run (a sweep with a ``matching`` section): warm start → the checkpoints
+    (the warm start, the learner after each of ``matching.steps`` RL steps) → every variant synced in at each,
+    W1–W7, exact KL on the paired probe set → record. Returns the run's row with its summary metrics."""
+    cfg, key = run.config, run.id
+    flow_run = _flow_run()
+    if mlflow_run is None:
+        mlflow_run = _open(run, sweep, sweep_id, flow_run)
+    tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run})
+    with tracking.ending(mlflow_run), tracking.captured_logs(mlflow_run):
+        ckpt = stages.warm_start_checkpoint(run.spec.model_dump(mode="json"), cfg.warmstart.model_dump(mode="json"),
+                                            WARMSTART_CACHE)
+        tracking.log_json(mlflow_run, "config.json", cfg.model_dump(mode="json") | {"matching": matching.model_dump(mode="json")})
+        size = stages.fixed_weights(key, cfg, matching, ckpt)
+        get_run_logger().info("run %s: %d syncs measured, %d engines started, %.0f s", run.name, size["syncs"],
+                              size["engines"], size["seconds"])
+        summary = stages.record_fixed_weights(key, mlflow_run)
+    return RunRow(key, mlflow_run, run.name, "FINISHED", summary)
+
+
 @task(name="run-experiment", cache_policy=NO_CACHE)
-def run_experiment(run: Run, sweep: str, sweep_id: str, mlflow_run: str, cwd: str) -> RunRow:
-    """One run on the Ray worker this task landed on: the experiment flow, a subflow of this task run.
-    The worker keeps its engines for the next run it gets (the engine pool is per process)."""
+def run_experiment(run: Run, sweep: str, sweep_id: str, mlflow_run: str, cwd: str,
+                   matching: MatchingSection | None = None) -> RunRow:
+    """One run on the Ray worker this task landed on: the experiment flow (the fixed-weights flow for a
+    sweep with a ``matching`` section), a subflow of this task run. The worker keeps its engines for the
+    next run it gets (the engine pool is per process)."""
     if Path(cwd).is_dir():  # the checkout's relative paths (configs, caches) as on the driver
         os.chdir(cwd)
+    if matching is not None:
+        return fixed_weights(run, matching, sweep, sweep_id, mlflow_run)
     return experiment(run, sweep, sweep_id, mlflow_run)
 
 
@@ -119,7 +146,8 @@ def _inline(sweep: SweepConfig, sweep_id: str, todo: list[tuple[Run, str]], done
     try:
         for run, mlflow_run in todo:
             try:
-                row = experiment(run, sweep.sweep, sweep_id, mlflow_run)
+                row = experiment(run, sweep.sweep, sweep_id, mlflow_run) if sweep.matching is None else \
+                    fixed_weights(run, sweep.matching, sweep.sweep, sweep_id, mlflow_run)
             except Exception as e:  # noqa: BLE001 — one failed run must not stop the others
                 get_run_logger().error("run %s failed: %s: %s", run.name, type(e).__name__, e)
                 row = RunRow(run.id, mlflow_run, run.name, f"FAILED: {type(e).__name__}")
@@ -144,7 +172,7 @@ def _on_ray(sweep: SweepConfig, sweep_id: str, todo: list[tuple[Run, str]], ray_
     todo = [todo[i] for i in dispatch_order([run for run, _ in todo])]
     jobs = [dispatch.Job(run.id, run.name, mlflow_run, engine_group(run),
                          {"run": run, "sweep": sweep.sweep, "sweep_id": sweep_id, "mlflow_run": mlflow_run,
-                          "cwd": os.getcwd()})
+                          "cwd": os.getcwd(), "matching": sweep.matching})
             for run, mlflow_run in todo]
     return ray_cluster.run(task_fn, jobs, sweep.resources.ray_options(), done)
 

@@ -56,12 +56,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from fp8rl_core.checks.runner import CheckPolicy
 from fp8rl_core.errors import format_errors
+from fp8rl_core.grids.spec import MX_RULES
 from fp8rl_core.identity import content_hash, digest
 from fp8rl_core.learner.config import GRAD_FORMATS, RULES, GRPOConfig, LearnerConfig, Recipe, WarmStartConfig
 from fp8rl_core.learner.spec import ModelSpec, load_model_spec, spec_hash
 from fp8rl_core.metrics.summary import BOOTSTRAP_RESAMPLES, CI_LEVEL
 from fp8rl_core.sampler.config import SamplerConfig
-from fp8rl_core.sampler.presets import PRESETS, Preset
+from fp8rl_core.sampler.presets import PRESETS, Preset, Variant
 
 __all__ = [
     "ChecksSection",
@@ -73,6 +74,9 @@ __all__ = [
     "correctness_runs",
     "LearnerSection",
     "LoopSection",
+    "MatchingSection",
+    "AblationSpec",
+    "matching_runs",
     "RunConfig",
     "SweepConfig",
     "apply_overrides",
@@ -340,6 +344,80 @@ class CorrectnessSection(BaseModel):
                             12, compact=False)
 
 
+class AblationSpec(BaseModel):
+    """One ablation variant of the fixed-weights experiment: a preset with switches that remove one difference
+    between sampler and learner (:class:`fp8rl_core.matching.Variant`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    preset: str
+    engine_dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description="the engine's compute dtype")
+    learner_forward: Literal["training", "fp32"] = Field(
+        "training", description="training: the learner's BF16-autocast forward; fp32: its fp32 function of the synced weights")
+    activation_rule: Literal[MX_RULES] | None = Field(
+        None, description="the E8M0 rule the sampler's on-grid layers quantize activations with (None: the learner's)")
+
+    @field_validator("preset")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in PRESETS:
+            raise ValueError(f"unknown preset {v!r}; valid presets: {', '.join(PRESETS)}")
+        return v
+
+
+class MatchingSection(BaseModel):
+    """The fixed-weights matching experiment (fp8rl_core.matching): each run of the sweep — a model and seed —
+    takes its warm start and the learner after each of ``steps`` RL steps (the run's preset, ``loop``'s prompts
+    per step) as checkpoints, and measures every preset (and ablation) at each through the normal sync path
+    on one paired probe set. docs/experiments.md."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    presets: list[str] = Field(default_factory=lambda: list(PRESETS), description="the sampler presets measured")
+    ablations: list[AblationSpec] = Field(default_factory=list, description="further variants: a preset with switches")
+    ablation_models: list[str] | None = Field(None, description="the models the ablations run on (None: every model)")
+    steps: list[int] = Field(default_factory=lambda: [0, 8], description="checkpoints: RL steps from the warm start (0: itself)")
+    held_out: int = Field(1024, ge=2, description="held-out task sequences (common to every variant)")
+    sampled: int = Field(1024, ge=2, description="probe prompts each variant draws one completion for (its own rollouts)")
+
+    @field_validator("presets")
+    @classmethod
+    def _presets(cls, v: list[str]) -> list[str]:
+        bad = [p for p in v if p not in PRESETS]
+        if bad:
+            raise ValueError(f"unknown presets {bad}; valid presets: {', '.join(PRESETS)}")
+        if not v or len(set(v)) != len(v):
+            raise ValueError(f"presets must be distinct and at least one, got {v}")
+        return v
+
+    @field_validator("steps")
+    @classmethod
+    def _steps(cls, v: list[int]) -> list[int]:
+        if not v or any(s < 0 for s in v) or sorted(set(v)) != v:
+            raise ValueError(f"steps must be distinct RL step counts ≥ 0 in increasing order, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _distinct_variants(self) -> "MatchingSection":
+        names = [v.name for v in self.variants()]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"ablations repeat a variant: {dup} (an ablation with every switch at its default is "
+                             "the preset itself)")
+        return self
+
+    def variants(self, model: str | None = None) -> list[Variant]:
+        """The variants measured on ``model`` in measuring order: the presets, then the ablations (where
+        ``ablation_models`` lets them run on it; None: every variant)."""
+        abl = self.ablations if model is None or self.ablation_models is None or model in self.ablation_models else []
+        return [Variant(p) for p in self.presets] + [
+            Variant(a.preset, a.engine_dtype, a.learner_forward, a.activation_rule) for a in abl]
+
+    def id(self) -> str:
+        """12 hex digits of the content hash of this section."""
+        return content_hash(self.model_dump(mode="json"), 12, compact=False)
+
+
 class ResourcesSection(BaseModel):
     """What one run of the sweep asks of the Ray node it runs on (Ray's logical resources: a run is
     placed on a node with that much free, and a node runs as many runs at once as its resources allow).
@@ -369,6 +447,8 @@ class SweepConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     correctness: CorrectnessSection | None = None
+    matching: MatchingSection | None = Field(None, description="the fixed-weights matching experiment: each run "
+                                             "measures every variant at its checkpoints instead of one RL run")
 
     sweep: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
@@ -452,7 +532,8 @@ def _parse_override(item: str) -> tuple[str, Any]:
         value = yaml.safe_load(raw)
     except yaml.YAMLError as e:
         raise ConfigError(f"override {key}: value {raw!r} is not valid YAML ({e})") from None
-    if key.split(".")[0] not in ("base", "axes", "per_model", "sweep", "description", "resources", "correctness"):
+    if key.split(".")[0] not in ("base", "axes", "per_model", "sweep", "description", "resources", "correctness",
+                                 "matching"):
         key = f"base.{key}"
     return key, value
 
@@ -628,7 +709,34 @@ def load_sweep(path: str | Path, overrides: Iterable[str] = ()) -> tuple[SweepCo
     specs: dict[Path, ModelSpec] = {}
     runs = expand(sweep, str(path), models_dir, specs)
     correctness_runs(sweep, path, specs)  # validate the correctness section's runs now, with the file named
+    if sweep.matching is not None:
+        runs = matching_runs(sweep, runs, str(path))
     return sweep, runs
+
+
+def matching_runs(sweep: SweepConfig, runs: Sequence[Run], source: str) -> list[Run]:
+    """A sweep with a ``matching`` section: each expanded run as a fixed-weights run — RL for the section's
+    last checkpoint's steps (``loop.steps``), an id that also hashes the section (a changed variant list is a
+    new run, not a resumed one), the name ``<model>·fixed-weights·s<seed>`` and the tag ``experiment``."""
+    section = sweep.matching
+    if "preset" in sweep.axes:
+        raise ConfigError(f"{source}: a sweep with a 'matching' section measures matching.presets at every "
+                          "checkpoint; its runs' preset is the one RL runs to make the checkpoints after step 0 — "
+                          "set base.preset, not an axis 'preset'")
+    if section.steps[-1] > 0 and runs and runs[0].config.backend != "native":
+        raise ConfigError(f"{source}: the fixed-weights experiment runs on the native backend; remove backend: verl")
+    models = {r.config.model for r in runs}
+    unknown = sorted(set(section.ablation_models or ()) - models)
+    if unknown:
+        raise ConfigError(f"{source}: matching.ablation_models names {unknown}, which no run of this sweep uses; its "
+                          f"models are {sorted(models)}")
+    out = []
+    for run in runs:
+        cfg = run.config.model_copy(update={"loop": run.config.loop.model_copy(update={"steps": max(1, section.steps[-1])})})
+        base = Run.of(cfg, run.spec)
+        out.append(Run(digest(f"{base.id}:{section.id()}", 12), f"{short_model(cfg.model)}·fixed-weights·s{cfg.seed}",
+                       dict(base.tags) | {"experiment": "fixed-weights"}, cfg, run.spec))
+    return out
 
 
 def correctness_runs(sweep: SweepConfig, path: str | Path,

@@ -20,11 +20,11 @@ from pathlib import Path
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from fp8rl_core import correctness
+from fp8rl_core import correctness, matching
 from fp8rl_core.checks import CheckRunner, check_rows
 from fp8rl_core.checks import matrix as fault_matrix
 from fp8rl_core.checks.faults import fault as lookup_fault
-from fp8rl_core.config import RunConfig
+from fp8rl_core.config import MatchingSection, RunConfig
 from fp8rl_core.learner.config import WarmStartConfig
 from fp8rl_core.learner.grpo import microbatch_rows
 from fp8rl_core.learner.spec import ModelSpec
@@ -41,8 +41,8 @@ from fp8rl_core.vocabulary import KL_RUN_METRICS, TIMING_COLUMNS
 
 from . import tracking
 
-__all__ = ["LIVE", "extract_kl_timing", "invariant_checks", "record_run", "record_step", "setup_sampler_grid",
-           "train_step", "warm_start_checkpoint", "weight_sync"]
+__all__ = ["LIVE", "MEASURED", "extract_kl_timing", "fixed_weights", "invariant_checks", "record_fixed_weights",
+           "record_run", "record_step", "setup_sampler_grid", "train_step", "warm_start_checkpoint", "weight_sync"]
 
 
 @dataclass
@@ -323,3 +323,58 @@ def record_matrix(mlflow_run: str, matrix: list[dict], clean: list[dict]) -> dic
 
     shutil.rmtree(out, ignore_errors=True)
     return metrics | {"checks": summary["checks"]}
+
+
+# ----------------------------------------------------------------------------------------------------
+# The fixed-weights matching experiment
+# ----------------------------------------------------------------------------------------------------
+#: each fixed-weights run's measurement in this process, by run id, between its measuring and recording tasks
+MEASURED: dict[str, matching.MatchingMeasurement] = {}
+
+
+@task(name="fixed-weights", cache_policy=NO_CACHE)
+def fixed_weights(key: str, cfg: RunConfig, section: MatchingSection, checkpoint: str) -> dict:
+    """The run's checkpoints and every variant measured at each (:func:`fp8rl_core.matching.run_matching`),
+    with a log line per RL step and per sync; the measurement stays in :data:`MEASURED`. Returns its size."""
+    logger = get_run_logger()
+    total = len(section.variants(cfg.model)) * len(section.steps)
+    done = []
+    t0 = time.perf_counter()
+
+    def step(row: dict) -> None:
+        logger.info("RL step %d/%d (checkpoints after it): reward %.3f", int(row["step"]), section.steps[-1],
+                    float(row["mean_reward"]))
+
+    def synced(row: dict) -> None:
+        done.append(row)
+        logger.info("%d/%d %s at %s: checks %s (%.0f s)", len(done), total, row["variant"], row["checkpoint"],
+                    "passed" if row["passed"] else f"FAILED {row['failed']}", time.perf_counter() - t0)
+
+    res = matching.run_matching(checkpoint, cfg, section, on_step=step, on_sync=synced)
+    MEASURED[key] = res
+    return {"rows": len(res.rows), "syncs": len(res.checks), "engines": res.engines, "seconds": time.perf_counter() - t0}
+
+
+@task(name="record-fixed-weights", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
+def record_fixed_weights(key: str, mlflow_run: str) -> dict[str, float]:
+    """Log the run's ``matching`` and ``matching_checks`` tables (validated first; the checks also as CSV) and
+    its summary metrics: per variant the mean KL over its probe sequences at all checkpoints
+    (``fixed/<variant>/kl_micronats``), the syncs and how many passed every check, the engines started."""
+    res = MEASURED.pop(key)
+    validate("matching", res.rows)
+    validate("matching_checks", res.checks)
+    tracking.log_table(mlflow_run, "matching", res.rows)
+    tracking.log_table(mlflow_run, "matching_checks", res.checks)
+    tracking.log_csv(mlflow_run, "matching_checks", res.checks)
+    sums: dict[str, list[float]] = {}
+    for r in res.rows:
+        acc = sums.setdefault(r["variant"], [0.0, 0.0])
+        acc[0] += r["kl"]
+        acc[1] += r["positions"]
+    # MLflow's metric names take no '@', '=' or ',': all@engine=float32,learner=fp32 → all/engine-float32_learner-fp32
+    name = lambda v: v.replace("@", "/").replace("=", "-").replace(",", "_")  # noqa: E731
+    metrics = {f"fixed/{name(v)}/kl_micronats": 1e6 * kl / pos for v, (kl, pos) in sums.items()}
+    metrics |= {"fixed/syncs": float(len(res.checks)), "fixed/syncs_passed": float(sum(c["passed"] for c in res.checks)),
+                "fixed/engines": float(res.engines)}
+    tracking.log_metrics(mlflow_run, metrics)
+    return metrics

@@ -44,6 +44,7 @@ from .power import PowerRow, power_rows
 from .requant import BASELINE as REQUANT_BASELINE
 from .requant import CANDIDATE as REQUANT_CANDIDATE
 from .requant import requant_rows
+from .matching import write_matching_report
 from .verdicts import absent_claims, evaluate_claims
 
 __all__ = ["RUN_METRICS", "write_report"]
@@ -301,6 +302,8 @@ def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = Non
     when the report is written. ``n_boot``, ``seed``: every bootstrap's settings. ``metrics``: the
     sampled-token rows of the per-preset mismatch tables (the exact probe rows
     :data:`~fp8rl_core.report.data.PROBE_METRICS` come first whenever ``data.probe`` is not empty)."""
+    if not data.matching.empty:  # a fixed-weights sweep: its own report
+        return write_matching_report(data, out_dir, n_boot=n_boot, seed=seed, generated=generated)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = evaluate_claims(data, trace_paths=trace_paths, n_boot=n_boot, seed=seed)

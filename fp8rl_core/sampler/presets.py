@@ -16,7 +16,7 @@ from fp8rl_core.learner.config import LearnerConfig
 from fp8rl_core.learner.patterns import resolve_names
 from fp8rl_core.sync.layout import sampler_layer
 
-__all__ = ["PRESETS", "Preset", "sampler_schemes"]
+__all__ = ["ENGINE_DTYPES", "LEARNER_FORWARDS", "PRESETS", "Preset", "Variant", "sampler_schemes"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,47 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            "MXFP8 learner, sampler requantizes the BF16 view with vLLM's online MXFP8 rule"),
     Preset("other-grid", "mxfp8", "all", "all", "block128", "MXFP8 learner, sampler on 128x128 block FP8"),
 )}
+
+ENGINE_DTYPES = ("bfloat16", "float32")
+LEARNER_FORWARDS = ("training", "fp32")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One sampler configuration measured at fixed weights.
+
+    ``preset``: the sampler's layers and grid and the learner's precision (:data:`PRESETS`). The ablation's
+    switches, each removing one difference between the two sides: ``engine_dtype`` (the engine's compute
+    dtype: BF16 activations, attention, norms and KV cache, or float32), ``learner_forward`` (``training``:
+    the learner's training forward under BF16 autocast, what RL's log-probs come from; ``fp32``: the learner's
+    function of exactly the synced weights in fp32, :meth:`Learner.probe_logprobs`), ``activation_rule``
+    (the E8M0 rule the sampler's on-grid layers quantize activations with; None: the learner's).
+    A variant with every switch at its default is the preset as a run configures it."""
+
+    preset: str
+    engine_dtype: Literal[ENGINE_DTYPES] = "bfloat16"
+    learner_forward: Literal[LEARNER_FORWARDS] = "training"
+    activation_rule: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ValueError(f"unknown preset {self.preset!r}; valid presets: {', '.join(PRESETS)}")
+        if self.engine_dtype not in ENGINE_DTYPES:
+            raise ValueError(f"engine_dtype must be one of {ENGINE_DTYPES}, got {self.engine_dtype!r}")
+        if self.learner_forward not in LEARNER_FORWARDS:
+            raise ValueError(f"learner_forward must be one of {LEARNER_FORWARDS}, got {self.learner_forward!r}")
+
+    @property
+    def ablation(self) -> bool:
+        return (self.engine_dtype, self.learner_forward, self.activation_rule) != ("bfloat16", "training", None)
+
+    @property
+    def name(self) -> str:
+        """The preset's name, with the switches that differ from a run's: ``all@engine=float32,learner=fp32``."""
+        parts = [f"engine={self.engine_dtype}"] if self.engine_dtype != "bfloat16" else []
+        parts += [f"learner={self.learner_forward}"] if self.learner_forward != "training" else []
+        parts += [f"activations={self.activation_rule}"] if self.activation_rule else []
+        return f"{self.preset}@{','.join(parts)}" if parts else self.preset
 
 
 def sampler_schemes(

@@ -58,13 +58,15 @@ def log_file(mlflow_run: str, path: str | Path, artifact_path: str | None = None
 
 
 def log_table(mlflow_run: str, name: str, rows: list[dict]) -> None:
-    """A list of row dicts as a parquet artifact ``tables/<name>.parquet``."""
+    """A list of row dicts as a parquet artifact ``tables/<name>.parquet``: every column any row has, in order
+    of appearance (null where a row lacks it — pyarrow would otherwise take the first row's keys alone)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    cols = list(dict.fromkeys(k for r in rows for k in r))
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / f"{name}.parquet"
-        pq.write_table(pa.Table.from_pylist(rows), p)
+        pq.write_table(pa.Table.from_pylist([{c: r.get(c) for c in cols} for r in rows]), p)
         client().log_artifact(mlflow_run, str(p), artifact_path="tables")
 
 

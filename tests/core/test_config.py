@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fp8rl_core.config import ConfigError, LearnerSection, Run, RunConfig, load_sweep, run_id, run_name, run_tags
+from fp8rl_core.identity import digest
 from fp8rl_core.learner.spec import MXFP8_BLOCK, load_model_spec, spec_hash
 from fp8rl_core.sampler.presets import PRESETS
 
@@ -28,6 +29,7 @@ EXPECTED_RUNS = {
     "microbatch-sweep.yaml": 30,
     "dense-matching-small.yaml": 16,
     "moe-grids-small.yaml": 32,
+    "matching-fixed-weights.yaml": 6,
     "nightly.yaml": 12,
     "verl-smoke.yaml": 8,
     "nightly-verl.yaml": 2,
@@ -61,8 +63,13 @@ def test_shipped_config_loads_and_expands(name):
     assert len(runs) == EXPECTED_RUNS[name] == math.prod(len(v) for v in sweep.axes.values())
     ids = _ids(runs)
     # each run's identity computed once, at expansion: the id, name and tags of its config, the spec it read
-    assert [(r.id, r.name, r.tags, r.spec) for r in expanded] == [(run_id(c), run_name(c), run_tags(c), c.spec())
-                                                                    for c in runs]
+    # (a fixed-weights run's id also hashes the matching section: tests/core/test_config_matching.py)
+    if sweep.matching is None:
+        assert [(r.id, r.name, r.tags, r.spec) for r in expanded] == [(run_id(c), run_name(c), run_tags(c), c.spec())
+                                                                        for c in runs]
+    else:
+        assert [(r.id, r.spec) for r in expanded] == [(digest(f"{run_id(c)}:{sweep.matching.id()}", 12), c.spec())
+                                                      for c in runs]
     assert all(isinstance(r, Run) for r in expanded)
     assert len(set(ids)) == len(ids), "run ids must be unique within a sweep"
     assert all(len(i) == 12 and int(i, 16) >= 0 for i in ids)
@@ -267,7 +274,7 @@ GOOD_BASE = """
         pytest.param(f"sweep: t\nbase:{GOOD_BASE}  seeds: 1\n",
                      ["base.seeds", "unknown field", "seed", "preset", "warmstart"], id="unknown-run-key"),
         pytest.param(f"sweep: t\nbase:{GOOD_BASE}axis: {{seed: [0]}}\n",
-                     ["axis: unknown field", "axes, base, correctness, description, per_model, resources, sweep"], id="unknown-top-key"),
+                     ["axis: unknown field", "axes, base, correctness, description, matching, per_model, resources, sweep"], id="unknown-top-key"),
         pytest.param("sweep: t\nbase: {models_dir: MODELS, warmstart: {task: {digitz: 2}}}\n",
                      ["base.warmstart.task.digitz", "digits"], id="unknown-deep-key"),
         pytest.param(f"sweep: t\nbase:{GOOD_BASE}  loop: {{steps: many}}\n",

@@ -240,3 +240,41 @@ def test_a_verl_backend_sweep_on_a_cluster_without_gpus_stops_before_anything_ru
                                            r".*num_gpus=0.*Nothing was run\.$"):
         mxfp8_sweep(str(ROOT / "configs" / "gpu" / "qwen3-8b.yaml"))
     assert _runs("gpu-qwen3-8b") == []
+
+
+FIXED = str(ROOT / "configs" / "matching-fixed-weights.yaml")
+#: the shipped fixed-weights sweep at test size: the mini, one seed, three presets, 16 + 16 probe sequences
+FIXED_SMALL = ["axes.model=[qwen3-dense-mini]", "axes.seed=[0]", "per_model={}", SHORT, "matching.held_out=16",
+               "matching.sampled=16", "matching.steps=[0, 1]", "matching.presets=[bf16-sampler, all, requant]",
+               "matching.ablations=[{preset: all, engine_dtype: float32, learner_forward: fp32}]",
+               "matching.ablation_models=null"]
+
+
+def test_a_fixed_weights_sweep_records_every_variant_at_every_checkpoint_and_reports_the_claims(env):
+    from flows.pipelines import mxfp8_sweep
+
+    rows = mxfp8_sweep(FIXED, FIXED_SMALL)
+    assert [(r.status, r.name) for r in rows] == [("FINISHED", "dense-mini·fixed-weights·s0")]
+    (run,) = _runs("matching-fixed-weights")
+    c = tracking.client()
+    assert run.info.status == "FINISHED" and run.data.tags["experiment"] == "fixed-weights"
+    assert run.data.tags["ray.node_id"]  # on a Ray worker, as every sweep's runs
+    m = run.data.metrics
+    assert m["fixed/syncs"] == 8 and m["fixed/syncs_passed"] == 8  # 4 variants × 2 checkpoints, W1–W7 each
+    for v in ("bf16-sampler", "all", "requant", "all/engine-float32_learner-fp32"):
+        assert m[f"fixed/{v}/kl_micronats"] >= 0, v
+    assert m["fixed/all/kl_micronats"] < m["fixed/bf16-sampler/kl_micronats"]
+    dl = lambda name: pq.read_table(c.download_artifacts(run.info.run_id, f"tables/{name}.parquet",  # noqa: E731
+                                                         str(env["root"]))).to_pylist()
+    table = dl("matching")
+    assert len(table) == 4 * 2 * (16 + 16)
+    assert {r["checkpoint"] for r in table} == {"seed0/step0", "seed0/step1"}
+    checks = dl("matching_checks")
+    req = [r for r in checks if r["variant"] == "requant"]
+    assert len(req) == 2 and all(0 < r["requant/data_bytes_differ"] < 0.2 for r in req)  # W2's measured fraction
+    assert all(r["check/W2"] == 1.0 and r["passed"] for r in req)
+    summary = (Path(env["root"]) / "reports" / "matching-fixed-weights" / "summary.md").read_text()
+    assert summary.startswith("# fp8rl report: matching-fixed-weights (fixed weights)")
+    assert "| qwen3-dense-mini | (b) all on the learner's grid vs BF16 sampler | −16% |" in summary
+    assert "requantized from BF16 vs the learner's bytes" in summary and "## Ablation" in summary
+    assert "Checks: 6 of 6 syncs of the presets passed all seven conditions" in summary

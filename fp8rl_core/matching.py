@@ -1,0 +1,261 @@
+"""The fixed-weights matching experiment: the same learner weights in one engine per sampler configuration,
+exact full-vocabulary KL against the learner on one paired probe set.
+
+Rule: the paper's matching protocol ("in one engine at fixed weights"): one checkpoint, the sampler's linear
+layers switched between BF16, half and all on the learner's grid, train–rollout KL compared on the same
+sequences. Each configuration (:class:`Variant`: a preset, and for the ablation the engine's compute dtype,
+the learner side's forward and the sampler's activation rule) gets each checkpoint through the normal sync
+path (export → :meth:`Sampler.sync` → W1–W7 at the full tier); then its KL on held-out sequences (common to
+every variant) and on its own rollouts (each variant draws one completion per probe prompt with one sampling
+seed, so completions are paired by prompt). The statistics: :mod:`fp8rl_core.metrics.matching`; the
+protocol and what each ablation switch removes: docs/experiments.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from fp8rl_core.checks.runner import CheckPolicy, CheckRunner
+from fp8rl_core.config import MatchingSection, RunConfig
+from fp8rl_core.learner.config import LearnerConfig
+from fp8rl_core.learner.learner import Learner
+from fp8rl_core.learner.patterns import gemm_layers
+from fp8rl_core.learner.task import EOS, PAD, AdditionTask
+from fp8rl_core.learner.warmstart import load_policy
+from fp8rl_core.loop import Pipeline, run_rl, start_pipeline
+from fp8rl_core.metrics.mismatch import full_vocab_divergence
+from fp8rl_core.sampler.config import SamplerConfig
+from fp8rl_core.sampler.pool import acquire
+from fp8rl_core.sampler.presets import PRESETS, Variant, sampler_schemes
+from fp8rl_core.sync.export import export_weights
+from fp8rl_core.sync.hooks import SyncHooks
+
+__all__ = ["Checkpoint", "MatchingMeasurement", "ProbeSet", "measure", "probe_set", "rl_checkpoints", "run_matching",
+           "warm_checkpoint"]
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Learner weights to measure at: ``state`` (the fp32 master weights, by parameter name) of the policy
+    whose warm start is ``path``, after ``step`` RL steps from it (0: the warm start itself)."""
+
+    name: str
+    seed: int
+    step: int
+    state: Mapping[str, torch.Tensor] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class ProbeSet:
+    """What every variant is measured on: ``held_out`` [N, T] task sequences (prompt and answer, every next-
+    token position counted) and ``prompts`` [M, P], for which each variant's engine draws one completion at
+    ``temperature`` with sampling seed ``seed`` (its completion positions counted, up to and including EOS)."""
+
+    held_out: torch.Tensor
+    prompts: torch.Tensor
+    max_new_tokens: int
+    seed: int
+    temperature: float = 1.0
+
+
+def probe_set(task: AdditionTask, held_out: int, sampled: int, *, seed: int) -> ProbeSet:
+    """``held_out`` eval-split sequences and ``sampled`` eval-split prompts (other draws than the held-out
+    ones), both from ``seed``; completions up to the answer and its EOS."""
+    return ProbeSet(task.prompts(held_out, seed=seed + 50_021, split="eval").sequences,
+                    task.prompts(sampled, seed=seed + 60_013, split="eval").prompt_ids,
+                    task.answer_len + 1, seed + 7)
+
+
+def warm_checkpoint(checkpoint: str | Path, seed: int) -> Checkpoint:
+    """The warm start itself as a checkpoint (step 0)."""
+    state = {k: v.detach().clone() for k, v in load_policy(checkpoint).state_dict().items()}
+    return Checkpoint(f"seed{seed}/step0", seed, 0, state)
+
+
+def rl_checkpoints(checkpoint: str | Path, cfg: RunConfig, steps: Sequence[int],
+                   on_step: Callable[[dict], None] | None = None) -> list[Checkpoint]:
+    """The checkpoints of ``steps`` (RL steps from the warm start ``checkpoint``; 0: the warm start): one RL
+    run of the run's preset and ``loop`` settings (:func:`fp8rl_core.loop.run_rl` — rollouts on the live
+    engine, GRPO, a sync after each step), the learner's masters taken after each listed step."""
+    out = [warm_checkpoint(checkpoint, cfg.seed)] if 0 in steps else []
+    wanted = sorted(s for s in steps if s > 0)
+    if not wanted:
+        return out
+    pipe = start_pipeline(checkpoint, cfg.preset, learner=cfg.learner_config(), sampler_cfg=cfg.sampler)
+
+    def taken(row: dict) -> None:
+        if int(row["step"]) in wanted:
+            state = {k: v.detach().clone() for k, v in pipe.learner.model.state_dict().items()}
+            out.append(Checkpoint(f"seed{cfg.seed}/step{row['step']}", cfg.seed, int(row["step"]), state))
+        if on_step is not None:
+            on_step(row)
+
+    run_rl(pipe, cfg.warmstart.task, wanted[-1], prompts_per_step=cfg.loop.prompts_per_step, seed=cfg.seed,
+           on_step=taken)
+    return out
+
+
+def run_matching(checkpoint: str | Path, cfg: RunConfig, section: MatchingSection, *,
+                 on_step: Callable[[dict], None] | None = None,
+                 on_sync: Callable[[dict], None] | None = None) -> MatchingMeasurement:
+    """One fixed-weights run: the checkpoints of ``section.steps`` from the warm start ``checkpoint``
+    (:func:`rl_checkpoints`), then every variant of the section measured at each (:func:`measure`) on the
+    run's probe set (:func:`probe_set`, drawn from its seed) with the run's engine settings and checks."""
+    cks = rl_checkpoints(checkpoint, cfg, section.steps, on_step)
+    probe = probe_set(cfg.warmstart.task, section.held_out, section.sampled, seed=cfg.seed)
+    return measure(checkpoint, cks, section.variants(cfg.model), probe, learner=cfg.learner.build(PRESETS["all"]),
+                   sampler_cfg=cfg.sampler, policy=cfg.checks.policy, w7_probe=cfg.check_probe(), on_sync=on_sync)
+
+
+@dataclass(frozen=True)
+class MatchingMeasurement:
+    """Every variant at every checkpoint: ``rows`` one per (checkpoint, variant, probe sequence) with the
+    sums over its counted positions of KL(sampler‖learner), KL(learner‖sampler) and JS (nats), and its
+    position count — the (num, den) units the statistics pair by (checkpoint, source, sequence); ``checks``
+    one per (checkpoint, variant) sync with W1–W7's verdicts; ``engines`` the engine starts it took."""
+
+    rows: list[dict]
+    checks: list[dict]
+    engines: int
+
+
+class _Learners:
+    """The measuring learners (MXFP8 with every layer on its grid, and BF16), built once and loaded with each
+    checkpoint's masters; their held-out log-probs cached per (checkpoint, precision, forward)."""
+
+    def __init__(self, checkpoint: str | Path, mxfp8: LearnerConfig) -> None:
+        self.path = checkpoint
+        self._cfg = {"mxfp8": mxfp8, "bf16": PRESETS["bf16-e2e"].learner_config()}
+        self._built: dict[str, Learner] = {}
+        self._loaded: dict[str, str] = {}
+        self._held: dict[tuple[str, str, str], torch.Tensor] = {}
+
+    def get(self, precision: str, ck: Checkpoint, version: int) -> Learner:
+        if precision not in self._built:
+            self._built[precision] = Learner(load_policy(self.path), self._cfg[precision])
+        lrn = self._built[precision]
+        if self._loaded.get(precision) != ck.name:
+            lrn.model.load_state_dict(ck.state)
+            self._loaded[precision] = ck.name
+        lrn.version = version
+        return lrn
+
+    def logprobs(self, lrn: Learner, forward: str, sequences: torch.Tensor) -> torch.Tensor:
+        return lrn.full_logprobs(sequences) if forward == "training" else lrn.probe_logprobs(sequences, full=True)
+
+    def held_out(self, lrn: Learner, precision: str, forward: str, ck: Checkpoint, seqs: torch.Tensor) -> torch.Tensor:
+        key = (ck.name, precision, forward)
+        if key not in self._held:
+            self._held[key] = self.logprobs(lrn, forward, seqs)
+        return self._held[key]
+
+
+def _sums(s: torch.Tensor, lrn: torch.Tensor, mask: torch.Tensor) -> list[tuple[int, float, float, float]]:
+    d = full_vocab_divergence(s, lrn, mask)
+    m = mask.to(torch.float64)
+    kl, kl_rev, js = ((d[k] * m).sum(-1) for k in ("kl_sampler_learner", "kl_learner_sampler", "js"))
+    pos = mask.sum(-1)
+    return [(int(pos[i]), float(kl[i]), float(kl_rev[i]), float(js[i])) for i in range(mask.shape[0])]
+
+
+def _sampled_sequences(prompts: torch.Tensor, completions: torch.Tensor, cmask: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompt + completion rows (PAD after the completion) and the mask of the next-token positions that
+    predict a completion token."""
+    seqs = torch.cat([prompts, torch.where(cmask.bool(), completions, torch.full_like(completions, PAD))], dim=1)
+    mask = torch.zeros(seqs.shape[0], seqs.shape[1] - 1, dtype=torch.bool)
+    p = prompts.shape[1]
+    mask[:, p - 1:] = cmask.bool()
+    return seqs, mask
+
+
+def measure(checkpoint: str | Path, checkpoints: Sequence[Checkpoint], variants: Sequence[Variant],
+            probe: ProbeSet, *, learner: LearnerConfig, sampler_cfg: SamplerConfig,
+            policy: Callable[[str, str], CheckPolicy], w7_probe: torch.Tensor,
+            on_sync: Callable[[dict], None] | None = None, hooks: Mapping[str, SyncHooks] | None = None,
+            on_failure: Literal["raise", "record"] = "raise") -> MatchingMeasurement:
+    """Every ``variant`` at every checkpoint (see the module docstring). ``checkpoint``: the warm-start
+    directory the engines are built from (config, tokenizer-free HF layout; its weights are replaced at the
+    first sync); ``learner``: the MXFP8 learner's config (every layer on its grid; BF16-learner presets use
+    the BF16 learner); ``policy(engine_dtype, preset)``: the checks' policy (W7's bounds depend on both);
+    ``w7_probe``: W7's probe batch. Variants run in the given order, each engine started once and synced
+    with every checkpoint in turn; a failed check of a non-ablation variant raises (its KL would be of
+    weights the learner does not hold) unless ``on_failure`` is ``record``. ``hooks``: variant name →
+    :class:`~fp8rl_core.sync.hooks.SyncHooks` whose ``on_export`` may perturb what that variant's engine is
+    sent (a planted mismatch: what the experiment's own test measures a known KL with)."""
+    if not checkpoints or not variants:
+        raise ValueError("measure needs at least one checkpoint and one variant")
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):
+        raise ValueError(f"variants repeat: {names}")
+    if learner.precision != "mxfp8" or learner.layers != "all":
+        raise ValueError(f"the measuring learner must be MXFP8 on every layer (the presets' learner), got "
+                         f"{learner.precision} on {learner.layers!r}")
+    learners = _Learners(checkpoint, learner)
+    rows: list[dict] = []
+    checks: list[dict] = []
+    version = 0
+    engines = 0
+    n_held = probe.held_out.shape[0]
+    held_mask = torch.ones(n_held, probe.held_out.shape[1] - 1, dtype=torch.bool)
+    for variant in variants:
+        preset = PRESETS[variant.preset]
+        precision = preset.learner_precision
+        cfg = sampler_cfg.model_copy(update={"dtype": variant.engine_dtype})
+        grid = learner.recipe.fwd_grid
+        if variant.activation_rule:
+            fmt, _ = grid.rsplit("-", 1)
+            grid = f"{fmt}-{variant.activation_rule}"
+        sampler = runner = None
+        for ck in checkpoints:
+            version += 1
+            lrn = learners.get(precision, ck, version)
+            schemes = sampler_schemes(gemm_layers(lrn.model), preset.sampler_layers, preset.sampler_grid)
+            tensors = export_weights(lrn.model, lrn.forward_weights(), schemes)
+            hook = (hooks or {}).get(variant.name)
+            if hook is not None:
+                tensors = hook.on_export(Pipeline(preset, lrn, sampler, schemes), tensors)
+            if sampler is None:
+                sampler, resync = acquire(checkpoint, schemes, tensors, cfg, version=version, mx_grid=grid)
+                engines += resync is None
+                runner = CheckRunner(policy(variant.engine_dtype, variant.preset), w7_probe)
+                runner.start([sampler])
+                version += 1
+                lrn.version = version
+            sampler.sync(tensors, version)  # the normal sync path: transport, in-place load, cache reset
+            pipe = Pipeline(preset, lrn, sampler, schemes)
+            runner.request_full("fixed-weights measurement")
+            report = runner.check(pipe)
+            checks.append({"checkpoint": ck.name, "seed": ck.seed, "step": ck.step, "variant": variant.name,
+                           "preset": variant.preset, "ablation": variant.ablation, "version": version,
+                           "passed": not report.failed, "failed": ",".join(r.condition for r in report.failed),
+                           "detail": report.message()} | {k: v for k, v in report.metrics().items()})
+            if report.failed and not variant.ablation and on_failure == "raise":
+                raise RuntimeError(f"fixed-weights matching: {variant.name} at {ck.name}: the sync to version "
+                                   f"{version} failed its checks ({report.message()}); no KL is measured on "
+                                   "weights the learner does not hold")
+            held_s = sampler.prompt_logprobs(probe.held_out, full=True)
+            held_l = learners.held_out(lrn, precision, variant.learner_forward, ck, probe.held_out)
+            roll = sampler.generate(probe.prompts, 1, probe.max_new_tokens, seed=probe.seed, eos_id=EOS, pad_id=PAD,
+                                    temperature=probe.temperature)
+            seqs, mask = _sampled_sequences(probe.prompts, roll.completion_ids, roll.completion_mask)
+            samp_s = sampler.prompt_logprobs(seqs, full=True)
+            samp_l = learners.logprobs(lrn, variant.learner_forward, seqs)
+            meta = {"checkpoint": ck.name, "seed": ck.seed, "step": ck.step, "variant": variant.name,
+                    "preset": variant.preset, "ablation": variant.ablation, "engine_dtype": variant.engine_dtype,
+                    "learner_forward": variant.learner_forward, "activation_rule": variant.activation_rule or ""}
+            for source, sums in (("held-out", _sums(held_s, held_l, held_mask)), ("sampled", _sums(samp_s, samp_l, mask))):
+                for i, (pos, kl, kl_rev, js) in enumerate(sums):
+                    if not math.isfinite(kl):
+                        raise RuntimeError(f"{variant.name} at {ck.name}: infinite KL on {source} sequence {i} "
+                                           "(one side puts mass on a token the other cannot emit)")
+                    rows.append(meta | {"source": source, "sequence": i, "positions": pos, "kl": kl,
+                                        "kl_rev": kl_rev, "js": js})
+            if on_sync is not None:
+                on_sync(checks[-1])
+    return MatchingMeasurement(rows, checks, engines)

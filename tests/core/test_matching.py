@@ -1,0 +1,108 @@
+"""The fixed-weights matching experiment on real engines (tiny dense model): every variant gets the same
+checkpoints through the sync path and passes W1–W7; a mismatch planted in one variant — its engine's final
+norm scaled by 2, so it computes softmax(2·z) where the learner computes softmax(z) — comes out as the KL
+that the learner's own logits give for that change, and the ratio to another variant is recovered."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from fp8rl_core import matching
+from fp8rl_core.checks.runner import CheckPolicy
+from fp8rl_core.metrics.matching import matching_ratio
+from fp8rl_core.sampler.presets import PRESETS, Variant
+from fp8rl_core.sync.hooks import SyncHooks
+
+from .sampler.conftest import ENGINE, TASK, checkpoints  # noqa: F401 — the shared warm-started test models
+
+NORM = "model.norm.weight"
+
+
+class DoubledNorm(SyncHooks):
+    """Sends the final RMSNorm's weight ×2 (exact in BF16): the engine's logits become 2·z."""
+
+    def on_export(self, pipe, tensors: dict) -> dict:
+        return tensors | {NORM: tensors[NORM] * 2}
+
+
+def _policy(dtype: str, preset: str) -> CheckPolicy:
+    return CheckPolicy(full_every=1, w7_mean=5e-2, w7_max=1.0)  # BF16 engine: W7 at BF16 bounds
+
+
+@pytest.fixture(scope="module")
+def measured(checkpoints):  # noqa: F811
+    path = checkpoints["dense"]
+    cks = [matching.warm_checkpoint(path, 0)]
+    state = {k: v.clone() for k, v in cks[0].state.items()}
+    state["model.embed_tokens.weight"] = state["model.embed_tokens.weight"] * 1.01  # a second, different checkpoint
+    cks.append(matching.Checkpoint("seed0/step1", 0, 1, state))
+    probe = matching.probe_set(TASK, 24, 24, seed=3)
+    variants = [Variant("bf16-sampler"), Variant("all"), Variant("half"), Variant("all", engine_dtype="float32",
+                                                                                 learner_forward="fp32")]
+    cfg = ENGINE.model_copy(update={"dtype": "bfloat16"})
+    return cks, probe, matching.measure(
+        path, cks, variants, probe, learner=PRESETS["all"].learner_config(), sampler_cfg=cfg, policy=_policy,
+        w7_probe=TASK.prompts(8, seed=5, split="eval").sequences, hooks={"half": DoubledNorm()}, on_failure="record")
+
+
+def test_every_variant_is_synced_checked_and_measured_at_every_checkpoint(measured):
+    cks, probe, res = measured
+    by = {(c["variant"], c["checkpoint"]): c for c in res.checks}
+    assert set(by) == {(v, c.name) for v in ("bf16-sampler", "all", "half", "all@engine=float32,learner=fp32")
+                       for c in cks}
+    versions = [c["version"] for c in res.checks]
+    assert versions == sorted(set(versions))  # every sync a new version
+    for v in ("bf16-sampler", "all", "all@engine=float32,learner=fp32"):
+        for c in cks:
+            assert by[(v, c.name)]["passed"], by[(v, c.name)]["detail"]
+            assert by[(v, c.name)]["check/W7"] == 1.0  # the full tier ran
+    for c in cks:  # the plant is a real difference from the learner's weights: W4 names the tensor
+        row = by[("half", c.name)]
+        assert not row["passed"] and "W4" in row["failed"].split(","), row
+        assert NORM in row["detail"] or "norm" in row["detail"], row["detail"]
+    keys = {(r["variant"], r["checkpoint"], r["source"]) for r in res.rows}
+    assert len(keys) == 4 * 2 * 2
+    for v in ("bf16-sampler", "all"):
+        for c in cks:
+            held = [r for r in res.rows if (r["variant"], r["checkpoint"], r["source"]) == (v, c.name, "held-out")]
+            assert [r["sequence"] for r in held] == list(range(24))
+            assert all(r["positions"] == TASK.seq_len - 1 and r["kl"] > 0 for r in held)
+            samp = [r for r in res.rows if (r["variant"], r["checkpoint"], r["source"]) == (v, c.name, "sampled")]
+            assert len(samp) == 24 and all(1 <= r["positions"] <= TASK.answer_len + 1 for r in samp)
+    assert 1 <= res.engines <= 4
+
+
+def test_the_planted_mismatch_is_measured_as_the_learners_logits_predict(measured, checkpoints):  # noqa: F811
+    cks, probe, res = measured
+    from fp8rl_core.learner.learner import Learner
+    from fp8rl_core.learner.warmstart import load_policy
+
+    lrn = Learner(load_policy(checkpoints["dense"]), PRESETS["all"].learner_config())
+    for ck in cks:
+        lrn.model.load_state_dict(ck.state)
+        z = lrn.full_logprobs(probe.held_out).double()  # log-softmax(z): z up to a constant per position
+        p2 = torch.log_softmax(2 * z, dim=-1)  # the planted engine's distribution
+        want = (p2.exp() * (p2 - z)).sum(-1).sum(-1)  # KL(softmax(2z) ‖ softmax(z)) per sequence
+        got = torch.tensor([r["kl"] for r in res.rows if (r["variant"], r["checkpoint"], r["source"])
+                            == ("half", ck.name, "held-out")], dtype=torch.float64)
+        # the engine's BF16 logits (rounded to 1/16 at |z| ~ 10, then doubled) and `half`'s own numerics move
+        # single sequences by up to ~15%; over the probe set they average out
+        assert float(want.mean()) > 0.05
+        assert torch.allclose(got, want, rtol=0.25, atol=1e-3), (got[:4], want[:4])
+        assert float(got.sum()) == pytest.approx(float(want.sum()), rel=0.03)
+        base = [r for r in res.rows if (r["variant"], r["checkpoint"], r["source"]) == ("all", ck.name, "held-out")]
+        expect = float(want.sum()) / float(sum(r["kl"] for r in base))
+        r = matching_ratio(res.rows, "all", "half", checkpoint=ck.name, source="held-out", n_boot=200)
+        assert r.ratio == pytest.approx(expect, rel=0.03)
+        assert r.lo > 1 and r.direction == "higher"
+
+
+def test_all_in_fp32_on_both_sides_leaves_almost_no_kl(measured):
+    _, _, res = measured
+    for ck in ("seed0/step0", "seed0/step1"):
+        r = matching_ratio(res.rows, "all", "all@engine=float32,learner=fp32", checkpoint=ck, n_boot=200)
+        assert r.b_mean < 0.05 * r.a_mean, r  # the residual KL of `all` is the BF16 compute, not the grid
+        assert math.isfinite(r.median_ratio)
