@@ -66,11 +66,12 @@ setup-gpu:
 run: setup
 	$(VENV)/bin/fp8rl run configs/smoke.yaml
 
-# the five CPU experiments: the paper's three at CPU scale on the minis (3 seeds each), then the two on the
+# the six CPU experiments: the paper's three at CPU scale on the minis (3 seeds each), then the three on the
 # small models (dense-matching-small, and moe-grids-small, whose model axis is the block-size ablation; sized
-# by docs/results/power.md), then their reports under docs/results/
+# by docs/results/power.md; matching-fixed-weights, the paper's fixed-weights protocol with its ablation,
+# docs/fixed-weights.md), then their reports under docs/results/
 RESULTS_MINI  := dense-matching moe-grids microbatch-sweep
-RESULTS_SMALL := dense-matching-small moe-grids-small
+RESULTS_SMALL := dense-matching-small moe-grids-small matching-fixed-weights
 RESULTS := $(RESULTS_MINI) $(RESULTS_SMALL)
 results: setup
 	for s in $(RESULTS); do $(VENV)/bin/fp8rl run configs/$$s.yaml || exit 1; done

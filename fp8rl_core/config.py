@@ -369,7 +369,7 @@ class MatchingSection(BaseModel):
     """The fixed-weights matching experiment (fp8rl_core.matching): each run of the sweep — a model and seed —
     takes its warm start and the learner after each of ``steps`` RL steps (the run's preset, ``loop``'s prompts
     per step) as checkpoints, and measures every preset (and ablation) at each through the normal sync path
-    on one paired probe set. docs/experiments.md."""
+    on one paired probe set. docs/fixed-weights.md."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -715,9 +715,11 @@ def load_sweep(path: str | Path, overrides: Iterable[str] = ()) -> tuple[SweepCo
 
 
 def matching_runs(sweep: SweepConfig, runs: Sequence[Run], source: str) -> list[Run]:
-    """A sweep with a ``matching`` section: each expanded run as a fixed-weights run — RL for the section's
-    last checkpoint's steps (``loop.steps``), an id that also hashes the section (a changed variant list is a
-    new run, not a resumed one), the name ``<model>·fixed-weights·s<seed>`` and the tag ``experiment``."""
+    """A sweep with a ``matching`` section: each expanded run as a fixed-weights run — a warm start of its
+    own seed (``warmstart.seed`` = the run's seed: each seed's checkpoints are other weights), RL for the
+    section's last checkpoint's steps (``loop.steps``), an id that also hashes the section (a changed variant
+    list is a new run, not a resumed one), the name ``<model>·fixed-weights·s<seed>`` and the tag
+    ``experiment``."""
     section = sweep.matching
     if "preset" in sweep.axes:
         raise ConfigError(f"{source}: a sweep with a 'matching' section measures matching.presets at every "
@@ -732,7 +734,9 @@ def matching_runs(sweep: SweepConfig, runs: Sequence[Run], source: str) -> list[
                           f"models are {sorted(models)}")
     out = []
     for run in runs:
-        cfg = run.config.model_copy(update={"loop": run.config.loop.model_copy(update={"steps": max(1, section.steps[-1])})})
+        c = run.config
+        cfg = c.model_copy(update={"loop": c.loop.model_copy(update={"steps": max(1, section.steps[-1])}),
+                                   "warmstart": c.warmstart.model_copy(update={"seed": c.seed})})
         base = Run.of(cfg, run.spec)
         out.append(Run(digest(f"{base.id}:{section.id()}", 12), f"{short_model(cfg.model)}·fixed-weights·s{cfg.seed}",
                        dict(base.tags) | {"experiment": "fixed-weights"}, cfg, run.spec))

@@ -8,7 +8,7 @@ the learner side's forward and the sampler's activation rule) gets each checkpoi
 path (export → :meth:`Sampler.sync` → W1–W7 at the full tier); then its KL on held-out sequences (common to
 every variant) and on its own rollouts (each variant draws one completion per probe prompt with one sampling
 seed, so completions are paired by prompt). The statistics: :mod:`fp8rl_core.metrics.matching`; the
-protocol and what each ablation switch removes: docs/experiments.md.
+protocol and what each ablation switch removes: docs/fixed-weights.md.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ class _Learners:
 
 
 def _sums(s: torch.Tensor, lrn: torch.Tensor, mask: torch.Tensor) -> list[tuple[int, float, float, float]]:
-    d = full_vocab_divergence(s, lrn, mask)
+    d = full_vocab_divergence(s, lrn, mask, chunk_rows=1024)
     m = mask.to(torch.float64)
     kl, kl_rev, js = ((d[k] * m).sum(-1) for k in ("kl_sampler_learner", "kl_learner_sampler", "js"))
     pos = mask.sum(-1)

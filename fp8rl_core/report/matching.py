@@ -1,7 +1,7 @@
 """The fixed-weights matching report: the paper's matching claims measured as the paper measured them (one
 checkpoint, the sampler's layers switched, KL on the same sequences), per checkpoint and across checkpoints,
 with the tails, the power of the design and the ablation of what the ``all`` sampler still computes
-differently. Statistics: :mod:`fp8rl_core.metrics.matching`; what each row means: docs/experiments.md.
+differently. Statistics: :mod:`fp8rl_core.metrics.matching`; what each row means: docs/fixed-weights.md.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ def test_the_shipped_config_measures_every_preset_at_two_checkpoints_per_seed():
     assert {r.config.preset for r in runs} == {"all"} and {r.config.loop.steps for r in runs} == {8}
     assert [r.name for r in runs[:2]] == ["dense-small·fixed-weights·s0", "dense-small·fixed-weights·s1"]
     assert all(r.tags["experiment"] == "fixed-weights" for r in runs)
+    assert all(r.config.warmstart.seed == r.config.seed for r in runs)  # each seed its own warm start
     small = load_sweep(ROOT / "configs" / "dense-matching-small.yaml")[1][0].config
     dense = runs[0].config
     assert (dense.warmstart, dense.learner) == (small.warmstart, small.learner)  # the small sweeps' protocol
