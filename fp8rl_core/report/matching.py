@@ -252,7 +252,7 @@ def _tails(data: SweepData) -> list[str]:
 
 def _power(rows: list[ClaimAtFixedWeights]) -> list[str]:
     lines = ["## Power", "",
-             "From this experiment's own units (:func:`fp8rl_core.metrics.matching.matching_power`): σ² of the "
+             "From this experiment's own units (`fp8rl_core.metrics.matching.matching_power`): σ² of the "
              "log-ratio influence within checkpoints (sequence to sequence; per checkpoint as a range) and between "
              "checkpoints (how far their own ratios differ beyond sequence noise). At one checkpoint the weights are "
              "fixed, so sequences alone set the CI: *resolvable* f means a ratio ≤ 1/f or ≥ f is resolved with 80% "
@@ -322,6 +322,47 @@ def _ablation(data: SweepData, n_boot: int, seed: int) -> list[str]:
     return lines + [""]
 
 
+def _requant(data: SweepData, rows: list[ClaimAtFixedWeights]) -> list[str]:
+    """requant vs all at fixed weights: the ratio with its verdict sentence, and the byte fractions W2
+    measured at the requant syncs (mean over them, per layer kind)."""
+    import re
+
+    from fp8rl_core.schemas.dsl import REQUANT_COLUMNS
+    from fp8rl_core.vocabulary import requant_column
+
+    from .requant import requant_verdict
+
+    found = [r for r in rows if (r.comparison.a, r.comparison.b) == ("all", "requant")]
+    if not found:
+        return []
+    ch = data.matching_checks
+    if not ch.empty and "model" not in ch.columns:
+        models = dict(zip(data.runs["run_id"].astype(str), data.runs["model"].astype(str)))
+        ch = ch.assign(model=ch["run_id"].astype(str).map(models))
+    cols = [c for c in ch.columns if re.fullmatch(REQUANT_COLUMNS, str(c))]
+    body = []
+    for r in found:
+        sel = ch[(ch["model"].astype(str) == r.model) & (ch["variant"] == "requant")] if cols else ch.iloc[0:0]
+        frac = {c: float(sel[c].mean()) for c in cols if not sel.empty and sel[c].notna().any()}
+        pct = lambda k: "–" if frac.get(k) is None else f"{frac[k]:.2%}"  # noqa: E731
+        kinds = sorted({c.rsplit("/", 1)[-1] for c in frac if c.count("/") == 2})
+        per = "; ".join(f"{k} {pct(requant_column('data_bytes_differ', k))} / {pct(requant_column('scale_bytes_differ', k))}"
+                        for k in kinds)
+        p = r.pooled
+        body.append([r.model, _ratio(p), _median(p), f"{r.counts()['higher']} / {r.counts()['lower']} / "
+                     f"{r.counts()['unresolved']}", f"{pct(requant_column('data_bytes_differ'))} / "
+                     f"{pct(requant_column('scale_bytes_differ'))}" + (f" ({per})" if per else ""),
+                     requant_verdict(p.ratio, p.lo, p.hi, p.level, r.model, "probe_kl")])
+    lines = ["## Requantization: requant vs all at fixed weights", "",
+             "The sampler that quantizes the BF16 view itself with vLLM's online MXFP8 rule (`requant`) against the "
+             "one fed the learner's bytes (`all`), at the same weights: KL ratio (95% CI, pooled), its median ratio, "
+             "checkpoints higher / lower / unresolved, and the fraction of E4M3 data / E8M0 scale bytes W2 measured "
+             "differing from the learner's at the requant syncs (mean over them; per layer kind).", ""]
+    lines += _table(["model", "requant / all (CI)", "median ratio (CI)", "checkpoints higher / lower / unresolved",
+                     "bytes differing: data / scale", "verdict"], body)
+    return lines + [""]
+
+
 def forest(rows: list[ClaimAtFixedWeights], path: str | Path) -> Path:
     """Per-checkpoint ratios with their CIs, one panel per model, one colour per comparison, the paper's ratio
     marked; log x axis."""
@@ -377,7 +418,8 @@ def write_matching_report(data: SweepData, out_dir: str | Path, *, n_boot: int =
     if rows:
         forest(rows, out / "matching_ratios.png")
         lines += ["![Per-checkpoint KL ratios with 95% CIs, and pooled](matching_ratios.png)", ""]
-    lines += _per_checkpoint(rows) + _sources(rows) + _tails(data) + _power(rows) + _ablation(data, n_boot, seed)
+    lines += _requant(data, rows) + _ablation(data, n_boot, seed)
+    lines += _per_checkpoint(rows) + _sources(rows) + _tails(data) + _power(rows)
     path = out / "summary.md"
     path.write_text("\n".join(lines).rstrip() + "\n")
     return path

@@ -43,7 +43,10 @@ def _checks(run_id: str, seed: int) -> list[dict]:
             out.append({"run_id": run_id, "checkpoint": f"seed{seed}/step{step}", "seed": seed, "step": step,
                         "variant": v, "preset": v.split("@")[0], "ablation": "@" in v, "version": 1 + step,
                         "passed": not failed, "failed": failed, "detail": "W7 failed" if failed else "",
-                        "check/W1": 1.0, "check/W7": 0.0 if failed else 1.0})
+                        "check/W1": 1.0, "check/W7": 0.0 if failed else 1.0}
+                       | ({"requant/data_bytes_differ": 0.034, "requant/scale_bytes_differ": 0.003,
+                           "requant/data_bytes_differ/mlp": 0.035, "requant/scale_bytes_differ/mlp": 0.004}
+                          if v == "requant" else {}))
     return out
 
 
@@ -84,6 +87,9 @@ def test_write_report_hands_a_fixed_weights_sweep_to_its_report(data, tmp_path):
     assert "Checks: 24 of 24 syncs of the presets passed all seven conditions" in text
     assert "`bf16-sampler@engine=float32,learner=fp32`: W7 (4 of 4)" in text
     assert "| qwen3-dense-small | (b) all on the learner's grid vs BF16 sampler | −16% |" in text
+    req = text.split("## Requantization: requant vs all at fixed weights")[1].split("##")[0]
+    assert "3.40% / 0.30% (mlp 3.50% / 0.40%)" in req
+    assert "requantizing from BF16" in req or "shipping the learner's bytes instead of requantizing buys" in req
     abl = text.split("## Ablation")[1]
     assert "`all@engine=float32,learner=fp32`" in abl and "(b) under the switch" in abl
     assert (tmp_path / "matching_ratios.png").stat().st_size > 10_000
