@@ -91,6 +91,13 @@ __all__ = [
 ]
 
 
+def known_preset(name: str) -> str:
+    """``name`` if it is a preset, else the error that lists the valid ones."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}")
+    return name
+
+
 class ConfigError(ValueError):
     """A config file or override is invalid; the message names the file, field and valid values."""
 
@@ -232,9 +239,7 @@ class RunConfig(BaseModel):
     @field_validator("preset")
     @classmethod
     def _known_preset(cls, v: str) -> str:
-        if v not in PRESETS:
-            raise ValueError(f"unknown preset {v!r}; valid presets: {', '.join(PRESETS)}")
-        return v
+        return known_preset(v)
 
     def learner_config(self) -> LearnerConfig:
         """The run's learner config: the ``learner`` section for the run's preset."""
@@ -359,10 +364,8 @@ class AblationSpec(BaseModel):
 
     @field_validator("preset")
     @classmethod
-    def _known(cls, v: str) -> str:
-        if v not in PRESETS:
-            raise ValueError(f"unknown preset {v!r}; valid presets: {', '.join(PRESETS)}")
-        return v
+    def _known_preset(cls, v: str) -> str:
+        return known_preset(v)
 
 
 class MatchingSection(BaseModel):
