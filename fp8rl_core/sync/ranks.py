@@ -5,8 +5,8 @@ Rule: cut each full sync tensor the way vLLM 0.32's weight loaders cut it (``qkv
 32 on the grid —, experts by intermediate size or whole under expert parallelism, the vocabulary padded
 to 64, norms and the router replicated; the table, with vLLM's sources, on :func:`shard_tensor`; the
 bytes a ``requant`` layer computes from its BF16 shard, ``mx_data``/``mx_scale``, are cut as its weight
-and scales are), then compare one rank's live shards with its slice by bytes (:func:`shard_offenders`) or fingerprints
-(:func:`fingerprint_offenders`). It sits below the sampler because the engine's worker runs the
+and scales are), then compare one rank's live shards with its slice by bytes (:func:`shard_offenders`)
+or fingerprints (:func:`fingerprint_offenders`). It sits below the sampler because the engine's worker runs the
 comparison on its own shards and only a :class:`RankCheck` crosses back. Described in docs/gpu.md
 (Tensor-parallel ranks and SGLang).
 """
@@ -66,8 +66,8 @@ def _is_scale(name: str) -> bool:
 
 
 def _data_name(scale: str) -> str:
-    """The data tensor a scale tensor's blocks belong to (``….weight_scale`` → ``….weight``, ``….w13_mx_scale`` →
-    ``….w13_mx_data``)."""
+    """The data tensor a scale tensor's blocks belong to (``….weight_scale`` → ``….weight``,
+    ``….w13_mx_scale`` → ``….w13_mx_data``)."""
     for s, d in _SCALE_OF.items():
         if scale.endswith(s):
             return scale[: -len(s)] + d

@@ -1,8 +1,8 @@
 """The flows for real (embedded Prefect, a local Ray, a temporary MLflow store): a run that finishes on a
-Ray worker (beside a ``requant`` run whose W2 bytes MLflow holds per step), resume skips them, a run that fails is FAILED with its reason, a sweep killed by SIGTERM leaves
-its run KILLED, a sweep asking for GPUs the cluster lacks (or a backend: verl sweep on a CPU Ray) stops before
-anything runs. The tests that patch code inside a run use ``inline=True`` (the runs in this process, where the
-patch applies)."""
+Ray worker (beside a ``requant`` run whose W2 bytes MLflow holds per step), resume skips them, a run that
+fails is FAILED with its reason, a sweep killed by SIGTERM leaves its run KILLED, a sweep asking for GPUs the
+cluster lacks (or a backend: verl sweep on a CPU Ray) stops before anything runs. The tests that patch code
+inside a run use ``inline=True`` (the runs in this process, where the patch applies)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,8 @@ def test_a_run_finishes_with_its_record_and_a_resume_skips_it(env):
     from flows.pipelines import mxfp8_sweep
 
     rows = mxfp8_sweep(SMOKE, TWO_RUNS)
-    assert [(r.name, r.status) for r in rows] == [("dense-mini·all·s0", "FINISHED"), ("dense-mini·requant·s0", "FINISHED")]
+    assert [(r.name, r.status) for r in rows] == [("dense-mini·all·s0", "FINISHED"),
+                                                  ("dense-mini·requant·s0", "FINISHED")]
     (run,) = [r for r in _runs("smoke") if r.data.params["preset"] == "all"]
     c = tracking.client()
     assert run.info.status == "FINISHED"
