@@ -240,6 +240,15 @@ def worker_requant_byte_flipped(worker, phase: str) -> None:
         return
 
 
+@torch.no_grad()
+def worker_requant_byte_flipped_on_rank1(worker, phase: str) -> None:
+    """:func:`worker_requant_byte_flipped` on tensor-parallel rank 1 only (rank 1's shard of the first
+    ``requant`` linear layer; every other rank holds the right bytes); the ``requant`` engine test at tensor
+    parallel 2 plants it."""
+    if worker.fp8rl_tp_rank()["rank"] == 1:
+        worker_requant_byte_flipped(worker, phase)
+
+
 _W = "fp8rl_core.checks.faults:"
 
 FAULTS: list[Fault] = [

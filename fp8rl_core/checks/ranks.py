@@ -83,12 +83,14 @@ _KINDS = {"all": "W2/W4", "grid": "W2", "views": "W4"}
 
 
 def expected_sync_tensors(exp: Expected, kind: str = "all") -> dict[str, torch.Tensor]:
-    """The full tensors the engine must hold, by sync name: on-grid bytes (``kind="grid"``), BF16 views
-    (``"views"``) or both, less those the engine cannot read back as values (``exp.skip``: prepacked BF16
-    experts)."""
+    """The full tensors the engine must hold, by sync name: on-grid bytes (``kind="grid"``: the learner's
+    synced bytes and scales, and the bytes a ``requant`` layer must compute from its BF16 view, ``exp.requant``),
+    BF16 views (``"views"``) or both, less those the engine cannot read back as values (``exp.skip``:
+    prepacked BF16 experts)."""
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {', '.join(_KINDS)}, got {kind!r}")
-    chosen = {"all": exp.grid | exp.views, "grid": exp.grid, "views": exp.views}[kind]
+    grid = exp.grid | exp.requant
+    chosen = {"all": grid | exp.views, "grid": grid, "views": exp.views}[kind]
     return {n: t for n, t in chosen.items() if n not in exp.skip}
 
 

@@ -172,9 +172,8 @@ class CheckRunner:
         else:
             parts["W2"].append(check_grid_fingerprints(states, exp.grid_fp | exp.requant_fp))
             parts["W4"].append(check_precision_fingerprints(states, exp.view_fp, pipe.configured, exp.skip))
-        # requant layers: the measured difference from the learner's bytes every sync; their own bytes are
-        # checked on whole tensors (the fingerprints above, the full tier's read-back) — per-rank shards of
-        # them are not (tensor parallelism checks the synced BF16 views per rank, W4)
+        # requant layers: their own bytes are W2's above (whole tensors, or each rank's shards against its slice
+        # of the rule applied to the learner's BF16 view); the measured difference from the learner's bytes here
         if exp.requant:
             parts["W2"].append(requant_measure(exp.requant_diff))
         parts["W5"].append(check_version(states, exp.version, list(rollout_tags), content))

@@ -152,6 +152,12 @@ class Sampler:
     :func:`.vllm_compat.in_process_engine` puts back around every start and call. One tensor-parallel rank
     only.
 
+    Tensor parallelism (``tensor_parallel`` > 1, spawned engines only): vLLM's multiprocess executor runs
+    one worker per rank, each loading its shard of every sync through vLLM's own loaders; on CPU the
+    workers' threads are not pinned (``VLLM_CPU_OMP_THREADS_BIND=nobind``: vLLM-CPU refuses tp > 1 on a
+    one-node host otherwise). :meth:`state` then has one entry per rank, :meth:`read_back` returns rank 0's
+    shards and :meth:`check_ranks` checks every rank's (what :class:`~fp8rl_core.checks.CheckRunner` does).
+
     Log-probs. Generation returns, per sampled token, the log-probability vLLM's sampler reports
     (``logprobs_mode="raw_logprobs"``: log-softmax of the model's logits, before temperature — what the
     learner computes). The probe path returns prompt log-probs (``prompt_logprobs``; such requests bypass the
@@ -169,6 +175,7 @@ class Sampler:
         mx_grid: str = MX_GRID,
         work_root: str | Path | None = None,
         seed: int = 0,
+        tensor_parallel: int = 1,
     ) -> None:
         self.cfg = cfg
         self.schemes = dict(schemes)
@@ -178,12 +185,17 @@ class Sampler:
             if not ok and not torch.cuda.is_available():
                 raise SamplerError(f"kv_cache_dtype={cfg.kv_cache_dtype!r} is not available here: {why}; use kv_cache_dtype='auto'")
         self.in_process = cfg.process == "in-process"
+        if tensor_parallel < 1 or (self.in_process and tensor_parallel > 1):
+            raise SamplerError(f"tensor_parallel must be at least 1, and 1 for an in-process engine (vLLM's "
+                               f"single-process executor runs one rank): got {tensor_parallel} with process="
+                               f"{cfg.process!r}")
+        self.tensor_parallel = tensor_parallel
         if self.in_process and (live := [s for s in _IN_PROCESS if s.llm is not None]):
             raise SamplerError(f"an in-process engine ({live[0].key}) is already live in this process, and vLLM keeps its "
                                "parallel groups and worker extension process-wide: close it first (the engine pool "
                                "does), or start this one with process='spawn'")
         self.model_cfg = engine_config(checkpoint, schemes, mx_grid)
-        self.key = engine_key(self.model_cfg, cfg)
+        self.key = engine_key(self.model_cfg, cfg) + (f"-tp{tensor_parallel}" if tensor_parallel > 1 else "")
         self.work_root = Path(work_root) if work_root is not None else default_root() / "fp8rl"
         self.dir = prepare_engine_dir(self.model_cfg, initial, self.work_root)
         self.vocab_size = int(self.model_cfg["vocab_size"])
@@ -191,6 +203,8 @@ class Sampler:
         if cfg.threads is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
             env["OMP_NUM_THREADS"] = str(cfg.threads)
+        if tensor_parallel > 1 and not torch.cuda.is_available():  # one NUMA node: the OS schedules the ranks
+            env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
         if self.in_process:  # no thread pinning of the caller; in-process client (vllm_compat, 3)
             env.update(VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_ENABLE_V1_MULTIPROCESSING="0")
         old_env = {k: os.environ.get(k) for k in env}
@@ -218,6 +232,7 @@ class Sampler:
                     max_logprobs=-1,
                     logprobs_mode="raw_logprobs",
                     use_tqdm_on_load=False,  # no progress bar per start and reload (see .quiet)
+                    **({"tensor_parallel_size": tensor_parallel} if tensor_parallel > 1 else {}),
                     **({"distributed_executor_backend": "uni"} if self.in_process else {}),
                 )
         except Exception as e:

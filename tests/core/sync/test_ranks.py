@@ -53,6 +53,11 @@ def test_every_sync_tensor_has_a_rule(dense, moe):
     assert kinds == {"qkv", "merged", "row", "experts_w13", "experts_w2", "vocab", "replicated"}
     with pytest.raises(ShardError, match="no tensor-parallel rule for sync tensor 'model.layers.0.mystery.weight'"):
         shard_kind("model.layers.0.mystery.weight")
+    # the bytes a requant layer computes itself are cut as its weight and scales are
+    assert [shard_kind(f"{A}.{layer}.{t}") for layer in ("qkv_proj", "o_proj") for t in ("mx_data", "mx_scale")] == \
+        ["qkv", "qkv", "row", "row"]
+    assert [shard_kind(f"model.layers.0.mlp.experts.{w}_{t}") for w in ("w13", "w2") for t in ("mx_data", "mx_scale")] \
+        == ["experts_w13"] * 2 + ["experts_w2"] * 2
 
 
 @pytest.mark.parametrize("tp", [2, 4])
@@ -185,6 +190,11 @@ def test_k_per_rank_not_a_multiple_of_32_fails_clearly(dense, moe):
     w2 = {n: mfull[n] for n in ("model.layers.0.mlp.experts.w2_weight", "model.layers.0.mlp.experts.w2_weight_scale")}
     with pytest.raises(ShardError, match="experts: K = 128 over tensor-parallel size 8 gives 16 columns"):
         slice_for_rank(w2, mlayout, 0, 8)
+    # a requant layer's own bytes: the same blocks, the same refusal (its data cut with its scales)
+    mx = {f"{A}.o_proj.mx_data": full[f"{A}.o_proj.weight"], f"{A}.o_proj.mx_scale": full[f"{A}.o_proj.weight_scale"]}
+    with pytest.raises(ShardError, match="o_proj: K = 256 over tensor-parallel size 16 gives 16 columns per rank"):
+        slice_for_rank(mx, layout, 0, 16)  # the data's cut is refused first: mx_scale puts it on the grid
+    assert slice_for_rank(mx, layout, 1, 2).tensors[f"{A}.o_proj.mx_scale"].shape == (256, 4)
 
 
 def test_vocab_padding_rows_are_zero():
