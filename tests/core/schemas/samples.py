@@ -108,9 +108,26 @@ def probe_rows() -> list[dict]:
              "kl": 0.01 * (i + 1), "kl_rev": 0.012 * (i + 1), "js": 0.003 * (i + 1)} for i in range(3)]
 
 
+def matching_rows() -> list[dict]:
+    where = {"checkpoint": "seed0/step0", "seed": 0, "step": 0, "engine_dtype": "bfloat16", "learner_forward": "training",
+             "activation_rule": "", "ablation": False}
+    return [where | {"variant": v, "preset": v, "source": src, "sequence": i, "positions": 10 if src == "held-out" else 4,
+                     "kl": 1e-4 * (i + 1), "kl_rev": 1.1e-4 * (i + 1), "js": 2.5e-5 * (i + 1)}
+            for v in ("bf16-sampler", "all") for src in ("held-out", "sampled") for i in range(2)]
+
+
+def matching_check_rows() -> list[dict]:
+    where = {"checkpoint": "seed0/step0", "seed": 0, "step": 0, "ablation": False, "failed": "", "detail": "",
+             "passed": True, "check/W1": 1.0, "check/W7": 1.0}
+    return [where | {"variant": "all", "preset": "all", "version": 2},
+            where | {"variant": "requant", "preset": "requant", "version": 4, "requant/data_bytes_differ": 0.034,
+                     "requant/scale_bytes_differ/mlp": 0.004}]
+
+
 #: a valid table per schema
 BASES = {"steps": step_rows, "tokens": token_rows, "microbatches": microbatch_table, "kl_summary": kl_rows,
-         "probe": probe_rows, "checks": check_table, "clean_syncs": clean_rows, "detection_matrix": matrix_rows}
+         "probe": probe_rows, "checks": check_table, "clean_syncs": clean_rows, "detection_matrix": matrix_rows,
+         "matching": matching_rows, "matching_checks": matching_check_rows}
 
 
 # -- mutations of a valid table ---------------------------------------------------------------------------
