@@ -120,7 +120,13 @@ def _verdict(c: Comparison, pooled: MatchingRatio, per: dict[str, MatchingRatio]
         return (f"depends on the checkpoint: {claimed} of {n} on the claimed side, {other} the other way, "
                 f"{n - claimed - other} unresolved")
     band = max(pooled.hi, 1 / pooled.lo)
-    return f"no difference resolved at any checkpoint; pooled ratio within {_f(pooled.lo)} … {_f(pooled.hi)} (±{band - 1:.0%})"
+    within = f"pooled ratio within {_f(pooled.lo)} … {_f(pooled.hi)} (±{band - 1:.0%})"
+    if c.paper is not None:
+        excluded = sum(not (r.lo <= c.paper <= r.hi) for r in per.values())
+        if not (pooled.lo <= c.paper <= pooled.hi):
+            return (f"not reproduced: no difference resolved at any checkpoint, and the paper's {c.paper_text} lies "
+                    f"outside the pooled CI and {excluded} of {n} checkpoints' CIs; {within}")
+    return f"no difference resolved at any checkpoint; {within}"
 
 
 def claim_rows(data: SweepData, *, n_boot: int = 2000, seed: int = 0) -> list[ClaimAtFixedWeights]:

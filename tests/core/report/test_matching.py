@@ -93,3 +93,14 @@ def test_write_report_hands_a_fixed_weights_sweep_to_its_report(data, tmp_path):
     abl = text.split("## Ablation")[1]
     assert "`all@engine=float32,learner=fp32`" in abl and "(b) under the switch" in abl
     assert (tmp_path / "matching_ratios.png").stat().st_size > 10_000
+
+
+def test_no_difference_that_excludes_the_papers_ratio_is_not_reproduced():
+    rows = [r | {"variant": v, "preset": v} for r in _rows("r0", 0, n=50) if r["variant"] == "bf16-sampler"
+            for v in ("bf16-sampler", "half")]  # half = bf16-sampler at every sequence: ratio exactly 1
+    runs = pd.DataFrame([{"run_id": "r0", "name": "x", "preset": "all", "model": "qwen3-dense-small", "seed": 0}])
+    (a,) = claim_rows(SweepData(sweep="t", runs=runs, matching=validate("matching", rows)), n_boot=100)
+    assert (a.comparison.b, a.pooled.ratio, a.counts()) == ("half", pytest.approx(1.0), {"lower": 0, "higher": 0,
+                                                                                           "unresolved": 2})
+    assert a.verdict.startswith("not reproduced: no difference resolved at any checkpoint, and the paper's −11% lies "
+                                "outside the pooled CI and 2 of 2 checkpoints' CIs")
