@@ -159,15 +159,16 @@ def _table(header: Sequence[str], rows: Sequence[Sequence]) -> list[str]:
 
 def _design(data: SweepData) -> list[str]:
     m, ch = matching_frame(data), data.matching_checks
-    cks = list(dict.fromkeys(m["checkpoint"]))
+    per_model = {mo: g for mo, g in m.groupby("model", sort=False)}
+    counts = "; ".join(f"{mo}: {g['checkpoint'].nunique()} checkpoints (seeds "
+                       f"{', '.join(map(str, sorted({int(x) for x in g['seed']})))})" for mo, g in per_model.items())
     steps = sorted({int(s) for s in m["step"]})
     per = m.groupby(["model", "checkpoint", "variant", "source"]).size()
     sizes = per.groupby("source").max().to_dict()
     variants = list(dict.fromkeys(m["variant"]))
     lines = ["## Design", "",
-             f"Models {', '.join(_models(m))}; {len(cks)} checkpoints per model (seeds "
-             f"{', '.join(map(str, sorted({int(s) for s in m['seed']})))} × RL steps {', '.join(map(str, steps))} from "
-             f"the seed's warm start); {len(variants)} variants ({', '.join(f'`{v}`' for v in variants)}). Each variant "
+             f"{counts}; each seed's warm start and the learner after RL steps {', '.join(map(str, steps))} from "
+             f"it; {len(variants)} variants ({', '.join(f'`{v}`' for v in variants)}). Each variant "
              "gets each checkpoint's learner weights through the normal sync path (export → sync → W1–W7 at the full "
              "tier), then the exact full-vocabulary KL(sampler‖learner) is measured on "
              f"{sizes.get('held-out', 0)} held-out sequences (the same for every variant) and {sizes.get('sampled', 0)} "
