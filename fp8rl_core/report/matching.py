@@ -59,10 +59,11 @@ def _median(r: MatchingRatio) -> str:
     return f"{_f(r.median_ratio)} ({_f(r.median_lo)} … {_f(r.median_hi)})"
 
 
-def matching_frame(data: SweepData) -> pd.DataFrame:
-    """``data.matching`` with each row's ``model`` (from ``data.runs`` by ``run_id`` where the table lacks it)."""
-    m = data.matching
-    if "model" not in m.columns:
+def matching_frame(data: SweepData, table: str = "matching") -> pd.DataFrame:
+    """``data.matching`` (or ``data.matching_checks``) with each row's ``model`` (from ``data.runs`` by
+    ``run_id`` where the table lacks it)."""
+    m = getattr(data, table)
+    if not m.empty and "model" not in m.columns:
         models = dict(zip(data.runs["run_id"].astype(str), data.runs["model"].astype(str)))
         m = m.assign(model=m["run_id"].astype(str).map(models))
     return m
@@ -342,10 +343,7 @@ def _requant(data: SweepData, rows: list[ClaimAtFixedWeights]) -> list[str]:
     found = [r for r in rows if (r.comparison.a, r.comparison.b) == ("all", "requant")]
     if not found:
         return []
-    ch = data.matching_checks
-    if not ch.empty and "model" not in ch.columns:
-        models = dict(zip(data.runs["run_id"].astype(str), data.runs["model"].astype(str)))
-        ch = ch.assign(model=ch["run_id"].astype(str).map(models))
+    ch = matching_frame(data, "matching_checks")
     cols = [c for c in ch.columns if re.fullmatch(REQUANT_COLUMNS, str(c))]
     body = []
     for r in found:
