@@ -20,6 +20,15 @@ checked on log records).
 flow and not slow"``, but files wholly in a tier are not even imported); ``make test`` runs all. A guard
 keeps the fast tier honest: a test that constructs a :class:`~fp8rl_core.sampler.engine.Sampler`
 without being marked ``engine`` or ``flow`` fails, naming this file.
+
+Two workers. ``make test`` runs the suite in two pytest-xdist workers (``-n 2 --dist loadgroup``): each test
+file is one unit (its module and session fixtures built once), handed to whichever worker is free, the
+files of :data:`HEAVY` first, slowest first (the longest unit started last would end the run alone). Tests
+that run at the same time stay apart: every local Ray is a cluster of its own (``ray.init()`` joins only a
+cluster whose address file ``ray start`` wrote under ``/tmp/ray``, and the two-node test's ``ray start``
+writes it under its own ``--temp-dir``), servers and engines take free loopback ports, stores and caches
+are per test or per worker, and each worker's embedded Prefect server keeps its own database under
+``.prefect/``.
 """
 
 from __future__ import annotations
@@ -73,6 +82,15 @@ SLOW = frozenset({
 })
 #: fixtures that make every test using them slow
 SLOW_FIXTURES = frozenset({"trained"})  # tests/core/learner/test_warmstart.py: an 800-step warm start
+#: the slowest files, slowest first (tests/BUDGET.md): handed to the xdist workers before every other file
+HEAVY = ("flows/test_verl.py", "flows/test_pipelines.py", "flows/test_deployment.py", "flows/test_correctness.py",
+         "flows/test_scale_out.py", "core/learner/test_learner.py", "flows/test_mlflow_ui.py",
+         "core/sampler/test_engine.py", "verl/test_rollout.py", "verl/test_platform.py", "verl/test_sglang_models.py",
+         "flows/test_tracking_server.py", "core/grids/test_mx.py", "core/learner/test_warmstart.py")
+
+
+def _order(path: str) -> int:
+    return HEAVY.index(path) if path in HEAVY else len(HEAVY)
 
 def tiers_of(path: str, name: str, fixtures: frozenset[str] | set[str]) -> set[str]:
     """The markers of the test ``name`` in the file ``path`` (relative to tests/) that uses ``fixtures``."""
@@ -103,6 +121,15 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return True if tiers_of(path, "", set()) else None
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """In an xdist worker: the embedded Prefect server's database of its own (``.prefect/prefect-gw0.db``, …),
+    so two workers' servers never write one SQLite file."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        os.environ["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///.prefect/prefect-{worker}.db"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     kept, dropped = [], []
     for item in items:
@@ -110,10 +137,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tiers = tiers_of(path, item.name, set(getattr(item, "fixturenames", ())))
         for m in sorted(tiers):
             item.add_marker(m)
+        item.add_marker(pytest.mark.xdist_group(path))
         (dropped if tiers else kept).append(item)
     if config.getoption("fast") and dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+    # the heavy files first, slowest first (stable: every file keeps its tests' order)
+    items.sort(key=lambda item: _order(Path(str(item.path)).resolve().relative_to(TESTS).as_posix()))
 
 
 @pytest.fixture(autouse=True)

@@ -36,3 +36,10 @@ def test_the_budget_names_no_file_that_is_gone():
 
     named = set(re.findall(r"`tests/([\w/]+\.py)", BUDGET.read_text()))
     assert named and all((TESTS / p).is_file() for p in named), sorted(p for p in named if not (TESTS / p).is_file())
+
+
+def test_the_heavy_files_handed_out_first_exist_and_are_in_a_tier():
+    from tests.conftest import HEAVY
+
+    tiered = tiered_files()
+    assert len(set(HEAVY)) == len(HEAVY) and all(p in tiered for p in HEAVY), [p for p in HEAVY if p not in tiered]
