@@ -256,19 +256,19 @@ def _verl_sweep(sweep: SweepConfig, runs: list[Run], sweep_id: str, config: str,
 
 
 def _verl_run(run: Run, sweep: str, sweep_id: str, flow_run: str, parent: str, ray_address: str | None = None,
-              fault: dict | None = None):
+              faults: list[dict] | None = None):
     """One run as verl's trainer (:func:`tasks.verl_run.run_verl`) in an MLflow run nested under ``parent``,
     ended FINISHED or FAILED with verl's reason; returns its row and how verl ended."""
     from tasks.verl_run import run_verl
 
     mlflow_run = _open(run, sweep, sweep_id, flow_run, parent)
     tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run, "verl.launch": "subprocess"}
-                   | ({"fp8rl.fault": fault["name"]} if fault else {}))
+                   | ({"fp8rl.fault": ", ".join(f["name"] for f in faults)} if faults else {}))
     with tracking.ending(mlflow_run) as end:  # verl's own MLflow logger may end the run too: fp8rl's is the last word
-        out = run_verl(run, sweep, mlflow_run, ray_address, WARMSTART_CACHE, fault)
+        out = run_verl(run, sweep, mlflow_run, ray_address, WARMSTART_CACHE, faults)
         if out.reason:
             end.fail(out.reason)
-    get_run_logger().log(logging.ERROR if out.reason and not fault else logging.INFO, "run %s: %s (log: %s)",
+    get_run_logger().log(logging.ERROR if out.reason and not faults else logging.INFO, "run %s: %s (log: %s)",
                          run.name, out.reason or "verl's trainer finished", out.log)
     status = "FAILED: verl exit status " + str(out.returncode) if out.reason else "FINISHED"
     return RunRow(run.id, mlflow_run, run.name, status, tracking.headline_metrics(out.summary)), out
@@ -424,12 +424,20 @@ def _correctness(config: str, overrides: list[str]) -> dict:
 
 
 def _verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: str) -> dict:
-    """The correctness stage through verl's trainer (``backend: verl``): per model a clean run of
-    ``clean_syncs`` syncs (``clean_syncs − 1`` RL steps; any failed check is a false alarm), then each
-    fault of the worker's load (the faults verl's path can carry: ``load`` / ``post-load``) planted in a
-    run of its own — on one tensor-parallel rank where ``fault_ranks`` names one — which must stop at its
-    first sync, by its condition's check, naming the rank. Every run is nested under the ``correctness`` run, which holds the
-    table of the faults (``verl_faults``) and the clean runs' false alarms."""
+    """The correctness stage through verl's trainer (``backend: verl``): two verl runs per model.
+
+    - The **fault series**: ``clean_syncs`` clean syncs, then each fault of the worker's load (the faults
+      verl's path can carry: ``load`` / ``post-load``) planted at a sync of its own — on one tensor-parallel
+      rank where ``fault_ranks`` names one — and a clean sync after each, every sync at the full tier, under
+      ``checks.on_failure: warn`` so that verl goes on: each fault must be caught at its sync by its
+      condition's check, naming the rank, and repaired at the next; a failed check at a sync without a fault
+      is a false alarm.
+    - The **stop run**: the first of those faults from the first sync on, under the run's own
+      ``checks.on_failure`` (``fail``): verl's trainer must stop at that sync, the run FAILED with the
+      check's line.
+
+    Every run is nested under the ``correctness`` run, which holds the table of the faults (``verl_faults``,
+    both runs' verdicts) and the false alarms."""
     import dataclasses
 
     from fp8rl_core.verl.checking import fault_verdict
@@ -439,45 +447,65 @@ def _verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: 
     skipped = [f.name for f in wanted if f.worker is None]
     wanted = [f for f in wanted if f.worker is not None]
 
-    def one(run: Run, fault: dict | None) -> tuple[RunRow, list[dict]]:
-        row, out = _verl_run(run, sweep.sweep, section.id(), flow_run, mlflow_run, fault=fault)
+    def one(run: Run, suffix: str, faults: list[dict]) -> tuple[RunRow, list[dict]]:
+        run = dataclasses.replace(run, id=f"{run.id}-{suffix}", name=f"{run.name}·{suffix}")
+        row, out = _verl_run(run, sweep.sweep, section.id(), flow_run, mlflow_run, faults=faults)
         return row, list(out.checks)
 
     rows: list[dict] = []
     alarms: list[str] = []
+    stops: list[dict] = []
     with tracking.ending(mlflow_run):
         with tracking.captured_logs(mlflow_run):
             for kind, cfg in runs.items():
-                steps = max(1, section.clean_syncs[kind] - 1)
-                clean = Run.of(cfg.model_copy(update={"loop": cfg.loop.model_copy(update={"steps": steps})}))
-                row, reports = one(dataclasses.replace(clean, name=f"{clean.name}·clean"), None)
-                bad = [f"{kind} sync {r['sync']}: {c['condition']}" for r in reports for c in r["results"]
-                       if not c["passed"]]
-                if row.failed and not bad:
-                    bad = [f"{kind}: the clean run failed ({row.mlflow_run}; its error tag says why)"]
+                mine = [f for f in wanted if f.model == kind]
+                clean = section.clean_syncs[kind]
+                at = {f.name: clean + 2 * i for i, f in enumerate(mine)}  # a clean sync after each
+                planted = [{"name": f.name, "rank": section.fault_ranks.get(f.name), "version": at[f.name]} for f in mine]
+                steps = max(1, clean + 2 * len(mine) - 1)
+                series = cfg.model_copy(update={"loop": cfg.loop.model_copy(update={"steps": steps}),
+                                                "checks": cfg.checks.model_copy(update={"on_failure": "warn",
+                                                                                        "full_every": 1})})
+                row, reports = one(Run.of(series), "faults", planted)
+                fault_at = set(at.values())
+                bad = [f"{kind} sync {r['sync']}: {c['condition']}" for r in reports if r["version"] not in fault_at
+                       for c in r["results"] if not c["passed"]]
+                if row.failed:
+                    bad.append(f"{kind}: the fault series failed ({row.mlflow_run}; its error tag says why)")
                 alarms += bad
-                logger.info("%s: %d clean syncs through verl, %d alarms", kind, len(reports), len(bad))
-                for f in (f for f in wanted if f.model == kind):
+                logger.info("%s: %d syncs through verl, %d faults planted, %d false alarms", kind, len(reports),
+                            len(mine), len(bad))
+                for f in mine:
                     rank = section.fault_ranks.get(f.name)
-                    base = Run.of(cfg)
-                    run = dataclasses.replace(base, id=f"{base.id}-{f.name}", name=f"{base.name}·{f.name}")
-                    row, reports = one(run, {"name": f.name, "rank": rank})
+                    v = fault_verdict(reports, f.name, f.condition, rank, version=at[f.name])
+                    logger.info("fault %s (%s%s) at sync version %d: caught there: %s; fired: %s; repaired: %s",
+                                f.name, f.condition, "" if rank is None else f", rank {rank}", at[f.name],
+                                v.caught_first, list(v.fired), v.repaired)
+                    rows.append(v.as_row() | {"model": kind, "run": "series", "mlflow_run": row.mlflow_run})
+                if mine:  # the first fault again, from the first sync on: the check must stop verl
+                    f, rank = mine[0], section.fault_ranks.get(mine[0].name)
+                    row, reports = one(Run.of(cfg), f.name, [{"name": f.name, "rank": rank, "version": None}])
                     v = fault_verdict(reports, f.name, f.condition, rank)
-                    logger.info("fault %s (%s%s): caught at the first sync: %s; fired: %s", f.name, f.condition,
-                                "" if rank is None else f", rank {rank}", v.caught_first, list(v.fired))
-                    rows.append(v.as_row() | {"model": kind, "mlflow_run": row.mlflow_run})
-            tracking.log_table(mlflow_run, "verl_faults", rows)
+                    stopped = row.failed and len(reports) == 1
+                    logger.info("fault %s from the first sync on: caught there: %s; verl stopped there: %s",
+                                f.name, v.caught_first, stopped)
+                    stops.append(v.as_row() | {"model": kind, "run": "stop", "mlflow_run": row.mlflow_run,
+                                               "stopped": stopped})
+            tracking.log_table(mlflow_run, "verl_faults", rows + stops)
             tracking.log_metrics(mlflow_run, {"verl_faults/planted": float(len(rows)),
                                               "verl_faults/caught_first": float(sum(r["caught_first"] for r in rows)),
+                                              "verl_faults/repaired": float(sum(bool(r["repaired"]) for r in rows)),
                                               "verl_faults/false_alarms": float(len(alarms))})
             if skipped:
                 tracking.set_tag(mlflow_run, "verl_faults.not_plantable", ", ".join(skipped))
-        missed = [r["fault"] for r in rows if not r["caught_first"]]
+        missed = [r["fault"] for r in rows if not (r["caught_first"] and r["repaired"])]
+        missed += [f"{r['fault']} (did not stop verl)" for r in stops if not (r["caught_first"] and r["stopped"])]
         if missed or alarms:
-            raise RuntimeError(f"correctness through verl: {len(missed)} faults not caught at their first sync by their "
-                               f"condition's check ({', '.join(missed) or 'none'}); {len(alarms)} false alarms on "
-                               f"clean syncs{', e.g. ' + alarms[0] if alarms else ''}")
-    return {"mlflow_run": mlflow_run, "faults": rows, "false_alarms": alarms}
+            raise RuntimeError(f"correctness through verl: {len(missed)} faults not caught at their sync by their "
+                               f"condition's check and repaired at the next, or not stopping verl "
+                               f"({', '.join(missed) or 'none'}); {len(alarms)} false alarms on clean syncs"
+                               f"{', e.g. ' + alarms[0] if alarms else ''}")
+    return {"mlflow_run": mlflow_run, "faults": rows, "stops": stops, "false_alarms": alarms}
 
 
 def project_root() -> Path:

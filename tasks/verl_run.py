@@ -70,14 +70,14 @@ def model_dir(sweep: str, run: Run) -> Path | None:
 
 
 def launch_overrides(run: Run, sweep: str, *, mlflow_run_id: str | None = None,
-                     ray_address: str | None = None, fault: dict | None = None) -> list[Override]:
+                     ray_address: str | None = None, faults: list[dict] | None = None) -> list[Override]:
     """verl's overrides of ``cfg`` as the launcher runs them: the sweep as verl's project, the run id as
     its experiment, the dataset (and, on CPU, the model) in :func:`work_dir`, the tracking store, fp8rl's
-    MLflow run, the Ray cluster to join and a planted fault (``fault``: the fault tests only)."""
+    MLflow run, the Ray cluster to join and the planted faults (``faults``: the correctness stage only)."""
     return verl_overrides(run.config, experiment=sweep, run_name=run.id, mlflow_run_id=mlflow_run_id,
                           tracking_uri=tracking.tracking_uri() if mlflow_run_id else None,
                           data_dir=work_dir(sweep, run), ray_address=ray_address, model_path=model_dir(sweep, run),
-                          fault=fault)
+                          faults=faults)
 
 
 def prepare_model(run: Run, sweep: str, cache_root: str | Path) -> Path | None:
@@ -150,7 +150,7 @@ def port_race(returncode: int, output: str, reports: list[dict]) -> str | None:
 
 @task(name="verl-run", cache_policy=NO_CACHE)
 def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = None,
-             cache_root: str = ".cache/warmstart", fault: dict | None = None) -> VerlOutcome:
+             cache_root: str = ".cache/warmstart", faults: list[dict] | None = None) -> VerlOutcome:
     """Write the run's dataset, model directory (a CPU run's warm start) and overrides, then run
     ``python -m verl.trainer.main_ppo`` with them, its MLflow logger inside ``mlflow_run``; wait for it, then
     :func:`record` the checks and summary metrics. Returns how it ended (the caller ends the MLflow run)."""
@@ -158,7 +158,7 @@ def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = No
     write_dataset(run.config, work)
     (work / "checks.jsonl").unlink(missing_ok=True)
     prepare_model(run, sweep, cache_root)
-    argv = main_ppo_argv(launch_overrides(run, sweep, mlflow_run_id=mlflow_run, ray_address=ray_address, fault=fault),
+    argv = main_ppo_argv(launch_overrides(run, sweep, mlflow_run_id=mlflow_run, ray_address=ray_address, faults=faults),
                          sys.executable)
     (work / "main_ppo.args").write_text("\n".join(argv[3:]) + "\n")
     tracking.log_file(mlflow_run, work / "main_ppo.args", "verl")

@@ -178,24 +178,34 @@ class FaultVerdict:
     fault: str
     condition: str
     rank: int | None
-    caught_first: bool  #: its condition's check failed at the first sync (naming the rank, when planted on one)
-    fired: tuple[str, ...]  #: the conditions whose checks failed at the first sync
+    caught_first: bool  #: its condition's check failed at its first sync (naming the rank, when planted on one)
+    fired: tuple[str, ...]  #: the conditions whose checks failed at that sync
     named_rank: bool  #: the failing check's offenders name the planted rank (True when planted on every rank)
     offenders: tuple[str, ...]
+    version: int | None = None  #: the version of the sync it was planted at (None: the run's first sync)
+    repaired: bool | None = None  #: every check passed again at the next sync (None: no next sync)
 
     def as_row(self) -> dict:
         return {"fault": self.fault, "condition": self.condition, "rank": -1 if self.rank is None else self.rank,
-                "caught_first": self.caught_first, "fired": ",".join(self.fired), "named_rank": self.named_rank,
-                "offenders": "; ".join(self.offenders[:3])}
+                "version": -1 if self.version is None else self.version, "caught_first": self.caught_first,
+                "fired": ",".join(self.fired), "named_rank": self.named_rank, "offenders": "; ".join(self.offenders[:3]),
+                "repaired": self.repaired}
 
 
-def fault_verdict(reports: list[dict], fault: str, condition: str, rank: int | None = None) -> FaultVerdict:
+def fault_verdict(reports: list[dict], fault: str, condition: str, rank: int | None = None,
+                  version: int | None = None) -> FaultVerdict:
     """Whether the fault ``fault`` (breaking ``condition``) planted on tensor-parallel rank ``rank`` (None:
-    every rank) was caught at the first sync of the run whose check ``reports`` (:func:`read_reports`) these
-    are: the condition's check failed there and, for a one-rank fault, its offenders name that rank."""
-    first = reports[0] if reports else {"results": []}
+    every rank) at the sync of ``version`` (None: from the first sync on) was caught at that sync of the run
+    whose check ``reports`` (:func:`read_reports`) these are: the condition's check failed there and, for a
+    one-rank fault, its offenders name that rank. A fault planted at one sync is repaired when every check
+    of the next sync passes."""
+    at = 0 if version is None else next((i for i, r in enumerate(reports) if r["version"] == version), len(reports))
+    first = reports[at] if at < len(reports) else {"results": []}
     failed = [r for r in first["results"] if not r["passed"]]
     fired = tuple(sorted({r["condition"] for r in failed}))
     offenders = tuple(o for r in failed if r["condition"] == condition for o in r.get("offenders", []))
     named = rank is None or any(rank in r.get("failing_ranks", ()) for r in failed if r["condition"] == condition)
-    return FaultVerdict(fault, condition, rank, condition in fired and named, fired, named, offenders)
+    repaired = None
+    if version is not None and at + 1 < len(reports):
+        repaired = all(r["passed"] for r in reports[at + 1]["results"])
+    return FaultVerdict(fault, condition, rank, condition in fired and named, fired, named, offenders, version, repaired)

@@ -83,7 +83,8 @@ REWARD_FUNCTION = ("pkg://fp8rl_core.verl.reward", "compute_score")
 CHECKS_ENV = "FP8RL_VERL_CHECKS"
 #: environment variable naming the JSON-lines file the check reports are appended to (one line a sync)
 REPORTS_ENV = "FP8RL_VERL_REPORTS"
-#: environment variable planting a catalogue fault in the workers' load: ``{"name": …, "rank": k | null}``
+#: environment variable planting catalogue faults in the workers' load: a list of ``{"name": …, "rank": k | null,
+#: "version": v | null}`` (:func:`fp8rl_core.verl.rollout.planted_fault`)
 FAULT_ENV = "FP8RL_VERL_FAULT"
 #: verl's trainer entry point
 MAIN_PPO = "verl.trainer.main_ppo"
@@ -210,7 +211,7 @@ def _cpu_overrides(run: "RunConfig", ray_address: str | None) -> list[Override]:
 def verl_overrides(run: "RunConfig", *, experiment: str = "fp8rl", run_name: str | None = None,
                    mlflow_run_id: str | None = None, tracking_uri: str | None = None, data_dir: str | Path | None = None,
                    ray_address: str | None = None, model_path: str | Path | None = None,
-                   fault: dict | None = None) -> list[Override]:
+                   faults: list[dict] | None = None) -> list[Override]:
     """verl's ``ppo_trainer`` overrides for ``run`` (``backend: verl``), in a stable order.
 
     ``experiment`` becomes verl's ``trainer.project_name`` (the MLflow experiment), ``run_name`` its
@@ -219,7 +220,8 @@ def verl_overrides(run: "RunConfig", *, experiment: str = "fp8rl", run_name: str
     environment of its node's raylet, not the launcher's). ``data_dir``: where :func:`fp8rl_core.verl.data.write_dataset` puts the
     run's ``train.parquet``/``val.parquet`` (every node must read it there: the launcher passes an absolute
     path on the shared checkout; None: ``verl-data/<experiment>/<run_name>``). ``ray_address``: the Ray
-    cluster verl's ``main_ppo`` joins (None: it starts a local Ray, as verl does by default)."""
+    cluster verl's ``main_ppo`` joins (None: it starts a local Ray, as verl does by default). ``faults``: the
+    catalogue faults the workers plant (:data:`FAULT_ENV`; the correctness stage only)."""
     from fp8rl_core.sampler.presets import PRESETS
 
     if run.backend != "verl" or run.verl is None:
@@ -323,8 +325,8 @@ def verl_overrides(run: "RunConfig", *, experiment: str = "fp8rl", run_name: str
         append=True)
     put(f"ray_kwargs.ray_init.runtime_env.env_vars.{REPORTS_ENV}", str(data_dir / "checks.jsonl"), "checks",
         append=True)
-    if fault:
-        put(f"ray_kwargs.ray_init.runtime_env.env_vars.{FAULT_ENV}", json.dumps(fault, sort_keys=True), "fault",
+    if faults:
+        put(f"ray_kwargs.ray_init.runtime_env.env_vars.{FAULT_ENV}", json.dumps(faults, sort_keys=True), "fault",
             append=True)
     if ray_address:
         put("ray_kwargs.ray_init.address", ray_address, "cluster", append=True)

@@ -253,15 +253,18 @@ def _worker_extension() -> type:
             # layer-wise reload post-processes a fused layer once all of its shards have arrived)
             receiver.receive_weights(lambda ws, is_last: shards.extend((n, t.clone()) for n, t in ws))
             version = self.fp8rl_weight_version + 1 if fp8rl_version is None else int(fp8rl_version)
-            return self.fp8rl_load_shards(shards, version, planted_fault(self.fp8rl_tp_rank()["rank"]))
+            return self.fp8rl_load_shards(shards, version, planted_fault(self.fp8rl_tp_rank()["rank"], version))
 
     return Fp8rlVerlWorkerExtension
 
 
-def planted_fault(rank: int) -> str | None:
-    """The worker hook (``module:function``) of the catalogue fault :data:`~fp8rl_core.verl.overrides.FAULT_ENV`
-    plants on tensor-parallel rank ``rank`` (every rank when the fault names none), else None. Only faults
-    that act in the worker's load (stages ``load`` / ``post-load``) can be planted through verl."""
+def planted_fault(rank: int, version: int) -> str | None:
+    """The worker hook (``module:function``) of the catalogue fault that
+    :data:`~fp8rl_core.verl.overrides.FAULT_ENV` plants on tensor-parallel rank ``rank`` at the sync of
+    ``version``, else None. The variable holds a list of ``{"name", "rank", "version"}``: a fault acts on its
+    rank (every rank when ``rank`` is null) at the sync of its version (every sync when ``version`` is null);
+    the first that matches wins. Only faults that act in the worker's load (stages ``load`` / ``post-load``)
+    can be planted through verl."""
     import json
 
     from fp8rl_core.checks.faults import fault
@@ -270,12 +273,14 @@ def planted_fault(rank: int) -> str | None:
     raw = os.environ.get(FAULT_ENV)
     if not raw:
         return None
-    spec = json.loads(raw)
-    f = fault(spec["name"])
-    if f.worker is None:
-        raise ValueError(f"fault {f.name!r} acts at stage {f.stage!r}; through verl only worker faults "
-                         "(stage load / post-load) can be planted")
-    return f.worker if spec.get("rank") in (None, rank) else None
+    for spec in json.loads(raw):
+        f = fault(spec["name"])
+        if f.worker is None:
+            raise ValueError(f"fault {f.name!r} acts at stage {f.stage!r}; through verl only worker faults "
+                             "(stage load / post-load) can be planted")
+        if spec.get("rank") in (None, rank) and spec.get("version") in (None, version):
+            return f.worker
+    return None
 
 
 _BUILDERS = {"Fp8rlServerAdapter": _server_adapter, "Fp8rlHttpServer": _http_server, "Fp8rlReplica": _replica,

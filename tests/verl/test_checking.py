@@ -1,5 +1,6 @@
-"""fp8rl_core.verl.checking without verl: the launcher's check settings read back, the reports file, and the
-verdict on a planted fault (its condition at the first sync, its rank named)."""
+"""fp8rl_core.verl.checking without verl: the launcher's check settings read back, the reports file, the
+verdict on a planted fault (its condition at its sync, its rank named, the next sync clean again), and which
+fault the workers plant at which sync on which rank."""
 
 from __future__ import annotations
 
@@ -47,5 +48,40 @@ def test_a_fault_is_caught_by_its_condition_at_the_first_sync_naming_its_rank():
     late = [_report(1, _result("W2", True)), _report(2, _result("W2", False, ["x"], [1]))]
     assert not fault_verdict(late, "f", "W2").caught_first and not fault_verdict([], "f", "W2").caught_first
     assert fault_verdict(caught, "f", "W2", 1).as_row() == {
-        "fault": "f", "condition": "W2", "rank": 1, "caught_first": True, "fired": "W2", "named_rank": True,
-        "offenders": "tp rank 1/2, layer x"}
+        "fault": "f", "condition": "W2", "rank": 1, "version": -1, "caught_first": True, "fired": "W2",
+        "named_rank": True, "offenders": "tp rank 1/2, layer x", "repaired": None}
+
+
+def test_a_fault_planted_at_one_sync_is_judged_there_and_repaired_by_the_next():
+    series = [_report(1, _result("W2", True), _result("W6", True)),  # version 0: clean
+              _report(2, _result("W2", True), _result("W6", False, ["layer 3: processed 2 times"])),  # version 1
+              _report(3, _result("W2", True), _result("W6", True)),  # version 2: repaired
+              _report(4, _result("W2", False, ["tp rank 1/2, layer x"], [1]), _result("W6", True)),  # version 3
+              _report(5, _result("W2", False, ["tp rank 1/2, layer x"], [1]), _result("W6", True))]  # still broken
+    twice = fault_verdict(series, "post-load-twice", "W6", version=1)
+    assert twice.caught_first and twice.fired == ("W6",) and twice.repaired and twice.as_row()["version"] == 1
+    floor = fault_verdict(series, "sampler-requantizes-floor", "W2", rank=1, version=3)
+    assert floor.caught_first and floor.named_rank and floor.repaired is False  # the next sync still fails
+    assert fault_verdict(series, "f", "W2", version=4).repaired is None  # no sync after it
+    assert not fault_verdict(series, "f", "W6", version=2).caught_first  # nothing fired at that sync
+    assert not fault_verdict(series, "f", "W6", version=9).caught_first  # no sync of that version
+
+
+def test_a_planted_fault_acts_on_its_rank_at_its_version(monkeypatch):
+    import pytest
+
+    from fp8rl_core.checks.faults import fault
+    from fp8rl_core.verl.overrides import FAULT_ENV
+    from fp8rl_core.verl.rollout import planted_fault
+
+    assert planted_fault(0, 0) is None  # nothing planted
+    schedule = [{"name": "sampler-requantizes-floor", "rank": 1, "version": 1},
+                {"name": "post-load-twice", "rank": None, "version": 3},
+                {"name": "derived-copy-stale", "rank": None, "version": None}]
+    monkeypatch.setenv(FAULT_ENV, json.dumps(schedule))
+    floor, twice, stale = (fault(f["name"]).worker for f in schedule)
+    assert planted_fault(1, 1) == floor and planted_fault(0, 1) == stale  # rank 0: only the every-sync fault
+    assert planted_fault(0, 3) == planted_fault(1, 3) == twice and planted_fault(1, 0) == stale
+    monkeypatch.setenv(FAULT_ENV, json.dumps([{"name": "dropped-bucket", "rank": None, "version": None}]))
+    with pytest.raises(ValueError, match="dropped-bucket.*only worker faults"):
+        planted_fault(0, 0)
