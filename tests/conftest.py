@@ -21,14 +21,15 @@ flow and not slow"``, but files wholly in a tier are not even imported); ``make 
 keeps the fast tier honest: a test that constructs a :class:`~fp8rl_core.sampler.engine.Sampler`
 without being marked ``engine`` or ``flow`` fails, naming this file.
 
-Two workers. ``make test`` runs the suite in two pytest-xdist workers (``-n 2 --dist loadgroup``): each test
-file is one unit (its module and session fixtures built once), handed to whichever worker is free, the
-files of :data:`HEAVY` first, slowest first (the longest unit started last would end the run alone). Tests
-that run at the same time stay apart: every local Ray is a cluster of its own (``ray.init()`` joins only a
-cluster whose address file ``ray start`` wrote under ``/tmp/ray``, and the two-node test's ``ray start``
-writes it under its own ``--temp-dir``), servers and engines take free loopback ports, stores and caches
-are per test or per worker, and each worker's embedded Prefect server keeps its own database under
-``.prefect/``.
+Two workers. ``make test`` runs the suite in two pytest-xdist workers (``-n 2 --dist loadfile``): each test
+file is one unit (its module fixtures built once), handed to whichever worker is free in the order
+collected — the files of :data:`HEAVY` first, slowest first (the longest unit started last would end the
+run alone). Tests that run at the same time stay apart: every local Ray is a cluster of its own
+(``ray.init()`` joins only a cluster whose address file ``ray start`` wrote under ``/tmp/ray``, and the
+two-node test's ``ray start`` writes it under its own ``--temp-dir``), servers and engines take free
+loopback ports, stores and caches are per test or per worker, and each worker's embedded Prefect server
+keeps its own database under ``.prefect/``. Each worker's processes compute with one OpenMP thread
+(:data:`WORKER_OPENMP`).
 """
 
 from __future__ import annotations
@@ -121,6 +122,16 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return True if tiers_of(path, "", set()) else None
 
 
+#: an xdist worker's OpenMP settings, before anything loads torch (inherited by every process its tests start):
+#: one thread per process, and threads that sleep when idle instead of spinning. With OpenMP's default
+#: (spin-wait) two processes computing at once on 2 cores starve each other's thread teams: a 150-step warm
+#: start took 450 s beside a second one against 3.9 s alone (7.3 s passive, 6.1-6.8 s with one thread each)
+WORKER_OPENMP = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _key, _value in WORKER_OPENMP.items():
+        os.environ.setdefault(_key, _value)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """In an xdist worker: the embedded Prefect server's database of its own (``.prefect/prefect-gw0.db``, …),
     so two workers' servers never write one SQLite file."""
@@ -129,7 +140,6 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///.prefect/prefect-{worker}.db"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     kept, dropped = [], []
     for item in items:
@@ -137,7 +147,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tiers = tiers_of(path, item.name, set(getattr(item, "fixturenames", ())))
         for m in sorted(tiers):
             item.add_marker(m)
-        item.add_marker(pytest.mark.xdist_group(path))
         (dropped if tiers else kept).append(item)
     if config.getoption("fast") and dropped:
         config.hook.pytest_deselected(items=dropped)
