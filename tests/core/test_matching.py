@@ -89,9 +89,11 @@ def test_the_planted_mismatch_is_measured_as_the_learners_logits_predict(measure
         got = torch.tensor([r["kl"] for r in res.rows if (r["variant"], r["checkpoint"], r["source"])
                             == ("half", ck.name, "held-out")], dtype=torch.float64)
         # the engine's BF16 logits (rounded to 1/16 at |z| ~ 10, then doubled) and `half`'s own numerics move
-        # single sequences by up to ~15%; over the probe set they average out
+        # single sequences (median 2%; the largest by 15% with torch on two threads, 27.5% on one, whose
+        # reductions round in another order); over the probe set they average out
         assert float(want.mean()) > 0.05
-        assert torch.allclose(got, want, rtol=0.25, atol=1e-3), (got[:4], want[:4])
+        rel = (got - want).abs() / want.clamp_min(1e-3)
+        assert float(rel.median()) < 0.05 and float(rel.max()) < 0.35, (got[:4], want[:4])
         assert float(got.sum()) == pytest.approx(float(want.sum()), rel=0.03)
         base = [r for r in res.rows if (r["variant"], r["checkpoint"], r["source"]) == ("all", ck.name, "held-out")]
         expect = float(want.sum()) / float(sum(r["kl"] for r in base))
