@@ -94,9 +94,9 @@ results-small: setup
 	for s in $(RESULTS_SMALL); do $(VENV)/bin/fp8rl report $$s --out docs/results/$$s --no-log || exit 1; done
 
 # every test (what CI runs) in two pytest-xdist workers (each test file one unit, the slowest handed out first:
-# tests/conftest.py), then every test phase of 5 s or more,
-# slowest first — compare them with tests/BUDGET.md, which lists the slow tests' measured seconds; each test's
-# time also in test-artifacts/junit.xml; the SGLang venv for tests/verl/test_sglang_models.py
+# tests/conftest.py), then every test phase of 5 s or more, slowest first — compare them with tests/BUDGET.md,
+# which lists the slow tests' measured seconds; each test's time also in test-artifacts/junit.xml; the SGLang
+# venv for tests/verl/test_sglang_models.py
 test: setup setup-sglang
 	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=0 --durations-min=5 --junitxml=test-artifacts/junit.xml
 

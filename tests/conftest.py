@@ -83,15 +83,17 @@ SLOW = frozenset({
 })
 #: fixtures that make every test using them slow
 SLOW_FIXTURES = frozenset({"trained"})  # tests/core/learner/test_warmstart.py: an 800-step warm start
-#: the slowest files, slowest first (tests/BUDGET.md): handed to the xdist workers before every other file
-HEAVY = ("flows/test_verl.py", "flows/test_pipelines.py", "flows/test_deployment.py", "flows/test_correctness.py",
-         "flows/test_scale_out.py", "core/learner/test_learner.py", "flows/test_mlflow_ui.py",
-         "core/sampler/test_engine.py", "verl/test_rollout.py", "verl/test_platform.py", "verl/test_sglang_models.py",
-         "flows/test_tracking_server.py", "core/grids/test_mx.py", "core/learner/test_warmstart.py")
+#: the slowest files, slowest first (their tests' seconds in two workers, tests/BUDGET.md): handed to the xdist
+#: workers before every other file
+HEAVY = ("flows/test_verl.py", "flows/test_pipelines.py", "flows/test_scale_out.py", "flows/test_deployment.py",
+         "core/sampler/test_engine.py", "flows/test_correctness.py", "verl/test_platform.py", "core/grids/test_mx.py",
+         "verl/test_rollout_engine.py", "flows/test_mlflow_ui.py", "flows/test_tracking_server.py",
+         "core/learner/test_warmstart.py")
 
 
 def _order(path: str) -> int:
     return HEAVY.index(path) if path in HEAVY else len(HEAVY)
+
 
 def tiers_of(path: str, name: str, fixtures: frozenset[str] | set[str]) -> set[str]:
     """The markers of the test ``name`` in the file ``path`` (relative to tests/) that uses ``fixtures``."""
