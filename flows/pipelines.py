@@ -432,9 +432,8 @@ def _verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: 
       ``checks.on_failure: warn`` so that verl goes on: each fault must be caught at its sync by its
       condition's check, naming the rank, and repaired at the next; a failed check at a sync without a fault
       is a false alarm.
-    - The **stop run**: the first of those faults from the first sync on, under the run's own
-      ``checks.on_failure`` (``fail``): verl's trainer must stop at that sync, the run FAILED with the
-      check's line.
+    - The **stop run**: the first of those faults from the first sync on, under ``checks.on_failure:
+      fail``: verl's trainer must stop at that sync, the run FAILED with the check's line.
 
     Every run is nested under the ``correctness`` run, which holds the table of the faults (``verl_faults``,
     both runs' verdicts) and the false alarms."""
@@ -484,7 +483,8 @@ def _verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: 
                     rows.append(v.as_row() | {"model": kind, "run": "series", "mlflow_run": row.mlflow_run})
                 if mine:  # the first fault again, from the first sync on: the check must stop verl
                     f, rank = mine[0], section.fault_ranks.get(mine[0].name)
-                    row, reports = one(Run.of(cfg), f.name, [{"name": f.name, "rank": rank, "version": None}])
+                    stop = cfg.model_copy(update={"checks": cfg.checks.model_copy(update={"on_failure": "fail"})})
+                    row, reports = one(Run.of(stop), f.name, [{"name": f.name, "rank": rank, "version": None}])
                     v = fault_verdict(reports, f.name, f.condition, rank)
                     stopped = row.failed and len(reports) == 1
                     logger.info("fault %s from the first sync on: caught there: %s; verl stopped there: %s",
