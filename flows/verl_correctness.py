@@ -1,0 +1,99 @@
+"""The nightly correctness stage through verl's trainer (``backend: verl``, docs/correctness.md): the
+fault series and the stop run of each model, judged by :func:`fp8rl_core.verl.checking.fault_verdict`;
+called by :func:`flows.pipelines.nightly_correctness`, whose ``_verl_run`` runs each verl run."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from prefect import get_run_logger
+
+from fp8rl_core.config import Run, SweepConfig
+from fp8rl_core.verl.checking import fault_verdict
+from tasks import tracking
+from tasks.tracking import RunRow
+
+__all__ = ["verl_correctness"]
+
+
+def verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: str) -> dict:
+    """The correctness stage through verl's trainer (``backend: verl``): two verl runs per model.
+
+    - The **fault series**: ``clean_syncs`` clean syncs, then each fault of the worker's load (the faults
+      verl's path can carry: ``load`` / ``post-load``) planted at a sync of its own — on one tensor-parallel
+      rank where ``fault_ranks`` names one — and a clean sync after each, every sync at the full tier, under
+      ``checks.on_failure: warn`` so that verl goes on: each fault must be caught at its sync by its
+      condition's check, naming the rank, and repaired at the next; a failed check at a sync without a fault
+      is a false alarm.
+    - The **stop run**: the first of those faults from the first sync on, under ``checks.on_failure:
+      fail``: verl's trainer must stop at that sync, the run FAILED with the check's line.
+
+    Every run is nested under the ``correctness`` run, which holds the table of the faults (``verl_faults``,
+    both runs' verdicts) and the false alarms."""
+    from flows.pipelines import _flow_run, _verl_run
+
+    logger = get_run_logger()
+    section, flow_run = sweep.correctness, _flow_run()
+    skipped = [f.name for f in wanted if f.worker is None]
+    wanted = [f for f in wanted if f.worker is not None]
+
+    def one(run: Run, suffix: str, faults: list[dict]) -> tuple[RunRow, list[dict]]:
+        run = dataclasses.replace(run, id=f"{run.id}-{suffix}", name=f"{run.name}·{suffix}")
+        row, out = _verl_run(run, sweep.sweep, section.id(), flow_run, mlflow_run, faults=faults)
+        return row, list(out.checks)
+
+    rows: list[dict] = []
+    alarms: list[str] = []
+    stops: list[dict] = []
+    with tracking.ending(mlflow_run):
+        with tracking.captured_logs(mlflow_run):
+            for kind, cfg in runs.items():
+                mine = [f for f in wanted if f.model == kind]
+                clean = section.clean_syncs[kind]
+                at = {f.name: clean + 2 * i for i, f in enumerate(mine)}  # a clean sync after each
+                planted = [{"name": f.name, "rank": section.fault_ranks.get(f.name), "version": at[f.name]} for f in mine]
+                steps = max(1, clean + 2 * len(mine) - 1)
+                series = cfg.model_copy(update={"loop": cfg.loop.model_copy(update={"steps": steps}),
+                                                "checks": cfg.checks.model_copy(update={"on_failure": "warn",
+                                                                                        "full_every": 1})})
+                row, reports = one(Run.of(series), "faults", planted)
+                fault_at = set(at.values())
+                bad = [f"{kind} sync {r['sync']}: {c['condition']}" for r in reports if r["version"] not in fault_at
+                       for c in r["results"] if not c["passed"]]
+                if row.failed:
+                    bad.append(f"{kind}: the fault series failed ({row.mlflow_run}; its error tag says why)")
+                alarms += bad
+                logger.info("%s: %d syncs through verl, %d faults planted, %d false alarms", kind, len(reports),
+                            len(mine), len(bad))
+                for f in mine:
+                    rank = section.fault_ranks.get(f.name)
+                    v = fault_verdict(reports, f.name, f.condition, rank, version=at[f.name])
+                    logger.info("fault %s (%s%s) at sync version %d: caught there: %s; fired: %s; repaired: %s",
+                                f.name, f.condition, "" if rank is None else f", rank {rank}", at[f.name],
+                                v.caught_first, list(v.fired), v.repaired)
+                    rows.append(v.as_row() | {"model": kind, "run": "series", "mlflow_run": row.mlflow_run})
+                if mine:  # the first fault again, from the first sync on: the check must stop verl
+                    f, rank = mine[0], section.fault_ranks.get(mine[0].name)
+                    stop = cfg.model_copy(update={"checks": cfg.checks.model_copy(update={"on_failure": "fail"})})
+                    row, reports = one(Run.of(stop), f.name, [{"name": f.name, "rank": rank, "version": None}])
+                    v = fault_verdict(reports, f.name, f.condition, rank)
+                    stopped = row.failed and len(reports) == 1
+                    logger.info("fault %s from the first sync on: caught there: %s; verl stopped there: %s",
+                                f.name, v.caught_first, stopped)
+                    stops.append(v.as_row() | {"model": kind, "run": "stop", "mlflow_run": row.mlflow_run,
+                                               "stopped": stopped})
+            tracking.log_table(mlflow_run, "verl_faults", rows + stops)
+            tracking.log_metrics(mlflow_run, {"verl_faults/planted": float(len(rows)),
+                                              "verl_faults/caught_first": float(sum(r["caught_first"] for r in rows)),
+                                              "verl_faults/repaired": float(sum(bool(r["repaired"]) for r in rows)),
+                                              "verl_faults/false_alarms": float(len(alarms))})
+            if skipped:
+                tracking.set_tag(mlflow_run, "verl_faults.not_plantable", ", ".join(skipped))
+        missed = [r["fault"] for r in rows if not (r["caught_first"] and r["repaired"])]
+        missed += [f"{r['fault']} (did not stop verl)" for r in stops if not (r["caught_first"] and r["stopped"])]
+        if missed or alarms:
+            raise RuntimeError(f"correctness through verl: {len(missed)} faults not caught at their sync by their "
+                               f"condition's check and repaired at the next, or not stopping verl "
+                               f"({', '.join(missed) or 'none'}); {len(alarms)} false alarms on clean syncs"
+                               f"{', e.g. ' + alarms[0] if alarms else ''}")
+    return {"mlflow_run": mlflow_run, "faults": rows, "stops": stops, "false_alarms": alarms}
