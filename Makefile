@@ -17,7 +17,7 @@ INSTALL := $(call uv_install,$(VENV))
 # Environments); their imports are tested in tests/verl
 VERL_NODEPS := verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 TransferQueue==0.1.11
 
-.PHONY: setup setup-sglang setup-gpu run test test-fast bench results results-small clean
+.PHONY: setup setup-sglang setup-gpu run test test-fast test-verl bench results results-small clean
 
 setup: $(STAMP)
 
@@ -96,9 +96,16 @@ results-small: setup
 # every test (what CI runs) in two pytest-xdist workers (each test file one unit, the slowest handed out first:
 # tests/conftest.py), then every test phase of 5 s or more, slowest first — compare them with tests/BUDGET.md,
 # which lists the slow tests' measured seconds; each test's time also in test-artifacts/junit.xml; the SGLang
-# venv for tests/verl/test_sglang_models.py
+# venv for tests/verl/test_sglang_models.py. TEST_SELECT narrows it: TEST_SELECT='-m "not verl"' is the suite
+# without the tests that start verl's trainer
+TEST_SELECT ?=
 test: setup setup-sglang
-	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=0 --durations-min=5 --junitxml=test-artifacts/junit.xml
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=0 --durations-min=5 --junitxml=test-artifacts/junit.xml $(TEST_SELECT)
+
+# only the tests that start verl's own trainer end to end (the verl tier: tests/conftest.py), one after another
+# (a verl run starts a dozen Python processes of its own: Ray actors, FSDP ranks, the vLLM engine and its ranks)
+test-verl: setup
+	$(PY) -m pytest -m verl --durations=0 --junitxml=test-artifacts/junit-verl.xml
 
 # the edit loop: no vLLM engine, no flow, nothing slow (tiers set by path in tests/conftest.py; times: bench/README.md)
 test-fast: setup

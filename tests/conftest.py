@@ -8,6 +8,10 @@ test file, so a new test lands in the right tier by itself:
     and any test elsewhere that uses the engine fixtures of ``tests/core/sampler/conftest.py``.
 ``flow``
     runs Prefect flows with real engines and MLflow stores: every test under ``tests/flows/``.
+``verl``
+    starts verl's own trainer end to end (``main_ppo`` with fp8rl's adapter, its Ray cluster, FSDP ranks
+    and vLLM-CPU rollout: ~2-5 min a verl run): the tests in :data:`VERL`, which are ``flow`` tests too.
+    ``make test-verl`` runs only them; ``make test TEST_SELECT='-m "not verl"'`` everything else.
 
 A file in :data:`EXCEPT` does not get its folder's marker (it starts no engine, runs no flow: the CLI's
 tests replace the flow with a recorder; the terminal table is rendered by rich alone; the noise rules are
@@ -17,7 +21,7 @@ checked on log records).
     MLflow stores): the folders, files and tests in :data:`SLOW` and the users of :data:`SLOW_FIXTURES`.
 
 ``make test-fast`` runs ``pytest --fast``: the tests in none of the tiers (same as ``-m "not engine and not
-flow and not slow"``, but files wholly in a tier are not even imported); ``make test`` runs all. A guard
+flow and not slow and not verl"``, but files wholly in a tier are not even imported); ``make test`` runs all. A guard
 keeps the fast tier honest: a test that constructs a :class:`~fp8rl_core.sampler.engine.Sampler`
 without being marked ``engine`` or ``flow`` fails, naming this file.
 
@@ -81,6 +85,11 @@ SLOW = frozenset({
     "verl/test_platform.py",  # a fresh verl process per check, tiny Qwen3s on the grid (~85 s in all, loaded)
     "verl/test_sglang_models.py",  # SGLang's model classes in .venv-sglang, a process per rank (~1-3 min in all)
 })
+#: the tests that start verl's trainer (each a verl run or more, tests/BUDGET.md): the ``verl`` tier
+VERL = frozenset({
+    "flows/test_verl.py::test_a_verl_sweep_trains_dense_and_moe_with_every_check_passing_on_both_ranks_under_one_parent",
+    "flows/test_verl.py::test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_next_and_one_stops_verl",
+})
 #: fixtures that make every test using them slow
 SLOW_FIXTURES = frozenset({"trained"})  # tests/core/learner/test_warmstart.py: an 800-step warm start
 #: the slowest files, slowest first (their tests' seconds in two workers, tests/BUDGET.md): handed to the xdist
@@ -105,6 +114,8 @@ def tiers_of(path: str, name: str, fixtures: frozenset[str] | set[str]) -> set[s
     folders = {p for p in SLOW if p.endswith("/")}
     if path in SLOW or f"{path}::{base}" in SLOW or path.startswith(tuple(folders)) or SLOW_FIXTURES & set(fixtures):
         out.add("slow")
+    if f"{path}::{base}" in VERL:
+        out.add("verl")
     return out
 
 

@@ -43,3 +43,15 @@ def test_the_heavy_files_handed_out_first_exist_and_are_in_a_tier():
 
     tiered = tiered_files()
     assert len(set(HEAVY)) == len(HEAVY) and all(p in tiered for p in HEAVY), [p for p in HEAVY if p not in tiered]
+
+
+def test_every_test_of_the_verl_tier_exists():
+    from tests.conftest import VERL
+
+    names = {}
+    for entry in VERL:
+        path, name = entry.split("::")
+        tree = ast.parse((TESTS / path).read_text())
+        names[entry] = any(isinstance(n, ast.FunctionDef) and n.name == name for n in ast.walk(tree))
+    assert VERL and all(names.values()), [e for e, ok in names.items() if not ok]
+    assert all("flow" in tiers_of(*e.split("::"), set()) and "verl" in tiers_of(*e.split("::"), set()) for e in VERL)
