@@ -199,10 +199,15 @@ def _temporary_prefect_server_stops_inside_the_session():
     """Stop the temporary Prefect server the flow tests started (``SubprocessASGIServer``) while pytest's
     output capture is still open. Left to Prefect's own ``atexit`` hook, its "Stopping temporary server"
     line goes to a console handler whose stream pytest has already closed, and Python's logging prints a
-    "--- Logging error ---" traceback at the end of every run that used a flow."""
+    "--- Logging error ---" traceback at the end of every run that used a flow. The flows' log lines still
+    queued for Prefect's API are sent first: sent at exit, after the server stopped, they end the run with
+    "--- Error logging to API --- All connection attempts failed" on the terminal."""
     import sys
 
     yield
+    handlers = sys.modules.get("prefect.logging.handlers")
+    if handlers is not None:
+        handlers.APILogWorker.drain_all(timeout=10)
     server = sys.modules.get("prefect.server.api.server")
     if server is not None:
         for instance in list(server.SubprocessASGIServer._instances.values()):
