@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fp8rl_core.checks.faults import FAULTS
-from tasks import tracking
+from adapters import tracking
 
 ROOT = Path(__file__).resolve().parents[2]
 NIGHTLY = str(ROOT / "configs" / "nightly.yaml")
