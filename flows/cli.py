@@ -255,8 +255,8 @@ def runs(
     from mlflow.entities import ViewType
     from rich.console import Console
 
-    from flows.terminal_table import Column, fitted_table
     from adapters import tracking
+    from flows.terminal_table import Column, fitted_table
 
     c = tracking.client()
     if sweep is not None:

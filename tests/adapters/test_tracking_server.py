@@ -23,8 +23,8 @@ import pytest
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from adapters import tracking_server as ts
 from adapters import tracking
+from adapters import tracking_server as ts
 
 from .conftest import data_dir as _data_dir
 
