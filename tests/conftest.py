@@ -52,7 +52,8 @@ if os.environ.get("CI"):
 TESTS = Path(__file__).resolve().parent
 
 #: folders (paths relative to tests/, with a trailing slash) or files whose every test gets the marker
-BY_FOLDER = {"engine": ("core/sampler/", "bench/test_engine.py"), "flow": ("flows/", "adapters/test_tracking_server.py")}
+BY_FOLDER = {"engine": ("core/sampler/", "bench/test_engine.py"),
+             "flow": ("flows/", "adapters/test_tracking_server.py")}
 #: fixtures that start engines: a test using one is an engine test wherever it lives
 ENGINE_FIXTURES = frozenset({"engines", "checkpoints"})
 #: files that do not get their folder's marker: path → marker

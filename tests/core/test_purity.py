@@ -338,7 +338,8 @@ def test_no_module_is_part_of_an_import_cycle():
 
 
 @pytest.mark.parametrize("file, line, cycle", [
-    ("fp8rl_core/grids/native.py", "def f():\n    from .mx import BLOCK", ["fp8rl_core.grids.mx", "fp8rl_core.grids.native"]),
+    ("fp8rl_core/grids/native.py", "def f():\n    from .mx import BLOCK",
+     ["fp8rl_core.grids.mx", "fp8rl_core.grids.native"]),
     ("fp8rl_core/grids/native.py", "from . import api",
      ["fp8rl_core.grids.api", "fp8rl_core.grids.mx", "fp8rl_core.grids.native"]),
     ("flows/verl_correctness.py", "def f():\n    from flows.pipelines import _flow_run",
