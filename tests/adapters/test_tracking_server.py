@@ -105,7 +105,7 @@ def _server_503s(server: ts.TrackingServer) -> int:
 
 
 def test_a_sweeps_parent_run_and_its_nested_runs_through_the_server(store, tmp_path):
-    from tests.tasks.test_tracking import parent_and_runs_round_trip
+    from tests.adapters.test_tracking import parent_and_runs_round_trip
 
     parent_and_runs_round_trip(tmp_path)
 
