@@ -5,7 +5,8 @@ test file, so a new test lands in the right tier by itself:
 
 ``engine``  starts real vLLM engines: every test under ``tests/core/sampler/``, and any test elsewhere that
             uses the engine fixtures of ``tests/core/sampler/conftest.py``.
-``flow``    runs Prefect flows with real engines and MLflow stores: every test under ``tests/flows/``.
+``flow``    runs Prefect flows with real engines and MLflow stores: every test under ``tests/flows/``,
+            and the tracking server's (``tests/adapters/test_tracking_server.py``).
 ``verl``    starts verl's own trainer end to end: the tests in :data:`VERL` (``flow`` tests too).
 ``slow``    measured slow without starting an engine: :data:`SLOW` and the users of :data:`SLOW_FIXTURES`.
 
@@ -34,7 +35,8 @@ if os.environ.get("CI"):
 TESTS = Path(__file__).resolve().parent
 
 #: folders (paths relative to tests/, with a trailing slash) or files whose every test gets the marker
-BY_FOLDER = {"engine": ("core/sampler/", "bench/test_engine.py"), "flow": ("flows/",)}
+BY_FOLDER = {"engine": ("core/sampler/", "bench/test_engine.py"),
+             "flow": ("flows/", "adapters/test_tracking_server.py")}
 #: fixtures that start engines: a test using one is an engine test wherever it lives
 ENGINE_FIXTURES = frozenset({"engines", "checkpoints"})
 #: files that do not get their folder's marker: path → marker
@@ -44,6 +46,8 @@ EXCEPT = {"flows/test_cli.py": "flow", "flows/test_terminal_table.py": "flow", "
 SLOW = frozenset({
     "bench/",  # bench/gpu.py --cpu-smoke: the GPU benchmark end to end at tiny sizes (~20-90 s)
     "tasks/",  # a fresh MLflow SQLite store per test (~10 s each), report from MLflow (~30 s)
+    "adapters/test_tracking.py",  # a fresh MLflow SQLite store per test (~10 s each)
+    "adapters/test_cluster.py",  # a fresh MLflow SQLite store per test
     "core/learner/test_learner.py",  # warm-start fixture + five GRPO steps per preset (~2 min each)
     "core/learner/test_mxfp8.py::test_model_with_all_layers_on_grid_trains",  # 4 × ~5 s
     "core/learner/test_mxfp8.py::test_experts_on_grid_equal_hf_experts_when_operands_are_on_the_grid",  # 8 × 1-6 s
@@ -79,7 +83,7 @@ SLOW_FIXTURES = frozenset({"trained"})  # tests/core/learner/test_warmstart.py: 
 #: workers before every other file
 HEAVY = ("flows/test_verl.py", "flows/test_pipelines.py", "flows/test_scale_out.py", "flows/test_deployment.py",
          "core/sampler/test_engine.py", "flows/test_correctness.py", "verl/test_platform.py", "core/grids/test_mx.py",
-         "verl/test_rollout_engine.py", "flows/test_mlflow_ui.py", "flows/test_tracking_server.py",
+         "verl/test_rollout_engine.py", "flows/test_mlflow_ui.py", "adapters/test_tracking_server.py",
          "core/learner/test_warmstart.py")
 
 
