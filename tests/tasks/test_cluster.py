@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from fp8rl_core.config import ResourcesSection
+from fp8rl_core.config.schema import ResourcesSection
 from tasks.cluster import ClusterError, Node, capacity, fit_problem, loopback_problem, preflight, verl_fit_problem, where
 
 CPU_NODE = Node("a" * 56, "10.0.0.1", cpus=2, gpus=0, memory_gb=20.0)
