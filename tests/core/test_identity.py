@@ -110,5 +110,5 @@ def test_a_sweeps_expansion_and_dispatch_read_each_model_spec_once(monkeypatch):
     order = dispatch_order(runs)
     groups = [engine_group(runs[i]) for i in order]
     shipped = [pickle.loads(pickle.dumps(r)) for r in runs]
-    assert shipped == runs and len(set(groups)) == 12
+    assert shipped == list(runs) and len(set(groups)) == 12
     assert len(reads) == 2

@@ -29,7 +29,7 @@ def test_dispatch_order_interleaves_warm_starts_and_keeps_a_presets_seeds_togeth
         assert mine == [r for r in runs if r.config.model == model]
         assert [(r.config.preset, r.config.seed) for r in mine[:3]] == [("bf16-e2e", 0), ("bf16-e2e", 1), ("bf16-e2e", 2)]
     # one warm start (a single model): the sweep's own order
-    dense = Sweep.load(CONFIGS / "smoke.yaml", ["axes.model=[qwen3-dense-mini]"]).runs
+    dense = list(Sweep.load(CONFIGS / "smoke.yaml", ["axes.model=[qwen3-dense-mini]"]).runs)
     assert dispatch_order(dense) == list(range(len(dense)))
     # runs of one model with different warm-start settings are different groups
     longer = [_with(r, warmstart={"steps": 900}) for r in dense[:2]]
