@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.sync import best_of, memcpy, nbytes, synthetic  # noqa: E402
 from fp8rl_core.checks import CheckRunner, differing_bytes, expected_from_learner  # noqa: E402
-from fp8rl_core.config import load_sweep  # noqa: E402
+from fp8rl_core.config.runs import Sweep  # noqa: E402
 from fp8rl_core.learner.warmstart import warm_start  # noqa: E402
 from fp8rl_core.loop import rollout_and_learn, start_pipeline, sync_weights  # noqa: E402
 from fp8rl_core.learner.spec import ModelSpec, load_model_spec  # noqa: E402
@@ -59,7 +59,7 @@ PAPER_MODELS = ("qwen3-8b", "qwen3-30b-a3b")
 
 def mini(args) -> None:
     """The smoke mini on live engines (the module docstring's first scale)."""
-    _, runs = load_sweep(args.config, [f"axes.model=[{args.model}]", f"axes.preset=[{args.preset}]", "axes.seed=[0]"])
+    runs = Sweep.load(args.config, [f"axes.model=[{args.model}]", f"axes.preset=[{args.preset}]", "axes.seed=[0]"]).runs
     cfg = runs[0].config
     ckpt = warm_start(cfg.spec(), cfg.warmstart, Path(args.cache).resolve(), progress=True).path
     pipe = start_pipeline(ckpt, cfg.preset, learner=cfg.learner_config(), sampler_cfg=cfg.sampler)

@@ -33,10 +33,10 @@ quiet_process()  # at import: vLLM's spawned engine processes re-import this mod
 
 
 def _warm(config: str, overrides: list[str], cache: Path) -> int:
-    from fp8rl_core.config import load_sweep
+    from fp8rl_core.config.runs import Sweep
     from fp8rl_core.learner.warmstart import warm_start
 
-    _, runs = load_sweep(config, overrides)
+    runs = Sweep.load(config, overrides).runs
     seen = {}
     for r in runs:
         seen[(r.spec.model_dump_json(), r.config.warmstart.model_dump_json())] = r

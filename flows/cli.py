@@ -1,7 +1,7 @@
 """The ``fp8rl`` command: run a sweep, register the deployments, open MLflow, list recent runs.
 
 Thin by design — argument parsing and calls into the flows (:mod:`flows.pipelines`), the config loader
-(:mod:`fp8rl_core.config`) and the tracking helpers (:mod:`adapters.tracking`). Heavy imports (torch, vLLM,
+(:mod:`fp8rl_core.config.runs`) and the tracking helpers (:mod:`adapters.tracking`). Heavy imports (torch, vLLM,
 Prefect) happen inside the commands, so ``fp8rl --help`` and ``fp8rl runs`` stay quick.
 
     fp8rl run configs/smoke.yaml [key=value ...]   # the mxfp8-sweep flow: runs on a local Ray (or --ray-address)
@@ -69,32 +69,30 @@ def run(
     ./mlflow.db).
 
     Runs already FINISHED in MLflow (same run id) are skipped; failed ones run again."""
-    from fp8rl_core.config import ConfigError, load_sweep
+    from fp8rl_core.config.loading import ConfigError
+    from fp8rl_core.config.runs import Sweep
 
-    overrides = list(overrides or [])
-    try:  # validate before Prefect and MLflow start: a bad config fails with only its message
-        sweep, runs = load_sweep(config, overrides)
+    try:  # read and expanded once, before Prefect and MLflow start: a bad config fails with only its message
+        sweep = Sweep.load(config, overrides or [])
     except ConfigError as e:
         raise _fail(str(e)) from None
-    typer.echo(f"sweep {sweep.sweep}: {len(runs)} runs from {config}")
+    typer.echo(f"sweep {sweep.name}: {len(sweep.runs)} runs from {config}")
 
     from adapters.logs import driving_only
 
     with driving_only() if not inline else contextlib.nullcontext():  # on Ray, this process starts no engine
         from flows.pipelines import mxfp8_sweep
 
-    with sweep_log(sweep.sweep) as log:
+    with sweep_log(sweep.name) as log:
         typer.echo(f"log: {log}")
         try:
-            mxfp8_sweep(str(config), overrides, ray_address=ray_address, inline=inline)
-        except ConfigError as e:
-            raise _fail(f"{e} (log: {log})") from None
+            mxfp8_sweep(sweep, ray_address=ray_address, inline=inline)  # the flow takes the expansion as it is
         except RuntimeError as e:  # some runs failed: the table above says which; rerun to retry them
             raise _fail(f"{e} (log: {log})") from None
         finally:  # registered after Prefect's own exit hook for a temporary server: runs before it
             atexit.register(_quiet_server_stop)
     typer.echo(f"MLflow UI: .venv/bin/fp8rl ui  (then http://127.0.0.1:5000); its links for this sweep: "
-               f".venv/bin/fp8rl runs --sweep {sweep.sweep}")
+               f".venv/bin/fp8rl runs --sweep {sweep.name}")
 
 
 def _quiet_server_stop() -> None:
@@ -116,22 +114,24 @@ def verl_config(
 ) -> None:
     """Print verl's Hydra overrides for one run as `fp8rl run` launches it (each with the fp8rl field behind
     it), then verl's own ppo_trainer config composed from them and checked by verl's validation (docs/gpu.md)."""
-    from fp8rl_core.config import ConfigError, load_sweep
+    from fp8rl_core.config.loading import ConfigError
+    from fp8rl_core.config.runs import Sweep
     from fp8rl_core.verl.compose import VerlConfigError, check
     from fp8rl_core.verl.overrides import MAIN_PPO
     from tasks.verl_run import launch_overrides, work_dir
 
     try:
-        sweep, runs = load_sweep(config, list(overrides or []))
+        sweep = Sweep.load(config, overrides or [])
+        runs = sweep.runs
         run = runs[index]
-        ov = launch_overrides(run, sweep.sweep, mlflow_run_id=mlflow_run, ray_address=ray_address)
+        ov = launch_overrides(run, sweep.name, mlflow_run_id=mlflow_run, ray_address=ray_address)
         cfg, printed = check(run.config, ov)
     except (ConfigError, VerlConfigError, ValueError, IndexError) as e:
         raise _fail(str(e)) from None
     from omegaconf import OmegaConf
 
     typer.echo(f"# run {index} of {len(runs)}: {run.config.model}, preset {run.config.preset}, seed {run.config.seed}")
-    typer.echo(f"# fp8rl run writes the dataset into {work_dir(sweep.sweep, run)} and runs: python -m {MAIN_PPO} \\")
+    typer.echo(f"# fp8rl run writes the dataset into {work_dir(sweep.name, run)} and runs: python -m {MAIN_PPO} \\")
     typer.echo("\n".join(f"{o.hydra()}    # {o.source}" for o in ov))
     typer.echo("# --- verl's ppo_trainer composed with them ---")
     typer.echo(OmegaConf.to_yaml(cfg) + printed.strip())
@@ -330,8 +330,7 @@ def report(
     if trace and len(trace) != 2:
         raise _fail(f"--trace takes two traces (MXFP8 then BF16), got {len(trace)}")
     try:
-        path = write_sweep_report(sweep, out, configs=ROOT / "configs", log=log,
-                                  trace_paths=tuple(trace) if trace else None)
+        path = write_sweep_report(sweep, out, log=log, trace_paths=tuple(trace) if trace else None)
     except LookupError as e:
         raise _fail(str(e)) from None
     typer.echo(f"report: {path}")

@@ -27,8 +27,8 @@ from prefect.runtime import flow_run as runtime_flow_run  # noqa: E402
 from adapters import cluster, dispatch, tracking  # noqa: E402
 from adapters.tracking import RunRow  # noqa: E402
 from flows import console  # noqa: E402
-from fp8rl_core.config import (MatchingSection, Run, SweepConfig, correctness_runs, load_sweep, run_id,  # noqa: E402
-                               sweep_id)
+from fp8rl_core.config.runs import Run, Sweep  # noqa: E402
+from fp8rl_core.config.schema import MatchingSection  # noqa: E402
 from fp8rl_core.schedule import dispatch_order, engine_group  # noqa: E402
 from fp8rl_core.sampler.pool import release_all  # noqa: E402
 from fp8rl_core.vocabulary import CONDITIONS  # noqa: E402
@@ -52,7 +52,7 @@ def _flow_run() -> str:
 
 @flow(name="experiment", log_prints=True)
 def experiment(run: Run, sweep: str = "adhoc", sweep_id: str = "adhoc", mlflow_run: str | None = None) -> RunRow:
-    """One run (as :func:`fp8rl_core.config.load_sweep` expanded it): warm start → sampler-grid setup →
+    """One run (as :meth:`fp8rl_core.config.runs.Sweep.load` expanded it): warm start → sampler-grid setup →
     (train step → weight sync → checks) × steps → KL and timing extraction → record. Returns the run's row
     with its summary metrics. ``mlflow_run``: the MLflow run the sweep opened for it (SCHEDULED; on Ray the
     sweep opens runs before dispatch), else a new one."""
@@ -140,15 +140,16 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
-def _inline(sweep: SweepConfig, sweep_id: str, todo: list[tuple[Run, str]], done) -> list[RunRow]:
+def _inline(sweep: Sweep, todo: list[tuple[Run, str]], done) -> list[RunRow]:
     """The runs one after another in this process (``inline=True``): for a debugger, and the baseline of
     bench/orchestration.py. No Ray."""
     rows = []
     try:
         for run, mlflow_run in todo:
             try:
-                row = experiment(run, sweep.sweep, sweep_id, mlflow_run) if sweep.matching is None else \
-                    fixed_weights(run, sweep.matching, sweep.sweep, sweep_id, mlflow_run)
+                matching = sweep.config.matching
+                row = experiment(run, sweep.name, sweep.id, mlflow_run) if matching is None else \
+                    fixed_weights(run, matching, sweep.name, sweep.id, mlflow_run)
             except Exception as e:  # noqa: BLE001 — one failed run must not stop the others
                 get_run_logger().error("run %s failed: %s: %s", run.name, type(e).__name__, e)
                 row = RunRow(run.id, mlflow_run, run.name, f"FAILED: {type(e).__name__}")
@@ -163,8 +164,7 @@ def _inline(sweep: SweepConfig, sweep_id: str, todo: list[tuple[Run, str]], done
     return rows
 
 
-def _on_ray(sweep: SweepConfig, sweep_id: str, todo: list[tuple[Run, str]], ray_cluster: dispatch.RayCluster,
-            done) -> list[RunRow]:
+def _on_ray(sweep: Sweep, todo: list[tuple[Run, str]], ray_cluster: dispatch.RayCluster, done) -> list[RunRow]:
     """The runs as ``run-experiment`` task runs on Ray, warm starts side by side first."""
     # the task as the importable module holds it: a deployment loads this file under a script-module name
     # that a Ray worker cannot import back (the task's function is pickled by reference)
@@ -172,20 +172,20 @@ def _on_ray(sweep: SweepConfig, sweep_id: str, todo: list[tuple[Run, str]], ray_
 
     todo = [todo[i] for i in dispatch_order([run for run, _ in todo])]
     jobs = [dispatch.Job(run.id, run.name, mlflow_run, engine_group(run),
-                         {"run": run, "sweep": sweep.sweep, "sweep_id": sweep_id, "mlflow_run": mlflow_run,
-                          "cwd": os.getcwd(), "matching": sweep.matching})
+                         {"run": run, "sweep": sweep.name, "sweep_id": sweep.id, "mlflow_run": mlflow_run,
+                          "cwd": os.getcwd(), "matching": sweep.config.matching})
             for run, mlflow_run in todo]
-    return ray_cluster.run(task_fn, jobs, sweep.resources.ray_options(), done)
+    return ray_cluster.run(task_fn, jobs, sweep.config.resources.ray_options(), done)
 
 
-def _skip_finished(sweep: SweepConfig, runs: list[Run], resume: bool) -> tuple[dict[str, RunRow], list[Run]]:
+def _skip_finished(sweep: Sweep, resume: bool) -> tuple[dict[str, RunRow], list[Run]]:
     """The rows of the runs already FINISHED in MLflow (same run id; none unless ``resume``), and the runs
     still to run, in sweep order."""
     logger = get_run_logger()
     rows: dict[str, RunRow] = {}
     pending: list[Run] = []
-    for run in runs:
-        found = tracking.find_finished(sweep.sweep, run.id) if resume else None
+    for run in sweep.runs:
+        found = tracking.find_finished(sweep.name, run.id) if resume else None
         if found is not None:
             logger.info("run %s (%s) already finished as MLflow run %s: skipped", run.name, run.id, found)
             rows[run.id] = RunRow(run.id, found, run.name, "SKIPPED (done)")
@@ -198,17 +198,17 @@ class _ParentRun:
     """The sweep's parent run (:func:`adapters.tracking.open_sweep_run`), opened when first asked for — with
     the sweep's settings as params and ``sweep.json`` — so a sweep with nothing to run opens none."""
 
-    def __init__(self, sweep: SweepConfig, expansion: str, config: str, overrides: list[str]) -> None:
-        self._sweep, self.expansion, self._config, self._overrides = sweep, expansion, config, overrides
+    def __init__(self, sweep: Sweep) -> None:
+        self._sweep = sweep
         self.id: str | None = None
 
     def get(self) -> str:
         if self.id is None:
-            sweep, config = self._sweep, str(self._config)
-            params = tracking.flatten(sweep.model_dump(mode="json", exclude={"correctness"})) | {"config": config}
-            self.id = tracking.open_sweep_run(sweep.sweep, self.expansion, params, sweep.description)
-            tracking.log_json(self.id, "sweep.json", sweep.model_dump(mode="json") | {"config": config,
-                                                                                     "overrides": self._overrides})
+            sweep, config = self._sweep, self._sweep.config
+            params = tracking.flatten(config.model_dump(mode="json", exclude={"correctness"})) | {"config": sweep.source}
+            self.id = tracking.open_sweep_run(sweep.name, sweep.id, params, config.description)
+            tracking.log_json(self.id, "sweep.json", config.model_dump(mode="json") | {
+                "config": sweep.source, "overrides": list(sweep.overrides)})
         return self.id
 
     def end(self, rows: list[RunRow], interrupted: BaseException | None = None) -> None:
@@ -224,8 +224,7 @@ def _raise_if_failed(rows: list[RunRow], what: str = "runs") -> None:
                            "them (their MLflow runs say why)")
 
 
-def _verl_sweep(sweep: SweepConfig, runs: list[Run], sweep_id: str, config: str, overrides: list[str],
-                resume: bool, report: bool, ray_address: str | None) -> list[RunRow]:
+def _verl_sweep(sweep: Sweep, resume: bool, report: bool, ray_address: str | None) -> list[RunRow]:
     """A ``backend: verl`` sweep: check the cluster, then each run as verl's trainer
     (:func:`tasks.verl_run.run_verl`), one after another — each takes ``verl.nnodes × verl.gpus_per_node``
     GPUs (on CPU, ``verl.hardware: cpu``, without a cluster address: that many slots of the local Ray verl
@@ -234,8 +233,9 @@ def _verl_sweep(sweep: SweepConfig, runs: list[Run], sweep_id: str, config: str,
     The runs are nested under the sweep's parent run, as a native sweep's; each ends FINISHED, or FAILED
     with verl's exit status and last error lines (a failed check's line among them; KILLED on a signal);
     runs already FINISHED are skipped when ``resume``; then the sweep's report."""
+    runs = sweep.runs
     if any(r.config.backend != "verl" for r in runs):
-        raise ValueError(f"{config}: a sweep runs all its runs on one backend; this one mixes native and verl")
+        raise ValueError(f"{sweep.source}: a sweep runs all its runs on one backend; this one mixes native and verl")
     own_ray = ray_address is None and not os.environ.get("RAY_ADDRESS")
     on_cluster = [r for r in runs if not (own_ray and r.config.verl.hardware == "cpu")]
     if on_cluster:  # verl's main_ppo joins this cluster (or, locally, starts the same Ray) after the pre-flight
@@ -245,11 +245,11 @@ def _verl_sweep(sweep: SweepConfig, runs: list[Run], sweep_id: str, config: str,
     else:  # each run's verl starts its own local Ray with the slots the run asks for
         cluster.preflight([], [])
     flow_run = _flow_run()
-    rows, pending = _skip_finished(sweep, runs, resume)
-    parent = _ParentRun(sweep, sweep_id, config, overrides)
+    rows, pending = _skip_finished(sweep, resume)
+    parent = _ParentRun(sweep)
     try:
         for run in pending:
-            rows[run.id], _ = _verl_run(run, sweep.sweep, sweep_id, flow_run, parent.get(), ray_address)
+            rows[run.id], _ = _verl_run(run, sweep.name, sweep.id, flow_run, parent.get(), ray_address)
     except BaseException as e:  # interrupted, or the sweep itself broke: its parent run says so
         parent.end(list(rows.values()), interrupted=e)
         raise
@@ -275,82 +275,92 @@ def _verl_run(run: Run, sweep: str, sweep_id: str, flow_run: str, parent: str, r
     return RunRow(run.id, mlflow_run, run.name, status, tracking.headline_metrics(out.summary)), out
 
 
-def _finish(sweep: SweepConfig, rows: list[RunRow], parent: "_ParentRun", report: bool, what: str = "runs"
-            ) -> list[RunRow]:
+def _finish(sweep: Sweep, rows: list[RunRow], parent: "_ParentRun", report: bool, what: str = "runs") -> list[RunRow]:
     """The end of a sweep: the runs' table, the report of the finished runs (even if some failed; it can be
     rebuilt with ``fp8rl report``), the parent run ended by its runs, an error naming the failed ones."""
     logger = get_run_logger()
     out = console.console()
-    out.print(console.sweep_table(sweep.sweep, rows))
+    out.print(console.sweep_table(sweep.name, rows))
     if report and not all(r.failed for r in rows):
         try:
-            path = reporting.sweep_report(sweep.sweep, str(Path(REPORTS) / sweep.sweep), parent.get())
-            where = f"also in MLflow: the parent run {sweep.sweep}·{parent.expansion[:6]} of experiment {sweep.sweep}"
+            path = reporting.sweep_report(sweep.name, str(Path(REPORTS) / sweep.name), parent.get(), sweep.config)
+            where = f"also in MLflow: the parent run {sweep.name}·{sweep.id[:6]} of experiment {sweep.name}"
             logger.info("sweep report: %s (%s)", path, where)
             out.print(f"report: {path} ({where})", markup=False, highlight=False)  # the log line reaches the log file only
         except Exception as e:  # noqa: BLE001 — the runs are recorded; a report can be rebuilt with `fp8rl report`
             logger.error("the sweep report failed (rebuild it with `fp8rl report %s`): %s: %s",
-                         sweep.sweep, type(e).__name__, e)
+                         sweep.name, type(e).__name__, e)
     parent.end(rows)
     _raise_if_failed(rows, what)
     return rows
 
 
-def _sweep(config: str, overrides: list[str], resume: bool = True, report: bool = False,
-           ray_address: str | None = None, inline: bool = False) -> list[RunRow]:
-    logger = get_run_logger()
-    sweep, runs = load_sweep(config, overrides)
-    expansion = sweep_id(runs)
-    logger.info("sweep %s (%s): %d runs from %s", sweep.sweep, expansion, len(runs), config)
-    if any(r.config.backend == "verl" for r in runs):  # verl's trainer runs them: never fall back to native
-        return _verl_sweep(sweep, runs, expansion, config, overrides, resume=resume, report=report,
-                           ray_address=ray_address)
+def _load(config: str | Sweep, overrides: list[str] | None) -> Sweep:
+    """The sweep a flow runs: the one its caller read and expanded (``fp8rl run``), as it is; else the file
+    ``config`` (a deployment's parameter) with ``overrides``, read and expanded here, once."""
+    if isinstance(config, Sweep):
+        if overrides:
+            raise ValueError(f"overrides {overrides} given with the expanded sweep {config.name} ({config.source}), "
+                             "which carries its own; apply them when loading it")
+        return config
+    return Sweep.load(config, overrides or [])
 
-    rows, pending = _skip_finished(sweep, runs, resume)
-    parent = _ParentRun(sweep, expansion, config, overrides)
+
+def _sweep(sweep: Sweep, resume: bool = True, report: bool = False, ray_address: str | None = None,
+           inline: bool = False) -> list[RunRow]:
+    logger = get_run_logger()
+    logger.info("sweep %s (%s): %d runs from %s", sweep.name, sweep.id, len(sweep.runs), sweep.source)
+    if any(r.config.backend == "verl" for r in sweep.runs):  # verl's trainer runs them: never fall back to native
+        return _verl_sweep(sweep, resume=resume, report=report, ray_address=ray_address)
+
+    rows, pending = _skip_finished(sweep, resume)
+    parent = _ParentRun(sweep)
+    resources = sweep.config.resources
 
     def opened() -> list[tuple[Run, str]]:  # every run gets its MLflow record before any is dispatched
         out = []
         for run in pending:
-            mlflow_run = _open(run, sweep.sweep, expansion, None, parent.get())
+            mlflow_run = _open(run, sweep.name, sweep.id, None, parent.get())
             tracking.schedule(mlflow_run)
             out.append((run, mlflow_run))
         return out
 
     try:
         if pending and inline:
-            with console.progress(sweep.sweep, len(pending)) as done:
-                rows |= {r.run_id: r for r in _inline(sweep, expansion, opened(), done)}
+            with console.progress(sweep.name, len(pending)) as done:
+                rows |= {r.run_id: r for r in _inline(sweep, opened(), done)}
         elif pending:
             with dispatch.on_ray(ray_address, _worker_env()) as ray_cluster:
-                cluster.preflight(ray_cluster.nodes, [cluster.fit_problem(sweep.resources.ray_options(), ray_cluster.nodes,
+                cluster.preflight(ray_cluster.nodes, [cluster.fit_problem(resources.ray_options(), ray_cluster.nodes,
                                                                          ray_cluster.where)],
                                   prefect_api=ray_cluster.prefect_api)  # before any MLflow run is opened
                 logger.info("%s: %d nodes; each run asks for %s", ray_cluster.where, len(ray_cluster.nodes),
-                            sweep.resources.describe())
+                            resources.describe())
                 todo = opened()
-                with console.progress(sweep.sweep, len(pending)) as done:
-                    rows |= {r.run_id: r for r in _on_ray(sweep, expansion, todo, ray_cluster, done)}
+                with console.progress(sweep.name, len(pending)) as done:
+                    rows |= {r.run_id: r for r in _on_ray(sweep, todo, ray_cluster, done)}
     except BaseException as e:  # interrupted, or the sweep itself broke: its parent run says so
         parent.end(list(rows.values()), interrupted=e)
         raise
-    return _finish(sweep, [rows[r.id] for r in runs], parent, report)
+    return _finish(sweep, [rows[r.id] for r in sweep.runs], parent, report)
 
 
 @flow(name="mxfp8-sweep", log_prints=True)
-def mxfp8_sweep(config: str = "configs/smoke.yaml", overrides: list[str] | None = None, report: bool = True,
+def mxfp8_sweep(config: str | Sweep = "configs/smoke.yaml", overrides: list[str] | None = None, report: bool = True,
                 ray_address: str | None = None, inline: bool = False) -> list[RunRow]:
-    """Expand the sweep config (with ``key=value`` overrides) and run its experiments, each a task run on
+    """Run a sweep's experiments — ``config``: the sweep as ``fp8rl run`` expanded it (a
+    :class:`~fp8rl_core.config.runs.Sweep`), or a sweep config file, expanded here with the ``key=value``
+    ``overrides`` (a deployment's parameters) — each a task run on
     Ray (``ray_address``: join that cluster — ``auto``, ``host:port``, ``ray://host:10001``; else
     ``RAY_ADDRESS``; else a local Ray on this machine), placed by the sweep's ``resources``. Runs already
     FINISHED in MLflow (same run id) are skipped, failed ones run again. ``report``: then write the
     sweep's report (Markdown summary with the paper's claims, PNG figures) to ``reports/<sweep>/`` and
     log it to MLflow. ``inline``: no Ray, the runs one after another in this process (debugging)."""
-    return _sweep(config, list(overrides or []), report=report, ray_address=ray_address, inline=inline)
+    return _sweep(_load(config, overrides), report=report, ray_address=ray_address, inline=inline)
 
 
 @flow(name="nightly-correctness", log_prints=True)
-def nightly_correctness(config: str = "configs/nightly.yaml", overrides: list[str] | None = None,
+def nightly_correctness(config: str | Sweep = "configs/nightly.yaml", overrides: list[str] | None = None,
                         stages_to_run: list[str] | None = None, ray_address: str | None = None) -> dict:
     """The nightly correctness run (no resume): the sweep of every preset with the checks on, then the
     correctness stage — clean sync series on the dense and MoE models and every fault of the catalogue
@@ -358,44 +368,44 @@ def nightly_correctness(config: str = "configs/nightly.yaml", overrides: list[st
     one MLflow run named ``correctness``. Fails when a fault is not caught at its first sync by the
     check of its condition, or a clean sync raised an alarm. ``stages_to_run``: ``sweep``, ``correctness``
     (default both). ``ray_address``: where the sweep's runs go (as in mxfp8-sweep); the correctness stage
-    runs in this process."""
+    runs in this process. ``config``: as in mxfp8-sweep; the sweep is read and expanded once for both stages."""
     which = set(stages_to_run or ("sweep", "correctness"))
+    sweep = _load(config, overrides)
     out: dict = {}
     if "sweep" in which:
-        out["sweep"] = _sweep(config, list(overrides or []), resume=False, ray_address=ray_address)
+        out["sweep"] = _sweep(sweep, resume=False, ray_address=ray_address)
     if "correctness" in which:
-        out["correctness"] = _correctness(config, list(overrides or []))
+        out["correctness"] = _correctness(sweep)
     return out
 
 
-def _correctness(config: str, overrides: list[str]) -> dict:
+def _correctness(sweep: Sweep) -> dict:
     from fp8rl_core.checks.faults import FAULTS
 
     logger = get_run_logger()
-    sweep, _ = load_sweep(config, overrides)
-    runs = correctness_runs(sweep, config)
+    runs = sweep.correctness
     if not runs:
-        raise ValueError(f"{config}: no 'correctness' section; nothing to check")
-    section = sweep.correctness
+        raise ValueError(f"{sweep.source}: no 'correctness' section; nothing to check")
+    section = sweep.config.correctness
     wanted = [f for f in FAULTS if section.faults is None or f.name in section.faults]
     wanted = [f for f in wanted if f.model in runs]
     params = tracking.flatten(section.model_dump(mode="json"))
     stage = section.id()
-    mlflow_run = tracking.open_run(sweep.sweep, stage, f"correctness-{stage}", "correctness", params, _flow_run())
-    if any(cfg.backend == "verl" for cfg in runs.values()):
+    mlflow_run = tracking.open_run(sweep.name, stage, f"correctness-{stage}", "correctness", params, _flow_run())
+    if any(run.config.backend == "verl" for run in runs.values()):
         from flows.verl_correctness import verl_correctness
 
-        return verl_correctness(sweep, runs, wanted, mlflow_run, _flow_run(), _verl_run)
+        return verl_correctness(sweep, wanted, mlflow_run, _flow_run(), _verl_run)
     try:
         with tracking.ending(mlflow_run):
             with tracking.captured_logs(mlflow_run):
                 clean: list[dict] = []
                 matrix: list[dict] = []
-                for kind, cfg in runs.items():
-                    spec = cfg.spec()
-                    ckpt = stages.warm_start_checkpoint(spec.model_dump(mode="json"),
+                for kind, run in runs.items():
+                    cfg = run.config
+                    ckpt = stages.warm_start_checkpoint(run.spec.model_dump(mode="json"),
                                                         cfg.warmstart.model_dump(mode="json"), WARMSTART_CACHE)
-                    key = f"correctness-{kind}-{run_id(cfg, spec)}"
+                    key = f"correctness-{kind}-{run.id}"
                     stages.correctness_setup(key, cfg, ckpt)
                     rows = stages.clean_sync_series(key, section.clean_syncs[kind])
                     clean += [r | {"model": kind} for r in rows]

@@ -12,15 +12,16 @@ from prefect import get_run_logger
 
 from adapters import tracking
 from adapters.tracking import RunRow
-from fp8rl_core.config import Run, SweepConfig
+from fp8rl_core.config.runs import Run, Sweep
 from fp8rl_core.verl.checking import fault_verdict
 
 __all__ = ["verl_correctness"]
 
 
-def verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: str, flow_run: str,
+def verl_correctness(sweep: Sweep, wanted: list, mlflow_run: str, flow_run: str,
                      verl_run: Callable[..., tuple[RunRow, Any]]) -> dict:
-    """The correctness stage through verl's trainer (``backend: verl``): two verl runs per model, each run
+    """The correctness stage through verl's trainer (``backend: verl``): two verl runs per model of the
+    sweep's correctness section (its runs as :meth:`fp8rl_core.config.runs.Sweep.load` made them), each run
     by ``verl_run(run, sweep, sweep_id, flow_run, parent, faults=...)`` (its row and how verl ended).
 
     - The **fault series**: ``clean_syncs`` clean syncs, then each fault of the worker's load (the faults
@@ -35,13 +36,13 @@ def verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: s
     Every run is nested under the ``correctness`` run, which holds the table of the faults (``verl_faults``,
     both runs' verdicts) and the false alarms."""
     logger = get_run_logger()
-    section = sweep.correctness
+    section = sweep.config.correctness
     skipped = [f.name for f in wanted if f.worker is None]
     wanted = [f for f in wanted if f.worker is not None]
 
     def one(run: Run, suffix: str, faults: list[dict]) -> tuple[RunRow, list[dict]]:
         run = dataclasses.replace(run, id=f"{run.id}-{suffix}", name=f"{run.name}·{suffix}")
-        row, out = verl_run(run, sweep.sweep, section.id(), flow_run, mlflow_run, faults=faults)
+        row, out = verl_run(run, sweep.name, section.id(), flow_run, mlflow_run, faults=faults)
         return row, list(out.checks)
 
     rows: list[dict] = []
@@ -49,7 +50,8 @@ def verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: s
     stops: list[dict] = []
     with tracking.ending(mlflow_run):
         with tracking.captured_logs(mlflow_run):
-            for kind, cfg in runs.items():
+            for kind, base in sweep.correctness.items():
+                cfg = base.config
                 mine = [f for f in wanted if f.model == kind]
                 clean = section.clean_syncs[kind]
                 at = {f.name: clean + 2 * i for i, f in enumerate(mine)}  # a clean sync after each
@@ -58,7 +60,7 @@ def verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: s
                 series = cfg.model_copy(update={"loop": cfg.loop.model_copy(update={"steps": steps}),
                                                 "checks": cfg.checks.model_copy(update={"on_failure": "warn",
                                                                                         "full_every": 1})})
-                row, reports = one(Run.of(series), "faults", planted)
+                row, reports = one(Run.of(series, base.spec), "faults", planted)
                 fault_at = set(at.values())
                 bad = [f"{kind} sync {r['sync']}: {c['condition']}" for r in reports if r["version"] not in fault_at
                        for c in r["results"] if not c["passed"]]
@@ -77,7 +79,7 @@ def verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: s
                 if mine:  # the first fault again, from the first sync on: the check must stop verl
                     f, rank = mine[0], section.fault_ranks.get(mine[0].name)
                     stop = cfg.model_copy(update={"checks": cfg.checks.model_copy(update={"on_failure": "fail"})})
-                    row, reports = one(Run.of(stop), f.name, [{"name": f.name, "rank": rank, "version": None}])
+                    row, reports = one(Run.of(stop, base.spec), f.name, [{"name": f.name, "rank": rank, "version": None}])
                     v = fault_verdict(reports, f.name, f.condition, rank)
                     stopped = row.failed and len(reports) == 1
                     logger.info("fault %s from the first sync on: caught there: %s; verl stopped there: %s",

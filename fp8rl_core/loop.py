@@ -83,7 +83,7 @@ def start_pipeline(
     """Learner + live sampler for ``preset`` on the warm-start ``checkpoint`` (both at version 0).
 
     ``learner``: the learner's config, built for this preset (:meth:`Preset.learner_config`, or a run's
-    :meth:`fp8rl_core.config.RunConfig.learner_config`); None: the preset's with the defaults.
+    :meth:`fp8rl_core.config.schema.RunConfig.learner_config`); None: the preset's with the defaults.
     ``replicas`` > 1 starts further engine replicas, always spawned (not shared through :func:`acquire`; close them with
     :meth:`Pipeline.close_replicas`); every sync lands in all of them. ``hooks``
     (:class:`~fp8rl_core.sync.hooks.SyncHooks`) may map the configured per-layer schemes to the ones the

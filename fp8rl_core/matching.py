@@ -22,7 +22,7 @@ from typing import Literal
 import torch
 
 from fp8rl_core.checks.runner import CheckPolicy, CheckRunner
-from fp8rl_core.config import MatchingSection, RunConfig
+from fp8rl_core.config.schema import MatchingSection, RunConfig
 from fp8rl_core.learner.config import LearnerConfig
 from fp8rl_core.learner.learner import Learner
 from fp8rl_core.learner.patterns import gemm_layers

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 
-from fp8rl_core.config import Run
+from fp8rl_core.config.runs import Run
 from fp8rl_core.learner.spec import spec_hash
 
 __all__ = ["dispatch_order", "engine_group", "next_run"]

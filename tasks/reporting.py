@@ -6,44 +6,54 @@ CIs as metrics ``agg/<model>/<preset>/<measure>`` (``_lo``/``_hi``).
 
 Thin: :func:`sweep_data` turns what :func:`adapters.tracking.sweep_tables` downloaded into
 :class:`fp8rl_core.report.SweepData` (run-level columns from the logged params), and the task writes and
-logs. ``fp8rl report SWEEP`` and the end of the ``mxfp8-sweep`` flow both call it.
+logs. ``fp8rl report SWEEP`` and the end of the ``mxfp8-sweep`` flow both call it. The figures follow the
+sweep's preset axis: the flow passes the sweep's validated config; ``fp8rl report`` reads it from the
+``sweep.json`` the reported expansion's parent run logged (no config file is read).
 """
 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from fp8rl_core.config.schema import SweepConfig
 from fp8rl_core.report import SweepData, interval_table, write_report
 from fp8rl_core.sampler.presets import PRESETS
 from fp8rl_core.schemas import validate
 
 from adapters import tracking
 
-__all__ = ["AGGREGATES", "aggregate_metrics", "summary_html", "sweep_data", "sweep_report", "write_sweep_report"]
+__all__ = ["AGGREGATES", "aggregate_metrics", "logged_axes", "preset_axis", "summary_html", "sweep_data", "sweep_report",
+           "write_sweep_report"]
 
 
-def _preset_axis(sweep: str, configs: Path) -> list[str] | None:
-    """The preset axis of ``configs/<sweep>.yaml`` in file order (the figures follow it), if that file exists."""
-    import yaml
-
-    path = configs / f"{sweep}.yaml"
-    if not path.is_file():
-        return None
-    doc = yaml.safe_load(path.read_text()) or {}
-    axis = (doc.get("axes") or {}).get("preset")
+def preset_axis(axes: Mapping[str, Any] | None) -> list[str] | None:
+    """The sweep's preset axis in file order (the figures follow it) from its ``axes``, if it has one."""
+    axis = (axes or {}).get("preset")
     return [str(p) for p in axis] if isinstance(axis, list) else None
 
 
-def sweep_data(sweep: str, dest: str | Path, configs: str | Path = "configs",
-               sweep_id: str | None = "latest") -> SweepData:
+def logged_axes(sweep: str, sweep_id: str | None) -> Mapping[str, Any] | None:
+    """The ``axes`` of the expansion ``sweep_id`` of ``sweep`` (None: its newest) as its parent run's
+    ``sweep.json`` holds them; None for a sweep recorded without one."""
+    parent = tracking.find_sweep_run(sweep, sweep_id)
+    logged = tracking.sweep_json(parent) if parent is not None else None
+    return None if logged is None else logged.get("axes")
+
+
+def sweep_data(sweep: str, dest: str | Path, sweep_id: str | None = "latest",
+               config: SweepConfig | None = None) -> SweepData:
     """The sweep's finished runs and their tables as :class:`SweepData` (tables validated on the way in).
     ``sweep_id``: which expansion of the config (see :func:`adapters.tracking.sweep_tables`; default the
-    latest, so a report never mixes runs of an edited config with older ones)."""
+    latest, so a report never mixes runs of an edited config with older ones). ``config``: the sweep's
+    validated config, whose preset axis the figures follow; None: the axes its parent run logged
+    (:func:`logged_axes`)."""
     raw = tracking.sweep_tables(sweep, dest, sweep_id)
     if not raw["runs"]:
         raise LookupError(f"sweep {sweep!r} has no FINISHED run in {tracking.tracking_uri()}; run it first "
@@ -69,7 +79,8 @@ def sweep_data(sweep: str, dest: str | Path, configs: str | Path = "configs",
             tables[name] = frame
         else:
             tables[name] = pd.DataFrame()
-    return SweepData(sweep=sweep, runs=pd.DataFrame(rows), presets=_preset_axis(sweep, Path(configs)), **tables)
+    axes = config.axes if config is not None else logged_axes(sweep, raw["sweep_id"])
+    return SweepData(sweep=sweep, runs=pd.DataFrame(rows), presets=preset_axis(axes), **tables)
 
 
 #: the aggregates logged to the parent run: report measure → (metric name, factor) — the headline units
@@ -118,14 +129,14 @@ def summary_html(summary: Path) -> Path:
     return out
 
 
-def write_sweep_report(sweep: str, out_dir: str | Path, *, configs: str | Path = "configs", log: bool = True,
+def write_sweep_report(sweep: str, out_dir: str | Path, *, config: SweepConfig | None = None, log: bool = True,
                        trace_paths=None, run: str | None = None) -> Path:
     """Write ``summary.md``, ``summary.html`` + PNGs of ``sweep`` into ``out_dir``; with ``log``, also log
     them and the :func:`aggregate_metrics` to the MLflow run ``run`` — default the parent run of the
     reported expansion (:func:`adapters.tracking.find_sweep_run`), or a new ``report`` run when the sweep has
-    none (recorded before parent runs). Returns the summary's path."""
+    none (recorded before parent runs). ``config``: as in :func:`sweep_data`. Returns the summary's path."""
     with tempfile.TemporaryDirectory(prefix="fp8rl-report-") as tmp:
-        data = sweep_data(sweep, tmp, configs)
+        data = sweep_data(sweep, tmp, config=config)
         summary = write_report(data, out_dir, trace_paths=trace_paths)
         aggregates = aggregate_metrics(data) if log else {}
     html = summary_html(summary)
@@ -145,7 +156,7 @@ def write_sweep_report(sweep: str, out_dir: str | Path, *, configs: str | Path =
 
 
 @task(name="sweep-report", cache_policy=NO_CACHE)
-def sweep_report(sweep: str, out_dir: str, run: str | None = None) -> str:
+def sweep_report(sweep: str, out_dir: str, run: str | None = None, config: SweepConfig | None = None) -> str:
     """The sweep's report (summary + figures), written to ``out_dir`` and logged to MLflow (to ``run``:
-    the sweep's parent run)."""
-    return str(write_sweep_report(sweep, out_dir, run=run))
+    the sweep's parent run; ``config``: the sweep's validated config)."""
+    return str(write_sweep_report(sweep, out_dir, config=config, run=run))

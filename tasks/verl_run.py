@@ -33,7 +33,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from fp8rl_core.config import Run
+from fp8rl_core.config.runs import Run
 from fp8rl_core.learner.warmstart import warm_start
 from fp8rl_core.verl.checking import read_reports
 from fp8rl_core.verl.data import write_dataset, write_model_dir

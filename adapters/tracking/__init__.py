@@ -21,7 +21,7 @@ from .lifecycle import (
     terminate,
 )
 from .reach import SHARED_STORE_HINT, is_loopback, require_shared_store, this_host_ips
-from .readback import RUN_TABLES, find_finished, find_sweep_run, sweep_tables
+from .readback import RUN_TABLES, find_finished, find_sweep_run, sweep_json, sweep_tables
 from .record import flatten, log_csv, log_file, log_json, log_metrics, log_table, log_text, set_tag
 from .store import artifact_root, client, experiment_id, tracking_uri
 from .ui import (
@@ -46,5 +46,5 @@ __all__ = [
     "end_sweep_run", "end_unfinished", "ending", "experiment_id", "experiment_url", "find_finished", "find_sweep_run",
     "flatten", "headline_metrics", "headline_view", "is_loopback", "log_csv", "log_file", "log_json", "log_metrics",
     "log_table", "log_text", "open_report_run", "open_run", "open_sweep_run", "require_shared_store", "schedule",
-    "set_tag", "start", "status", "sweep_tables", "terminate", "this_host_ips", "tracking_uri", "ui_url",
+    "set_tag", "start", "status", "sweep_json", "sweep_tables", "terminate", "this_host_ips", "tracking_uri", "ui_url",
 ]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import tempfile
 from pathlib import Path
 
 from .store import client, tracking_uri
 
-__all__ = ["RUN_TABLES", "find_finished", "find_sweep_run", "sweep_tables"]
+__all__ = ["RUN_TABLES", "find_finished", "find_sweep_run", "sweep_json", "sweep_tables"]
 
 
 def find_finished(sweep: str, run_id: str) -> str | None:
@@ -83,3 +85,12 @@ def find_sweep_run(sweep: str, sweep_id: str | None = None) -> str | None:
     runs = c.search_runs([exp.experiment_id], filter_string=where, order_by=["attributes.start_time DESC"], max_results=1)
     return runs[0].info.run_id if runs else None
 
+
+def sweep_json(parent: str) -> dict | None:
+    """The ``sweep.json`` the sweep's parent run ``parent`` logged — the validated sweep config as a
+    mapping, with the ``config`` file and ``overrides`` it was read with — or None if it has none."""
+    c = client()
+    if "sweep.json" not in {f.path for f in c.list_artifacts(parent)}:
+        return None
+    with tempfile.TemporaryDirectory() as d:
+        return json.loads(Path(c.download_artifacts(parent, "sweep.json", d)).read_text())

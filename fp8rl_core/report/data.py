@@ -93,7 +93,7 @@ class SweepData:
     matrix
         The detection matrix rows (the nightly correctness run only), else None.
     presets
-        The sweep's preset axis in file order (``configs/*.yaml`` ``axes.preset``), which the figures
+        The sweep's preset axis in file order (its config's ``axes.preset``), which the figures
         follow; None: the canonical order :data:`CANONICAL_PRESETS` (unknown presets after it, in order
         of appearance). See :func:`preset_order`.
     emulated

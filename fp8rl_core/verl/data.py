@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from fp8rl_core.learner.task import DIGIT0, EOS, PAD, TASK_VOCAB_SIZE, AdditionTask, decode
 
 if TYPE_CHECKING:
-    from fp8rl_core.config import RunConfig
+    from fp8rl_core.config.schema import RunConfig
 
 __all__ = ["DATA_SOURCE", "TOKENIZER_PAD", "VerlData", "data_rows", "step_seed", "write_dataset",
            "write_model_dir", "write_task_tokenizer"]

@@ -6,7 +6,7 @@ appends a key verl's YAML does not declare, e.g. inside ``override_transformer_c
 remembers the fp8rl field it comes from, so an error verl raises about a key can be shown as the fp8rl
 field the user has to change (:mod:`fp8rl_core.verl.compose`).
 
-What fp8rl sets, and why (fields of :class:`fp8rl_core.config.RunConfig` on the left):
+What fp8rl sets, and why (fields of :class:`fp8rl_core.config.schema.RunConfig` on the left):
 
 =============================  ==================================================================
 fp8rl field                    verl keys
@@ -68,7 +68,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fp8rl_core.config import RunConfig
+    from fp8rl_core.config.schema import RunConfig
 
 __all__ = ["CHECKS_ENV", "EXTENSION", "FAULT_ENV", "REPORTS_ENV", "MAIN_PPO", "MXFP8_SEQ_ALIGN", "Override", "REWARD_FUNCTION", "TE_RECIPES",
            "WORKER_EXTENSION", "hydra_value", "main_ppo_argv", "verl_overrides"]

@@ -214,11 +214,11 @@ def _ends(store):
 def test_a_run_recorded_under_its_pinned_id_is_found_as_its_config_loads_today(store):
     """Resume across code changes: a FINISHED run recorded with the id the smoke sweep's first run had when
     it was recorded (tests/core/test_identity.py pins it) is the run the sweep finds, and skips, now."""
-    from fp8rl_core.config import load_sweep
+    from fp8rl_core.config.runs import Sweep
 
     recorded = tracking.open_run("smoke", "5b64a9bd10df", "ab4233665176", "dense-mini·bf16-e2e·s0", {}, None)
     tracking.terminate(recorded, "FINISHED")
-    _, runs = load_sweep(Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")
+    runs = Sweep.load(Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml").runs
     assert tracking.find_finished("smoke", runs[0].id) == recorded
     assert tracking.find_finished("smoke", runs[1].id) is None
 

@@ -9,7 +9,7 @@ import pickle
 from pathlib import Path
 
 
-from fp8rl_core.config import correctness_runs, load_sweep, run_id, sweep_id
+from fp8rl_core.config.runs import Sweep, run_id, sweep_id
 from fp8rl_core.identity import canonical_json, content_hash, digest
 from fp8rl_core.learner.spec import spec_hash
 from fp8rl_core.learner.warmstart import warmstart_key
@@ -21,7 +21,7 @@ CONFIGS = ROOT / "configs"
 
 
 def test_the_smoke_sweeps_run_ids_and_sweep_id_are_pinned():
-    _, runs = load_sweep(CONFIGS / "smoke.yaml")
+    runs = Sweep.load(CONFIGS / "smoke.yaml").runs
     ids = [r.id for r in runs]
     assert len(ids) == 30 and ids[:3] == ["ab4233665176", "cf44b322307c", "1201399d3668"] and ids[-1] == "f3668dfd0f02"
     assert [run_id(r.config) for r in runs] == ids  # read from the spec file again: the same
@@ -31,16 +31,47 @@ def test_the_smoke_sweeps_run_ids_and_sweep_id_are_pinned():
 
 
 def test_gpu_and_correctness_ids_are_pinned():
-    _, runs = load_sweep(CONFIGS / "gpu" / "qwen3-8b.yaml")
+    runs = Sweep.load(CONFIGS / "gpu" / "qwen3-8b.yaml").runs
     assert [r.id for r in runs][:2] == ["cb032811e209", "a403f7c77e79"]
-    sweep, _ = load_sweep(CONFIGS / "nightly.yaml")
-    assert sweep.correctness.id() == "c926af75bff6"
-    assert {k: run_id(v) for k, v in correctness_runs(sweep, CONFIGS / "nightly.yaml").items()} == {
-        "dense": "9281b16108b4", "moe": "51366ebb7bb5"}
+    sweep = Sweep.load(CONFIGS / "nightly.yaml")
+    assert sweep.config.correctness.id() == "c926af75bff6"
+    assert {k: run_id(v.config) for k, v in sweep.correctness.items()} == {"dense": "9281b16108b4", "moe": "51366ebb7bb5"}
+    assert {k: v.id for k, v in sweep.correctness.items()} == {"dense": "9281b16108b4", "moe": "51366ebb7bb5"}
+
+
+#: every shipped sweep as the code that recorded the finished sweeps expanded it: (sweep, runs, first run's id,
+#: sweep id — the hash of every run's id, in order —, correctness section's id, its runs' ids)
+SHIPPED = {
+    "dense-matching-small.yaml": ("dense-matching-small", 16, "c75b042b2610", "8a93e55b6fe8", None, {}),
+    "dense-matching.yaml": ("dense-matching", 12, "a1d1cde3b7ca", "ea5688a9d92b", None, {}),
+    "gpu/qwen3-30b-a3b.yaml": ("gpu-qwen3-30b-a3b", 18, "daa5f6d33453", "ea1184506ced", None, {}),
+    "gpu/qwen3-8b.yaml": ("gpu-qwen3-8b", 18, "cb032811e209", "2d2ee503c7c4", None, {}),
+    "matching-fixed-weights.yaml": ("matching-fixed-weights", 6, "42c7f7d38631", "28dd5d45d196", None, {}),
+    "microbatch-sweep.yaml": ("microbatch-sweep", 30, "5c62214447bf", "723807d0b15b", None, {}),
+    "moe-grids-small.yaml": ("moe-grids-small", 32, "4a4681421fb5", "ed7d3f96ad06", None, {}),
+    "moe-grids.yaml": ("moe-grids", 12, "5c41f1ec8fbb", "f41b38947f60", None, {}),
+    "nightly-verl.yaml": ("nightly-verl", 2, "3782ad7bb98e", "7a3a41c46de4", "21473b39d878", {"dense": "3782ad7bb98e"}),
+    "nightly.yaml": ("nightly", 12, "6c7379e9b435", "4352d9a733dc", "c926af75bff6",
+                     {"dense": "9281b16108b4", "moe": "51366ebb7bb5"}),
+    "smoke.yaml": ("smoke", 30, "ab4233665176", "5b64a9bd10df", None, {}),
+    "verl-smoke.yaml": ("verl-smoke", 8, "0e1f2d7c1fc7", "c204e3e3f03a", None, {}),
+}
+
+
+def test_every_shipped_sweeps_run_ids_are_pinned():
+    """A sweep of configs/ finished before a change to the config code is skipped after it: its expansion
+    gives the same run ids in the same order (the sweep id hashes them all) and correctness ids."""
+    found = sorted(p.relative_to(CONFIGS).as_posix() for p in CONFIGS.rglob("*.yaml") if "models" not in p.parts)
+    assert found == sorted(SHIPPED)  # a new config is pinned here too
+    for name, (sweep, n, first, expansion, stage, correctness) in SHIPPED.items():
+        loaded = Sweep.load(CONFIGS / name)
+        assert (loaded.name, len(loaded.runs), loaded.runs[0].id, loaded.id) == (sweep, n, first, expansion), name
+        assert loaded.config.correctness is None if stage is None else loaded.config.correctness.id() == stage, name
+        assert {k: r.id for k, r in loaded.correctness.items()} == correctness, name
 
 
 def test_warm_start_and_engine_keys_are_pinned(monkeypatch):
-    _, runs = load_sweep(CONFIGS / "smoke.yaml")
+    runs = Sweep.load(CONFIGS / "smoke.yaml").runs
     from fp8rl_core.learner import warmstart
 
     # the key names the versions it was trained with: set on the modules the warm start reads them from (a
@@ -69,7 +100,7 @@ def test_a_sweeps_expansion_and_dispatch_read_each_model_spec_once(monkeypatch):
         return read_text(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "read_text", counted)
-    sweep, runs = load_sweep(CONFIGS / "nightly.yaml")  # 12 runs and a correctness section, on two specs
+    runs = Sweep.load(CONFIGS / "nightly.yaml").runs  # 12 runs and a correctness section's 2, on two specs
     assert sorted(reads) == ["qwen3-dense-mini.yaml", "qwen3-moe-mini.yaml"]
     # what the sweep's flow does with them before and while dispatching: ids, the expansion's id, names and
     # tags, the order, the engine groups, the runs as Ray ships them to the workers (pickled); Prefect's
@@ -79,5 +110,5 @@ def test_a_sweeps_expansion_and_dispatch_read_each_model_spec_once(monkeypatch):
     order = dispatch_order(runs)
     groups = [engine_group(runs[i]) for i in order]
     shipped = [pickle.loads(pickle.dumps(r)) for r in runs]
-    assert shipped == runs and len(set(groups)) == 12
+    assert shipped == list(runs) and len(set(groups)) == 12
     assert len(reads) == 2

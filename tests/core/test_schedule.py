@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fp8rl_core.config import Run, load_sweep
+from fp8rl_core.config.runs import Run, Sweep
 from fp8rl_core.schedule import dispatch_order, engine_group, next_run
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -18,7 +18,7 @@ def _with(run: Run, **update) -> Run:
 
 
 def test_dispatch_order_interleaves_warm_starts_and_keeps_a_presets_seeds_together():
-    _, runs = load_sweep(CONFIGS / "smoke.yaml")
+    runs = Sweep.load(CONFIGS / "smoke.yaml").runs
     order = dispatch_order(runs)
     assert sorted(order) == list(range(len(runs)))  # a permutation: every run once
     first = [runs[i] for i in order]
@@ -29,7 +29,7 @@ def test_dispatch_order_interleaves_warm_starts_and_keeps_a_presets_seeds_togeth
         assert mine == [r for r in runs if r.config.model == model]
         assert [(r.config.preset, r.config.seed) for r in mine[:3]] == [("bf16-e2e", 0), ("bf16-e2e", 1), ("bf16-e2e", 2)]
     # one warm start (a single model): the sweep's own order
-    _, dense = load_sweep(CONFIGS / "smoke.yaml", ["axes.model=[qwen3-dense-mini]"])
+    dense = list(Sweep.load(CONFIGS / "smoke.yaml", ["axes.model=[qwen3-dense-mini]"]).runs)
     assert dispatch_order(dense) == list(range(len(dense)))
     # runs of one model with different warm-start settings are different groups
     longer = [_with(r, warmstart={"steps": 900}) for r in dense[:2]]
@@ -38,7 +38,7 @@ def test_dispatch_order_interleaves_warm_starts_and_keeps_a_presets_seeds_togeth
 
 
 def test_runs_share_an_engine_group_exactly_when_their_engines_are_interchangeable():
-    _, runs = load_sweep(CONFIGS / "smoke.yaml")
+    runs = Sweep.load(CONFIGS / "smoke.yaml").runs
     by = {(r.config.model, r.config.preset, r.config.seed): engine_group(r) for r in runs}
     assert by["qwen3-dense-mini", "half", 0] == by["qwen3-dense-mini", "half", 2]  # seeds share the engine
     assert by["qwen3-dense-mini", "half", 0] != by["qwen3-dense-mini", "all", 0]  # another grid
@@ -63,7 +63,7 @@ def test_next_run_keeps_a_worker_on_its_engine_then_spreads_then_fills():
 
 def test_a_smoke_sweep_on_two_workers_starts_ten_engines_not_thirty():
     # the driver's loop, simulated: two slots, runs of equal length, each worker's engine group followed
-    _, runs = load_sweep(CONFIGS / "smoke.yaml")
+    runs = Sweep.load(CONFIGS / "smoke.yaml").runs
     queue = [engine_group(runs[i]) for i in dispatch_order(runs)]
     workers: list[str | None] = [None, None]
     starts = 0

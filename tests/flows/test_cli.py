@@ -82,21 +82,29 @@ def test_run_with_a_missing_config_or_bad_override(tmp_path, store):
     assert "Traceback" not in result.output
 
 
-def test_run_calls_the_sweep_flow_with_the_config_and_overrides(store, monkeypatch):
+def test_run_hands_the_sweep_flow_the_sweep_it_expanded_once(store, monkeypatch):
+    """`fp8rl run` reads and expands the config once and the flow gets that expansion as it is."""
     import flows.pipelines as pipelines
+    from fp8rl_core.config.runs import Sweep
 
-    calls = []
-    monkeypatch.setattr(pipelines, "mxfp8_sweep", lambda config, overrides, **kw: calls.append((config, overrides, kw)) or [])
+    calls, reads = [], []
+    read_text = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: reads.append(self) or read_text(self, *a, **k))
+    monkeypatch.setattr(pipelines, "mxfp8_sweep", lambda config, **kw: calls.append((config, kw)) or [])
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     result = _invoke("run", str(SMOKE), "axes.seed=[0]", "loop.steps=1")
     assert result.exit_code == 0, result.output
     assert "sweep smoke: 10 runs" in result.output
-    assert calls == [(str(SMOKE), ["axes.seed=[0]", "loop.steps=1"], {"ray_address": None, "inline": False})]
+    ((sweep, kw),) = calls
+    assert kw == {"ray_address": None, "inline": False} and reads.count(SMOKE) == 1  # the config file: read once
+    assert isinstance(sweep, Sweep) and (sweep.name, sweep.source, sweep.overrides) == (
+        "smoke", str(SMOKE), ("axes.seed=[0]", "loop.steps=1"))
+    assert sweep == Sweep.load(SMOKE, ["axes.seed=[0]", "loop.steps=1"]) and len(sweep.runs) == 10
     # a cluster: --ray-address, or RAY_ADDRESS as Ray itself reads it; --inline: no Ray
     assert _invoke("run", str(SMOKE), "--ray-address", "10.0.0.1:6379").exit_code == 0
     monkeypatch.setenv("RAY_ADDRESS", "auto")
     assert _invoke("run", str(SMOKE), "--inline").exit_code == 0
-    assert [c[2] for c in calls[1:]] == [{"ray_address": "10.0.0.1:6379", "inline": False},
+    assert [c[1] for c in calls[1:]] == [{"ray_address": "10.0.0.1:6379", "inline": False},
                                          {"ray_address": "auto", "inline": True}]
 
 
@@ -109,7 +117,7 @@ def test_run_prints_the_sweep_log_which_gets_the_lines_the_terminal_does_not(sto
 
     consoles = []
 
-    def flow(config, overrides, **kw):  # logs as the flow and vLLM do: INFO to the file only, warnings to both
+    def flow(config, **kw):  # logs as the flow and vLLM do: INFO to the file only, warnings to both
         consoles.extend(h.level for h in logging.getLogger().handlers if isinstance(h, PrefectConsoleHandler))
         logging.getLogger("mlflow.store.db.utils").info("Creating initial MLflow database tables...")
         logging.getLogger("prefect.fp8rl-test").info("task run finished")

@@ -36,18 +36,24 @@ def _runs(sweep: str, kind: str | None = None):
     return [r for r in found if r.data.tags.get("fp8rl.kind") == kind]
 
 
-def test_the_experiment_flow_takes_its_run_as_expanded_without_reading_the_spec_again(monkeypatch):
-    """A run crosses the task boundaries as the data its expansion made: Prefect's validation of the flow's
-    parameters keeps the same object (no re-validation, so no read of the model spec)."""
-    from fp8rl_core.config import load_sweep
-    from flows.pipelines import experiment
+def test_the_flows_take_their_sweep_and_run_as_expanded_without_reading_a_file_again(monkeypatch):
+    """A sweep and its runs cross the flow and task boundaries as the data its expansion made: Prefect's
+    validation of the flows' parameters keeps the same objects (no re-validation, so no read of the sweep
+    file or a model spec); a path is still a valid ``config`` (a deployment's parameter)."""
+    from flows.pipelines import experiment, mxfp8_sweep, nightly_correctness
+    from fp8rl_core.config.runs import Sweep
 
-    _, runs = load_sweep(SMOKE, ONE_RUN)
+    sweep = Sweep.load(SMOKE, ONE_RUN)
+    runs = sweep.runs
     reads = []
     read_text = Path.read_text
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: reads.append(self) or read_text(self, *a, **k))
     params = experiment.validate_parameters({"run": runs[0], "sweep": "smoke", "sweep_id": "x", "mlflow_run": None})
     assert params["run"] is runs[0] and reads == []
+    assert mxfp8_sweep.validate_parameters({"config": sweep})["config"] is sweep
+    assert nightly_correctness.validate_parameters({"config": sweep})["config"] is sweep
+    assert mxfp8_sweep.validate_parameters({"config": SMOKE, "overrides": ONE_RUN})["config"] == SMOKE
+    assert reads == []
 
 
 def test_a_run_finishes_with_its_record_and_a_resume_skips_it(env):
@@ -306,3 +312,31 @@ def test_a_fixed_weights_sweep_records_every_variant_at_every_checkpoint_and_rep
     assert "| qwen3-dense-mini | (b) all on the learner's grid vs BF16 sampler | −16% |" in summary
     assert "requantized from BF16 vs the learner's bytes" in summary and "## Ablation" in summary
     assert "Checks: 6 of 6 syncs of the presets passed all seven conditions" in summary
+
+
+def test_the_sweep_flow_runs_the_expansion_it_is_given_without_its_files(env, tmp_path):
+    """The flow given a sweep as ``fp8rl run`` expanded it reads no file of it: the config and model specs it
+    was loaded from are gone before it starts, and the run finishes, the parent run logs the sweep's file and
+    overrides (``sweep.json``) and the report is written from the sweep the flow holds."""
+    import shutil
+
+    from flows.pipelines import mxfp8_sweep
+    from fp8rl_core.config.runs import Sweep
+
+    folder = tmp_path / "configs"
+    shutil.copytree(ROOT / "configs", folder, ignore=shutil.ignore_patterns("gpu"))
+    overrides = ["axes.seed=[4]", "axes.preset=[all]", "axes.model=[qwen3-dense-mini]", "loop.steps=1", SHORT]
+    sweep = Sweep.load(folder / "smoke.yaml", overrides)
+    shutil.rmtree(folder)
+    with pytest.raises(ValueError, match="carries its own"):  # an expansion is run as it is
+        mxfp8_sweep(sweep, ["axes.seed=[0]"])
+    rows = mxfp8_sweep(sweep, inline=True)
+    assert [(r.run_id, r.name, r.status) for r in rows] == [(sweep.runs[0].id, "dense-mini·all·s4", "FINISHED")]
+    (parent,) = [r for r in _runs("smoke", kind="sweep") if r.data.tags["fp8rl.sweep_id"] == sweep.id]
+    assert parent.info.status == "FINISHED" and parent.data.params["config"] == str(folder / "smoke.yaml")
+    logged = tracking.sweep_json(parent.info.run_id)
+    assert (logged["config"], logged["overrides"], logged["axes"]) == (
+        str(folder / "smoke.yaml"), overrides, {"model": ["qwen3-dense-mini"], "preset": ["all"], "seed": [4]})
+    summary = Path(env["root"]) / "reports" / "smoke" / "summary.md"
+    assert "# fp8rl report: smoke" in summary.read_text()
+    assert "report/summary.md" in {f.path for f in tracking.client().list_artifacts(parent.info.run_id, "report")}

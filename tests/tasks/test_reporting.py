@@ -1,6 +1,7 @@
 """The sweep report from an MLflow store: several finished runs with their logged tables (as the flow
 logs them, one table per run), a failed run and an older duplicate left out, the report written and
-logged as the experiment's ``report`` run."""
+logged as the experiment's ``report`` run or the sweep's parent run; its preset order from the sweep's
+config as the flow holds it or as the parent run logged it (``sweep.json``), never from a config file."""
 
 from __future__ import annotations
 
@@ -47,8 +48,8 @@ def test_a_sweep_report_from_mlflow(store):
         for preset in ("bf16-sampler", "all"):
             _log_run(sweep, preset, seed)
     _log_run(sweep, "all", 7, status="FAILED")
-    data = reporting.sweep_data(sweep, store / "dl", configs=store / "no-configs")
-    every = reporting.sweep_data(sweep, store / "dl2", configs=store / "no-configs", sweep_id=None)
+    data = reporting.sweep_data(sweep, store / "dl")
+    every = reporting.sweep_data(sweep, store / "dl2", sweep_id=None)
     assert "old-config" in set(every.runs["run_id"]) and "old-config" not in set(data.runs["run_id"])
     assert sorted(data.runs["run_id"]) == sorted(f"{p}-{s}" for p in DELTA for s in (0, 1, 2))
     assert set(data.runs["learner_precision"]) == {"mxfp8"} and set(data.runs["seed"]) == {0, 1, 2}
@@ -56,7 +57,7 @@ def test_a_sweep_report_from_mlflow(store):
     assert data.steps["run_id"].nunique() == 6 and len(data.kl_summary) == 6 * 3
 
     out = store / "report"
-    summary = reporting.write_sweep_report(sweep, out, configs=store / "no-configs")
+    summary = reporting.write_sweep_report(sweep, out)
     text = summary.read_text()
     assert text.startswith("# fp8rl report: dense-matching") and "16%" in text
     assert "reproduced" in text and any(p.suffix == ".png" for p in out.iterdir())
@@ -78,10 +79,10 @@ def test_the_report_goes_to_the_sweeps_parent_run_with_its_figures_inside_and_th
             _log_run(sweep, preset, seed, parent=parent)
     assert tracking.find_sweep_run(sweep, "sid") == parent and tracking.find_sweep_run(sweep, "other") is None
     tracking.end_sweep_run(parent, [tracking.RunRow("r", "m", "x", "FINISHED")] * 4)
-    data = reporting.sweep_data(sweep, store / "dl", configs=store / "no-configs")
+    data = reporting.sweep_data(sweep, store / "dl")
     assert parent not in set(data.runs["mlflow_run"]) and len(data.runs) == 4  # the parent is no run of the sweep
 
-    summary = reporting.write_sweep_report(sweep, store / "report", configs=store / "no-configs")
+    summary = reporting.write_sweep_report(sweep, store / "report")
     c = tracking.client()
     runs = c.search_runs([c.get_experiment_by_name(sweep).experiment_id])
     assert not [r for r in runs if r.data.tags.get("fp8rl.kind") == "report"]  # no sibling report run
@@ -107,3 +108,31 @@ def test_an_unknown_or_empty_sweep_is_named(store):
     _log_run("empty", "all", 0, status="FAILED")
     with pytest.raises(LookupError, match="sweep 'empty' has no FINISHED run"):
         reporting.sweep_data("empty", store / "dl")
+
+
+def test_the_figures_follow_the_preset_axis_the_sweep_carried_or_logged_not_a_config_file(store, monkeypatch):
+    """``fp8rl report`` takes the preset axis from the ``sweep.json`` of the reported expansion's parent
+    run, the flow from the sweep config it holds; a ``configs/<sweep>.yaml`` in the working directory (here
+    one with another axis) is not read."""
+    from fp8rl_core.config.schema import SweepConfig
+
+    sweep = "dense-matching"
+    monkeypatch.chdir(store)
+    (store / "configs").mkdir()
+    (store / "configs" / f"{sweep}.yaml").write_text(f"sweep: {sweep}\naxes: {{preset: [bf16-sampler, all]}}\n")
+    for preset in ("bf16-sampler", "all"):  # an expansion recorded without a parent run
+        _log_run(sweep, preset, 0, rid=f"old-{preset}", sweep_id="old")
+    assert reporting.sweep_data(sweep, store / "dl0").presets is None  # nothing logged: the canonical order
+    parent = tracking.open_sweep_run(sweep, "sid", {}, "")
+    tracking.log_json(parent, "sweep.json", {"sweep": sweep, "axes": {"preset": ["all", "bf16-sampler"], "seed": [0]},
+                                             "config": "configs/dense-matching.yaml", "overrides": []})
+    for preset in ("bf16-sampler", "all"):
+        _log_run(sweep, preset, 0, parent=parent)
+    assert tracking.sweep_json(parent)["axes"]["preset"] == ["all", "bf16-sampler"]
+    assert reporting.sweep_data(sweep, store / "dl1").presets == ["all", "bf16-sampler"]
+    held = SweepConfig(sweep=sweep, axes={"preset": ["requant", "bf16-sampler", "all"]})
+    assert reporting.sweep_data(sweep, store / "dl2", config=held).presets == ["requant", "bf16-sampler", "all"]
+    assert reporting.sweep_data(sweep, store / "dl3", config=SweepConfig(sweep=sweep)).presets is None
+    summary = reporting.write_sweep_report(sweep, store / "report", log=False).read_text()
+    assert summary.index("| all |") < summary.index("| bf16-sampler |")
+

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from adapters import tracking
-from fp8rl_core.config import load_sweep
+from fp8rl_core.config.runs import Sweep
 from tasks.verl_run import failure_reason, launch_overrides, port_race, run_verl, work_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +60,8 @@ def test_verl_config_prints_exactly_the_launchers_overrides(store):
     args = [GPU8B, "axes.seed=[1]", "axes.preset=[half]"]
     res = CliRunner().invoke(app, ["verl-config", *args, "--mlflow-run", "0123abcd", "--ray-address", "10.0.0.1:6379"])
     assert res.exit_code == 0, res.output
-    sweep, (run,) = load_sweep(*args[:1], args[1:])
+    loaded = Sweep.load(args[0], args[1:])
+    sweep, (run,) = loaded.config, loaded.runs
     printed = [line.split("    # ")[0] for line in res.output.splitlines()[2:] if not line.startswith("#")]
     printed = printed[:printed.index("model_engine: megatron")]  # the overrides, before the composed config
     launched = launch_overrides(run, sweep.sweep, mlflow_run_id="0123abcd", ray_address="10.0.0.1:6379")
@@ -76,8 +77,9 @@ def test_a_run_verl_refuses_ends_with_verls_status_and_its_own_message(store):
     """The real ``python -m verl.trainer.main_ppo`` with the launcher's overrides: verl composes them and its
     ``validate_config`` refuses 3-way tensor parallelism on 8 GPUs — before it starts Ray, so the test
     needs neither a cluster nor a GPU."""
-    sweep, (expanded,) = load_sweep(GPU8B, ["axes.seed=[0]", "axes.preset=[all]", "verl.tensor_parallel=3",
-                                            "verl.micro_batch_size_per_gpu=1"])
+    loaded = Sweep.load(GPU8B, ["axes.seed=[0]", "axes.preset=[all]", "verl.tensor_parallel=3",
+                                "verl.micro_batch_size_per_gpu=1"])
+    sweep, (expanded,) = loaded.config, loaded.runs
     run = expanded
     mlflow_run = tracking.open_run(sweep.sweep, "s", run.id, "r", {}, None)
     out = run_verl.fn(run, sweep.sweep, mlflow_run)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from fp8rl_core.config import RunConfig
+from fp8rl_core.config.schema import RunConfig
 from fp8rl_core.verl.checking import CheckSettings, fault_verdict, read_reports
 from fp8rl_core.verl.overrides import CHECKS_ENV
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fp8rl_core.config import load_sweep
+from fp8rl_core.config.runs import Sweep
 from fp8rl_core.sampler.presets import PRESETS
 from fp8rl_core.verl import Override, verl_overrides
 from fp8rl_core.verl.compose import VerlConfigError, check, compose, config_dir
@@ -40,7 +40,7 @@ def test_every_verl_module_fp8rl_uses_imports():
 
 @pytest.mark.parametrize("name", sorted(GPU))
 def test_both_gpu_configs_compose_and_pass_verls_validation(name):
-    runs = [r.config for r in load_sweep(GPU[name], ["axes.seed=[0]"])[1]]
+    runs = [r.config for r in Sweep.load(GPU[name], ["axes.seed=[0]"]).runs]
     assert [r.preset for r in runs] == list(PRESETS)
     for run in runs:
         ov = verl_overrides(run)
@@ -64,7 +64,7 @@ def test_both_gpu_configs_compose_and_pass_verls_validation(name):
 
 
 def _run(name="qwen3-8b", *overrides):
-    _, runs = load_sweep(GPU[name], ["axes.preset=[all]", "axes.seed=[0]", *overrides])
+    runs = Sweep.load(GPU[name], ["axes.preset=[all]", "axes.seed=[0]", *overrides]).runs
     return runs[0].config
 
 
@@ -125,7 +125,7 @@ def test_the_cpu_config_composes_and_passes_verls_validation(preset):
     """``verl.hardware: cpu`` (configs/verl-smoke.yaml): verl's FSDP engine, fp32 masters for an MXFP8 learner,
     fp8rl's method for every on-grid rollout (block FP8 too: verl's own FP8 rollout needs Triton), verl's own
     local Ray with its "GPU" slots, the default (v1) trainer."""
-    _, runs = load_sweep("configs/verl-smoke.yaml", [f"axes.preset=[{preset}]", "axes.model=[qwen3-moe-mini]"])
+    runs = Sweep.load("configs/verl-smoke.yaml", [f"axes.preset=[{preset}]", "axes.model=[qwen3-moe-mini]"]).runs
     run = runs[0].config
     cfg, printed = check(run, verl_overrides(run, data_dir="/w/r"))
     assert "All configuration checks passed successfully!" in printed

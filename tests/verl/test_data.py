@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from fp8rl_core.config import RunConfig
+from fp8rl_core.config.schema import RunConfig
 from fp8rl_core.learner.task import EOS, PAD, AdditionTask, decode, encode
 from fp8rl_core.verl.data import DATA_SOURCE, data_rows, step_seed, write_dataset, write_task_tokenizer
 from fp8rl_core.verl.reward import OTHER, completion_ids, compute_score

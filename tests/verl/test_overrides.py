@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from fp8rl_core.config import ConfigError, RunConfig, load_sweep
-from fp8rl_core.config import ChecksSection
+from fp8rl_core.config.loading import ConfigError
+from fp8rl_core.config.runs import Sweep
+from fp8rl_core.config.schema import ChecksSection, RunConfig
 from fp8rl_core.verl import Override, hydra_value, verl_overrides
 from fp8rl_core.verl.overrides import CHECKS_ENV, FAULT_ENV, REPORTS_ENV, main_ppo_argv
 from fp8rl_core.verl.extension import mxfp8_align_size, padding_patch_needed
@@ -18,7 +19,7 @@ GPU = {"qwen3-8b": "configs/gpu/qwen3-8b.yaml", "qwen3-30b-a3b": "configs/gpu/qw
 
 
 def gpu_run(name: str, preset: str = "all", *overrides: str) -> RunConfig:
-    _, runs = load_sweep(GPU[name], [f"axes.preset=[{preset}]", "axes.seed=[0]", *overrides])
+    runs = Sweep.load(GPU[name], [f"axes.preset=[{preset}]", "axes.seed=[0]", *overrides]).runs
     return runs[0].config
 
 
@@ -122,11 +123,11 @@ def test_hardware_learner_and_rollout_choices():
 
 def test_backend_and_verl_section_go_together():
     with pytest.raises(ConfigError, match="backend = 'verl' needs a 'verl' section"):
-        load_sweep(GPU["qwen3-8b"], ["verl=null"])
+        Sweep.load(GPU["qwen3-8b"], ["verl=null"])
     with pytest.raises(ConfigError, match="backend = 'native' takes no 'verl' section"):
-        load_sweep(GPU["qwen3-8b"], ["backend=native"])
+        Sweep.load(GPU["qwen3-8b"], ["backend=native"])
     with pytest.raises(ConfigError, match=r"base\.verl\.tensor_paralel: unknown field"):
-        load_sweep(GPU["qwen3-8b"], ["verl.tensor_paralel=2"])
+        Sweep.load(GPU["qwen3-8b"], ["verl.tensor_paralel=2"])
 
 
 def test_mxfp8_padding_rule():

@@ -105,7 +105,7 @@ print(json.dumps({"engine": cls.__module__ + "." + cls.__name__, "fsdp": EngineR
 def test_the_engines_mxfp8_layers_are_the_native_learners(model):
     """``put_on_grid`` swaps exactly the layers the native learner puts on the grid, keeps every parameter
     name, and the model computes bit for bit what the native learner computes."""
-    from fp8rl_core.config import RunConfig
+    from fp8rl_core.config.schema import RunConfig
     from fp8rl_core.learner.learner import Learner
     from fp8rl_core.learner.models import build_model
     from fp8rl_core.verl.engine import LearnerSetting, put_on_grid

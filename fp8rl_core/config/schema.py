@@ -1,93 +1,44 @@
-"""Experiment configs: YAML files → frozen pydantic models, dotted overrides, sweeps and run ids.
+"""The experiment config's schema: frozen pydantic models (``extra="forbid"``), one tree, every default
+declared once — in the component's own config class where it has one (learner, sampler, checks, metrics).
 
-A config file is a *sweep*: a ``base`` run and ``axes`` to expand it over (a single run is a sweep with
-no axes)::
-
-    sweep: smoke                      # the MLflow experiment name
-    base:                             # a RunConfig (every field has a default)
-      model: qwen3-dense-tiny         # configs/models/<name>.yaml, or a path to a spec file
-      preset: all                     # bf16-e2e | bf16-sampler | half | all | requant | other-grid
-      warmstart: {steps: 300, task: {digits: 2}}
-      learner: {lr: 1.0e-4, group_size: 4, tokens_per_microbatch: 4096}
-      sampler: {dtype: bfloat16}
-      loop: {steps: 3, prompts_per_step: 8}
-    axes:                             # dotted key → values; runs = the cartesian product, in file order
-      model: [qwen3-dense-tiny, qwen3-moe-tiny]
-      preset: [bf16-e2e, bf16-sampler, half, all, requant, other-grid]
-      seed: [0, 1, 2]
-    resources: {num_cpus: 1}          # what one run needs on a Ray node (num_cpus, num_gpus, memory_gb)
-
-Overrides (``key=value``, value parsed as YAML) address the file: ``base.loop.steps=2``,
-``axes.seed=[0]``; a key without ``base.``/``axes.`` is taken as ``base.<key>`` (``learner.lr=1e-3``).
-An axis key is one dotted key: ``axes.learner.tokens_per_microbatch=[512]`` replaces that axis. An
-override of a ``base`` field that an axis sets (``seed=1`` on a sweep with a ``seed`` axis) would have no
-effect and is an error: override the axis (``axes.seed=[1]``). A key repeated in one YAML mapping is an
-error too (YAML parsers keep the last one silently).
-
-``per_model: {<model>: {<settings>}}`` merges settings over ``base`` in that model's runs only (two models
-of one sweep that need, e.g., warm starts of different lengths); it must name a model the sweep runs and
-may not set a field an axis sets; ``per_model.<model>.<field>=…`` overrides it.
-
-Paths: a model name is looked up in ``<config dir>/models``; ``base.models_dir`` changes that, and a
-relative ``models_dir`` is taken relative to the config file's directory (``models_dir: ../models`` in
-``configs/gpu/*.yaml``), so a sweep loads the same from any working directory. A ``model`` given as a
-path to a ``.yaml`` spec is used as written (relative to the working directory).
-
-``resources`` is what one run asks of the Ray node it runs on: a sweep runs as many runs at once as the
-cluster's free resources allow (``fp8rl run`` starts a local Ray; ``--ray-address`` joins a cluster).
-It is not part of a run's identity (its id), like ``sweep`` and ``description``.
-
-Every error names the file, the dotted field and what would be valid. Each run has a stable id: the
-first 12 hex digits of the SHA-256 of its resolved config (canonical JSON) — the same run gets the
-same id on every machine, which makes sweeps resumable.
+A sweep file validates into :class:`SweepConfig` (``sweep``, ``base``, ``axes``, ``per_model``,
+``resources`` and the optional ``correctness`` and ``matching`` sections); each of its runs into
+:class:`RunConfig` (model, preset, seed and one section per stage). Reading a file and its overrides:
+:mod:`fp8rl_core.config.loading`; expanding a sweep into its runs and their ids:
+:mod:`fp8rl_core.config.runs`. Every field, with its default: docs/configs.md.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from fp8rl_core.checks.runner import CheckPolicy
-from fp8rl_core.errors import format_errors
 from fp8rl_core.grids.spec import MX_RULES
-from fp8rl_core.identity import content_hash, digest
+from fp8rl_core.identity import content_hash
 from fp8rl_core.learner.config import GRAD_FORMATS, RULES, GRPOConfig, LearnerConfig, Recipe, WarmStartConfig
-from fp8rl_core.learner.spec import ModelSpec, load_model_spec, spec_hash
+from fp8rl_core.learner.spec import ModelSpec, load_model_spec
 from fp8rl_core.metrics.summary import BOOTSTRAP_RESAMPLES, CI_LEVEL
 from fp8rl_core.sampler.config import SamplerConfig
 from fp8rl_core.sampler.presets import PRESETS, Preset, Variant
 
 __all__ = [
+    "AblationSpec",
     "ChecksSection",
-    "VerlSection",
-    "MetricsSection",
-    "ConfigError",
     "CorrectnessSection",
-    "ResourcesSection",
-    "correctness_runs",
     "LearnerSection",
     "LoopSection",
     "MatchingSection",
-    "AblationSpec",
-    "matching_runs",
+    "MetricsSection",
+    "ResourcesSection",
     "RunConfig",
     "SweepConfig",
-    "apply_overrides",
-    "Run",
-    "load_sweep",
-    "run_description",
-    "run_id",
-    "run_name",
-    "run_tags",
-    "short_model",
-    "sweep_id",
+    "VerlSection",
+    "known_preset",
 ]
 
 
@@ -96,10 +47,6 @@ def known_preset(name: str) -> str:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}")
     return name
-
-
-class ConfigError(ValueError):
-    """A config file or override is invalid; the message names the file, field and valid values."""
 
 
 # Each section's defaults are its component's (declared once, in the component's config class).
@@ -278,7 +225,7 @@ class RunConfig(BaseModel):
     def _combination(self, info: ValidationInfo) -> "RunConfig":
         if (self.backend == "verl") != (self.verl is not None):
             raise ValueError(f"backend = {self.backend!r} {'needs a' if self.verl is None else 'takes no'} 'verl' section "
-                             "(model_path, hardware, gpus_per_node, tensor_parallel, ...; fields: fp8rl_core/config.py VerlSection)")
+                             "(model_path, hardware, gpus_per_node, tensor_parallel, ...; fields: fp8rl_core/config/schema.py VerlSection)")
         spec = self.spec((info.context or {}).get("specs"))  # validated with a sweep's expansion: its specs
         task = self.warmstart.task
         if self.sampler.max_model_len < task.seq_len:
@@ -447,6 +394,11 @@ class ResourcesSection(BaseModel):
 
 
 class SweepConfig(BaseModel):
+    """A sweep file as written (overrides applied): a ``base`` run, ``axes`` to expand it over, settings
+    ``per_model``, what one run asks of a Ray node (``resources``) and the optional ``correctness`` and
+    ``matching`` sections. ``sweep`` (the MLflow experiment), ``description`` and ``resources`` are not part
+    of a run's identity. Its runs: :class:`fp8rl_core.config.runs.Sweep`."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     correctness: CorrectnessSection | None = None
@@ -477,284 +429,3 @@ class SweepConfig(BaseModel):
         if empty:
             raise ValueError(f"axes {empty} have no values; give each axis at least one value or remove it")
         return v
-
-
-def _merge(into: dict, settings: Mapping[str, Any], where: str = "") -> list[str]:
-    """Merge ``settings`` (nested mappings) into ``into`` in place; returns the dotted keys it set."""
-    done = []
-    for k, v in settings.items():
-        key = f"{where}{k}"
-        if isinstance(v, Mapping) and isinstance(into.get(k), dict):
-            done += _merge(into[k], v, f"{key}.")
-        else:
-            into[k] = json.loads(json.dumps(v))
-            done.append(key)
-    return done
-
-
-def _set_dotted(data: dict, key: str, value: Any) -> None:
-    parts = key.split(".")
-    cur = data
-    for p in parts[:-1]:
-        nxt = cur.get(p)
-        if nxt is None:
-            nxt = cur[p] = {}
-        if not isinstance(nxt, dict):
-            raise ConfigError(f"override {key}: {p!r} is a value ({nxt!r}), not a section")
-        cur = nxt
-    cur[parts[-1]] = value
-
-
-def apply_overrides(data: Mapping, overrides: Iterable[str]) -> dict:
-    """``key=value`` overrides (value parsed as YAML) applied to a sweep file's mapping."""
-    out = json.loads(json.dumps(data))
-    for item in overrides:
-        key, value = _parse_override(item)
-        if key.startswith("axes.") and len(key) > len("axes."):
-            # an axis key is itself dotted (axes: {learner.tokens_per_microbatch: [...]}): one key, not a path
-            axes = out.get("axes")
-            if axes is None:
-                axes = out["axes"] = {}
-            if not isinstance(axes, dict):
-                raise ConfigError(f"override {key}: 'axes' is a value ({axes!r}), not a section")
-            axes[key.removeprefix("axes.")] = value
-        else:
-            _set_dotted(out, key, value)
-    return out
-
-
-def _parse_override(item: str) -> tuple[str, Any]:
-    """``key=value`` → (the key as addressed in the file, e.g. ``base.learner.lr``; the parsed value)."""
-    if "=" not in item:
-        raise ConfigError(f"override {item!r} is not key=value (e.g. learner.lr=1e-4 or axes.seed=[0,1])")
-    key, raw = item.split("=", 1)
-    key = key.strip()
-    if not key:
-        raise ConfigError(f"override {item!r} has an empty key")
-    try:
-        value = yaml.safe_load(raw)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"override {key}: value {raw!r} is not valid YAML ({e})") from None
-    if key.split(".")[0] not in ("base", "axes", "per_model", "sweep", "description", "resources", "correctness",
-                                 "matching"):
-        key = f"base.{key}"
-    return key, value
-
-
-_MISSING = object()
-
-
-def _shadowed_overrides(source: str, sweep: "SweepConfig", overrides: list[str]) -> None:
-    """Refuse a ``base`` override of a field an axis sets: expansion would silently replace it."""
-    for item in overrides:
-        key, value = _parse_override(item)
-        if not key.startswith("base."):
-            continue
-        field = key.removeprefix("base.")
-        for axis, values in sweep.axes.items():
-            inner: Any = value  # a section override (learner={...}) is shadowed only where it sets the axis
-            for part in axis.removeprefix(f"{field}.").split(".") if axis.startswith(f"{field}.") else ():
-                inner = inner.get(part, _MISSING) if isinstance(inner, dict) else _MISSING
-            if axis == field or field.startswith(f"{axis}.") or (axis.startswith(f"{field}.") and inner is not _MISSING):
-                hint = f"axes.{axis}=[{value}]" if axis == field else f"axes.{axis}=[...]"
-                raise ConfigError(
-                    f"{source}: override {item!r} has no effect: {axis!r} is an axis of this sweep "
-                    f"(values {values}), which replaces base.{axis} in every run; override the axis instead, "
-                    f"e.g. {hint}"
-                )
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.safe_load`` that refuses a key repeated in one mapping (PyYAML keeps the last silently)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            try:
-                first = seen.setdefault(key, key_node.start_mark.line + 1)
-            except TypeError:  # an unhashable key: let PyYAML report it
-                continue
-            if first != key_node.start_mark.line + 1:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (line {key_node.start_mark.line + 1}, first at line {first}); "
-                    "a later value would silently replace the earlier one — keep one", key_node.start_mark)
-        return super().construct_mapping(node, deep=deep)
-
-
-def run_id(run: RunConfig, spec: ModelSpec | None = None) -> str:
-    """Stable id of a run: 12 hex digits of the content hash of its resolved config and the *contents* of
-    its model spec (``spec``, else read from its file; editing a spec file gives its runs new ids, so a
-    resumed sweep does not skip runs of an older architecture)."""
-    spec = run.spec() if spec is None else spec
-    return content_hash(run.model_dump(mode="json", exclude={"models_dir"}) | {"model_spec": spec_hash(spec)}, 12)
-
-
-def short_model(model: str) -> str:
-    """A model's name without its family (``qwen3-dense-mini`` → ``dense-mini``) when two parts remain: the
-    narrow name column of the UI shows the part that differs; the full name is the run's ``model`` tag."""
-    family, _, rest = model.partition("-")
-    return rest if "-" in rest else model
-
-
-def run_name(cfg: RunConfig) -> str:
-    """The run's short, distinct name: ``dense-mini·bf16-sampler·s0`` (model·preset·seed)."""
-    return f"{short_model(cfg.model)}·{cfg.preset}·s{cfg.seed}"
-
-
-def run_tags(cfg: RunConfig) -> dict[str, str]:
-    """The tags a user groups and filters runs by (the full names)."""
-    return {"model": cfg.model, "preset": cfg.preset, "seed": str(cfg.seed), "backend": cfg.backend,
-            "learner_precision": PRESETS[cfg.preset].learner_precision if cfg.preset in PRESETS else ""}
-
-
-def run_description(cfg: RunConfig) -> str:
-    """The run's one line in the UI: what it ran."""
-    what = PRESETS[cfg.preset].what if cfg.preset in PRESETS else cfg.preset
-    return f"{cfg.model}, preset {cfg.preset} ({what}), seed {cfg.seed}, {cfg.loop.steps} RL steps"
-
-
-@dataclass(frozen=True)
-class Run:
-    """One run of a sweep as its expansion made it, once: its stable ``id`` (:func:`run_id`), its ``name``
-    and ``tags`` (:func:`run_name`, :func:`run_tags`), its validated ``config`` and the model ``spec`` its
-    id was computed from. Flows and tasks carry it as it is (it pickles; no step re-reads or re-hashes it)."""
-
-    id: str
-    name: str
-    tags: Mapping[str, str]
-    config: RunConfig
-    spec: ModelSpec
-
-    @classmethod
-    def of(cls, config: RunConfig, spec: ModelSpec | None = None) -> "Run":
-        """The run of ``config`` (``spec``: its model spec when already read)."""
-        spec = config.spec() if spec is None else spec
-        return cls(run_id(config, spec), run_name(config), run_tags(config), config, spec)
-
-    @property
-    def description(self) -> str:
-        return run_description(self.config)
-
-
-def sweep_id(runs: Sequence[Run]) -> str:
-    """The id of one expansion of a sweep: 12 hex digits of the SHA-256 of its runs' ids, comma-joined."""
-    return digest(",".join(r.id for r in runs), 12)
-
-
-def expand(sweep: SweepConfig, source: str, models_dir: str,
-           specs: MutableMapping[Path, ModelSpec] | None = None) -> list[Run]:
-    """The sweep's runs: base × the cartesian product of the axes, validated, ids unique; each model spec
-    read once (``specs``: the specs read so far, shared with the caller)."""
-    specs = {} if specs is None else specs
-    keys = list(sweep.axes)
-    runs: list[Run] = []
-    models_seen: set[str] = set()
-    for combo in itertools.product(*(sweep.axes[k] for k in keys)) if keys else [()]:
-        data = json.loads(json.dumps(sweep.base))
-        given = data.get("models_dir")
-        if given is None:
-            data["models_dir"] = models_dir
-        elif isinstance(given, str) and not Path(given).is_absolute():
-            # relative to the config file's directory (models_dir is <config dir>/models), not the cwd
-            data["models_dir"] = str((Path(models_dir).parent / given).resolve())
-        for k, v in zip(keys, combo):
-            _set_dotted(data, k, v)
-        where = ", ".join(f"{k}={v}" for k, v in zip(keys, combo))
-        model = data.get("model", RunConfig.model_fields["model"].default)
-        models_seen.add(str(model))
-        if str(model) in sweep.per_model:
-            for key in _merge(data, sweep.per_model[str(model)]):
-                hit = [a for a in keys if a == key or key.startswith(f"{a}.") or a.startswith(f"{key}.")]
-                if hit:
-                    raise ConfigError(f"{source}: per_model.{model}.{key} conflicts with the axis {hit[0]!r}, which sets "
-                                      f"it in every run; keep one of them")
-        try:
-            cfg = RunConfig.model_validate(data, context={"specs": specs})
-            runs.append(Run.of(cfg, cfg.spec(specs)))
-        except ValidationError as e:
-            prefix = "base."
-            msg = format_errors(source, e, RunConfig, prefix)
-            raise ConfigError(msg + (f"\n  (in the run {where})" if where else "")) from None
-        except (ValueError, FileNotFoundError) as e:
-            raise ConfigError(f"{source}: {e}" + (f" (in the run {where})" if where else "")) from None
-    unused = sorted(set(sweep.per_model) - models_seen)
-    if unused:
-        raise ConfigError(f"{source}: per_model names {unused}, which no run of this sweep uses; its models are "
-                          f"{sorted(models_seen)}")
-    ids = [r.id for r in runs]
-    dup = sorted({i for i in ids if ids.count(i) > 1})
-    if dup:
-        raise ConfigError(f"{source}: the axes produce identical runs (ids {dup}); remove the repeated values")
-    return runs
-
-
-def load_sweep(path: str | Path, overrides: Iterable[str] = ()) -> tuple[SweepConfig, list[Run]]:
-    """Read a sweep file, apply overrides, validate and expand it into its runs, each model spec read once.
-    Raises :class:`ConfigError`."""
-    path = Path(path)
-    overrides = list(overrides)
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such config file")
-    try:
-        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 — a SafeLoader subclass
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping with 'sweep', 'base' and 'axes', got {type(data).__name__}")
-    data = apply_overrides(data, overrides)
-    try:
-        sweep = SweepConfig.model_validate(data)
-    except ValidationError as e:
-        raise ConfigError(format_errors(str(path), e, SweepConfig)) from None
-    _shadowed_overrides(str(path), sweep, overrides)
-    models_dir = str(path.resolve().parent / "models")
-    specs: dict[Path, ModelSpec] = {}
-    runs = expand(sweep, str(path), models_dir, specs)
-    correctness_runs(sweep, path, specs)  # validate the correctness section's runs now, with the file named
-    if sweep.matching is not None:
-        runs = matching_runs(sweep, runs, str(path))
-    return sweep, runs
-
-
-def matching_runs(sweep: SweepConfig, runs: Sequence[Run], source: str) -> list[Run]:
-    """A sweep with a ``matching`` section: each expanded run as a fixed-weights run — a warm start of its
-    own seed (``warmstart.seed`` = the run's seed: each seed's checkpoints are other weights), RL for the
-    section's last checkpoint's steps (``loop.steps``), an id that also hashes the section (a changed variant
-    list is a new run, not a resumed one), the name ``<model>·fixed-weights·s<seed>`` and the tag
-    ``experiment``."""
-    section = sweep.matching
-    if "preset" in sweep.axes:
-        raise ConfigError(f"{source}: a sweep with a 'matching' section measures matching.presets at every "
-                          "checkpoint; its runs' preset is the one RL runs to make the checkpoints after step 0 — "
-                          "set base.preset, not an axis 'preset'")
-    if section.steps[-1] > 0 and runs and runs[0].config.backend != "native":
-        raise ConfigError(f"{source}: the fixed-weights experiment runs on the native backend; remove backend: verl")
-    models = {r.config.model for r in runs}
-    unknown = sorted(set(section.ablation_models or ()) - models)
-    if unknown:
-        raise ConfigError(f"{source}: matching.ablation_models names {unknown}, which no run of this sweep uses; its "
-                          f"models are {sorted(models)}")
-    out = []
-    for run in runs:
-        c = run.config
-        cfg = c.model_copy(update={"loop": c.loop.model_copy(update={"steps": max(1, section.steps[-1])}),
-                                   "warmstart": c.warmstart.model_copy(update={"seed": c.seed})})
-        base = Run.of(cfg, run.spec)
-        out.append(Run(digest(f"{base.id}:{section.id()}", 12), f"{short_model(cfg.model)}·fixed-weights·s{cfg.seed}",
-                       dict(base.tags) | {"experiment": "fixed-weights"}, cfg, run.spec))
-    return out
-
-
-def correctness_runs(sweep: SweepConfig, path: str | Path,
-                     specs: MutableMapping[Path, ModelSpec] | None = None) -> dict[str, RunConfig]:
-    """The correctness section's RunConfig per model ({} without a section); errors name the file.
-    ``specs``: as :meth:`RunConfig.spec`."""
-    if sweep.correctness is None:
-        return {}
-    try:
-        return sweep.correctness.runs(str(Path(path).resolve().parent / "models"), specs)
-    except ValidationError as e:
-        raise ConfigError(format_errors(str(path), e, RunConfig, "correctness.base.")) from None
-    except (ValueError, FileNotFoundError) as e:
-        raise ConfigError(f"{path}: correctness: {e}") from None
