@@ -16,12 +16,16 @@ test file, so a new test lands in the right tier by itself:
 A file in :data:`EXCEPT` does not get its folder's marker (it starts no engine, runs no flow: the CLI's
 tests replace the flow with a recorder; the terminal table is rendered by rich alone; the noise rules are
 checked on log records).
+``upstream``
+    reads upstream releases from the registry (PyPI): the GPU set resolves, the private upstream names fp8rl
+    uses exist in the GPU set's wheels (downloaded once into ``~/.cache/fp8rl/wheels``): every test under
+    ``tests/upstream/`` (costs in tests/BUDGET.md). Not in the edit loop; ``make test`` runs it.
 ``slow``
     measured slow on the 2-core machine without starting an engine (warm starts, exhaustive numerics,
     MLflow stores): the folders, files and tests in :data:`SLOW` and the users of :data:`SLOW_FIXTURES`.
 
 ``make test-fast`` runs ``pytest --fast``: the tests in none of the tiers (same as ``-m "not engine and not
-flow and not slow and not verl"``, but files wholly in a tier are not even imported); ``make test`` runs all. A guard
+flow and not slow and not verl and not upstream"``, but files wholly in a tier are not even imported); ``make test`` runs all. A guard
 keeps the fast tier honest: a test that constructs a :class:`~fp8rl_core.sampler.engine.Sampler`
 without being marked ``engine`` or ``flow`` fails, naming this file.
 
@@ -51,7 +55,7 @@ if os.environ.get("CI"):
 TESTS = Path(__file__).resolve().parent
 
 #: folders (paths relative to tests/, with a trailing slash) or files whose every test gets the marker
-BY_FOLDER = {"engine": ("core/sampler/", "bench/test_engine.py"), "flow": ("flows/",)}
+BY_FOLDER = {"engine": ("core/sampler/", "bench/test_engine.py"), "flow": ("flows/",), "upstream": ("upstream/",)}
 #: fixtures that start engines: a test using one is an engine test wherever it lives
 ENGINE_FIXTURES = frozenset({"engines", "checkpoints"})
 #: files that do not get their folder's marker: path → marker
@@ -146,8 +150,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """In an xdist worker: the embedded Prefect server's database of its own (``.prefect/prefect-gw0.db``, …),
+    """The ``upstream`` marker (registered here, beside the rule that sets it). In an xdist worker: the embedded Prefect server's database of its own (``.prefect/prefect-gw0.db``, …),
     so two workers' servers never write one SQLite file."""
+    config.addinivalue_line("markers", "upstream: reads upstream releases from PyPI (tests/upstream/, tests/conftest.py)")
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         os.environ["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///.prefect/prefect-{worker}.db"

@@ -19,6 +19,7 @@ IMAGINED = [
     ("core/grids/test_mx.py", "test_x[e4m3]", set(), set()),
     ("tasks/test_brand_new.py", "test_x", set(), {"slow"}),
     ("core/learner/test_warmstart.py", "test_x", {"trained"}, {"slow"}),
+    ("upstream/test_brand_new.py", "test_x", set(), {"upstream"}),
 ]
 #: the same for tests that exist (checked below): the exceptions and a parametrized slow test
 REAL = [

@@ -9,7 +9,7 @@ the quantizer's ``optimize_for_gemm`` off (TE's default; the tensor's ``_with_ge
 False) the scale of row ``i``, block ``j`` sits at ``[i, j]`` (the C++ reference writes
 ``i * scales_stride_rowwise + j``): the tensor's scales are the top-left ``[rows, K/32]`` corner, the rest
 is padding. The scale byte and element rules are :mod:`.mx`'s ``rceil`` (TE's ``float_to_e8m0`` and
-``exp2f_rcp``). Checked against TE 2.16.1 (the GPU set's pin, constraints-gpu.txt) and TE's main branch:
+``exp2f_rcp``). Checked against TE 2.16.1 (the GPU set's pin, constraints-gpu.txt; verl's uv.lock) and TE's main branch:
 tests/core/grids/test_te.py, whose cases name the TE file and commit each comes from.
 """
 
