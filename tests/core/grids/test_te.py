@@ -5,8 +5,8 @@ without its CUDA extension, so its Python layout helper and its C++ reference ar
 the TE file and the tag/commit it was read at (NVIDIA/TransformerEngine).
 
 Where TE's versions disagree — ``exp2f_rcp`` of scale byte 0 is 1 in the kernel and the C++ test helper up to
-v2.12 and 2^127 from v2.13 on (v2.13 made the kernel's and the helper's the same bit construction) — fp8rl
-follows v2.13+: the GPU set pins TE 2.16.1 (verl's uv.lock, constraints-gpu.txt), and only then is a tiny block
+v2.12 and 2^127 from v2.13 on, byte 254 is 0 in v2.6–v2.12 and 2^-127 from v2.13 on (v2.13 made the kernel's
+and the helper's the same bit construction) — fp8rl follows v2.13+: the GPU set pins TE 2.16.1 (verl's uv.lock, constraints-gpu.txt), and only then is a tiny block
 (amax/448 an fp32 subnormal) kept instead of flushed to zero. An all-zero block is byte 0, elements 0, in
 every version.
 """
@@ -82,7 +82,8 @@ def test_a_buffer_not_padded_as_te_pads_is_refused_naming_both_shapes():
 
 #: scale byte → the fp32 factor elements are multiplied by (exp2f_rcp), per TE version
 MULTIPLIER_2_16 = {0: 2.0**127, 1: 2.0**126, 119: 2.0**8, 127: 1.0, 253: 2.0**-126, 254: 2.0**-127}
-MULTIPLIER_2_12 = {0: 1.0, 1: 2.0**126, 127: 1.0, 253: 2.0**-126}  # 254 is 2^-127 through exp2f there too
+#: byte 254 gives 0.0 there ((254 - 254) << 23), v2.13 made it 2^-127 (0x00400000) as the kernel now does
+MULTIPLIER_2_12 = {0: 1.0, 1: 2.0**126, 127: 1.0, 253: 2.0**-126, 254: 0.0}
 
 
 def test_the_element_multiplier_is_te_2_13_and_later_exp2f_rcp():
@@ -90,8 +91,8 @@ def test_the_element_multiplier_is_te_2_13_and_later_exp2f_rcp():
     assert got[:-1].tolist() == list(MULTIPLIER_2_16.values()), f"{KERNEL}; {HELPER} @ {TE_2_16_1} (same since {TE_2_13})"
     assert math.isnan(got[-1])  # 0xFF → NaN (0x7fffffff)
     # TE ≤ v2.12 (kernel and helper): byte 0 → 1; fp8rl follows the version the GPU set installs
-    assert all(e8m0_multiplier(torch.tensor([b])).item() == m for b, m in MULTIPLIER_2_12.items() if b)
-    assert e8m0_multiplier(torch.tensor([0])).item() != MULTIPLIER_2_12[0]
+    assert all(e8m0_multiplier(torch.tensor([b])).item() == m for b, m in MULTIPLIER_2_12.items() if b in (1, 127, 253))
+    assert [e8m0_multiplier(torch.tensor([b])).item() == MULTIPLIER_2_12[b] for b in (0, 254)] == [False, False]
 
 
 @dataclass(frozen=True)
