@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from flows.logs import quiet_process  # noqa: E402
+from adapters.logs import quiet_process  # noqa: E402
 
 quiet_process()  # at import: vLLM's spawned engine processes re-import this module first
 
@@ -64,7 +64,7 @@ def main() -> None:
     ap.add_argument("--cache", default=str(ROOT / ".cache" / "warmstart"), help="warm-start checkpoints (shared)")
     args = ap.parse_args()
 
-    from flows import tracking_server as ts
+    from adapters import tracking_server as ts
 
     os.environ.pop("RAY_ADDRESS", None)
     os.environ["FP8RL_CACHE"] = str(Path(args.cache).resolve())

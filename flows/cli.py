@@ -1,7 +1,7 @@
 """The ``fp8rl`` command: run a sweep, register the deployments, open MLflow, list recent runs.
 
 Thin by design — argument parsing and calls into the flows (:mod:`flows.pipelines`), the config loader
-(:mod:`fp8rl_core.config`) and the tracking helpers (:mod:`tasks.tracking`). Heavy imports (torch, vLLM,
+(:mod:`fp8rl_core.config`) and the tracking helpers (:mod:`adapters.tracking`). Heavy imports (torch, vLLM,
 Prefect) happen inside the commands, so ``fp8rl --help`` and ``fp8rl runs`` stay quick.
 
     fp8rl run configs/smoke.yaml [key=value ...]   # the mxfp8-sweep flow: runs on a local Ray (or --ray-address)
@@ -28,12 +28,12 @@ from typing import Annotated
 
 import typer
 
-from flows.logs import quiet_process, sweep_log
+from adapters.logs import quiet_process, sweep_log
 
 __all__ = ["app"]
 
 # Before anything imports torch or vLLM: vLLM's spawned engine processes re-import this module first,
-# so the known-harmless lines of their imports are silenced too (flows.logs, fp8rl_core.sampler.quiet).
+# so the known-harmless lines of their imports are silenced too (adapters.logs, fp8rl_core.sampler.quiet).
 quiet_process()
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,7 +78,7 @@ def run(
         raise _fail(str(e)) from None
     typer.echo(f"sweep {sweep.sweep}: {len(runs)} runs from {config}")
 
-    from flows.logs import driving_only
+    from adapters.logs import driving_only
 
     with driving_only() if not inline else contextlib.nullcontext():  # on Ray, this process starts no engine
         from flows.pipelines import mxfp8_sweep
@@ -160,7 +160,7 @@ def ui(
     port: Annotated[int, typer.Option(help="port to listen on (127.0.0.1 only)")] = 5000,
 ) -> None:
     """Open MLflow's UI on the local tracking store (MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)."""
-    from tasks.tracking import artifact_root, tracking_uri
+    from adapters.tracking import artifact_root, tracking_uri
 
     if tracking_uri().startswith(("http://", "https://")):  # a tracking server serves its own UI
         typer.echo(f"MLFLOW_TRACKING_URI is a tracking server: its UI is {tracking_uri()} (nothing to start)")
@@ -203,7 +203,7 @@ def tracking_server(
     import time
     from contextlib import ExitStack
 
-    from flows.tracking_server import Postgres, ServerError, TrackingServer
+    from adapters.tracking_server import Postgres, ServerError, TrackingServer
 
     def interrupt(signum, frame):  # the first Ctrl-C or SIGTERM stops both servers; later ones cannot cut that short
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -255,8 +255,8 @@ def runs(
     from mlflow.entities import ViewType
     from rich.console import Console
 
+    from adapters import tracking
     from flows.terminal_table import Column, fitted_table
-    from tasks import tracking
 
     c = tracking.client()
     if sweep is not None:
@@ -292,7 +292,7 @@ def runs(
 def _ui_links(c, experiment: str) -> list[str]:
     """The MLflow UI's links for a sweep: its runs with the headline view, then per (model, seed) of its
     latest expansion with two presets or more the compare page of those runs."""
-    from tasks import tracking
+    from adapters import tracking
 
     lines = [f"MLflow UI (`fp8rl ui` first for a local store): {tracking.experiment_url(experiment)}"]
     latest = c.search_runs([experiment], filter_string="tags.`fp8rl.kind` = 'sweep'",

@@ -1,6 +1,6 @@
 """What a sweep prints to the terminal: its progress (one line per run as it ends) and the table of its
-runs with the headline metrics (:data:`tasks.tracking.HEADLINE`). Everything else goes to the log files
-(:mod:`flows.logs`)."""
+runs with the headline metrics (:data:`adapters.tracking.HEADLINE`). Everything else goes to the log files
+(:mod:`adapters.logs`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tasks.tracking import HEADLINE, RunRow
+from adapters.tracking import HEADLINE, RunRow
 
 __all__ = ["console", "progress", "sweep_table"]
 

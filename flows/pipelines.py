@@ -1,8 +1,8 @@
 """Prefect flows: one experiment, a fixed-weights matching run, a sweep of either, the nightly correctness run.
 
 Flows only compose tasks (:mod:`tasks.stages`, :mod:`tasks.verl_run`), the tracking calls that open and
-end an MLflow run (:func:`tasks.tracking.ending`: FINISHED, FAILED with the ``error`` tag, KILLED on a
-signal) and the dispatcher that runs a sweep's experiments on Ray (:mod:`flows.dispatch`).
+end an MLflow run (:func:`adapters.tracking.ending`: FINISHED, FAILED with the ``error`` tag, KILLED on a
+signal) and the dispatcher that runs a sweep's experiments on Ray (:mod:`adapters.dispatch`).
 """
 
 # annotations evaluated at definition (no postponed ones): Prefect validates the experiment flow's
@@ -11,11 +11,11 @@ import logging
 import os
 from pathlib import Path
 
-from flows.logs import configure_vllm_logging, engines_here, quiet_process
+from adapters.logs import configure_vllm_logging, engines_here, quiet_process
 
 # a Ray worker imports this module to run a task: the CLI's quiet defaults before the libraries load, and
-# vLLM's logging configured before any task run logs (flows.logs.configure_vllm_logging) — except in a
-# process that only drives the runs on Ray (flows.logs.driving_only: `fp8rl run` without --inline)
+# vLLM's logging configured before any task run logs (adapters.logs.configure_vllm_logging) — except in a
+# process that only drives the runs on Ray (adapters.logs.driving_only: `fp8rl run` without --inline)
 quiet_process()
 if engines_here():
     configure_vllm_logging()
@@ -24,14 +24,15 @@ from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.runtime import flow_run as runtime_flow_run  # noqa: E402
 
-from flows import console, dispatch  # noqa: E402
+from adapters import cluster, dispatch, tracking  # noqa: E402
+from adapters.tracking import RunRow  # noqa: E402
+from flows import console  # noqa: E402
 from fp8rl_core.config import (MatchingSection, Run, SweepConfig, correctness_runs, load_sweep, run_id,  # noqa: E402
                                sweep_id)
 from fp8rl_core.schedule import dispatch_order, engine_group  # noqa: E402
 from fp8rl_core.sampler.pool import release_all  # noqa: E402
 from fp8rl_core.vocabulary import CONDITIONS  # noqa: E402
-from tasks import cluster, reporting, stages, tracking  # noqa: E402
-from tasks.tracking import RunRow  # noqa: E402
+from tasks import reporting, stages  # noqa: E402
 
 __all__ = ["experiment", "fixed_weights", "mxfp8_sweep", "nightly_correctness"]
 
@@ -194,7 +195,7 @@ def _skip_finished(sweep: SweepConfig, runs: list[Run], resume: bool) -> tuple[d
 
 
 class _ParentRun:
-    """The sweep's parent run (:func:`tasks.tracking.open_sweep_run`), opened when first asked for — with
+    """The sweep's parent run (:func:`adapters.tracking.open_sweep_run`), opened when first asked for — with
     the sweep's settings as params and ``sweep.json`` — so a sweep with nothing to run opens none."""
 
     def __init__(self, sweep: SweepConfig, expansion: str, config: str, overrides: list[str]) -> None:
@@ -211,7 +212,7 @@ class _ParentRun:
         return self.id
 
     def end(self, rows: list[RunRow], interrupted: BaseException | None = None) -> None:
-        """End it by its runs' rows (:func:`tasks.tracking.end_sweep_run`), if it was opened."""
+        """End it by its runs' rows (:func:`adapters.tracking.end_sweep_run`), if it was opened."""
         if self.id is not None:
             tracking.end_sweep_run(self.id, rows, interrupted=interrupted)
 
@@ -229,7 +230,7 @@ def _verl_sweep(sweep: SweepConfig, runs: list[Run], sweep_id: str, config: str,
     (:func:`tasks.verl_run.run_verl`), one after another — each takes ``verl.nnodes × verl.gpus_per_node``
     GPUs (on CPU, ``verl.hardware: cpu``, without a cluster address: that many slots of the local Ray verl
     starts itself). Nothing is opened in MLflow when the cluster cannot host the runs
-    (:class:`tasks.cluster.ClusterError`: too few GPUs per node, a tracking store other nodes cannot share).
+    (:class:`adapters.cluster.ClusterError`: too few GPUs per node, a tracking store other nodes cannot share).
     The runs are nested under the sweep's parent run, as a native sweep's; each ends FINISHED, or FAILED
     with verl's exit status and last error lines (a failed check's line among them; KILLED on a signal);
     runs already FINISHED are skipped when ``resume``; then the sweep's report."""
@@ -384,7 +385,7 @@ def _correctness(config: str, overrides: list[str]) -> dict:
     if any(cfg.backend == "verl" for cfg in runs.values()):
         from flows.verl_correctness import verl_correctness
 
-        return verl_correctness(sweep, runs, wanted, mlflow_run)
+        return verl_correctness(sweep, runs, wanted, mlflow_run, _flow_run(), _verl_run)
     try:
         with tracking.ending(mlflow_run):
             with tracking.captured_logs(mlflow_run):

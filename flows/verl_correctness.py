@@ -1,23 +1,27 @@
 """The nightly correctness stage through verl's trainer (``backend: verl``, docs/correctness.md): the
 fault series and the stop run of each model, judged by :func:`fp8rl_core.verl.checking.fault_verdict`;
-called by :func:`flows.pipelines.nightly_correctness`, whose ``_verl_run`` runs each verl run."""
+called by :func:`flows.pipelines.nightly_correctness` with the function that runs each verl run."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 from prefect import get_run_logger
 
+from adapters import tracking
+from adapters.tracking import RunRow
 from fp8rl_core.config import Run, SweepConfig
 from fp8rl_core.verl.checking import fault_verdict
-from tasks import tracking
-from tasks.tracking import RunRow
 
 __all__ = ["verl_correctness"]
 
 
-def verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: str) -> dict:
-    """The correctness stage through verl's trainer (``backend: verl``): two verl runs per model.
+def verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: str, flow_run: str,
+                     verl_run: Callable[..., tuple[RunRow, Any]]) -> dict:
+    """The correctness stage through verl's trainer (``backend: verl``): two verl runs per model, each run
+    by ``verl_run(run, sweep, sweep_id, flow_run, parent, faults=...)`` (its row and how verl ended).
 
     - The **fault series**: ``clean_syncs`` clean syncs, then each fault of the worker's load (the faults
       verl's path can carry: ``load`` / ``post-load``) planted at a sync of its own — on one tensor-parallel
@@ -30,16 +34,14 @@ def verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: s
 
     Every run is nested under the ``correctness`` run, which holds the table of the faults (``verl_faults``,
     both runs' verdicts) and the false alarms."""
-    from flows.pipelines import _flow_run, _verl_run
-
     logger = get_run_logger()
-    section, flow_run = sweep.correctness, _flow_run()
+    section = sweep.correctness
     skipped = [f.name for f in wanted if f.worker is None]
     wanted = [f for f in wanted if f.worker is not None]
 
     def one(run: Run, suffix: str, faults: list[dict]) -> tuple[RunRow, list[dict]]:
         run = dataclasses.replace(run, id=f"{run.id}-{suffix}", name=f"{run.name}·{suffix}")
-        row, out = _verl_run(run, sweep.sweep, section.id(), flow_run, mlflow_run, faults=faults)
+        row, out = verl_run(run, sweep.sweep, section.id(), flow_run, mlflow_run, faults=faults)
         return row, list(out.checks)
 
     rows: list[dict] = []

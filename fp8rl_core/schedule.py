@@ -1,6 +1,6 @@
 """The order a sweep's runs go to a cluster's workers: warm starts side by side first
 (:func:`dispatch_order`), then each worker kept on its engine group (:func:`engine_group`,
-:func:`next_run`) so its live engine is reused. Pure: the dispatcher (flows/dispatch.py) applies it;
+:func:`next_run`) so its live engine is reused. Pure: the dispatcher (adapters/dispatch.py) applies it;
 docs/deploy.md (Sweeps on Ray, dispatch) says what it saves."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ sweep's runs are nested under): ``summary.md``, the PNGs, ``summary.html`` (the 
 figures inside, which MLflow's artifact view renders) and the per-model × preset aggregates with their 95%
 CIs as metrics ``agg/<model>/<preset>/<measure>`` (``_lo``/``_hi``).
 
-Thin: :func:`sweep_data` turns what :func:`tasks.tracking.sweep_tables` downloaded into
+Thin: :func:`sweep_data` turns what :func:`adapters.tracking.sweep_tables` downloaded into
 :class:`fp8rl_core.report.SweepData` (run-level columns from the logged params), and the task writes and
 logs. ``fp8rl report SWEEP`` and the end of the ``mxfp8-sweep`` flow both call it.
 """
@@ -22,7 +22,7 @@ from fp8rl_core.report import SweepData, interval_table, write_report
 from fp8rl_core.sampler.presets import PRESETS
 from fp8rl_core.schemas import validate
 
-from . import tracking
+from adapters import tracking
 
 __all__ = ["AGGREGATES", "aggregate_metrics", "summary_html", "sweep_data", "sweep_report", "write_sweep_report"]
 
@@ -42,7 +42,7 @@ def _preset_axis(sweep: str, configs: Path) -> list[str] | None:
 def sweep_data(sweep: str, dest: str | Path, configs: str | Path = "configs",
                sweep_id: str | None = "latest") -> SweepData:
     """The sweep's finished runs and their tables as :class:`SweepData` (tables validated on the way in).
-    ``sweep_id``: which expansion of the config (see :func:`tasks.tracking.sweep_tables`; default the
+    ``sweep_id``: which expansion of the config (see :func:`adapters.tracking.sweep_tables`; default the
     latest, so a report never mixes runs of an edited config with older ones)."""
     raw = tracking.sweep_tables(sweep, dest, sweep_id)
     if not raw["runs"]:
@@ -122,7 +122,7 @@ def write_sweep_report(sweep: str, out_dir: str | Path, *, configs: str | Path =
                        trace_paths=None, run: str | None = None) -> Path:
     """Write ``summary.md``, ``summary.html`` + PNGs of ``sweep`` into ``out_dir``; with ``log``, also log
     them and the :func:`aggregate_metrics` to the MLflow run ``run`` — default the parent run of the
-    reported expansion (:func:`tasks.tracking.find_sweep_run`), or a new ``report`` run when the sweep has
+    reported expansion (:func:`adapters.tracking.find_sweep_run`), or a new ``report`` run when the sweep has
     none (recorded before parent runs). Returns the summary's path."""
     with tempfile.TemporaryDirectory(prefix="fp8rl-report-") as tmp:
         data = sweep_data(sweep, tmp, configs)

@@ -39,7 +39,7 @@ from fp8rl_core.schemas.dsl import REQUANT_COLUMNS
 from fp8rl_core.sampler.engine import SamplerDeadError
 from fp8rl_core.vocabulary import KL_RUN_METRICS, TIMING_COLUMNS
 
-from . import tracking
+from adapters import tracking
 
 __all__ = ["LIVE", "MEASURED", "extract_kl_timing", "fixed_weights", "invariant_checks", "record_fixed_weights",
            "record_run", "record_step", "setup_sampler_grid", "train_step", "warm_start_checkpoint", "weight_sync"]

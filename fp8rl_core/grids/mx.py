@@ -1,60 +1,18 @@
 """MXFP8: OCP Microscaling blocks of 32 FP8 elements sharing one E8M0 scale byte.
 
-The format (OCP Microscaling Formats (MX) v1.0, sections 5.1–5.3 and 6.3)
-------------------------------------------------------------------------
-A block is 32 consecutive elements along the GEMM's reduction dimension K (rowwise = 1×32 blocks
-along the last dim, the forward-GEMM operands; columnwise = 32×1, computed from the high-precision
-tensor, never from the rowwise result). Each block stores one scale byte ``b`` in E8M0 — an unsigned
-power of two ``2^(b-127)``; 0xFF is NaN; there is no zero and no Inf — and 32 FP8 elements (E4M3 or
-E5M2). A block decodes as ``fp32(q) · 2^(b-127)``.
+Rule: a block is 32 consecutive elements along the GEMM's reduction dimension (rowwise 1×32 for the forward
+operands; columnwise 32×1 computed from the high-precision tensor); its scale byte comes from the block's
+amax by one of four rules — ``rceil`` (Transformer Engine's ``float_to_e8m0``, cuBLAS, Blackwell),
+``floor`` (OCP MX v1.0 §6.3), ``ceil`` and ``even`` (torchao's ``ScaleCalculationMode``) — and each element
+is ``sat_rne(fp32(x · 2^(127−b)))`` (TE's ``exp2f_rcp`` + ``cvt.rn.satfinite``). The rules bit by bit, the
+special blocks (zeros, NaN under ``ignore``/``propagate``, Inf) and their sources: docs/library.md, "MXFP8
+scale and element rules".
 
-The scale byte, from the block's amax = max |x| in fp32 (``emax`` = 8 for E4M3, 15 for E5M2)
-------------------------------------------------------------------------------------------
-``rceil`` — Transformer Engine's rule (``float_to_e8m0`` in TE's ``ptx_arch_spec.cuh``; the same as
-    cuBLAS's "scaling factor" recipe and Blackwell's ``cvt.rp.satfinite.ue8m0x2.f32``):
-    ``d = fp32(amax · fp32(1/max_elem))`` (the reciprocal is TE's ``max_norm_rcp``, a double
-    ``1.0/max`` rounded to float); the byte is ``d``'s biased fp32 exponent, plus one when ``d``'s
-    mantissa is non-zero (round up), except: ``d`` = NaN → 0xFF; ``d`` = Inf → 0xFE; exponent field
-    0xFE is never bumped (satfinite); a subnormal ``d ≤ 2^-127`` (mantissa ≤ 0x400000) → 0, a larger
-    subnormal → 1. All from the fp32 bits: no ``log2``.
-``floor`` — the OCP spec's rule (section 6.3): ``floor(log2 amax) − emax``, with ``floor(log2 amax)``
-    read from amax's fp32 exponent field (a subnormal amax reads as −127), clamped to [−127, 128],
-    biased by 127. Large blocks can overflow the element range and saturate.
-``ceil`` — torchao's ``ScaleCalculationMode.CEIL``: like ``floor`` but the exponent is rounded up when
-    amax's mantissa is non-zero.
-``even`` — torchao's ``ScaleCalculationMode.EVEN``: amax's fp32 bits are first rounded to the element's
-    mantissa width (add ``1 << (23 − mbits − 1)``, keep sign and exponent), then ``floor``.
-
-Elements (TE's ``exp2f_rcp`` + ``cvt.rn.satfinite``)
----------------------------------------------------
-``q = sat_rne(fp32(x · 2^(127−b)))``: the multiplier is an exact power of two — ``2^127`` for byte 0,
-``2^-127`` (an fp32 subnormal) for byte 0xFE, NaN for 0xFF — so the product is exact unless it lands
-in fp32's subnormal range. Saturation maps overflow and ±Inf to ±max; NaN stays NaN.
-
-Special blocks, as these rules give them (documented so nobody has to rediscover them)
--------------------------------------------------------------------------------------
-* all-zero block: RCEIL byte 0 (``d`` = 0); FLOOR/CEIL/EVEN byte 0 (exponent field 0 → clamped);
-  elements 0 (sign kept: −0.0 stays 0x80).
-* NaN, policy ``ignore`` (TE's ``fmaxf`` amax): amax skips NaN, the NaN element stays NaN, the rest of
-  the block is quantized normally; an all-NaN block has amax 0. Policy ``propagate`` (torchao's
-  ``torch.amax``): amax is NaN → byte 0xFF → the whole block decodes to NaN.
-* Inf in a block: RCEIL byte 0xFE (multiplier 2^-127: ±Inf saturates to ±max, finite elements
-  underflow to zero); FLOOR/CEIL/EVEN read Inf's exponent field (255) → byte 247 for E4M3,
-  240 for E5M2, same element treatment.
-
-Three implementations, one set of bytes (tested byte for byte against each other and against the
-independent bit-level reference in the tests):
-
-``eager``     the readable path below: plain PyTorch on ``[blocks, 32]`` views — the reference.
-``native``    :mod:`.native`: the same steps in one C pass (``mx_kernel.c``, built with the system C
-              compiler on first use or by ``make setup``), bf16/fp32 CPU input — the default when it
-              builds; one read of the input, one write of data and scales.
-``compiled``  the eager function through ``torch.compile`` (one fused C++ kernel on CPU, a Triton
-              kernel on CUDA) — used for large tensors where ``native`` is unavailable (no compiler,
-              CUDA tensors, fp16 input); falls back to eager, with a warning, when compilation fails.
-
-``FP8RL_QUANT_NATIVE=never`` disables ``native``; ``FP8RL_QUANT_COMPILE`` = ``never``/``always``/``auto``
-(default: compile from 4M elements) chooses between ``compiled`` and ``eager`` after that.
+Three implementations give the same bytes (tested against each other and the bit-level reference in the
+tests): ``eager`` (plain PyTorch below, the reference), ``native`` (:mod:`.native`, one C pass; the default
+where it builds) and ``compiled`` (the eager function through ``torch.compile``, for large tensors where
+``native`` is unavailable). ``FP8RL_QUANT_NATIVE=never`` disables ``native``; ``FP8RL_QUANT_COMPILE`` =
+``never``/``always``/``auto`` (default: compile from 4M elements) chooses between the other two.
 """
 
 from __future__ import annotations

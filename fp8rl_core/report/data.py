@@ -2,51 +2,16 @@
 
 :class:`SweepData` is what a report is made from: the sweep's finished runs (one row each) and the
 metric tables those runs logged (tokens, steps, micro-batches, KL summaries, check results), each
-carrying the ``run_id`` of the run it came from. Whoever loads a sweep (the flows, from MLflow) builds
-it; nothing here knows where the tables were stored.
+carrying the ``run_id`` of the run it came from. Whoever loads a sweep builds it; nothing here knows
+where the tables were stored.
 
-Per-sequence units and the pairing assumption
----------------------------------------------
-A mismatch metric such as KL k3 is a token mean, written as a ratio of sums over sequences
-(:mod:`fp8rl_core.metrics.stats` explains why a sequence, not a token, is the unit of resampling).
-:func:`sequence_units` turns the ``tokens`` table into those units: for every run it calls
-:func:`fp8rl_core.metrics.sequence_table` with the sequence id ``(step, sequence)`` and then keys
-each unit by ``(seed, step, sequence)``, the run's seed taken from ``runs``.
-
-The key is what lets two presets be compared *paired*: the RL loop draws step ``s``'s prompts from a
-generator seeded by ``(seed, s)``, and row ``i`` of a rollout batch is the same prompt (the same
-group member) whatever the preset. So the unit ``(seed, step, sequence)`` of the ``half`` run and the
-unit with the same key of the ``bf16-sampler`` run start from the same prompt; prompt difficulty,
-which moves KL a lot, then cancels in a paired ratio. The completions themselves differ (each
-sampler draws its own tokens, and after step 1 the policies differ), so pairing is by prompt, not by
-token. If a group holds several runs with the same seed (e.g. the micro-batch sweep's token budgets),
-their units share keys; :func:`fp8rl_core.metrics.paired_units` then sums them per key, which keeps
-the pairing by prompt.
+Rule: :func:`sequence_units` keys a run's sampled-token units by ``(seed, step, sequence)`` and
+:func:`probe_units` its exact probe KL units by ``(seed, 0, probe sequence)``, so two presets' units with one
+key start from the same prompt (sampled tokens) or are the same tokens (probe) — the pairing every
+comparison relies on. Why these keys pair, and what the probe measures: docs/metrics.md, "Pairing".
 
 >>> # units = sequence_units(data, "k3", by=("model", "preset"))
 >>> # u = units[("qwen3-dense-mini", "all")]; u.num.sum() / u.den.sum() is the token-mean k3
-
-Probe units: the exact KL on a fixed held-out batch
----------------------------------------------------
-The sampled-token estimators above (k3 on the tokens the sampler drew) are dominated by rare events
-when the policies are peaked: most sampled tokens have p ≈ 1 on both sides and contribute ≈ 0, a few
-contribute almost everything, and the interval spans orders of magnitude. Each run therefore also
-logs the ``probe`` table: at the run's final weights, the EXACT full-vocabulary divergences
-(:func:`fp8rl_core.metrics.full_vocab_divergence`) on a fixed held-out probe batch, one row per probe
-sequence with the sums over its scored positions (``kl`` = Σ KL(sampler‖learner), ``kl_rev`` =
-Σ KL(learner‖sampler), ``js`` = Σ Jensen–Shannon, nats) and the number of ``positions``.
-:func:`probe_units` turns it into (num, den) = (sum, positions) units — the per-position mean of a
-set of sequences is Σnum/Σden, exactly like a token mean — keyed ``(seed, 0, sequence)``: the step
-column is padded with 0 (the probe has no RL step; it is measured once, at the final weights) so that
-the units are :class:`Units` and go through the same bootstrap and comparison code. The probe batch is
-drawn from the run's seed only, so probe sequence ``i`` of a seed is the same held-out sequence for
-every preset: ``(seed, sequence)`` pairs presets exactly (same tokens, not only the same prompt), and
-a paired ratio cancels each sequence's difficulty.
-
-In the report's tables these measures are named :data:`PROBE_METRICS` (``probe_kl``,
-``probe_kl_rev``, ``probe_js``); :func:`interval_table` and
-:func:`~fp8rl_core.report.compare.compare_presets` accept them wherever they accept a token metric.
-
 >>> # units = probe_units(data, "kl", by=("model", "preset"))
 >>> # u = units[("qwen3-dense-mini", "all")]; u.estimate is the exact KL in nats per position
 """

@@ -1,12 +1,12 @@
 """The house's import rules, read from the source.
 
 - fp8rl_core is the pure library: nothing under it may import Prefect, MLflow or Ray.
-- The layers hold: every module of fp8rl_core/, tasks/ and flows/ sits in a layer of :data:`LAYERS`, and
+- The layers hold: every module of fp8rl_core/, adapters/, tasks/ and flows/ sits in a layer of :data:`LAYERS`, and
   an import (at module level or inside a function, absolute or relative, ``importlib.import_module``
   with a literal name) may only go to the same or a lower rank. An upward import fails naming both
   modules, the importer's file and line, and their layers; a module in no layer fails naming itself.
-- No module of fp8rl_core is part of an import cycle (imports inside functions count), so that within
-  a layer, too, each module can be read on top of the ones it imports.
+- No module of fp8rl_core, adapters, tasks or flows is part of an import cycle (imports inside functions
+  count), so that within a layer, too, each module can be read on top of the ones it imports.
 """
 
 from __future__ import annotations
@@ -48,15 +48,15 @@ LAYERS: dict[str, int] = {
     "fp8rl_core.schedule": 7,  # the order a sweep's runs go to workers (over config's runs)
     "fp8rl_core.verl": 7,
     "fp8rl_core.report": 8,
-    "tasks": 9,
-    "flows": 10,
-    "flows.tracking_server": 10,  # starts PostgreSQL and mlflow server (fp8rl tracking-server)
+    "adapters": 9,  # MLflow, Ray, PostgreSQL, Prefect's logging, OS signals: what tasks and flows talk to
+    "tasks": 10,
+    "flows": 11,
 }
 #: package ``__init__`` modules that hold no code of a layer: matched by exact name only (so they place
 #: no module under them), importable from every layer
 PACKAGE_ROOTS: dict[str, int] = {"fp8rl_core": 0}
 #: the packages whose modules are layered
-LAYERED = ("fp8rl_core", "tasks", "flows")
+LAYERED = ("fp8rl_core", "adapters", "tasks", "flows")
 #: this repository's top-level packages: an import of one of them is checked (bench/ and tests/ are in no
 #: layer, so nothing layered may import them)
 INTERNAL = {*LAYERED, "bench", "tests"}
@@ -165,13 +165,14 @@ def layer_violations(root: Path, packages: tuple[str, ...] = LAYERED) -> list[st
     return problems
 
 
-def import_cycles(root: Path, package: str = "fp8rl_core") -> list[list[str]]:
-    """The import cycles among the modules of ``package`` under ``root``: each set of modules that import
+def import_cycles(root: Path, packages: tuple[str, ...] = LAYERED) -> list[list[str]]:
+    """The import cycles among the modules of ``packages`` under ``root``: each set of modules that import
     one another, directly or through others (every import form of :func:`imports_in`), sorted; ``[]``
     when there is none. An import of a name inside a module counts as an import of that module."""
     graph: dict[str, set[str]] = {}
-    for path in sorted((root / package).rglob("*.py")):
-        graph[module_name(path, root)] = {t for _, t in imports_in(path, root) if t.split(".")[0] == package}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            graph[module_name(path, root)] = {t for _, t in imports_in(path, root) if t.split(".")[0] in packages}
 
     def known(target: str) -> str:  # ``a.b.NAME`` (an unresolved name) → the module ``a.b``
         while target not in graph and "." in target:
@@ -284,9 +285,14 @@ PLANTED = [
     ("fp8rl_core/metrics/stats.py", "import importlib\nimportlib.import_module('fp8rl_core.report.plots')",
      "fp8rl_core.metrics.stats (fp8rl_core.metrics, rank 6) → fp8rl_core.report.plots (fp8rl_core.report, rank 8)"),
     ("fp8rl_core/correctness.py", "from tasks import stages",
-     "fp8rl_core.correctness (fp8rl_core.correctness, rank 7) → tasks.stages (tasks, rank 9)"),
+     "fp8rl_core.correctness (fp8rl_core.correctness, rank 7) → tasks.stages (tasks, rank 10)"),
     ("tasks/reporting.py", "from flows.cli import main",
-     "tasks.reporting (tasks, rank 9) → flows.cli (flows, rank 10)"),
+     "tasks.reporting (tasks, rank 10) → flows.cli (flows, rank 11)"),
+    # the core reaching into an adapter; an adapter into tasks, lazily
+    ("fp8rl_core/report/markdown.py", "from adapters import tracking",
+     "fp8rl_core.report.markdown (fp8rl_core.report, rank 8) → adapters.tracking (adapters, rank 9)"),
+    ("adapters/tracking/record.py", "def f():\n    from tasks.stages import LIVE",
+     "adapters.tracking.record (adapters, rank 9) → tasks.stages (tasks, rank 10)"),
 ]
 
 
@@ -328,18 +334,27 @@ def test_a_module_in_no_layer_fails_naming_itself(tmp_path):
 
 
 # --------------------------------------------------------------------------------------- import cycles
-def test_no_core_module_is_part_of_an_import_cycle():
-    assert import_cycles(ROOT) == []
+def test_no_module_is_part_of_an_import_cycle():
+    cycles = import_cycles(ROOT)
+    assert not cycles, "import cycles: " + "; ".join(" ↔ ".join(c) for c in cycles)
 
 
-@pytest.mark.parametrize("line, cycle", [
-    ("def f():\n    from .mx import BLOCK", ["fp8rl_core.grids.mx", "fp8rl_core.grids.native"]),
-    ("from . import api", ["fp8rl_core.grids.api", "fp8rl_core.grids.mx", "fp8rl_core.grids.native"]),
-], ids=["lazy, two modules", "through a third module"])
-def test_a_planted_import_cycle_is_found_naming_its_modules(tmp_path, line, cycle):
+@pytest.mark.parametrize("file, line, cycle", [
+    ("fp8rl_core/grids/native.py", "def f():\n    from .mx import BLOCK",
+     ["fp8rl_core.grids.mx", "fp8rl_core.grids.native"]),
+    ("fp8rl_core/grids/native.py", "from . import api",
+     ["fp8rl_core.grids.api", "fp8rl_core.grids.mx", "fp8rl_core.grids.native"]),
+    ("flows/verl_correctness.py", "def f():\n    from flows.pipelines import _flow_run",
+     ["flows.pipelines", "flows.verl_correctness"]),
+    ("adapters/signals.py", "def f():\n    from tasks import stages",
+     ["adapters.signals", "adapters.tracking", "adapters.tracking.lifecycle", "tasks.stages"]),
+], ids=["lazy, two modules", "through a third module", "between two flows modules", "across packages"])
+def test_a_planted_import_cycle_is_found_naming_its_modules(tmp_path, file, line, cycle):
     """A lazy import closes a cycle as surely as a module-level one; a cycle through other modules is
-    named whole (grids.api imports grids.mx, which imports grids.native)."""
+    named whole (grids.api imports grids.mx, which imports grids.native; tasks.stages imports
+    adapters.tracking, whose lifecycle module imports adapters.signals); flows.pipelines imports
+    flows.verl_correctness inside a function."""
     root = _copy_tree(tmp_path)
-    with open(root / "fp8rl_core/grids/native.py", "a") as fh:
+    with open(root / file, "a") as fh:
         fh.write(f"\n{line}\n")
     assert import_cycles(root) == [cycle]

@@ -13,7 +13,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-import flows.logs
+import adapters.logs
 from flows import cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ def store(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.setenv("FP8RL_ARTIFACTS", str(tmp_path / "artifacts"))
     monkeypatch.setenv("COLUMNS", "220")
-    monkeypatch.setattr(flows.logs, "LOGS", tmp_path / "logs")  # sweep logs of `run`
+    monkeypatch.setattr(adapters.logs, "LOGS", tmp_path / "logs")  # sweep logs of `run`
     return tmp_path
 
 
@@ -144,7 +144,7 @@ def test_runs_on_an_empty_store_prints_an_empty_table(store):
 
 
 def test_runs_lists_runs_with_status_and_headline_metrics(store, monkeypatch):
-    from tasks import tracking
+    from adapters import tracking
 
     parent = tracking.open_sweep_run("sw", "swid", {"axes.seed": "[0]"})
     done = tracking.open_run("sw", "swid", "abcdef123456", "dense-mini·all·s0", {"preset": "all"}, None, parent=parent,
@@ -283,7 +283,7 @@ class _FlushRecorder(logging.Handler):
 def test_an_engine_start_applies_no_logging_config_after_quiet_process():
     """After flows.pipelines is imported, the engine start's logging call (vLLM's ``LLM.__init__``:
     ``configure_logging_if_needed`` of the engine arguments' config) must not run ``dictConfig`` inside a run: that flushes every handler, and
-    Prefect's API log handler deadlocks there (flows.logs.configure_vllm_logging)."""
+    Prefect's API log handler deadlocks there (adapters.logs.configure_vllm_logging)."""
     from vllm.engine.arg_utils import EngineArgs
     from vllm.logger import configure_logging_if_needed
 
@@ -301,19 +301,19 @@ def test_an_engine_start_applies_no_logging_config_after_quiet_process():
         assert probe.flushes >= 1
     finally:
         logging.getLogger("fp8rl.test.flush-probe").removeHandler(probe)
-        flows.logs.configure_vllm_logging()  # back to the configuration the rest of the session uses
+        adapters.logs.configure_vllm_logging()  # back to the configuration the rest of the session uses
 
 
 def test_a_driver_on_ray_imports_the_flows_without_vllm():
-    """`fp8rl run` without --inline starts no engine: flows.pipelines imported inside flows.logs.driving_only
+    """`fp8rl run` without --inline starts no engine: flows.pipelines imported inside adapters.logs.driving_only
     leaves vLLM unimported (~9 s of the command's start); outside the block it is configured as before."""
     import subprocess
 
-    code = ("import sys, flows.logs\n"
-            "with flows.logs.driving_only():\n"
-            "    assert not flows.logs.engines_here()\n"
+    code = ("import sys, adapters.logs\n"
+            "with adapters.logs.driving_only():\n"
+            "    assert not adapters.logs.engines_here()\n"
             "    import flows.pipelines\n"
-            "assert flows.logs.engines_here()\n"
+            "assert adapters.logs.engines_here()\n"
             "print(sorted(m for m in sys.modules if m == 'vllm' or m.startswith('vllm.')))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

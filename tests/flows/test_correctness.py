@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from adapters import tracking
 from fp8rl_core.checks.faults import FAULTS
-from tasks import tracking
 
 ROOT = Path(__file__).resolve().parents[2]
 NIGHTLY = str(ROOT / "configs" / "nightly.yaml")

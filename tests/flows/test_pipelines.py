@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tasks import tracking
+from adapters import tracking
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = str(ROOT / "configs" / "smoke.yaml")
@@ -247,8 +247,8 @@ def test_sigterm_marks_the_run_killed(env):
 
 
 def test_a_sweep_asking_for_gpus_the_cluster_lacks_stops_before_anything_runs(env):
+    from adapters.cluster import ClusterError
     from flows.pipelines import mxfp8_sweep
-    from tasks.cluster import ClusterError
 
     before = len(_runs("smoke"))
     with pytest.raises(ClusterError, match=r"each run asks for num_cpus=1, num_gpus=1 .* no node of a local Ray "
@@ -260,8 +260,8 @@ def test_a_sweep_asking_for_gpus_the_cluster_lacks_stops_before_anything_runs(en
 def test_a_verl_backend_sweep_on_a_cluster_without_gpus_stops_before_anything_runs(env):
     """``backend: verl`` runs go to verl's trainer, never to the native CPU path; on a Ray without GPUs the
     pre-flight says what verl needs and what the cluster has, before any MLflow run is opened."""
+    from adapters.cluster import ClusterError
     from flows.pipelines import mxfp8_sweep
-    from tasks.cluster import ClusterError
 
     with pytest.raises(ClusterError, match=r"^backend verl needs 8 GPUs per node on 1 node \(verl.gpus_per_node, "
                                            r"verl.nnodes\); a local Ray \(this machine\) has 0 GPUs, 0 node\(s\) with 8: "

@@ -20,8 +20,8 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from flows import tracking_server as ts
-from tasks import tracking
+from adapters import tracking
+from adapters import tracking_server as ts
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = str(ROOT / "configs" / "smoke.yaml")

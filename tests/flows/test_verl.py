@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tasks import tracking
+from adapters import tracking
 
 ROOT = Path(__file__).resolve().parents[2]
 VERL_SMOKE = str(ROOT / "configs" / "verl-smoke.yaml")

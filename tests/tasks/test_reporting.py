@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from adapters import tracking
 from fp8rl_core.metrics.summary import run_kl_summary
-from tasks import reporting, tracking
+from tasks import reporting
 from tests.core.report.sweeps import check_rows, step_rows, token_rows
 
 DENSE = "qwen3-dense-mini"

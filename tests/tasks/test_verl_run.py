@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from adapters import tracking
 from fp8rl_core.config import load_sweep
-from tasks import tracking
 from tasks.verl_run import failure_reason, launch_overrides, port_race, run_verl, work_dir
 
 ROOT = Path(__file__).resolve().parents[2]

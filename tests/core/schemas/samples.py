@@ -177,7 +177,7 @@ def assert_violation_named(name, mutate, column, rows, words) -> None:
 
 
 def parquet(rows: list[dict], tmp_path) -> pd.DataFrame:
-    """What tasks.tracking.log_table writes, read back."""
+    """What adapters.tracking.log_table writes, read back."""
     p = tmp_path / "t.parquet"
     pq.write_table(pa_arrow.Table.from_pylist(rows), p)
     return pq.read_table(p).to_pandas()

@@ -102,7 +102,7 @@ def _console_handlers() -> list[logging.Handler]:
 
 class _ExpectedRefusal(logging.Filter):
     """Keeps off the terminal the record of an exception marked ``expected_refusal`` (a pre-flight refusal,
-    :class:`tasks.cluster.ClusterError`), which Prefect's flow engine logs with its traceback: the command
+    :class:`adapters.cluster.ClusterError`), which Prefect's flow engine logs with its traceback: the command
     prints the refusal itself, in one line; the sweep's log file keeps the record."""
 
     def filter(self, record: logging.LogRecord) -> bool:

@@ -1,7 +1,7 @@
 """Whether the tracking store is reachable from, and shareable by, every host of a sweep.
 
 :func:`is_loopback` is the one rule for a URL that reaches this host only (also used for the Prefect
-API: :func:`tasks.cluster.loopback_problem`); :func:`require_shared_store` refuses a store several hosts
+API: :func:`adapters.cluster.loopback_problem`); :func:`require_shared_store` refuses a store several hosts
 cannot share (docs/deploy.md, Tracking server).
 """
 

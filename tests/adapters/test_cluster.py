@@ -7,8 +7,8 @@ import os
 
 import pytest
 
+from adapters.cluster import ClusterError, Node, capacity, fit_problem, loopback_problem, preflight, verl_fit_problem, where
 from fp8rl_core.config import ResourcesSection
-from tasks.cluster import ClusterError, Node, capacity, fit_problem, loopback_problem, preflight, verl_fit_problem, where
 
 CPU_NODE = Node("a" * 56, "10.0.0.1", cpus=2, gpus=0, memory_gb=20.0)
 GPU_NODE = Node("b" * 56, "10.0.0.2", cpus=32, gpus=8, memory_gb=900.0)
@@ -93,7 +93,7 @@ def test_where_names_this_process_outside_ray():
 
 
 def test_verl_needs_its_gpus_per_node_on_enough_nodes():
-    from tasks.cluster import verl_fit_problem
+    from adapters.cluster import verl_fit_problem
 
     assert verl_fit_problem(1, 8, [CPU_NODE, GPU_NODE], "here") is None
     msg = verl_fit_problem(1, 8, [CPU_NODE], "a local Ray (this machine)")

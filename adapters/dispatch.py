@@ -1,7 +1,7 @@
 """A sweep's runs dispatched on Ray: connect (a local Ray, or a cluster), see its nodes, hand each run to a
 worker as a Prefect task run, and record every run's end — its row, or its worker's death. The order
 of the runs is :mod:`fp8rl_core.schedule`'s; the check of the cluster before anything runs is
-:func:`tasks.cluster.preflight`. Specified in docs/deploy.md (Sweeps on Ray)."""
+:func:`adapters.cluster.preflight`. Specified in docs/deploy.md (Sweeps on Ray)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 from prefect import get_run_logger
 
+from adapters import cluster, tracking
+from adapters.signals import on_signals
+from adapters.tracking import RunRow
 from fp8rl_core.schedule import next_run
-from tasks import cluster, tracking
-from tasks.signals import on_signals
-from tasks.tracking import RunRow
 
 __all__ = ["Job", "RayCluster", "connected", "on_ray", "target"]
 
@@ -88,7 +88,7 @@ class RayCluster:
             done: Callable[[RunRow], None]) -> list[RunRow]:
         """Run ``jobs`` as task runs of ``task_fn`` (called with a job's ``params``; returns the run's
         :class:`RunRow`), each asking ``request`` of its node (Ray's options: ``num_cpus``, ``num_gpus``,
-        ``memory``), as many at once as :func:`tasks.cluster.capacity` allows; the worker that finishes a run
+        ``memory``), as many at once as :func:`adapters.cluster.capacity` allows; the worker that finishes a run
         gets the next by :func:`fp8rl_core.schedule.next_run`. Returns one row per run as each ends
         (``done(row)`` each time). A run whose worker died (killed, out of memory, node lost) is ended
         FAILED with Ray's reason; on SIGTERM/SIGINT the runs still queued or running are cancelled and
@@ -146,7 +146,7 @@ class RayCluster:
 def on_ray(address: str | None, env: Mapping[str, str]) -> Iterator[RayCluster]:
     """Connect to Ray through Prefect's ``RayTaskRunner`` — a local Ray without an address (or
     ``RAY_ADDRESS``), else that cluster — its workers with ``env`` set, and yield the
-    :class:`RayCluster` to check (:func:`tasks.cluster.preflight`) and run the sweep on."""
+    :class:`RayCluster` to check (:func:`adapters.cluster.preflight`) and run the sweep on."""
     from prefect_ray import RayTaskRunner
 
     local, where = target(address)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tasks import tracking
+from adapters import tracking
 
 
 @pytest.fixture()
@@ -57,7 +57,7 @@ def test_a_sweeps_runs_nest_under_its_parent_which_resume_and_reports_ignore(sto
 def parent_and_runs_round_trip(store: Path) -> None:
     """A sweep's parent run, a run nested under it, a second sweep in the same experiment, ends of every
     kind — read back from whatever store ``MLFLOW_TRACKING_URI`` names (also run against a tracking
-    server: tests/flows/test_tracking_server.py)."""
+    server: tests/adapters/test_tracking_server.py)."""
     c = tracking.client()
     parent = tracking.open_sweep_run("sweep-p", "sid1", {"axes.seed": "[0]"}, "every preset")
     child = tracking.open_run("sweep-p", "sid1", "r1", "dense-mini·all·s0", {"preset": "all"}, None, parent=parent,

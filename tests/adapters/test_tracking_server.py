@@ -1,6 +1,6 @@
 """The cluster's tracking store, real components only: PostgreSQL (the Debian binaries) and `mlflow server`
-on it, started by :mod:`flows.tracking_server` — one pair for the module. Runs are logged through the
-server by :mod:`tasks.tracking`, read back through it and found in PostgreSQL; PostgreSQL is stopped while
+on it, started by :mod:`adapters.tracking_server` — one pair for the module. Runs are logged through the
+server by :mod:`adapters.tracking`, read back through it and found in PostgreSQL; PostgreSQL is stopped while
 a run logs (a short outage is ridden out by the client's retries, a long one fails naming the server and
 the run can still be closed); ``fp8rl tracking-server`` starts and stops on SIGINT leaving no process."""
 
@@ -23,8 +23,8 @@ import pytest
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from flows import tracking_server as ts
-from tasks import tracking
+from adapters import tracking
+from adapters import tracking_server as ts
 
 from .conftest import data_dir as _data_dir
 
@@ -105,7 +105,7 @@ def _server_503s(server: ts.TrackingServer) -> int:
 
 
 def test_a_sweeps_parent_run_and_its_nested_runs_through_the_server(store, tmp_path):
-    from tests.tasks.test_tracking import parent_and_runs_round_trip
+    from tests.adapters.test_tracking import parent_and_runs_round_trip
 
     parent_and_runs_round_trip(tmp_path)
 

@@ -112,9 +112,9 @@ def verl_fit_problem(nnodes: int, gpus_per_node: int, cluster: Sequence[Node], w
 def loopback_problem(what: str, url: str, cluster: Sequence[Node], local_ips: Iterable[str]) -> str | None:
     """None when ``url`` (a server the runs report to, e.g. the Prefect API) is reachable from every node
     as far as the URL says; a message when it is a loopback address and some node is on another host
-    (an IP not among ``local_ips``, this machine's addresses: :func:`tasks.tracking.this_host_ips`); the
-    loopback rule is :func:`tasks.tracking.is_loopback`. The tracking store has its own, stricter check
-    (:func:`tasks.tracking.require_shared_store`)."""
+    (an IP not among ``local_ips``, this machine's addresses: :func:`adapters.tracking.this_host_ips`); the
+    loopback rule is :func:`adapters.tracking.is_loopback`. The tracking store has its own, stricter check
+    (:func:`adapters.tracking.require_shared_store`)."""
     host = urlparse(url).hostname or ""
     if not is_loopback(host):
         return None
@@ -129,7 +129,7 @@ def loopback_problem(what: str, url: str, cluster: Sequence[Node], local_ips: It
 
 class ClusterError(RuntimeError):
     """The sweep cannot run on this cluster as configured (nothing was run). An expected refusal: the command
-    line prints its message alone (flows.logs keeps the flow engine's traceback of it off the terminal)."""
+    line prints its message alone (adapters.logs keeps the flow engine's traceback of it off the terminal)."""
 
     expected_refusal = True
 
@@ -140,8 +140,8 @@ def preflight(cluster: Sequence[Node], fit: Iterable[str | None], *, prefect_api
     once, in this order — ``fit``'s (whether its runs fit a node: :func:`fit_problem`,
     :func:`verl_fit_problem`; None where they do), the Prefect API ``prefect_api`` (when the runs report
     to it from the nodes) behind a loopback address, and a tracking store ``store`` (default
-    :func:`tasks.tracking.tracking_uri`) that the nodes cannot share. ``local_ips``: this host's
-    addresses (default :func:`tasks.tracking.this_host_ips`)."""
+    :func:`adapters.tracking.tracking_uri`) that the nodes cannot share. ``local_ips``: this host's
+    addresses (default :func:`adapters.tracking.this_host_ips`)."""
     mine = set(this_host_ips() if local_ips is None else local_ips)
     problems = list(fit)
     if prefect_api is not None:

@@ -15,7 +15,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from mlflow.entities import Param
 
-from tasks.signals import on_signals
+from adapters.signals import on_signals
 
 from .readback import find_sweep_run
 from .record import log_metrics, set_tag
