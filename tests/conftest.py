@@ -9,6 +9,9 @@ test file, so a new test lands in the right tier by itself:
             and the tracking server's (``tests/adapters/test_tracking_server.py``).
 ``verl``    starts verl's own trainer end to end: the tests in :data:`VERL` (``flow`` tests too).
 ``slow``    measured slow without starting an engine: :data:`SLOW` and the users of :data:`SLOW_FIXTURES`.
+``upstream`` reads upstream releases from PyPI: the GPU set resolves, the private upstream names fp8rl uses
+            exist in the pinned releases (downloaded once into ``~/.cache/fp8rl/wheels``): every test under
+            ``tests/upstream/``. Not in the edit loop; ``make test`` runs it.
 
 A file in :data:`EXCEPT` does not get its folder's marker. ``pytest --fast`` (``make test-fast``) runs the
 tests in none of the tiers without importing the files wholly in one; a test that constructs a
@@ -36,7 +39,7 @@ TESTS = Path(__file__).resolve().parent
 
 #: folders (paths relative to tests/, with a trailing slash) or files whose every test gets the marker
 BY_FOLDER = {"engine": ("core/sampler/", "bench/test_engine.py"),
-             "flow": ("flows/", "adapters/test_tracking_server.py")}
+             "flow": ("flows/", "adapters/test_tracking_server.py"), "upstream": ("upstream/",)}
 #: fixtures that start engines: a test using one is an engine test wherever it lives
 ENGINE_FIXTURES = frozenset({"engines", "checkpoints"})
 #: files that do not get their folder's marker: path → marker
@@ -133,8 +136,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """In an xdist worker: the embedded Prefect server's database of its own (``.prefect/prefect-gw0.db``, …),
-    so two workers' servers never write one SQLite file."""
+    """The ``upstream`` marker (registered here, beside the rule that sets it). In an xdist worker: the embedded
+    Prefect server's database of its own (``.prefect/prefect-gw0.db``, …), so two workers' servers never write
+    one SQLite file."""
+    config.addinivalue_line("markers", "upstream: reads upstream releases from PyPI (tests/upstream/, tests/conftest.py)")
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         os.environ["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///.prefect/prefect-{worker}.db"

@@ -20,6 +20,7 @@ IMAGINED = [
     ("tasks/test_brand_new.py", "test_x", set(), {"slow"}),
     ("adapters/test_brand_new.py", "test_x", set(), set()),
     ("core/learner/test_warmstart.py", "test_x", {"trained"}, {"slow"}),
+    ("upstream/test_brand_new.py", "test_x", set(), {"upstream"}),
 ]
 #: the same for tests that exist (checked below): the exceptions and a parametrized slow test
 REAL = [

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from fp8rl_core.errors import format_errors
 from fp8rl_core.identity import content_hash
 
+from ..model_kind import model_kind
 from .task import BOS, EOS, PAD
 
 if TYPE_CHECKING:
@@ -164,7 +165,8 @@ class ModelSpec(BaseModel):
 
     @property
     def is_moe(self) -> bool:
-        return self.kind == "moe"
+        """Whether the spec is a mixture-of-experts model (:func:`fp8rl_core.model_kind.model_kind`)."""
+        return model_kind(self).moe
 
     def hf_config(self) -> Qwen3Config | Qwen3MoeConfig:
         """The transformers config :func:`build_model` uses (eager attention, float32, task special ids)."""

@@ -18,13 +18,13 @@ comparison relies on. Why these keys pair, and what the probe measures: docs/met
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from fp8rl_core.model_kind import is_moe
 from fp8rl_core.metrics import cluster_bootstrap, metric_units, sequence_table
 
 __all__ = [
@@ -36,7 +36,6 @@ __all__ = [
     "PROBE_METRICS",
     "Units",
     "interval_table",
-    "is_moe",
     "is_probe_metric",
     "preset_order",
     "probe_units",
@@ -158,17 +157,9 @@ def preset_order(data: SweepData) -> list[str]:
     return [p for p in axis if p in present] + [p for p in present if p not in axis]
 
 
-def is_moe(model: str) -> bool:
-    """Whether a model name is a mixture-of-experts model: it says ``moe`` (``qwen3-moe-mini``) or has
-    an active-parameter tag like ``-A3B`` (``Qwen3-30B-A3B``). The runs table holds model names only;
-    this is the convention the configs follow (``configs/models/``)."""
-    name = str(model).lower()
-    return "moe" in name or re.search(r"-a\d+(\.\d+)?b\b", name) is not None
-
-
 def sweep_models(data: SweepData, which: str = "any") -> list[str]:
     """The models of the sweep's runs in order of appearance: all (``"any"``), or only the dense
-    (``"dense"``) or the mixture-of-experts ones (``"moe"``, :func:`is_moe`)."""
+    (``"dense"``) or the mixture-of-experts ones (``"moe"``, :func:`fp8rl_core.model_kind.is_moe` of the name)."""
     models = list(dict.fromkeys(data.runs["model"].astype(str))) if not data.runs.empty else []
     if which == "dense":
         return [m for m in models if not is_moe(m)]

@@ -45,6 +45,22 @@ def gpu_summary(result: Mapping) -> str:
     lines += ["", "## Fingerprint vs a device copy", "",
               f"`{fp['fingerprint_fn']}` over {fp['mb']} MB: {fp['fingerprint_gb_s']:.2f} GB/s; a device copy of the "
               f"same bytes {fp['copy_gb_s']:.2f} GB/s (fingerprint time / copy time = {fp['fingerprint_vs_copy']:.2f}).", ""]
+    fd = result.get("fingerprints_on_device")
+    if fd:
+        same = sum(fd["equal"].values())
+        lines += ["## The checks' fingerprints on the device", "",
+                  f"`{fd['fn']}` on the device equals the CPU's for {same} of {len(fd['equal'])} tensors; one byte "
+                  f"flipped on the device {'changes' if fd['flip_changes_it'] else '**does not change**'} it.", ""]
+    ex = result.get("export_slicing")
+    if ex:
+        lines += ["## The GPU export on the device (bytes, and the cut of TE's padded scales)", "",
+                  "| shape | TE's padded scales | bytes = CPU | cut = compact scales | cut ms | buffer copy ms |",
+                  "|---|---|---|---|---:|---:|"]
+        for r in ex["rows"]:
+            lines.append(f"| {tuple(r['shape'])} | {tuple(r['padded'])} | {'yes' if r['bytes_equal_cpu'] else '**no**'} | "
+                         f"{'yes' if r['cut_equal'] and r['on_device'] else '**no**'} | {r['cut_ms']:.3f} | "
+                         f"{r['copy_ms']:.3f} |")
+        lines.append("")
     lines += [f"Figures: {', '.join(f'![{p}]({p})' for p in result.get('plots', []))}", "",
               f"Measured in {result.get('seconds', float('nan')):.0f} s by `bench/gpu.py`.", ""]
     return "\n".join(lines)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fp8rl_core.model_kind import is_moe
 from fp8rl_core.metrics.matching import MatchingPower, MatchingRatio, matching_power, matching_ratio
 
 from .data import SweepData
@@ -71,10 +72,6 @@ def matching_frame(data: SweepData, table: str = "matching") -> pd.DataFrame:
 
 def _models(df: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(df["model"].astype(str)))
-
-
-def _is_moe(model: str) -> bool:
-    return "moe" in model.lower()
 
 
 @dataclass(frozen=True)
@@ -139,8 +136,8 @@ def claim_rows(data: SweepData, *, n_boot: int = 2000, seed: int = 0) -> list[Cl
         have = {r["variant"] for r in rows}
         order = list(dict.fromkeys(r["checkpoint"] for r in rows))
         for c in COMPARISONS:
-            if c.a not in have or c.b not in have or (c.models == "moe" and not _is_moe(model)) \
-                    or (c.models == "dense" and _is_moe(model)):
+            if c.a not in have or c.b not in have or (c.models == "moe" and not is_moe(model)) \
+                    or (c.models == "dense" and is_moe(model)):
                 continue
             pooled = matching_ratio(rows, c.a, c.b, n_boot=n_boot, seed=seed)
             per = {ck: matching_ratio(rows, c.a, c.b, checkpoint=ck, n_boot=n_boot, seed=seed) for ck in order}

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from fp8rl_core.model_kind import is_moe
 from fp8rl_core.sampler.config import MX_GRID, SamplerConfig, cpu_fp8_kv_support, engine_key
 from fp8rl_core.sampler.quiet import SHUTDOWN_S
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
@@ -63,7 +64,7 @@ class SamplerDeadError(SamplerError):
 # Engine directory
 # ----------------------------------------------------------------------------------------------------
 def _architecture(cfg: Mapping) -> str:
-    return "Qwen3MoeForCausalLM" if cfg.get("num_experts") else "Qwen3ForCausalLM"
+    return "Qwen3MoeForCausalLM" if is_moe(cfg) else "Qwen3ForCausalLM"
 
 
 def engine_config(checkpoint: str | Path, schemes: Mapping[str, str], mx_grid: str) -> dict:

@@ -48,6 +48,7 @@ from typing import Any
 import torch
 
 from fp8rl_core.grids import bf16_view, quantize
+from fp8rl_core.grids.te import compact_rowwise_scales
 from fp8rl_core.sync.layout import sync_name
 
 __all__ = ["TE_GRID", "layer_schemes", "mxfp8_weights", "planted_fault", "quantize_rowwise",
@@ -74,10 +75,10 @@ def _te_rowwise(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         return None
     q = te.MXFP8Quantizer(fp8_dtype=tex.DType.kFloat8E4M3, rowwise=True, columnwise=False)
     t = q(w.reshape(-1, w.shape[-1]).contiguous())
-    rows, k = t._rowwise_data.shape
+    if getattr(t, "_with_gemm_swizzled_scales", False):
+        raise RuntimeError("TE returned GEMM-swizzled MXFP8 scales; the export cuts unswizzled ones (optimize_for_gemm off)")
     data = t._rowwise_data.view(torch.uint8).reshape(w.shape)
-    scale = t._rowwise_scale_inv.view(torch.uint8)[:rows, : k // 32].reshape(*w.shape[:-1], k // 32)  # TE pads
-    return data, scale.contiguous()
+    return data, compact_rowwise_scales(t._rowwise_scale_inv, w.shape)  # TE pads: fp8rl_core.grids.te
 
 
 def quantize_rowwise(w: torch.Tensor, grid: str = TE_GRID) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,6 +1,6 @@
 """fp8rl's bytes into SGLang's MXFP8 parameters: a custom weight loader for ``update_weights_from_tensor``.
 
-Written against **sglang 0.5.12** (verl 0.9.1's pin, ``constraints-gpu.txt``) and checked against that
+Written against **sglang 0.5.12** (verl 0.9.1's pin, ``constraints-sglang.txt``) and checked against that
 version's own model classes on CPU (tests/verl/test_sglang_models.py, in .venv-sglang; docs/gpu.md, SGLang).
 What it relies on, in SGLang 0.5.12's ``python/sglang/srt/``:
 

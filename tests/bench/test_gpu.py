@@ -24,7 +24,14 @@ def test_cpu_smoke_writes_every_section(tmp_path):
     assert [c["candidate"] for c in out["cost_model"]] == ["mxfp8-emulated", "fp8-block-real"]
     assert out["learner"]["real_fp8_on_tensor_cores"] is False  # CPU: the block-FP8 GEMMs fall back
     assert (tmp_path / "learner_vs_bf16.png").stat().st_size > 0
+    fd = out["fingerprints_on_device"]
+    assert len(fd["equal"]) == 7 and all(fd["equal"].values()) and fd["flip_changes_it"]
+    ex = out["export_slicing"]["rows"]
+    assert [tuple(r["padded"]) for r in ex] == [(128, 4), (128, 4), (256, 16)]  # TE pads rows to 128, K/32 to 4
+    assert all(r["bytes_equal_cpu"] and r["cut_equal"] and r["on_device"] for r in ex)
     summary = (tmp_path / "summary.md").read_text()
     assert f"{len(mod.GRIDS) + 2} of {len(mod.GRIDS) + 2} grid modes give the CPU reference's bytes" in summary
     assert "not on FP8 tensor cores here" in summary and "fp8-block-real (emulated fallback)" in summary
     assert "![learner_vs_bf16.png](learner_vs_bf16.png)" in summary
+    assert "equals the CPU's for 7 of 7 tensors; one byte flipped on the device changes it" in summary
+    assert "| (2, 48, 96) | (128, 4) | yes | yes |" in summary

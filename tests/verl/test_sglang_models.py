@@ -27,8 +27,8 @@ pytestmark = pytest.mark.skipif(not PYTHON.exists(), reason=(
 
 
 def _pinned() -> str:
-    """The SGLang version constraints-gpu.txt pins (the version the loader is written against)."""
-    text = (ROOT / "constraints-gpu.txt").read_text()
+    """The SGLang version constraints-sglang.txt pins (verl 0.9.1's, the version the loader is written against)."""
+    text = (ROOT / "constraints-sglang.txt").read_text()
     return re.search(r"^sglang==(\S+)$", text, re.M).group(1)
 
 
@@ -66,7 +66,7 @@ def test_the_loader_fills_sglangs_own_mxfp8_parameters(ranks, model):
     assert len(results[model]) == tp
     for rank, r in enumerate(results[model]):
         where = f"{model} tp rank {rank}/{tp}"
-        assert r["sglang"] == _pinned(), f"installed SGLang {r['sglang']}, constraints-gpu.txt pins {_pinned()}"
+        assert r["sglang"] == _pinned(), f"installed SGLang {r['sglang']}, constraints-sglang.txt pins {_pinned()}"
         assert (r["tp"], r["rank"]) == (tp, rank)
         # the installed SGLang's parameter names, shapes and value classes are what the loader writes
         assert r["not_sent"] == [], f"{where}: SGLang creates parameters the sync does not send: {r['not_sent']}"

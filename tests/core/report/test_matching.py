@@ -104,3 +104,12 @@ def test_no_difference_that_excludes_the_papers_ratio_is_not_reproduced():
                                                                                            "unresolved": 2})
     assert a.verdict.startswith("not reproduced: no difference resolved at any checkpoint, and the paper's −11% lies "
                                 "outside the pooled CI and 2 of 2 checkpoints' CIs")
+
+
+def test_a_moe_model_named_by_its_active_parameters_gets_the_moe_comparisons():
+    """Qwen3-30B-A3B says "A3B", not "moe": the fixed-weights report asks the one model-kind definition."""
+    runs = pd.DataFrame([{"run_id": "r0", "name": "a3b·fixed-weights·s0", "preset": "all",
+                          "model": "qwen3-30b-a3b", "seed": 0}])
+    m = validate("matching", _rows("r0", 0, n=40))
+    rows = {r.comparison.b for r in claim_rows(SweepData(sweep="x", runs=runs, matching=m), n_boot=50)}
+    assert rows == {"half", "all", "requant", "other-grid"}  # (d) and (e) only on MoE models
