@@ -124,6 +124,14 @@ def merge(condition: str, parts: list[CheckResult]) -> CheckResult:
                        {k: v for p in parts for k, v in p.quantities.items()})
 
 
+def _processed(state: dict) -> dict[str, int]:
+    """Post-load processing count per layer on every rank of an engine snapshot (``tp rank k: `` before the
+    layer's name when the engine has more than one rank)."""
+    many = len(state["ranks"]) > 1
+    return {(f"tp rank {k}: {p}" if many else p): int(v["processed"])
+            for k, rank in enumerate(state["ranks"]) for p, v in rank["layers"].items()}
+
+
 class CheckRunner:
     """Runs the checks after each sync of one pipeline (tiers: :func:`full_tier_reason`).
 
@@ -150,7 +158,7 @@ class CheckRunner:
             self._baseline(s.state(fingerprints=False))
 
     def _baseline(self, st: dict) -> None:
-        self.processed[st["instance"]] = {p: v["processed"] for p, v in st["ranks"][0]["layers"].items()}
+        self.processed[st["instance"]] = _processed(st)
         self.resets[st["instance"]] = st["cache_resets"]
 
     def request_full(self, why: str) -> None:
@@ -190,7 +198,7 @@ class CheckRunner:
         for st in states:
             inst = st["instance"]
             before = self.processed.get(inst)
-            after = {p: v["processed"] for p, v in st["ranks"][0]["layers"].items()}
+            after = _processed(st)
             if before is None:  # an engine not seen at start (a restart): its counts start now
                 before = {p: n - 1 for p, n in after.items()}
             parts["W6"].append(check_derived_state(st["cache_blocks"], st["cache_resets"] - self.resets.get(inst, 0),
