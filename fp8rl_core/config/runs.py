@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from fp8rl_core.config.loading import ConfigError, read_sweep, set_dotted
+from fp8rl_core.checks.runner import CheckPolicy
 from fp8rl_core.config.schema import RunConfig, SweepConfig
 from fp8rl_core.errors import format_errors
 from fp8rl_core.identity import content_hash, digest
@@ -35,12 +36,25 @@ __all__ = ["Run", "Sweep", "correctness_runs", "expand", "matching_runs", "run_d
            "run_tags", "short_model", "sweep_id"]
 
 
+#: fields added after run ids were first issued: left out of a run's id while they hold these values, so the
+#: runs of an unchanged config keep their ids (a finished sweep is still skipped); section → field → value
+ID_NEUTRAL: dict[str, dict[str, object]] = {
+    "checks": {"compute_copy": True, "alarm": True, "alarm_jump": CheckPolicy().alarm_jump},
+}
+
+
 def run_id(run: RunConfig, spec: ModelSpec | None = None) -> str:
-    """Stable id of a run: 12 hex digits of the content hash of its resolved config and the *contents* of
-    its model spec (``spec``, else read from its file; editing a spec file gives its runs new ids, so a
-    resumed sweep does not skip runs of an older architecture)."""
+    """Stable id of a run: 12 hex digits of the content hash of its resolved config (less the
+    :data:`ID_NEUTRAL` fields at their neutral values) and the *contents* of its model spec (``spec``, else
+    read from its file; editing a spec file gives its runs new ids, so a resumed sweep does not skip runs of
+    an older architecture)."""
     spec = run.spec() if spec is None else spec
-    return content_hash(run.model_dump(mode="json", exclude={"models_dir"}) | {"model_spec": spec_hash(spec)}, 12)
+    dump = run.model_dump(mode="json", exclude={"models_dir"})
+    for section, fields in ID_NEUTRAL.items():
+        part = dump.get(section)
+        if isinstance(part, dict):
+            dump[section] = {k: v for k, v in part.items() if not (k in fields and v == fields[k])}
+    return content_hash(dump | {"model_spec": spec_hash(spec)}, 12)
 
 
 def short_model(model: str) -> str:

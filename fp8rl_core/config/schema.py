@@ -108,6 +108,10 @@ class ChecksSection(BaseModel):
     probe_sequences: int = Field(8, ge=1, description="W7 probe batch: held-out task sequences")
     w7_mean: float | None = Field(None, gt=0, description="W7 bound on mean |Δlogp| (None: by engine dtype and preset)")
     w7_max: float | None = Field(None, gt=0, description="W7 bound on max |Δlogp| (None: by engine dtype and preset)")
+    compute_copy: bool = Field(_POLICY.compute_copy, description="W6: every rank's compute copy against its held bytes")
+    alarm: bool = Field(_POLICY.alarm, description="W7: the behavioural alarm on the run's per-step mismatch numbers")
+    alarm_jump: float = Field(_POLICY.alarm_jump, gt=1, description="the alarm fires at this factor over the run's "
+                              "median of earlier clean steps (its absolute bounds: docs/correctness.md)")
 
     def w7_bounds(self, dtype: str, preset: str) -> tuple[float, float]:
         """The run's declared W7 bound: float32 engines run the learner's arithmetic (tight: measured mean
@@ -124,7 +128,8 @@ class ChecksSection(BaseModel):
     def policy(self, dtype: str, preset: str) -> CheckPolicy:
         """The checks' policy of a run with this engine dtype and preset (cadence, W7 bound)."""
         mean, mx = self.w7_bounds(dtype, preset)
-        return CheckPolicy(full_every=self.full_every, w7_mean=mean, w7_max=mx)
+        return CheckPolicy(full_every=self.full_every, w7_mean=mean, w7_max=mx, compute_copy=self.compute_copy,
+                           alarm=self.alarm, alarm_jump=self.alarm_jump)
 
 
 class MetricsSection(BaseModel):

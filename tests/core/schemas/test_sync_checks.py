@@ -21,15 +21,15 @@ from .samples import CHECK_ROW, MATRIX_ROW, TASK, assert_violation_named, case_i
 def test_checks_from_reports_objects_dicts_and_json():
     reports = [report(1, 1, True), report(2, 2, False), report(3, 3, True, failed=("W3",))]
     rows = check_rows(reports)
-    assert len(rows) == 7 + 5 + 7 and set(rows[0]) == set(CHECK_ROW)
+    assert len(rows) == 7 + 6 + 7 and set(rows[0]) == set(CHECK_ROW)  # the cheap tier: all but W3
     failed = [r for r in rows if not r["passed"]]
     assert [(r["sync"], r["condition"], r["count"], r["offenders"]) for r in failed] == [
         (3, "W3", 3, "layer.W3; layer.W3; layer.W3")]
-    assert len(validate("checks", rows)) == 19
-    assert len(validate("checks", reports)) == 19  # reports are flattened first
+    assert len(validate("checks", rows)) == 20
+    assert len(validate("checks", reports)) == 20  # reports are flattened first
     dicts = json.loads(json.dumps([r.as_dict() for r in reports]))  # what checks.json holds
     assert check_rows(dicts) == rows
-    assert len(validate("checks", dicts)) == 19
+    assert len(validate("checks", dicts)) == 20
 
 
 class _Learner:
@@ -105,7 +105,7 @@ CASES = [
     ("checks", set_(1, condition="W1"), "condition", [0, 1], "unique together"),
     ("checks", set_(2, version=9), "version", [2], "one report per sync"),
     ("checks", set_(2, tier="cheap"), "tier", [2], "one report per sync"),
-    ("checks", set_(7, condition="W7"), "condition", [7], "full tier only"),
+    ("checks", set_(7, condition="W3"), "condition", [7], "full tier only"),
     ("checks", set_(0, passed="yes"), "passed", [0], "True/False"),
     # clean_syncs
     ("clean_syncs", set_(0, false_alarm=True, alarms="W2 failed"), "false_alarm", [0], "'check/W*' column is False"),
@@ -123,7 +123,7 @@ CASES = [
     ("detection_matrix", set_(0, W1=0), "caught_first", [0], "the column named by 'condition' is 1"),
     ("detection_matrix", set_(1, caught_first=False), "caught_first", [1], "the column named by 'condition' is 1"),
     ("detection_matrix", set_(0, declared_offenders=""), "declared_offenders", [0], "names what failed"),
-    ("detection_matrix", set_(1, W7=0), "W7", [1], "cheap-tier rows"),
+    ("detection_matrix", set_(1, W3=0), "W3", [1], "cheap-tier rows"),
     ("detection_matrix", set_(2, W2=2), "W2", [2], "1 fired, 0 passed"),
     ("detection_matrix", set_(1, fault="dropped-bucket"), "fault", [0, 1], "one row per fault"),
     ("detection_matrix", set_(1, tier="x"), "tier", [1], "'cheap', 'full'"),
