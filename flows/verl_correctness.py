@@ -10,6 +10,7 @@ from prefect import get_run_logger
 
 from fp8rl_core.config import Run, SweepConfig
 from fp8rl_core.verl.checking import fault_verdict
+from fp8rl_core.verl.payload import PlantedFault, VerlHooks
 from tasks import tracking
 from tasks.tracking import RunRow
 
@@ -37,9 +38,9 @@ def verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: s
     skipped = [f.name for f in wanted if f.worker is None]
     wanted = [f for f in wanted if f.worker is not None]
 
-    def one(run: Run, suffix: str, faults: list[dict]) -> tuple[RunRow, list[dict]]:
+    def one(run: Run, suffix: str, hooks: VerlHooks) -> tuple[RunRow, list[dict]]:
         run = dataclasses.replace(run, id=f"{run.id}-{suffix}", name=f"{run.name}·{suffix}")
-        row, out = _verl_run(run, sweep.sweep, section.id(), flow_run, mlflow_run, faults=faults)
+        row, out = _verl_run(run, sweep.sweep, section.id(), flow_run, mlflow_run, hooks=hooks)
         return row, list(out.checks)
 
     rows: list[dict] = []
@@ -51,12 +52,14 @@ def verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: s
                 mine = [f for f in wanted if f.model == kind]
                 clean = section.clean_syncs[kind]
                 at = {f.name: clean + 2 * i for i, f in enumerate(mine)}  # a clean sync after each
-                planted = [{"name": f.name, "rank": section.fault_ranks.get(f.name), "version": at[f.name]} for f in mine]
+                planted = VerlHooks(faults=tuple(PlantedFault(name=f.name, rank=section.fault_ranks.get(f.name),
+                                                              version=at[f.name]) for f in mine))
+                spec = cfg.spec()  # the model spec, read once: both verl runs of this model carry it
                 steps = max(1, clean + 2 * len(mine) - 1)
                 series = cfg.model_copy(update={"loop": cfg.loop.model_copy(update={"steps": steps}),
                                                 "checks": cfg.checks.model_copy(update={"on_failure": "warn",
                                                                                         "full_every": 1})})
-                row, reports = one(Run.of(series), "faults", planted)
+                row, reports = one(Run.of(series, spec), "faults", planted)
                 fault_at = set(at.values())
                 bad = [f"{kind} sync {r['sync']}: {c['condition']}" for r in reports if r["version"] not in fault_at
                        for c in r["results"] if not c["passed"]]
@@ -75,7 +78,7 @@ def verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: s
                 if mine:  # the first fault again, from the first sync on: the check must stop verl
                     f, rank = mine[0], section.fault_ranks.get(mine[0].name)
                     stop = cfg.model_copy(update={"checks": cfg.checks.model_copy(update={"on_failure": "fail"})})
-                    row, reports = one(Run.of(stop), f.name, [{"name": f.name, "rank": rank, "version": None}])
+                    row, reports = one(Run.of(stop, spec), f.name, VerlHooks(faults=(PlantedFault(name=f.name, rank=rank),)))
                     v = fault_verdict(reports, f.name, f.condition, rank)
                     stopped = row.failed and len(reports) == 1
                     logger.info("fault %s from the first sync on: caught there: %s; verl stopped there: %s",

@@ -57,7 +57,8 @@ def test_a_verl_sweep_trains_dense_and_moe_with_every_check_passing_on_both_rank
         assert len(w2) == 3 and all("2 tensor-parallel ranks" in t["detail"] for t in w2)  # per-rank, both ranks
         files = {f.path for f in c.list_artifacts(row.mlflow_run, "verl")}
         retried = "verl.retried" in run.data.tags  # a start that lost a port race is started once more, its log kept
-        assert files == {"verl/main_ppo.args", "verl/main_ppo.log"} | ({"verl/main_ppo.attempt1.log"} if retried else set())
+        assert files == ({"verl/main_ppo.args", "verl/main_ppo.log", "verl/payload.json"}
+                         | ({"verl/main_ppo.attempt1.log"} if retried else set()))
         args_file = Path(c.download_artifacts(row.mlflow_run, "verl/main_ppo.args", str(env["root"]))).read_text()
         assert "model_engine=dp" in args_file and "trainer.use_v1" not in args_file  # verl's default trainer
     # the report: the claims a verl run answers (the sync's bytes) and those it cannot, said so
