@@ -91,6 +91,12 @@ def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_ne
     (series,) = {r["mlflow_run"] for r in rows.values()}
     run = c.get_run(series)
     assert run.info.status == "FINISHED" and run.data.tags["mlflow.parentRunId"] == out["mlflow_run"]
+    # the plants reached verl's workers as the hooks of the run's payload (fp8rl_core.verl.payload)
+    from fp8rl_core.verl.payload import VerlPayload
+
+    payload = VerlPayload.read(c.download_artifacts(series, "verl/payload.json", str(env["root"])))
+    assert [(p.name, p.rank, p.version) for p in payload.hooks.faults] == [
+        ("sampler-requantizes-floor", 1, 1), ("post-load-twice", None, 3), ("derived-copy-stale", None, 5)]
     w2, w6 = _history(series, "check/W2"), _history(series, "check/W6")
     assert sorted(w2) == sorted(w6) == list(range(7)) and w2[1] == w6[3] == w6[5] == 0.0
     assert all(w2[v] == w6[v] == 1.0 for v in (0, 2, 4, 6))  # clean before, and again after each fault
