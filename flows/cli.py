@@ -113,26 +113,32 @@ def verl_config(
     ray_address: Annotated[str | None, typer.Option(help="the Ray cluster verl joins (as `fp8rl run --ray-address`)")] = None,
 ) -> None:
     """Print verl's Hydra overrides for one run as `fp8rl run` launches it (each with the fp8rl field behind
-    it), then verl's own ppo_trainer config composed from them and checked by verl's validation (docs/gpu.md)."""
+    it), the payload its processes read (as comment lines), then verl's own ppo_trainer config composed from
+    the overrides and checked by verl's validation (docs/gpu.md)."""
     from fp8rl_core.config.loading import ConfigError
     from fp8rl_core.config.runs import Sweep
     from fp8rl_core.verl.compose import VerlConfigError, check
     from fp8rl_core.verl.overrides import MAIN_PPO
-    from tasks.verl_run import launch_overrides, work_dir
+    from fp8rl_core.verl.payload import PAYLOAD_ENV
+    from tasks.verl_run import launch_overrides, launch_payload, payload_path, work_dir
 
     try:
         sweep = Sweep.load(config, overrides or [])
         runs = sweep.runs
         run = runs[index]
-        ov = launch_overrides(run, sweep.name, mlflow_run_id=mlflow_run, ray_address=ray_address)
-        cfg, printed = check(run.config, ov)
+        payload = launch_payload(run, sweep.name)
+        ov = launch_overrides(run, sweep.name, payload, mlflow_run_id=mlflow_run, ray_address=ray_address)
+        cfg, printed = check(run, ov)
     except (ConfigError, VerlConfigError, ValueError, IndexError) as e:
         raise _fail(str(e)) from None
     from omegaconf import OmegaConf
 
     typer.echo(f"# run {index} of {len(runs)}: {run.config.model}, preset {run.config.preset}, seed {run.config.seed}")
-    typer.echo(f"# fp8rl run writes the dataset into {work_dir(sweep.name, run)} and runs: python -m {MAIN_PPO} \\")
+    typer.echo(f"# fp8rl run writes the dataset and the payload into {work_dir(sweep.name, run)} and runs: "
+               f"python -m {MAIN_PPO} \\")
     typer.echo("\n".join(f"{o.hydra()}    # {o.source}" for o in ov))
+    typer.echo(f"# --- the payload verl's processes read ({PAYLOAD_ENV}={payload_path(sweep.name, run)}) ---")
+    typer.echo("\n".join(f"# {line}" for line in payload.dumps().splitlines()))
     typer.echo("# --- verl's ppo_trainer composed with them ---")
     typer.echo(OmegaConf.to_yaml(cfg) + printed.strip())
 

@@ -31,6 +31,7 @@ from fp8rl_core.config.runs import Run, Sweep  # noqa: E402
 from fp8rl_core.config.schema import MatchingSection  # noqa: E402
 from fp8rl_core.schedule import dispatch_order, engine_group  # noqa: E402
 from fp8rl_core.sampler.pool import release_all  # noqa: E402
+from fp8rl_core.verl.payload import NO_VERL_HOOKS, VerlHooks  # noqa: E402
 from fp8rl_core.vocabulary import CONDITIONS  # noqa: E402
 from tasks import reporting, stages  # noqa: E402
 
@@ -257,16 +258,19 @@ def _verl_sweep(sweep: Sweep, resume: bool, report: bool, ray_address: str | Non
 
 
 def _verl_run(run: Run, sweep: str, sweep_id: str, flow_run: str, parent: str, ray_address: str | None = None,
-              faults: list[dict] | None = None):
+              hooks: VerlHooks = NO_VERL_HOOKS):
     """One run as verl's trainer (:func:`tasks.verl_run.run_verl`) in an MLflow run nested under ``parent``,
-    ended FINISHED or FAILED with verl's reason; returns its row and how verl ended."""
+    ended FINISHED or FAILED with verl's reason; returns its row and how verl ended. ``hooks``: the hooks of its
+    syncs (no-op but in the correctness stage)."""
     from tasks.verl_run import run_verl
+
+    faults = hooks.names()
 
     mlflow_run = _open(run, sweep, sweep_id, flow_run, parent)
     tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run, "verl.launch": "subprocess"}
-                   | ({"fp8rl.fault": ", ".join(f["name"] for f in faults)} if faults else {}))
+                   | ({"fp8rl.fault": ", ".join(faults)} if faults else {}))
     with tracking.ending(mlflow_run) as end:  # verl's own MLflow logger may end the run too: fp8rl's is the last word
-        out = run_verl(run, sweep, mlflow_run, ray_address, WARMSTART_CACHE, faults)
+        out = run_verl(run, sweep, mlflow_run, ray_address, WARMSTART_CACHE, hooks)
         if out.reason:
             end.fail(out.reason)
     get_run_logger().log(logging.ERROR if out.reason and not faults else logging.INFO, "run %s: %s (log: %s)",

@@ -14,6 +14,7 @@ from adapters import tracking
 from adapters.tracking import RunRow
 from fp8rl_core.config.runs import Run, Sweep
 from fp8rl_core.verl.checking import fault_verdict
+from fp8rl_core.verl.payload import PlantedFault, VerlHooks
 
 __all__ = ["verl_correctness"]
 
@@ -40,9 +41,9 @@ def verl_correctness(sweep: Sweep, wanted: list, mlflow_run: str, flow_run: str,
     skipped = [f.name for f in wanted if f.worker is None]
     wanted = [f for f in wanted if f.worker is not None]
 
-    def one(run: Run, suffix: str, faults: list[dict]) -> tuple[RunRow, list[dict]]:
+    def one(run: Run, suffix: str, hooks: VerlHooks) -> tuple[RunRow, list[dict]]:
         run = dataclasses.replace(run, id=f"{run.id}-{suffix}", name=f"{run.name}·{suffix}")
-        row, out = verl_run(run, sweep.name, section.id(), flow_run, mlflow_run, faults=faults)
+        row, out = verl_run(run, sweep.name, section.id(), flow_run, mlflow_run, hooks=hooks)
         return row, list(out.checks)
 
     rows: list[dict] = []
@@ -55,7 +56,8 @@ def verl_correctness(sweep: Sweep, wanted: list, mlflow_run: str, flow_run: str,
                 mine = [f for f in wanted if f.model == kind]
                 clean = section.clean_syncs[kind]
                 at = {f.name: clean + 2 * i for i, f in enumerate(mine)}  # a clean sync after each
-                planted = [{"name": f.name, "rank": section.fault_ranks.get(f.name), "version": at[f.name]} for f in mine]
+                planted = VerlHooks(faults=tuple(PlantedFault(name=f.name, rank=section.fault_ranks.get(f.name),
+                                                              version=at[f.name]) for f in mine))
                 steps = max(1, clean + 2 * len(mine) - 1)
                 series = cfg.model_copy(update={"loop": cfg.loop.model_copy(update={"steps": steps}),
                                                 "checks": cfg.checks.model_copy(update={"on_failure": "warn",
@@ -79,7 +81,7 @@ def verl_correctness(sweep: Sweep, wanted: list, mlflow_run: str, flow_run: str,
                 if mine:  # the first fault again, from the first sync on: the check must stop verl
                     f, rank = mine[0], section.fault_ranks.get(mine[0].name)
                     stop = cfg.model_copy(update={"checks": cfg.checks.model_copy(update={"on_failure": "fail"})})
-                    row, reports = one(Run.of(stop, base.spec), f.name, [{"name": f.name, "rank": rank, "version": None}])
+                    row, reports = one(Run.of(stop, base.spec), f.name, VerlHooks(faults=(PlantedFault(name=f.name, rank=rank),)))
                     v = fault_verdict(reports, f.name, f.condition, rank)
                     stopped = row.failed and len(reports) == 1
                     logger.info("fault %s from the first sync on: caught there: %s; verl stopped there: %s",

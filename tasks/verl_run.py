@@ -14,10 +14,11 @@ Ray job:
 - A signal that stops the sweep stops verl: the subprocess is terminated with it.
 
 The run's work folder (``FP8RL_VERL_WORK``, default ``.cache/verl``, then ``<sweep>/<run id>``) holds
-``train.parquet``/``val.parquet`` (:mod:`fp8rl_core.verl.data`), ``main_ppo.args`` (the overrides, one a
-line: the config verl ran with) and ``main_ppo.log``; on a multi-node cluster it must be on the shared
-checkout (every node reads the dataset). :func:`launch_overrides` is the one source of the overrides:
-``fp8rl verl-config`` prints exactly what this task runs.
+``train.parquet``/``val.parquet`` (:mod:`fp8rl_core.verl.data`), ``payload.json`` (what fp8rl's pieces in
+verl's processes read, :mod:`fp8rl_core.verl.payload`), ``main_ppo.args`` (the overrides, one a line) and
+``main_ppo.log``; on a multi-node cluster it must be on the shared checkout (every node reads the dataset and
+the payload). :func:`launch_payload` and :func:`launch_overrides` are the one source of both: ``fp8rl
+verl-config`` prints exactly what this task runs.
 """
 
 from __future__ import annotations
@@ -39,11 +40,12 @@ from fp8rl_core.verl.checking import read_reports
 from fp8rl_core.verl.data import write_dataset, write_model_dir
 from fp8rl_core.verl.metrics import VERL_METRICS, summary
 from fp8rl_core.verl.overrides import Override, main_ppo_argv, verl_overrides
+from fp8rl_core.verl.payload import NO_VERL_HOOKS, PAYLOAD_FILE, VerlHooks, VerlPayload
 
 from adapters import tracking
 
-__all__ = ["VerlOutcome", "failure_reason", "launch_overrides", "model_dir", "port_race", "prepare_model", "record",
-           "run_verl", "work_dir"]
+__all__ = ["VerlOutcome", "failure_reason", "launch_overrides", "launch_payload", "model_dir", "payload_path", "port_race",
+           "prepare_model", "record", "run_verl", "work_dir"]
 
 #: lines of verl's output that name an error (a Python exception line, Ray's and Hydra's error lines)
 _ERROR = re.compile(r"(\b\w*(Error|Exception)\b|\bTraceback\b|error:)")
@@ -69,15 +71,25 @@ def model_dir(sweep: str, run: Run) -> Path | None:
     return work_dir(sweep, run) / "model" if run.config.verl.model_path is None else None
 
 
-def launch_overrides(run: Run, sweep: str, *, mlflow_run_id: str | None = None,
-                     ray_address: str | None = None, faults: list[dict] | None = None) -> list[Override]:
-    """verl's overrides of ``cfg`` as the launcher runs them: the sweep as verl's project, the run id as
-    its experiment, the dataset (and, on CPU, the model) in :func:`work_dir`, the tracking store, fp8rl's
-    MLflow run, the Ray cluster to join and the planted faults (``faults``: the correctness stage only)."""
-    return verl_overrides(run.config, experiment=sweep, run_name=run.id, mlflow_run_id=mlflow_run_id,
+def payload_path(sweep: str, run: Run) -> Path:
+    """Where the launcher writes the run's payload (the file verl's workers read)."""
+    return work_dir(sweep, run) / PAYLOAD_FILE
+
+
+def launch_payload(run: Run, sweep: str, hooks: VerlHooks = NO_VERL_HOOKS) -> VerlPayload:
+    """The payload verl's processes receive for ``run`` (its check reports in :func:`work_dir`; ``hooks``:
+    the hooks of its syncs, no-op but in the correctness stage)."""
+    return VerlPayload.of(run, work_dir(sweep, run), hooks)
+
+
+def launch_overrides(run: Run, sweep: str, payload: VerlPayload, *, mlflow_run_id: str | None = None,
+                     ray_address: str | None = None) -> list[Override]:
+    """verl's overrides of ``run`` as the launcher runs them: the sweep as verl's project, the run id as
+    its experiment, the dataset, the payload (:func:`payload_path`) and, on CPU, the model in :func:`work_dir`,
+    the tracking store, fp8rl's MLflow run and the Ray cluster to join."""
+    return verl_overrides(run, payload, experiment=sweep, run_name=run.id, mlflow_run_id=mlflow_run_id,
                           tracking_uri=tracking.tracking_uri() if mlflow_run_id else None,
-                          data_dir=work_dir(sweep, run), ray_address=ray_address, model_path=model_dir(sweep, run),
-                          faults=faults)
+                          data_dir=work_dir(sweep, run), ray_address=ray_address, model_path=model_dir(sweep, run))
 
 
 def prepare_model(run: Run, sweep: str, cache_root: str | Path) -> Path | None:
@@ -150,18 +162,22 @@ def port_race(returncode: int, output: str, reports: list[dict]) -> str | None:
 
 @task(name="verl-run", cache_policy=NO_CACHE)
 def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = None,
-             cache_root: str = ".cache/warmstart", faults: list[dict] | None = None) -> VerlOutcome:
-    """Write the run's dataset, model directory (a CPU run's warm start) and overrides, then run
-    ``python -m verl.trainer.main_ppo`` with them, its MLflow logger inside ``mlflow_run``; wait for it, then
-    :func:`record` the checks and summary metrics. Returns how it ended (the caller ends the MLflow run)."""
+             cache_root: str = ".cache/warmstart", hooks: VerlHooks = NO_VERL_HOOKS) -> VerlOutcome:
+    """Write the run's dataset, model directory (a CPU run's warm start), payload (``hooks``: the hooks of its
+    syncs, no-op but in the correctness stage) and overrides, then run ``python -m verl.trainer.main_ppo``
+    with them, its MLflow logger inside ``mlflow_run``; wait for it, then :func:`record` the checks and
+    summary metrics. Returns how it ended (the caller ends the MLflow run)."""
     work = work_dir(sweep, run)
     write_dataset(run.config, work)
     (work / "checks.jsonl").unlink(missing_ok=True)
     prepare_model(run, sweep, cache_root)
-    argv = main_ppo_argv(launch_overrides(run, sweep, mlflow_run_id=mlflow_run, ray_address=ray_address, faults=faults),
+    payload = launch_payload(run, sweep, hooks)
+    payload.write(payload_path(sweep, run))
+    argv = main_ppo_argv(launch_overrides(run, sweep, payload, mlflow_run_id=mlflow_run, ray_address=ray_address),
                          sys.executable)
     (work / "main_ppo.args").write_text("\n".join(argv[3:]) + "\n")
     tracking.log_file(mlflow_run, work / "main_ppo.args", "verl")
+    tracking.log_file(mlflow_run, payload_path(sweep, run), "verl")
     env = os.environ | {"MLFLOW_RUN_ID": mlflow_run, "MLFLOW_TRACKING_URI": tracking.tracking_uri()}
     log = work / "main_ppo.log"
     returncode = _main_ppo(argv, env, work, log)

@@ -3,8 +3,11 @@
 verl is imported only in this package, and only inside functions: importing ``fp8rl_core.verl`` (or any
 module under it) loads neither verl nor Ray, so the rest of fp8rl_core stays importable without them.
 
-``overrides``  a run config → the Hydra overrides of verl's ``ppo_trainer`` (pure, no verl import),
+``overrides``  a run → the Hydra overrides of verl's ``ppo_trainer`` (pure, no verl import),
                each override carrying the fp8rl field that produced it.
+``payload``    the one validated, versioned payload verl's processes read from fp8rl (the run's learner,
+               sampler and checks sections, spec, rollout schemes, the hooks of its syncs): a file in the run's
+               work folder named by one environment variable, ``FP8RL_VERL_PAYLOAD``.
 ``compose``    compose those overrides under the *installed* verl's own config directory and run verl's own
                validation; verl's errors come back naming the fp8rl fields behind the offending keys.
 ``sglang``     the custom weight loader SGLang's ``update_weights_from_tensor`` calls: fp8rl's bytes into its

@@ -11,60 +11,36 @@ conditions; docs/correctness.md), with its two sides built from what a verl run 
   snapshot, read-back, per-rank and probe calls, sent to verl's vLLM server (``Fp8rlHttpServer``) and
   its workers instead of an engine fp8rl started.
 
-The adapter of rollout rank 0 of each replica runs them after every sync (:class:`SyncChecks`), appends
-each report to the JSON-lines file :data:`~fp8rl_core.verl.overrides.REPORTS_ENV` names (the launcher logs them to the run's MLflow
-record) and, under ``checks.on_failure: fail``, raises :class:`CheckFailedError` naming the condition,
+The adapter of rollout rank 0 of each replica runs them after every sync (:class:`SyncChecks`) with the
+run's ``checks`` section from its payload (:mod:`fp8rl_core.verl.payload`), appends each report to the
+JSON-lines file the payload names (the launcher logs them to the run's MLflow record) and, under ``checks.on_failure: fail``, raises :class:`CheckFailedError` naming the condition,
 the rank and the layer — verl's trainer stops and the run ends FAILED with that line.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from fp8rl_core.sampler.engine import Sampler, engine_config
-from fp8rl_core.verl.overrides import CHECKS_ENV
 
-__all__ = ["CheckFailedError", "CheckSettings", "FaultVerdict", "ServerSampler", "SyncChecks", "fault_verdict",
-           "read_reports", "synced_learner"]
+if TYPE_CHECKING:
+    from fp8rl_core.learner.config import LearnerConfig
+    from fp8rl_core.verl.payload import VerlPayload
 
+__all__ = ["CheckFailedError", "FaultVerdict", "ServerSampler", "SyncChecks", "fault_verdict", "read_reports",
+           "synced_learner"]
 
 
 class CheckFailedError(RuntimeError):
     """A sync's checks failed under ``checks.on_failure: fail``."""
-
-
-@dataclass(frozen=True)
-class CheckSettings:
-    """The ``checks`` section as the launcher passes it (:data:`fp8rl_core.verl.overrides.CHECKS_ENV`)."""
-
-    full_every: int
-    on_failure: str
-    w7_mean: float
-    w7_max: float
-    probe: tuple[tuple[int, ...], ...]
-
-    @classmethod
-    def from_env(cls, environ: Any = None) -> "CheckSettings | None":
-        raw = (os.environ if environ is None else environ).get(CHECKS_ENV)
-        if not raw:
-            return None
-        d = json.loads(raw)
-        return cls(int(d["full_every"]), str(d["on_failure"]), float(d["w7_mean"]), float(d["w7_max"]),
-                   tuple(tuple(int(t) for t in row) for row in d.get("probe") or ()))
-
-    def policy(self):
-        from fp8rl_core.checks import CheckPolicy
-
-        return CheckPolicy(full_every=self.full_every, w7_mean=self.w7_mean, w7_max=self.w7_max)
 
 
 class ServerSampler(Sampler):
@@ -106,39 +82,35 @@ class ServerSampler(Sampler):
         pass
 
 
-def synced_learner(masters: dict[str, torch.Tensor], model_dir: str | Path, version: int):
+def synced_learner(masters: dict[str, torch.Tensor], model_dir: str | Path, version: int, config: "LearnerConfig"):
     """The learner as the sync found it: a :class:`~fp8rl_core.learner.learner.Learner` on the model of
     ``model_dir`` with ``masters`` (checkpoint names, fp32) as its weights, on the grid by the run's learner
-    setting (:func:`fp8rl_core.verl.engine.learner_setting`), at ``version``."""
+    ``config``, at ``version``."""
     from safetensors.torch import save_file
 
-    from fp8rl_core.learner.config import LearnerConfig, Recipe
     from fp8rl_core.learner.learner import Learner
     from fp8rl_core.learner.warmstart import load_policy
-    from fp8rl_core.verl.engine import learner_setting
 
-    s = learner_setting()
     with tempfile.TemporaryDirectory(prefix="fp8rl-synced-") as tmp:
         shutil.copy(Path(model_dir) / "config.json", tmp)
         save_file({n: t.detach().float().contiguous() for n, t in masters.items()}, str(Path(tmp) / "model.safetensors"))
         model = load_policy(tmp)
-    learner = Learner(model, LearnerConfig(precision=s.precision, layers=s.layers,
-                                           recipe=Recipe(grad=s.grad, rule=s.rule)))
+    learner = Learner(model, config)
     learner.version = int(version)
     return learner
 
 
 class SyncChecks:
-    """The checks of one rollout replica across a run's syncs (module docstring)."""
+    """The checks of one rollout replica across a run's syncs (module docstring), by the run's ``payload``."""
 
-    def __init__(self, sampler: ServerSampler, settings: CheckSettings, model_dir: str | Path,
-                 reports: str | Path | None) -> None:
+    def __init__(self, sampler: ServerSampler, payload: "VerlPayload", model_dir: str | Path) -> None:
         from fp8rl_core.checks import CheckRunner
 
-        self.sampler, self.settings, self.model_dir = sampler, settings, Path(model_dir)
-        self.reports = Path(reports) if reports else None
-        probe = torch.tensor(settings.probe, dtype=torch.long) if settings.probe else None
-        self.runner = CheckRunner(settings.policy(), probe)
+        self.sampler, self.payload, self.model_dir = sampler, payload, Path(model_dir)
+        self.reports = Path(payload.reports) if payload.reports else None
+        self.learner_config = payload.learner_config()
+        probe = torch.tensor(payload.probe, dtype=torch.long) if payload.probe else None
+        self.runner = CheckRunner(payload.check_policy(), probe)
         self.started = False
 
     def before_sync(self) -> None:
@@ -149,7 +121,7 @@ class SyncChecks:
 
     def after_sync(self, masters: dict[str, torch.Tensor], version: int):
         """Check the sync that made the engine hold ``masters`` at ``version``; returns the report."""
-        learner = synced_learner(masters, self.model_dir, version)
+        learner = synced_learner(masters, self.model_dir, version, self.learner_config)
         self.sampler.version = int(version)
         pipe = SimpleNamespace(learner=learner, samplers=[self.sampler], configured=self.sampler.schemes)
         report = self.runner.check(pipe)
@@ -157,14 +129,14 @@ class SyncChecks:
             self.reports.parent.mkdir(parents=True, exist_ok=True)
             with open(self.reports, "a") as f:
                 f.write(json.dumps(report.as_dict()) + "\n")
-        if report.failed and self.settings.on_failure == "fail":
+        if report.failed and self.payload.checks.on_failure == "fail":
             raise CheckFailedError(f"fp8rl checks failed at weight sync {report.sync} (version {report.version}): "
                                    f"{report.message()}")
         return report
 
 
 def read_reports(path: str | Path) -> list[dict]:
-    """The check reports a verl run appended to ``path`` (:data:`~fp8rl_core.verl.overrides.REPORTS_ENV`), in sync order."""
+    """The check reports a verl run appended to ``path`` (its payload's ``reports``), in sync order."""
     path = Path(path)
     if not path.is_file():
         return []

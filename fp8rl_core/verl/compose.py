@@ -97,18 +97,19 @@ def validate(cfg: Any, overrides: Sequence[Override] = ()) -> str:
 
 
 def write_model_config(run: Any, directory: str | Path) -> Path:
-    """``config.json`` of the run's model (from its fp8rl spec) in ``directory``; returns the directory."""
+    """``config.json`` of the model of ``run`` (a :class:`~fp8rl_core.config.Run`: its fp8rl spec) in
+    ``directory``; returns the directory."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    cfg = run.spec().hf_config()
-    cfg.architectures = ["Qwen3MoeForCausalLM" if run.spec().is_moe else "Qwen3ForCausalLM"]
+    cfg = run.spec.hf_config()
+    cfg.architectures = ["Qwen3MoeForCausalLM" if run.spec.is_moe else "Qwen3ForCausalLM"]
     cfg.to_json_file(str(directory / "config.json"))
     return directory
 
 
 def check(run: Any, overrides: Sequence[Override]) -> tuple[Any, str]:
     """Compose ``overrides`` and validate the result as verl would, with ``model.path`` pointed (for the
-    validation only) at a temporary directory holding the run's ``config.json``. Returns the composed
+    validation only) at a temporary directory holding the ``config.json`` of ``run`` (a Run). Returns the composed
     config (with the real model path) and verl's validation output. Raises :class:`VerlConfigError`."""
     import tempfile
 

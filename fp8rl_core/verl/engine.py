@@ -12,54 +12,34 @@ learner precision put in at the one place TE would be on a GPU:
 - the forward runs under BF16 autocast, so the layers off the grid compute in BF16 like TE's BF16 layers
   (verl skips autocast for an fp32 ``param_dtype``; the engine turns it back on).
 
-The settings come from :data:`LEARNER_ENV` (JSON: precision, layers, grad, rule), which the generated config
-puts in every Ray worker's environment; without it (or precision ``bf16``) verl's engine runs unchanged.
+The settings are the run's learner config from the payload (:func:`fp8rl_core.verl.payload.payload`); without
+a payload (or precision ``bf16``) verl's engine runs unchanged.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import dataclass
-from typing import Any
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["LEARNER_ENV", "LearnerSetting", "learner_setting", "register"]
+if TYPE_CHECKING:
+    from fp8rl_core.learner.config import LearnerConfig
 
-#: environment variable of every Ray worker holding the learner's precision settings (JSON)
-LEARNER_ENV = "FP8RL_VERL_LEARNER"
+__all__ = ["put_on_grid", "register"]
 
 _DONE = False
 
 
-@dataclass(frozen=True)
-class LearnerSetting:
-    """The learner's precision inside verl: ``mxfp8`` with a layer selection and TE's recipe, or ``bf16``."""
-
-    precision: str = "bf16"
-    layers: str = "all"
-    grad: str = "e4m3"
-    rule: str = "rceil"
-
-    def json(self) -> str:
-        return json.dumps(self.__dict__, sort_keys=True)
-
-
-def learner_setting(environ: Any = None) -> LearnerSetting:
-    """The setting in :data:`LEARNER_ENV` (a BF16 learner when unset)."""
-    raw = (os.environ if environ is None else environ).get(LEARNER_ENV)
-    return LearnerSetting(**json.loads(raw)) if raw else LearnerSetting()
-
-
-def put_on_grid(module: Any, setting: LearnerSetting) -> list[str]:
-    """Swap ``module``'s selected GEMM layers for fp8rl's MXFP8 layers (none for a BF16 learner); returns
-    the swapped layer names. The weight cache is off: FSDP re-materialises the unsharded weights."""
-    if setting.precision != "mxfp8":
+def put_on_grid(module: Any, learner: "LearnerConfig") -> list[str]:
+    """Swap ``module``'s GEMM layers that ``learner`` puts on the grid for fp8rl's MXFP8 layers with its recipe
+    (none for a BF16 learner); returns the swapped layer names. The weight cache is off: FSDP re-materialises
+    the unsharded weights."""
+    if learner.precision != "mxfp8":
         return []
-    from fp8rl_core.learner.mxfp8 import Recipe, apply_recipe
+    from fp8rl_core.learner.mxfp8 import apply_recipe
     from fp8rl_core.learner.patterns import resolve_layers
 
-    recipe = Recipe(grad=setting.grad, rule=setting.rule, cache_weights=False)
-    return apply_recipe(module, resolve_layers(module, setting.layers), recipe)
+    recipe = dataclasses.replace(learner.recipe, cache_weights=False)
+    return apply_recipe(module, resolve_layers(module, learner.layers), recipe)
 
 
 def _engine_class() -> type:
@@ -70,9 +50,12 @@ def _engine_class() -> type:
         """verl's FSDP engine with fp8rl's MXFP8 learner layers (module docstring)."""
 
         def _build_module(self):
+            from fp8rl_core.verl.payload import payload
+
             module = super()._build_module()
-            self.fp8rl_setting = learner_setting()
-            self.fp8rl_layers = [] if self.engine_config.forward_only else put_on_grid(module, self.fp8rl_setting)
+            run = payload()
+            self.fp8rl_layers = ([] if self.engine_config.forward_only or run is None
+                                 else put_on_grid(module, run.learner_config()))
             return module
 
         def _build_fsdp_module(self, module):

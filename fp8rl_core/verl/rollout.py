@@ -5,8 +5,8 @@ learner's weights in Hugging Face checkpoint names (``…self_attn.q_proj.weight
 ``…mlp.experts.3.up_proj.weight``), the format vLLM's ``load_weights`` reads. fp8rl changes *what* is
 sent, not how (:func:`mxfp8_weights`):
 
-- a layer the rollout holds on the learner's grid (scheme ``mxfp8`` in the per-layer schemes of the
-  ``quantization_config`` the generated config gives vLLM): its weight as uint8 E4M3 bit patterns under the
+- a layer the rollout holds on the learner's grid (scheme ``mxfp8`` in the run's per-layer rollout schemes,
+  :mod:`fp8rl_core.verl.payload` — the ``quantization_config`` the generated config gives vLLM): its weight as uint8 E4M3 bit patterns under the
   weight's own name plus ``…weight_scale``, uint8 E8M0 scales, one per 1×32 block along K — quantized from
   the master weight by Transformer Engine's rule (TE's ``MXFP8Quantizer`` where TE is importable and the
   weight is on a GPU, :func:`fp8rl_core.grids.quantize` otherwise: the same bytes the CPU learner's fprop
@@ -32,7 +32,8 @@ neither verl nor Ray — tests/core/test_purity.py):
     fp8rl's worker extension (:class:`fp8rl_core.sampler.worker.Fp8rlWorkerExtension`: load, state, read
     back — what the checks W1–W7 call) mixed with verl's ``vLLMColocateWorkerExtension``; its
     ``update_weights_from_ipc`` receives the bytes with verl's ``BucketedWeightReceiver`` and loads them
-    through the same in-place reload path as the CPU sampler (``fp8rl_load_shards``).
+    through the same in-place reload path as the CPU sampler (``fp8rl_load_shards``), with the sync hooks the
+    payload's :class:`~fp8rl_core.verl.payload.VerlHooks` give its rank and version (no-op in production).
 
 verl's name ``"vllm"`` is kept, so verl's many ``name == "vllm"`` branches still apply.
 """
@@ -51,8 +52,7 @@ from fp8rl_core.grids import bf16_view, quantize
 from fp8rl_core.grids.te import compact_rowwise_scales
 from fp8rl_core.sync.layout import sync_name
 
-__all__ = ["TE_GRID", "layer_schemes", "mxfp8_weights", "planted_fault", "quantize_rowwise",
-           "scale_name"]
+__all__ = ["TE_GRID", "mxfp8_weights", "quantize_rowwise", "scale_name"]
 
 #: the MXFP8 grid Transformer Engine quantizes on (E4M3 elements, rceil E8M0 scales): the only one TE's
 #: quantizer may produce here
@@ -108,16 +108,6 @@ def mxfp8_weights(weights: Iterable[tuple[str, torch.Tensor]], schemes: Mapping[
             yield name, t
 
 
-def layer_schemes(engine_kwargs: Mapping | None) -> tuple[dict[str, str], str]:
-    """(per-layer schemes, MX grid) from a rollout config's ``engine_kwargs`` (the generated
-    ``engine_kwargs.vllm.hf_overrides.quantization_config``); no fp8rl method: nothing on the grid."""
-    vllm = (engine_kwargs or {}).get("vllm") or {}
-    qc = (vllm.get("hf_overrides") or {}).get("quantization_config") or {}
-    if qc.get("quant_method") != "fp8rl":
-        return {}, TE_GRID
-    return {str(k): str(v) for k, v in (qc.get("layers") or {}).items()}, str(qc.get("mx_grid", TE_GRID))
-
-
 # ------------------------------------------------------------------------------------------------------
 # verl's classes, subclassed on first use
 # ------------------------------------------------------------------------------------------------------
@@ -140,8 +130,11 @@ def _server_adapter() -> type:
             if wire_format != "named_tensors":
                 raise ValueError(f"fp8rl's rollout sends whole MXFP8 tensors (wire_format='named_tensors'); "
                                  f"got {wire_format!r}: BF16 deltas would bypass the learner's grid")
-            schemes, grid = layer_schemes(self.config.get("engine_kwargs"))
-            checks = self._fp8rl_sync_checks(schemes, grid)
+            from fp8rl_core.verl.payload import payload
+
+            run = payload()
+            schemes, grid = (run.rollout_schemes, run.mx_grid) if run is not None else ({}, TE_GRID)
+            checks = self._fp8rl_sync_checks(run, schemes, grid)
             masters: dict[str, torch.Tensor] = {}
             if checks is not None:
                 await asyncio.to_thread(checks.before_sync)
@@ -153,21 +146,19 @@ def _server_adapter() -> type:
                 await asyncio.to_thread(checks.after_sync, masters, version)
             return out
 
-        def _fp8rl_sync_checks(self, schemes: dict[str, str], grid: str):
-            """The replica's :class:`~fp8rl_core.verl.checking.SyncChecks` (rollout rank 0 of each replica
-            checks every rank of its engine; the checks section unset: none)."""
+        def _fp8rl_sync_checks(self, run, schemes: dict[str, str], grid: str):
+            """The replica's :class:`~fp8rl_core.verl.checking.SyncChecks` by the run's payload ``run``
+            (rollout rank 0 of each replica checks every rank of its engine; no payload: none)."""
             if self.fp8rl_checks is not None or self.rollout_rank != 0:
                 return self.fp8rl_checks
-            from fp8rl_core.verl.checking import CheckSettings, ServerSampler, SyncChecks
-            from fp8rl_core.verl.overrides import REPORTS_ENV
+            from fp8rl_core.verl.checking import ServerSampler, SyncChecks
 
-            settings = CheckSettings.from_env()
-            if settings is None or not self._ensure_server_handle():
+            if run is None or not self._ensure_server_handle():
                 return None
-            work = Path(os.environ.get(REPORTS_ENV) or tempfile.gettempdir()).parent / "checks"
+            work = Path(run.reports or tempfile.gettempdir()).parent / "checks"
             sampler = ServerSampler(self.server_handle, self.model_config.local_path, schemes, grid, work,
                                     instance=f"verl-replica-{self.replica_rank}-{os.getpid()}")
-            self.fp8rl_checks = SyncChecks(sampler, settings, self.model_config.local_path, os.environ.get(REPORTS_ENV))
+            self.fp8rl_checks = SyncChecks(sampler, run, self.model_config.local_path)
             return self.fp8rl_checks
 
     return Fp8rlServerAdapter
@@ -239,6 +230,8 @@ def _worker_extension() -> type:
     from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 
     from fp8rl_core.sampler.worker import Fp8rlWorkerExtension
+    from fp8rl_core.sync.hooks import NO_HOOKS
+    from fp8rl_core.verl.payload import payload
 
     class Fp8rlVerlWorkerExtension(Fp8rlWorkerExtension, vLLMColocateWorkerExtension):
         """fp8rl's RPCs + verl's colocate extension; verl's transfer feeds fp8rl's load (module docstring)."""
@@ -254,34 +247,11 @@ def _worker_extension() -> type:
             # layer-wise reload post-processes a fused layer once all of its shards have arrived)
             receiver.receive_weights(lambda ws, is_last: shards.extend((n, t.clone()) for n, t in ws))
             version = self.fp8rl_weight_version + 1 if fp8rl_version is None else int(fp8rl_version)
-            return self.fp8rl_load_shards(shards, version, planted_fault(self.fp8rl_tp_rank()["rank"], version))
+            run = payload()
+            hooks = run.hooks.at(self.fp8rl_tp_rank()["rank"], version) if run is not None else NO_HOOKS
+            return self.fp8rl_load_shards(shards, version, hooks.worker_hook())
 
     return Fp8rlVerlWorkerExtension
-
-
-def planted_fault(rank: int, version: int) -> str | None:
-    """The worker hook (``module:function``) of the catalogue fault that
-    :data:`~fp8rl_core.verl.overrides.FAULT_ENV` plants on tensor-parallel rank ``rank`` at the sync of
-    ``version``, else None. The variable holds a list of ``{"name", "rank", "version"}``: a fault acts on its
-    rank (every rank when ``rank`` is null) at the sync of its version (every sync when ``version`` is null);
-    the first that matches wins. Only faults that act in the worker's load (stages ``load`` / ``post-load``)
-    can be planted through verl."""
-    import json
-
-    from fp8rl_core.checks.faults import fault
-    from fp8rl_core.verl.overrides import FAULT_ENV
-
-    raw = os.environ.get(FAULT_ENV)
-    if not raw:
-        return None
-    for spec in json.loads(raw):
-        f = fault(spec["name"])
-        if f.worker is None:
-            raise ValueError(f"fault {f.name!r} acts at stage {f.stage!r}; through verl only worker faults "
-                             "(stage load / post-load) can be planted")
-        if spec.get("rank") in (None, rank) and spec.get("version") in (None, version):
-            return f.worker
-    return None
 
 
 _BUILDERS = {"Fp8rlServerAdapter": _server_adapter, "Fp8rlHttpServer": _http_server, "Fp8rlReplica": _replica,

@@ -57,7 +57,8 @@ def test_a_verl_sweep_trains_dense_and_moe_with_every_check_passing_on_both_rank
         assert len(w2) == 3 and all("2 tensor-parallel ranks" in t["detail"] for t in w2)  # per-rank, both ranks
         files = {f.path for f in c.list_artifacts(row.mlflow_run, "verl")}
         retried = "verl.retried" in run.data.tags  # a start that lost a port race is started once more, its log kept
-        assert files == {"verl/main_ppo.args", "verl/main_ppo.log"} | ({"verl/main_ppo.attempt1.log"} if retried else set())
+        assert files == ({"verl/main_ppo.args", "verl/main_ppo.log", "verl/payload.json"}
+                         | ({"verl/main_ppo.attempt1.log"} if retried else set()))
         args_file = Path(c.download_artifacts(row.mlflow_run, "verl/main_ppo.args", str(env["root"]))).read_text()
         assert "model_engine=dp" in args_file and "trainer.use_v1" not in args_file  # verl's default trainer
     # the report: the claims a verl run answers (the sync's bytes) and those it cannot, said so
@@ -90,6 +91,12 @@ def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_ne
     (series,) = {r["mlflow_run"] for r in rows.values()}
     run = c.get_run(series)
     assert run.info.status == "FINISHED" and run.data.tags["mlflow.parentRunId"] == out["mlflow_run"]
+    # the plants reached verl's workers as the hooks of the run's payload (fp8rl_core.verl.payload)
+    from fp8rl_core.verl.payload import VerlPayload
+
+    payload = VerlPayload.read(c.download_artifacts(series, "verl/payload.json", str(env["root"])))
+    assert [(p.name, p.rank, p.version) for p in payload.hooks.faults] == [
+        ("sampler-requantizes-floor", 1, 1), ("post-load-twice", None, 3), ("derived-copy-stale", None, 5)]
     w2, w6 = _history(series, "check/W2"), _history(series, "check/W6")
     assert sorted(w2) == sorted(w6) == list(range(7)) and w2[1] == w6[3] == w6[5] == 0.0
     assert all(w2[v] == w6[v] == 1.0 for v in (0, 2, 4, 6))  # clean before, and again after each fault

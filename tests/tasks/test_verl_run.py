@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from adapters import tracking
 from fp8rl_core.config.runs import Sweep
-from tasks.verl_run import failure_reason, launch_overrides, port_race, run_verl, work_dir
+from fp8rl_core.verl.payload import VerlPayload
+from tasks.verl_run import failure_reason, launch_overrides, launch_payload, payload_path, port_race, run_verl, work_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU8B = str(ROOT / "configs" / "gpu" / "qwen3-8b.yaml")
@@ -64,9 +65,16 @@ def test_verl_config_prints_exactly_the_launchers_overrides(store):
     sweep, (run,) = loaded.config, loaded.runs
     printed = [line.split("    # ")[0] for line in res.output.splitlines()[2:] if not line.startswith("#")]
     printed = printed[:printed.index("model_engine: megatron")]  # the overrides, before the composed config
-    launched = launch_overrides(run, sweep.sweep, mlflow_run_id="0123abcd", ray_address="10.0.0.1:6379")
+    payload = launch_payload(run, sweep.sweep)
+    launched = launch_overrides(run, sweep.sweep, payload, mlflow_run_id="0123abcd", ray_address="10.0.0.1:6379")
     assert printed == [o.hydra() for o in launched]
-    assert f"writes the dataset into {work_dir(sweep.sweep, run)} and runs: python -m verl.trainer.main_ppo" in res.output
+    assert (f"writes the dataset and the payload into {work_dir(sweep.sweep, run)} and runs: "
+            "python -m verl.trainer.main_ppo") in res.output
+    # the payload, as comment lines after the overrides: where it is and what it holds
+    lines = res.output.splitlines()
+    at = lines.index(f"# --- the payload verl's processes read (FP8RL_VERL_PAYLOAD={payload_path(sweep.sweep, run)}) ---")
+    shown = "\n".join(x[2:] for x in lines[at + 1:lines.index("# --- verl's ppo_trainer composed with them ---")])
+    assert VerlPayload.model_validate_json(shown) == payload
     assert f"data.train_files={work_dir(sweep.sweep, run)}/train.parquet" in printed
     assert "+ray_kwargs.ray_init.address='10.0.0.1:6379'" in printed
     assert "+ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_RUN_ID='0123abcd'" in printed
@@ -89,10 +97,13 @@ def test_a_run_verl_refuses_ends_with_verls_status_and_its_own_message(store):
     assert len(out.reason) < 1000 and "model_engine=megatron" not in out.reason  # not Hydra's echo of the overrides
     work = work_dir(sweep.sweep, run)
     assert out.log == work / "main_ppo.log"
-    # it ran with the launcher's overrides (what `fp8rl verl-config --mlflow-run` prints), on the data it wrote
-    expect = [o.hydra() for o in launch_overrides(run, sweep.sweep, mlflow_run_id=mlflow_run)]
+    # it ran with the launcher's overrides and payload (what `fp8rl verl-config --mlflow-run` prints), on the data
+    # it wrote
+    payload = launch_payload(run, sweep.sweep)
+    expect = [o.hydra() for o in launch_overrides(run, sweep.sweep, payload, mlflow_run_id=mlflow_run)]
     assert (work / "main_ppo.args").read_text().splitlines() == expect
+    assert VerlPayload.read(work / "payload.json") == payload
     train = pd.read_parquet(work / "train.parquet")
     assert len(train) == run.config.loop.steps * run.config.loop.prompts_per_step and len(pd.read_parquet(work / "val.parquet")) == 64
     files = {f.path for f in tracking.client().list_artifacts(mlflow_run, "verl")}
-    assert files == {"verl/main_ppo.args", "verl/main_ppo.log"}
+    assert files == {"verl/main_ppo.args", "verl/main_ppo.log", "verl/payload.json"}

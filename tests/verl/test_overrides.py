@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
 import pytest
 
 from fp8rl_core.config.loading import ConfigError
-from fp8rl_core.config.runs import Sweep
+from fp8rl_core.config.runs import Run, Sweep
 from fp8rl_core.config.schema import ChecksSection, RunConfig
 from fp8rl_core.verl import Override, hydra_value, verl_overrides
-from fp8rl_core.verl.overrides import CHECKS_ENV, FAULT_ENV, REPORTS_ENV, main_ppo_argv
+from fp8rl_core.verl.overrides import main_ppo_argv
+from fp8rl_core.verl.payload import PAYLOAD_ENV
 from fp8rl_core.verl.extension import mxfp8_align_size, padding_patch_needed
 
 GPU = {"qwen3-8b": "configs/gpu/qwen3-8b.yaml", "qwen3-30b-a3b": "configs/gpu/qwen3-30b-a3b.yaml"}
 
 
-def gpu_run(name: str, preset: str = "all", *overrides: str) -> RunConfig:
+def gpu_run(name: str, preset: str = "all", *overrides: str) -> Run:
     runs = Sweep.load(GPU[name], [f"axes.preset=[{preset}]", "axes.seed=[0]", *overrides]).runs
-    return runs[0].config
+    return runs[0]
 
 
 def as_dict(ov: list[Override]) -> dict[str, object]:
@@ -118,7 +118,7 @@ def test_hardware_learner_and_rollout_choices():
     with pytest.raises(ValueError, match="learner.rule"):
         verl_overrides(gpu_run("qwen3-8b", "all", "learner.rule=floor"))
     with pytest.raises(ValueError, match="backend"):
-        verl_overrides(RunConfig())
+        verl_overrides(Run.of(RunConfig()))
 
 
 def test_backend_and_verl_section_go_together():
@@ -150,11 +150,9 @@ def test_task_data_reward_and_checks_reach_verl():
     assert d["reward.custom_reward_function.path"] == "pkg://fp8rl_core.verl.reward"
     assert d["reward.custom_reward_function.name"] == "compute_score"
     env = "ray_kwargs.ray_init.runtime_env.env_vars"
-    sent = json.loads(d[f"{env}.{CHECKS_ENV}"])  # what the rollout adapter reads back (fp8rl_core.verl.checking)
-    assert sent.pop("probe") == run.check_probe().tolist()  # W7's held-out probe batch
-    checks = ChecksSection.model_validate(sent)
-    assert checks.full_every == 3 and (checks.w7_mean, checks.w7_max) == run.checks.w7_bounds("bfloat16", "all")
-    assert d[f"{env}.{REPORTS_ENV}"] == "/shared/verl/r1/checks.jsonl" and f"{env}.{FAULT_ENV}" not in d
+    # fp8rl's one variable in verl's workers: the payload file beside the dataset (fp8rl_core.verl.payload)
+    assert d[f"{env}.{PAYLOAD_ENV}"] == "/shared/verl/r1/payload.json"
+    assert not any(k.startswith(f"{env}.FP8RL_") and k != f"{env}.{PAYLOAD_ENV}" for k in d)
     assert "ray_kwargs.ray_init.address" not in d
     default = as_dict(verl_overrides(run, experiment="gpu-qwen3-8b"))
     assert default["data.train_files"] == "verl-data/gpu-qwen3-8b/qwen3-8b-all-s0/train.parquet"

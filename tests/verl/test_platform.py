@@ -108,15 +108,15 @@ def test_the_engines_mxfp8_layers_are_the_native_learners(model):
     from fp8rl_core.config.schema import RunConfig
     from fp8rl_core.learner.learner import Learner
     from fp8rl_core.learner.models import build_model
-    from fp8rl_core.verl.engine import LearnerSetting, put_on_grid
+    from fp8rl_core.verl.engine import put_on_grid
 
     run = RunConfig(model=model, preset="all")
     a, b = build_model(run.spec(), 0), build_model(run.spec(), 0)
     names = dict(a.named_parameters()).keys()
-    layers = put_on_grid(a, LearnerSetting("mxfp8", "all", run.learner.grad, run.learner.rule))
+    layers = put_on_grid(a, run.learner_config())
     native = Learner(b, run.learner_config())
     assert layers == native.layers and len(layers) > 0 and dict(a.named_parameters()).keys() == names
     x = torch.randint(5, 15, (3, 9))
     with native.autocast():
         assert torch.equal(a(x).logits, native.model(x).logits)
-    assert put_on_grid(build_model(run.spec(), 0), LearnerSetting("bf16")) == []
+    assert put_on_grid(build_model(run.spec(), 0), RunConfig(model=model, preset="bf16-e2e").learner_config()) == []

@@ -25,7 +25,7 @@ from fp8rl_core.learner.spec import ModelSpec
 from fp8rl_core.sampler.presets import sampler_schemes
 from fp8rl_core.sync.export import export_weights
 from fp8rl_core.sync.layout import ModelLayout, to_checkpoint
-from fp8rl_core.verl.rollout import TE_GRID, layer_schemes, mxfp8_weights
+from fp8rl_core.verl.rollout import TE_GRID, mxfp8_weights
 
 DENSE = ModelSpec(name="x", kind="dense", vocab_size=1024, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=32)
@@ -112,12 +112,8 @@ def test_the_stream_is_the_learners_own_export(spec, layers):
     assert all(t.dtype in (torch.uint8, torch.bfloat16) for t in sent.values())
 
 
-def test_layer_schemes_read_the_generated_quantization_config():
-    qc = {"quant_method": "fp8rl", "layers": {"model.layers.0.mlp.down_proj": "mxfp8"}, "mx_grid": "mxfp8-e4m3-floor"}
-    assert layer_schemes({"vllm": {"hf_overrides": {"quantization_config": qc}}}) == (
-        {"model.layers.0.mlp.down_proj": "mxfp8"}, "mxfp8-e4m3-floor")
-    assert layer_schemes({}) == ({}, TE_GRID) and layer_schemes(None) == ({}, TE_GRID)
-    # another grid's rule gives other bytes: the stream follows the configured grid
+def test_the_stream_follows_the_configured_grid():
+    # another grid's rule gives other bytes; no scheme: BF16
     w = torch.randn(8, 64) * 3
     floor = dict(mxfp8_weights([("model.layers.0.mlp.down_proj.weight", w)], {"model.layers.0.mlp.down_proj": "mxfp8"},
                                "mxfp8-e4m3-floor"))
@@ -126,9 +122,27 @@ def test_layer_schemes_read_the_generated_quantization_config():
 
 
 # ---------------------------------------------------------------------- through verl's transfer
-def adapter(schemes: dict[str, str], grid: str, zmq_handle: str, bucket_mb: int = 1):
+@pytest.fixture()
+def sent_schemes(tmp_path, monkeypatch):
+    """Put a run payload with the given rollout schemes in this process's environment (what the adapter reads)."""
+    from fp8rl_core.config.runs import Sweep
+    from fp8rl_core.verl.payload import PAYLOAD_ENV, VerlPayload
+
+    run = Sweep.load("configs/verl-smoke.yaml", ["axes.preset=[all]"]).runs[0]
+    base = VerlPayload.of(run, tmp_path)
+
+    def put(schemes: dict[str, str], grid: str) -> None:
+        path = tmp_path / f"payload-{uuid.uuid4().hex}.json"
+        base.model_copy(update={"rollout_schemes": schemes, "mx_grid": grid}).write(path)
+        monkeypatch.setenv(PAYLOAD_ENV, str(path))
+
+    return put
+
+
+def adapter(zmq_handle: str, bucket_mb: int = 1):
     """fp8rl's registered ServerAdapter for one rollout rank without a server actor: ``__init__`` needs a Ray
-    runtime (job id, device mesh); these are the attributes ``update_weights`` reads."""
+    runtime (job id, device mesh); these are the attributes ``update_weights`` reads (rollout rank 1: the
+    checks run on rank 0 of a replica, and there is no server to check here)."""
     from verl.workers.config import RolloutConfig
     from verl.workers.config.rollout import CheckpointEngineConfig
 
@@ -136,12 +150,10 @@ def adapter(schemes: dict[str, str], grid: str, zmq_handle: str, bucket_mb: int 
 
     from fp8rl_core.verl.rollout import Fp8rlServerAdapter
 
-    qc = {"quant_method": "fp8rl", "layers": schemes, "mx_grid": grid}
     a = Fp8rlServerAdapter.__new__(Fp8rlServerAdapter)
-    a.config = RolloutConfig(name="vllm", engine_kwargs={"vllm": {"hf_overrides": {"quantization_config": qc}}},
-                             checkpoint_engine=CheckpointEngineConfig(update_weights_bucket_megabytes=bucket_mb))
+    a.config = RolloutConfig(name="vllm", checkpoint_engine=CheckpointEngineConfig(update_weights_bucket_megabytes=bucket_mb))
     a.zmq_handle, a.use_shm = zmq_handle, not is_support_ipc()  # fp8rl's CPU platform: no CUDA IPC
-    a.server_handle, a._has_server, a.replica_rank, a.rollout_rank = None, False, 0, 0
+    a.server_handle, a._has_server, a.replica_rank, a.rollout_rank = None, False, 0, 1
     return a
 
 
@@ -159,10 +171,11 @@ def receive(zmq_handle: str, out: list) -> threading.Thread:
 
 @pytest.mark.timeout(180)  # under a second; a sender on another transfer path than the receiver waits forever
 @pytest.mark.parametrize("spec", [DENSE, MOE], ids=["dense", "moe"])
-def test_the_bytes_pass_verls_shared_memory_transfer_byte_equal(spec):
+def test_the_bytes_pass_verls_shared_memory_transfer_byte_equal(spec, sent_schemes):
     _, schemes, masters, shards = learner_case(spec)
     handle = f"ipc:///tmp/fp8rl-test-{uuid.uuid4().hex}.sock"
-    a = adapter(schemes, TE_GRID, handle, bucket_mb=1)
+    sent_schemes(schemes, TE_GRID)  # the payload's rollout schemes: what the adapter quantizes by
+    a = adapter(handle, bucket_mb=1)
     assert a.use_shm  # CPU: verl's shared-memory path
     buckets: list = []
     th = receive(handle, buckets)
@@ -179,6 +192,6 @@ def test_the_bytes_pass_verls_shared_memory_transfer_byte_equal(spec):
 
 
 def test_a_delta_stream_is_refused():
-    a = adapter({}, TE_GRID, "ipc:///tmp/unused.sock")
+    a = adapter("ipc:///tmp/unused.sock")
     with pytest.raises(ValueError, match="named_tensors"):
         asyncio.run(a.update_weights(iter([]), wire_format="delta_flush"))

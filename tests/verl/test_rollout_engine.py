@@ -26,12 +26,12 @@ from fp8rl_core.verl.overrides import WORKER_EXTENSION
 
 from ..core.sampler.conftest import SPAWNED, TASK, checkpoints  # noqa: F401 (the fixture)
 from ..core.sampler.test_engine import PROBE, _assert_readback_equals_export
-from .test_rollout import adapter, checkpoint_masters
+from .test_rollout import adapter, checkpoint_masters, sent_schemes  # noqa: F401 (the fixture)
 
 
 @pytest.mark.timeout(600)  # ~40 s; a sender and receiver on different transfer paths wait for each other forever
 def test_verls_transfer_loads_the_learners_bytes_into_a_live_engine_and_every_check_passes(
-        checkpoints, tmp_path, monkeypatch):  # noqa: F811
+        checkpoints, tmp_path, monkeypatch, sent_schemes):  # noqa: F811
     # the engine as verl's server builds it: fp8rl's method, fp8rl's verl worker extension; its ZMQ handle
     # is keyed by the job id verl's server exports to the workers
     monkeypatch.setenv("VERL_RAY_JOB_ID", f"fp8rl-test-{uuid.uuid4().hex[:12]}")
@@ -55,7 +55,8 @@ def test_verls_transfer_loads_the_learners_bytes_into_a_live_engine_and_every_ch
         # the sync, as verl runs it: the adapter sends (sender, this process), the worker receives and loads
         handle = sampler._rpc("_get_zmq_handle")[0]
         layout = ModelLayout.from_hf_config(model.config.to_dict())
-        sender = adapter(schemes, grid, handle, bucket_mb=1)
+        sent_schemes(schemes, grid)  # the run's payload: the rollout schemes the adapter sends by
+        sender = adapter(handle, bucket_mb=1)
         sent = threading.Thread(target=lambda: asyncio.run(
             sender.update_weights(iter(checkpoint_masters(model, layout)), global_steps=learner.version)))
         sent.start()
