@@ -8,10 +8,14 @@ beyond the spec and the parameter names in memory and in the checkpoint are on :
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
-from transformers import PreTrainedModel, Qwen3ForCausalLM, Qwen3MoeForCausalLM
 
 from .spec import ModelSpec
+
+if TYPE_CHECKING:  # transformers is imported where a model is built: a process that only drives runs never loads it
+    from transformers import PreTrainedModel
 
 __all__ = ["build_model"]
 
@@ -43,6 +47,8 @@ def build_model(spec: ModelSpec, seed: int) -> PreTrainedModel:
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     config = spec.hf_config()
+    from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
+
     cls = Qwen3ForCausalLM if spec.kind == "dense" else Qwen3MoeForCausalLM
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -15,11 +15,10 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
-import transformers
-from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from fp8rl_core.identity import content_hash
 
@@ -27,6 +26,9 @@ from .config import WarmStartConfig
 from .models import build_model
 from .spec import ModelSpec
 from .task import EOS, PAD, AdditionTask, Prompts
+
+if TYPE_CHECKING:  # transformers is imported where a model is built or read: a driving process never loads it
+    from transformers import PreTrainedModel
 
 __all__ = [
     "WARMSTART_VERSION",
@@ -68,6 +70,8 @@ class WarmStartResult:
 
 def warmstart_key(spec: ModelSpec, cfg: WarmStartConfig) -> str:
     """16 hex digits of the SHA-256 of everything that determines the weights (not ``progress``)."""
+    import transformers
+
     ident = {
         "spec": spec.model_dump(mode="json"),
         "cfg": cfg.model_dump(mode="json"),
@@ -176,12 +180,13 @@ def checkpoint_shape_errors(path: str | Path) -> list[str]:
     (read from the safetensors header and a model built on the meta device — nothing is loaded), each
     as ``name: checkpoint [..] vs config [..]``; names the config expects but the file lacks (tied
     embeddings excepted) are listed too."""
+    import transformers
     from safetensors import safe_open
 
     path = Path(path)
     config = transformers.AutoConfig.from_pretrained(path)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+        model = transformers.AutoModelForCausalLM.from_config(config)
     want = {n: list(t.shape) for n, t in model.state_dict().items()}
     tied = bool(getattr(config, "tie_word_embeddings", False))
     errors = []
@@ -230,6 +235,8 @@ def load_policy(path: str | Path) -> PreTrainedModel:
         if errors:
             raise ValueError(f"{path}: model.safetensors disagrees with config.json in {len(errors)} tensors: "
                              + "; ".join(errors[:5]) + ("" if len(errors) <= 5 else f"; … {len(errors) - 5} more"))
+    from transformers import AutoModelForCausalLM
+
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
     model.eval()
     return model
@@ -309,6 +316,8 @@ def warm_start(
 
     Training, metrics, content addressing and the atomic write: docs/library.md (The warm start).
     """
+    import transformers
+
     task = cfg.task
     if task.seq_len - 1 > spec.max_position_embeddings:
         raise ValueError(

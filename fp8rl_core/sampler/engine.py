@@ -33,7 +33,8 @@ from fp8rl_core.sync.ranks import RankCheck, slice_for_rank
 from fp8rl_core.sync.transport import SyncHandle, default_root, write_sync
 
 from .vllm_compat import (
-    EngineCoreDied, call_utility, collected_once, engine_core_alive, in_process_engine, watched_call,
+    EngineCoreDied, call_utility, collected_once, engine_core_alive, in_process_engine, model_classes_here,
+    watched_call,
 )
 
 __all__ = [
@@ -215,6 +216,8 @@ class Sampler:
             from vllm import LLM
 
             with self._process_guard(starting=True):
+                if self.in_process:  # no inspection subprocess (vllm_compat.model_classes_here)
+                    model_classes_here(self.model_cfg["architectures"])
                 self.llm = LLM(
                     model=str(self.dir),
                     skip_tokenizer_init=True,

@@ -3,8 +3,9 @@
 Rule: one workaround per entry point, its reason and its *when it can go* in its docstring:
 :func:`watched_call` (a dead engine core hangs the caller), :func:`patch_engine_core` (no engine-core
 utilities for the checks' engine state), :func:`in_process_engine` (an in-process engine changes its host
-process). Nothing here imports vLLM at module level; the engine (:mod:`.engine`) and the quantization
-plugin (:mod:`.plugin`) call in. Why in-process engines exist: docs/design.md (Engines).
+process), :func:`model_classes_here` (vLLM inspects a model class in a Python process of its own). Nothing
+here imports vLLM at module level; the engine (:mod:`.engine`) and the quantization plugin (:mod:`.plugin`)
+call in. Why in-process engines exist: docs/design.md (Engines).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["EngineCoreDied", "call_utility", "collected_once", "engine_core_alive", "fail_pending_waits",
-           "in_process_engine", "patch_engine_core", "watched_call"]
+           "in_process_engine", "model_classes_here", "patch_engine_core", "watched_call"]
 
 #: seconds between liveness polls while a call waits, and how long a resolved call gets to finish
 POLL_S, DRAIN_S = 0.1, 2.0
@@ -223,6 +224,28 @@ def in_process_engine(threads: int | None = None, *, freeze_caller: bool = True)
             numpy.random.set_state(np_rng)
         elif "numpy" in sys.modules:  # imported meanwhile and maybe seeded: leave it unseeded-equivalent
             sys.modules["numpy"].random.seed()
+
+
+def model_classes_here(architectures: list[str]) -> None:
+    """Register the model classes of ``architectures`` with vLLM as imported classes, so that an in-process
+    engine's start inspects them in this process.
+
+    Works around: vLLM inspects a lazily registered model class (its interfaces: multimodal, pipeline
+    parallel, …) in a Python process of its own (``python -m vllm.model_executor.models.registry``), which
+    imports torch, vLLM and the plugins again — ~17 s of CPU on 2 cores, once per architecture and process,
+    on the first engine start of each Ray worker — unless ``$VLLM_CACHE_ROOT/modelinfos`` holds the answer
+    from an earlier process (never on a fresh machine). The subprocess keeps CUDA uninitialised in the
+    caller; an in-process engine imports and builds the class in this process right after, so inspecting it
+    here costs nothing more (``ModelRegistry.register_model`` with the class itself, the public way to
+    register an imported class). *When it can go:* when vLLM inspects classes in the calling process, or
+    an in-process engine's start no longer runs that subprocess without it.
+    """
+    from vllm import ModelRegistry
+
+    for arch in architectures:
+        entry = ModelRegistry.models.get(arch)
+        if entry is not None and not hasattr(entry, "model_cls"):  # still registered lazily (module and name)
+            ModelRegistry.register_model(arch, entry.load_model_cls())
 
 
 @contextlib.contextmanager

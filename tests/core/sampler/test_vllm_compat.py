@@ -70,3 +70,35 @@ def test_a_call_whose_engine_core_dies_fails_instead_of_hanging():
     assert pending.done() and isinstance(pending.exception(), EngineCoreDied)  # the pending wait was resolved
     assert isinstance(llm.llm_engine.engine_core.outputs_queue.get_nowait(), EngineCoreDied)
     assert not engine_core_alive(None)
+
+
+def test_model_classes_here_lets_vllm_inspect_the_class_without_a_subprocess(tmp_path, monkeypatch):
+    """With an empty modelinfo cache (a fresh machine) vLLM inspects a lazily registered class in a Python
+    process of its own; after ``model_classes_here`` it answers from the imported class, with the interfaces
+    that inspection reports, and starts no process. When the first assertion fails, vLLM no longer inspects
+    in a subprocess: ``model_classes_here`` may go."""
+    import subprocess
+
+    from vllm import ModelRegistry
+    from vllm.model_executor.models import registry
+
+    from fp8rl_core.sampler.vllm_compat import model_classes_here
+
+    arch = "Qwen3MoeForCausalLM"
+    assert "_run_in_subprocess" in inspect.getsource(type(ModelRegistry.models[arch]).inspect_model_cls), (
+        "vLLM no longer inspects a lazily registered class in a subprocess: model_classes_here may go")
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path))  # no modelinfo cached
+
+    def refused(*args, **kwargs):
+        raise AssertionError(f"a subprocess was started: {args[0]}")
+
+    monkeypatch.setattr(subprocess, "run", refused)
+    monkeypatch.setitem(ModelRegistry.models, arch, ModelRegistry.models[arch])  # put back after the test
+    model_classes_here([arch, "NoSuchArchitecture"])
+    from vllm.model_executor.models.qwen3_moe import Qwen3MoeForCausalLM
+
+    assert ModelRegistry.models[arch].load_model_cls() is Qwen3MoeForCausalLM
+    info = ModelRegistry.models[arch].inspect_model_cls()
+    assert info == registry._ModelInfo.from_model_cls(Qwen3MoeForCausalLM)
+    assert info.architecture == arch and info.supports_pp and not info.supports_multimodal
+    assert not list(tmp_path.iterdir())
