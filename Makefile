@@ -39,7 +39,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 # SGLang's Python code on the CPU torch, in a venv of its own (its pins clash with .venv's: transformers 5.6,
-# torch 2.11 in its metadata): what tests/verl/test_sglang_models.py runs SGLang's own model classes in. sglang
+# torch 2.11 in its metadata): what tests/core/sampler/sglang/test_models.py runs SGLang's own model classes in. sglang
 # and torchvision without their dependencies (CUDA-only packages SGLang's model code does not import; the
 # torch they pin); the rest is what SGLang's model, layer and quantization modules import (constraints-sglang.txt)
 SGLANG_VENV  ?= .venv-sglang
@@ -57,7 +57,7 @@ $(SGLANG_STAMP): constraints-sglang.txt
 	$(SGLANG_INSTALL) -c constraints-sglang.txt --no-deps sglang torchvision
 	$(SGLANG_INSTALL) -c constraints-sglang.txt $(SGLANG_DEPS)
 	$(SGLANG_VENV)/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0') and not torch.cuda.is_available(), torch.__version__"
-	$(SGLANG_VENV)/bin/python tests/verl/sglang_models.py --import-only
+	$(SGLANG_VENV)/bin/python tests/core/sampler/sglang/sglang_models.py --import-only
 	touch $(SGLANG_STAMP)
 
 # a GPU host (CUDA torch 2.13, vLLM 0.32, verl 0.9.1, Transformer Engine 2.16.1, Megatron-Core 0.18): not for CPU
@@ -101,7 +101,7 @@ results-small: setup
 # every test (what CI runs) in two pytest-xdist workers (each test file one unit, the slowest handed out first:
 # tests/conftest.py), then every test phase of 5 s or more, slowest first — compare them with tests/BUDGET.md,
 # which lists the slow tests' measured seconds; each test's time also in test-artifacts/junit.xml; the SGLang
-# venv for tests/verl/test_sglang_models.py. TEST_SELECT narrows it: TEST_SELECT='-m "not verl"' is the suite
+# venv for tests/core/sampler/sglang/test_models.py. TEST_SELECT narrows it: TEST_SELECT='-m "not verl"' is the suite
 # without the tests that start verl's trainer
 TEST_SELECT ?=
 test: setup setup-sglang

@@ -2,9 +2,9 @@
 process (``in-process``), on the mini models, in the same run.
 
 For each model (``--models``, default the smoke sweep's dense and MoE minis) and each kind of engine
-(``SamplerConfig.process``), ``--cycles`` times: start a :class:`~fp8rl_core.sampler.engine.Sampler` on an
+(``SamplerConfig.process``), ``--cycles`` times: start a :class:`~fp8rl_core.sampler.vllm_engine.VllmSampler` on an
 MXFP8 learner's exported weights (every layer on the learner's grid, as preset ``all``), sync once, generate
-one batch, close it. It prints per cycle the start (``Sampler(...)``: vLLM's ``LLM`` construction and the
+one batch, close it. It prints per cycle the start (``VllmSampler(...)``: vLLM's ``LLM`` construction and the
 first version handshake), the first sync, the generation and the close, and then per model the median
 start and close of each kind and their ratio ``spawn / in-process``. The process's resident memory after
 each in-process close is printed too: an in-process engine's model and KV cache live in this process, and
@@ -48,7 +48,7 @@ def cycles(model_name: str, process: str, n: int) -> list[dict]:
     from fp8rl_core.learner.patterns import gemm_layers
     from fp8rl_core.learner.spec import load_model_spec
     from fp8rl_core.sampler.config import SamplerConfig
-    from fp8rl_core.sampler.engine import Sampler
+    from fp8rl_core.sampler.vllm_engine import VllmSampler
     from fp8rl_core.sampler.presets import sampler_schemes
     from fp8rl_core.sync.export import export_weights
 
@@ -65,7 +65,7 @@ def cycles(model_name: str, process: str, n: int) -> list[dict]:
         prompts = torch.randint(3, spec.vocab_size, (8, 8), generator=torch.Generator().manual_seed(0))
         for i in range(n):
             t0 = time.perf_counter()
-            sampler = Sampler(ckpt, schemes, tensors, cfg)
+            sampler = VllmSampler(ckpt, schemes, tensors, cfg)
             t1 = time.perf_counter()
             sampler.sync(tensors, 1)
             t2 = time.perf_counter()

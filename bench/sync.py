@@ -122,7 +122,7 @@ def with_engine(args, model_yaml: str) -> None:
     from fp8rl_core.learner.spec import load_model_spec
     from fp8rl_core.learner.patterns import gemm_layers
     from fp8rl_core.sampler.config import SamplerConfig
-    from fp8rl_core.sampler.engine import Sampler
+    from fp8rl_core.sampler.vllm_engine import VllmSampler
     from fp8rl_core.sampler.presets import sampler_schemes
     from fp8rl_core.sync.export import export_weights
 
@@ -134,7 +134,7 @@ def with_engine(args, model_yaml: str) -> None:
         schemes = sampler_schemes(gemm_layers(model), "all", "learner")
         tensors = export_weights(model, learner.forward_weights(), schemes)
         cfg = SamplerConfig(dtype="bfloat16", bucket_mb=args.bucket_mb)
-        sampler = Sampler(ckpt, schemes, tensors, cfg)
+        sampler = VllmSampler(ckpt, schemes, tensors, cfg)
         try:
             rows = []
             for v in range(1, args.syncs + 1):

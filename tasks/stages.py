@@ -37,7 +37,7 @@ from fp8rl_core.metrics.summary import run_kl_summary
 from fp8rl_core.report.plots import detection_matrix, run_figures
 from fp8rl_core.schemas import validate
 from fp8rl_core.schemas.dsl import REQUANT_COLUMNS
-from fp8rl_core.sampler.engine import SamplerDeadError
+from fp8rl_core.sampler.seam import SamplerDeadError
 from fp8rl_core.vocabulary import KL_RUN_METRICS, TIMING_COLUMNS
 
 from adapters import tracking

@@ -13,9 +13,9 @@ test file, so a new test lands in the right tier by itself:
             exist in the pinned releases (downloaded once into ``~/.cache/fp8rl/wheels``): every test under
             ``tests/upstream/``. Not in the edit loop; ``make test`` runs it.
 
-A file in :data:`EXCEPT` does not get its folder's marker. ``pytest --fast`` (``make test-fast``) runs the
+A file in :data:`EXCEPT` does not get its folder's marker (it starts no engine, runs no flow). ``pytest --fast`` (``make test-fast``) runs the
 tests in none of the tiers without importing the files wholly in one; a test that constructs a
-:class:`~fp8rl_core.sampler.engine.Sampler` without being marked ``engine`` or ``flow`` fails, naming this file.
+:class:`~fp8rl_core.sampler.vllm_engine.VllmSampler` without being marked ``engine`` or ``flow`` fails, naming this file.
 
 Two workers. ``make test`` runs two pytest-xdist workers (``-n 2 --dist loadfile``), each test file one unit,
 the files of :data:`HEAVY` handed out first, slowest first; each worker's processes compute with one OpenMP
@@ -43,7 +43,9 @@ BY_FOLDER = {"engine": ("core/sampler/", "bench/test_engine.py"),
 #: fixtures that start engines: a test using one is an engine test wherever it lives
 ENGINE_FIXTURES = frozenset({"engines", "checkpoints"})
 #: files that do not get their folder's marker: path → marker
-EXCEPT = {"flows/test_cli.py": "flow", "flows/test_terminal_table.py": "flow", "core/sampler/test_quiet.py": "engine"}
+EXCEPT = {"flows/test_cli.py": "flow", "flows/test_terminal_table.py": "flow", "core/sampler/test_quiet.py": "engine",
+          "core/sampler/test_seam.py": "engine", "core/sampler/sglang/test_loader.py": "engine",
+          "core/sampler/sglang/test_models.py": "engine"}
 #: slow without an engine, measured with ``pytest --durations=0`` on the 2-core machine (seconds there, loaded):
 #: a folder (``path/``), a file (``path``) or a test with all its parameters (``path::name``)
 SLOW = frozenset({
@@ -73,7 +75,7 @@ SLOW = frozenset({
     "verl/test_compose.py",  # composes verl's whole Hydra config per case (~10 s each)
     "verl/test_rollout.py",  # imports verl's vLLM rollout (vLLM itself), a fresh verl process (~2 min in all)
     "verl/test_platform.py",  # a fresh verl process per check, tiny Qwen3s on the grid (~85 s in all, loaded)
-    "verl/test_sglang_models.py",  # SGLang's model classes in .venv-sglang, a process per rank (~1-3 min in all)
+    "core/sampler/sglang/test_models.py",  # SGLang's model classes in .venv-sglang, a process per rank (~1-3 min in all)
 })
 #: the tests that start verl's trainer (each a verl run or more, tests/BUDGET.md): the ``verl`` tier
 VERL = frozenset({
@@ -166,20 +168,20 @@ def _engines_only_in_engine_tiers(request: pytest.FixtureRequest):
     if any(request.node.get_closest_marker(m) for m in ("engine", "flow")):
         yield
         return
-    from fp8rl_core.sampler import engine
+    from fp8rl_core.sampler.vllm_engine import VllmSampler
 
     started: list[int] = []
-    original = engine.Sampler.__init__
+    original = VllmSampler.__init__
 
     def counted(self, *args, **kwargs):
         started.append(1)
         original(self, *args, **kwargs)
 
-    engine.Sampler.__init__ = counted
+    VllmSampler.__init__ = counted
     try:
         yield
     finally:
-        engine.Sampler.__init__ = original
+        VllmSampler.__init__ = original
     if started:
         pytest.fail(f"{request.node.nodeid} started {len(started)} vLLM engine(s) but is not in the engine tier: "
                     "use the engine fixtures of tests/core/sampler/conftest.py or list it in tests/conftest.py",

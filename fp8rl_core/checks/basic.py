@@ -2,7 +2,7 @@
 "The seven conditions"); W3 layout is in :mod:`.layout`, W7 behaviour in :mod:`.behaviour`, the cadence
 that runs them in :mod:`.runner`.
 
-Every check reads the *live engine* — its snapshot (:meth:`fp8rl_core.sampler.engine.Sampler.state`:
+Every check reads the *live engine* — its snapshot (:meth:`fp8rl_core.sampler.seam.Sampler.state`:
 per rank the version, which sync version last wrote each tensor, per-layer scheme and processing count,
 a fingerprint and shape of every tensor it computes with; the engine core's prefix-cache blocks and
 reset count) or its full read-back — and compares with what the *learner* holds (:mod:`.expected`),

@@ -96,7 +96,7 @@ def expected_sync_tensors(exp: Expected, kind: str = "all") -> dict[str, torch.T
 
 def check_engine_ranks(sampler, exp: Expected, *, full: bool = False, kind: str = "all") -> CheckResult:
     """Every rank of ``sampler``'s live engine checks its shards against its slice of ``exp``'s tensors
-    of ``kind`` (:func:`expected_sync_tensors`; :meth:`fp8rl_core.sampler.engine.Sampler.check_ranks`:
+    of ``kind`` (:func:`expected_sync_tensors`; :meth:`fp8rl_core.sampler.seam.Sampler.check_ranks`:
     fingerprints, or with ``full`` every byte); one result naming every failing rank
     (:func:`check_rank_results`), under W2 for on-grid tensors, W4 for BF16 views."""
     res = check_rank_results(sampler.check_ranks(expected_sync_tensors(exp, kind), full=full))

@@ -15,7 +15,7 @@ from .mismatch import full_vocab_divergence
 
 if TYPE_CHECKING:
     from fp8rl_core.learner.learner import Learner
-    from fp8rl_core.sampler.engine import Sampler
+    from fp8rl_core.sampler.seam import Sampler
 
 __all__ = ["probe_divergence"]
 

@@ -1,6 +1,6 @@
 """How the sampler's vLLM engine is built and samples (:class:`SamplerConfig`), in a light module:
 pydantic only — the experiment config (:mod:`fp8rl_core.config.schema`) validates it without importing vLLM.
-The engine itself is :class:`fp8rl_core.sampler.engine.Sampler`; :func:`engine_key` says which of these
+The engine itself is :class:`fp8rl_core.sampler.vllm_engine.VllmSampler`; :func:`engine_key` says which of these
 fields make an engine's identity (the pool, :mod:`fp8rl_core.sampler.pool`, reuses engines by it).
 """
 

@@ -69,13 +69,13 @@ RULES: tuple[Rule, ...] = (
          "the same request (enforce_eager) seen from the compilation settings"),
     Rule("vllm.renderers.base", ("EOS token id because tokenizer is not initialized",),
          "the engine has no tokenizer on purpose (skip_tokenizer_init=True); every request names its stop "
-         "token ids itself (Sampler.generate)"),
+         "token ids itself (VllmSampler.generate)"),
     Rule("vllm.model_executor.layers.utils", ("Failed to create oneDNN linear, fallback to torch linear",),
          "on CPUs without oneDNN's primitive for the dtype, vLLM's BF16 layers run torch's own linear instead of "
          "oneDNN's: the same product by another kernel; fp8rl's grid layers use their own GEMM either way"),
 )
 
-#: Seconds an engine gets to stop (``Sampler.close``) and its engine core to stop its workers
+#: Seconds an engine gets to stop (``VllmSampler.close``) and its engine core to stop its workers
 #: (``VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS``, read by the engine core it is inherited by). vLLM's 5 s
 #: default is short on a loaded 2-core machine: a process still alive then is SIGKILLed ("force killing
 #: remaining processes"), so it never unlinks its shared-memory message queues (``/dev/shm/psm_*``,

@@ -10,8 +10,6 @@ module under it) loads neither verl nor Ray, so the rest of fp8rl_core stays imp
                work folder named by one environment variable, ``FP8RL_VERL_PAYLOAD``.
 ``compose``    compose those overrides under the *installed* verl's own config directory and run verl's own
                validation; verl's errors come back naming the fp8rl fields behind the offending keys.
-``sglang``     the custom weight loader SGLang's ``update_weights_from_tensor`` calls: fp8rl's bytes into its
-               MXFP8 parameters in place (SGLang is imported only inside an SGLang worker).
 ``data``       fp8rl's task as verl's parquet dataset (the native loop's prompts, in step order), and a
                tokenizer whose ids are the task's ids.
 ``reward``     verl's ``custom_reward_function``: fp8rl's own task reward on verl's decoded responses.

@@ -327,8 +327,8 @@ def _rollout_quantization(run: "RunConfig", payload: "VerlPayload") -> list[Over
         # verl's own FP8 rollout: BF16 sent, 128×128 requantized in the worker (Triton: GPUs only; on CPU fp8rl's
         # method requantizes the BF16 views to the same blocks, as the native sampler does)
         return [Override(f"{_ROLLOUT}.quantization", "fp8", "preset")]
-    # SGLang's MXFP8 method, loaded with fp8rl's bytes by fp8rl's loader (.sglang)
-    from fp8rl_core.verl.sglang import LOADER
+    # SGLang's MXFP8 method, loaded with fp8rl's bytes by fp8rl's loader (sampler.sglang)
+    from fp8rl_core.sampler.sglang.loader import LOADER
 
     kw = f"{_ROLLOUT}.engine_kwargs.sglang"
     return [Override(f"{kw}.quantization", "mxfp8", "preset", append=True),

@@ -10,7 +10,7 @@ import pytest
 
 from fp8rl_core.learner.spec import load_model_spec
 from fp8rl_core.model_kind import ModelKind, is_moe, model_kind
-from fp8rl_core.sampler.engine import _architecture
+from fp8rl_core.sampler.seam import _architecture
 
 MODELS = Path(__file__).resolve().parents[2] / "configs" / "models"
 

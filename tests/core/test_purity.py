@@ -267,8 +267,8 @@ def _copy_tree(tmp_path: Path) -> Path:
 # (file in the copy, line planted at its end, the two modules the failure must name)
 PLANTED = [
     # the exporter reading the naming from the sampler
-    ("fp8rl_core/sync/export.py", "from fp8rl_core.sampler.engine import Sampler",
-     "fp8rl_core.sync.export (fp8rl_core.sync, rank 3) → fp8rl_core.sampler.engine (fp8rl_core.sampler, rank 4)"),
+    ("fp8rl_core/sync/export.py", "from fp8rl_core.sampler.seam import Sampler",
+     "fp8rl_core.sync.export (fp8rl_core.sync, rank 3) → fp8rl_core.sampler.seam (fp8rl_core.sampler, rank 4)"),
     # lazy imports inside a function
     ("fp8rl_core/sampler/worker.py", "def f():\n    import fp8rl_core.loop",
      "fp8rl_core.sampler.worker (fp8rl_core.sampler, rank 4) → fp8rl_core.loop (fp8rl_core.loop, rank 5)"),

@@ -172,9 +172,9 @@ def test_an_engine_dying_mid_sync_fails_the_run_with_its_last_good_version_and_a
     import json
 
     from flows.pipelines import mxfp8_sweep
-    from fp8rl_core.sampler.engine import Sampler
+    from fp8rl_core.sampler.vllm_engine import VllmSampler
 
-    original_sync, original_rpc = Sampler.sync, Sampler._rpc
+    original_sync, original_rpc = VllmSampler.sync, VllmSampler.rpc
     state = {"armed": False, "killed": []}
 
     def sync(self, tensors, version, **kwargs):
@@ -189,8 +189,8 @@ def test_an_engine_dying_mid_sync_fails_the_run_with_its_last_good_version_and_a
                 p.kill()
         return original_rpc(self, method, *args)
 
-    monkeypatch.setattr(Sampler, "sync", sync)
-    monkeypatch.setattr(Sampler, "_rpc", dying_rpc)
+    monkeypatch.setattr(VllmSampler, "sync", sync)
+    monkeypatch.setattr(VllmSampler, "rpc", dying_rpc)
     # an engine in processes of its own (the smoke config runs them in-process, where they cannot die alone)
     run_args = ["axes.seed=[2]", "axes.preset=[all]", "axes.model=[qwen3-dense-mini]", "loop.steps=3", "sampler.process=spawn",
                 SHORT]
@@ -205,8 +205,8 @@ def test_an_engine_dying_mid_sync_fails_the_run_with_its_last_good_version_and_a
     assert run.data.tags["last_good_version"] == "1"  # step 1's sync passed its checks; step 2's never landed
     assert run.data.metrics["version"] == 1.0
 
-    monkeypatch.setattr(Sampler, "sync", original_sync)
-    monkeypatch.setattr(Sampler, "_rpc", original_rpc)
+    monkeypatch.setattr(VllmSampler, "sync", original_sync)
+    monkeypatch.setattr(VllmSampler, "rpc", original_rpc)
     rows = mxfp8_sweep(SMOKE, run_args, inline=True)  # resume reruns the failed run on a new engine
     assert [r.status for r in rows] == ["FINISHED"]
     assert not set(state["killed"]) & {p.pid for p in _engine_cores()}

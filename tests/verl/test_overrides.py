@@ -111,7 +111,7 @@ def test_hardware_learner_and_rollout_choices():
     assert sgl["actor_rollout_ref.rollout.name"] == "sglang"
     assert sgl["actor_rollout_ref.rollout.engine_kwargs.sglang.quantization"] == "mxfp8"
     # verl hands the list to SGLang's server args; SGLang resolves an update request's load_format in it
-    assert sgl["actor_rollout_ref.rollout.engine_kwargs.sglang.custom_weight_loader"] == ["fp8rl_core.verl.sglang.load_weights"]
+    assert sgl["actor_rollout_ref.rollout.engine_kwargs.sglang.custom_weight_loader"] == ["fp8rl_core.sampler.sglang.loader.load_weights"]
     assert not any(k.startswith("actor_rollout_ref.rollout.engine_kwargs.vllm") for k in sgl)
     fixed = as_dict(verl_overrides(gpu_run("qwen3-8b", "all", "verl.micro_batch_size_per_gpu=2")))
     assert fixed["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == 2 and "actor_rollout_ref.actor.use_dynamic_bsz" not in fixed

@@ -18,7 +18,7 @@ from fp8rl_core.learner.learner import Learner
 from fp8rl_core.learner.patterns import gemm_layers
 from fp8rl_core.learner.warmstart import load_policy
 from fp8rl_core.loop import Pipeline, rollout_and_learn
-from fp8rl_core.sampler import engine
+from fp8rl_core.sampler import vllm_engine
 from fp8rl_core.sampler.presets import PRESETS, sampler_schemes
 from fp8rl_core.sync.export import export_weights
 from fp8rl_core.sync.layout import ModelLayout
@@ -35,7 +35,7 @@ def test_verls_transfer_loads_the_learners_bytes_into_a_live_engine_and_every_ch
     # the engine as verl's server builds it: fp8rl's method, fp8rl's verl worker extension; its ZMQ handle
     # is keyed by the job id verl's server exports to the workers
     monkeypatch.setenv("VERL_RAY_JOB_ID", f"fp8rl-test-{uuid.uuid4().hex[:12]}")
-    monkeypatch.setattr(engine, "WORKER_EXTENSION", WORKER_EXTENSION)
+    monkeypatch.setattr(vllm_engine, "WORKER_EXTENSION", WORKER_EXTENSION)
     preset = PRESETS["all"]
     model = load_policy(checkpoints["dense"])
     learner = Learner(model, preset.learner_config(lr=1e-3))
@@ -44,7 +44,7 @@ def test_verls_transfer_loads_the_learners_bytes_into_a_live_engine_and_every_ch
     initial = export_weights(model, learner.forward_weights(), schemes)
     # spawned, as verl's server runs it: vLLM mixes a worker extension into the worker *class*, so verl's extension
     # in this process would clash with fp8rl's, which the tests' in-process engines carry
-    sampler = engine.Sampler(checkpoints["dense"], schemes, initial, SPAWNED, version=0, mx_grid=grid, work_root=tmp_path)
+    sampler = vllm_engine.VllmSampler(checkpoints["dense"], schemes, initial, SPAWNED, version=0, mx_grid=grid, work_root=tmp_path)
     try:
         pipe = Pipeline(preset, learner, sampler, schemes)
         runner = CheckRunner(CheckPolicy(), probe=PROBE)
@@ -53,18 +53,18 @@ def test_verls_transfer_loads_the_learners_bytes_into_a_live_engine_and_every_ch
         assert learner.version == 1 and sampler.version == 0
 
         # the sync, as verl runs it: the adapter sends (sender, this process), the worker receives and loads
-        handle = sampler._rpc("_get_zmq_handle")[0]
+        handle = sampler.rpc("_get_zmq_handle")[0]
         layout = ModelLayout.from_hf_config(model.config.to_dict())
         sent_schemes(schemes, grid)  # the run's payload: the rollout schemes the adapter sends by
         sender = adapter(handle, bucket_mb=1)
         sent = threading.Thread(target=lambda: asyncio.run(
             sender.update_weights(iter(checkpoint_masters(model, layout)), global_steps=learner.version)))
         sent.start()
-        results = sampler._rpc("update_weights_from_ipc", None, False, True, learner.version)
+        results = sampler.rpc("update_weights_from_ipc", None, False, True, learner.version)
         sent.join(timeout=120)
         assert not sent.is_alive()
         assert [r["version"] for r in results] == [1] and results[0]["tensors"] > len(schemes)
-        # what verl's server does after update_weights (clear_kv_cache) and fp8rl's Sampler.sync records
+        # what verl's server does after update_weights (clear_kv_cache) and fp8rl's VllmSampler.sync records
         assert sampler.reset_prefix_cache()
         sampler.version, sampler.syncs = learner.version, sampler.syncs + 1
 

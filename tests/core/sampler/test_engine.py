@@ -22,7 +22,8 @@ from fp8rl_core.checks.faults import Fault, fault
 from fp8rl_core.config.schema import ChecksSection
 from fp8rl_core.sampler.config import SamplerConfig, cpu_fp8_kv_support
 from fp8rl_core.sampler import pool
-from fp8rl_core.sampler.engine import Sampler, SamplerError
+from fp8rl_core.sampler.seam import SamplerError
+from fp8rl_core.sampler.vllm_engine import VllmSampler
 from fp8rl_core.sampler.presets import PRESETS, sampler_schemes
 from fp8rl_core.sync.export import export_weights
 
@@ -270,13 +271,13 @@ def test_requant_at_tensor_parallel_2_checks_each_ranks_own_bytes_and_names_a_by
     the learner's BF16 view cut for that rank — fingerprints (cheap tier) and every byte (full tier). One
     byte flipped on rank 1 only, in layer 0's qkv_proj, fails W2 naming rank 1 and the tensor."""
     with pytest.raises(SamplerError, match="1 for an in-process engine"):
-        Sampler(checkpoints["dense"], {}, {}, ENGINE, tensor_parallel=2)
+        VllmSampler(checkpoints["dense"], {}, {}, ENGINE, tensor_parallel=2)
     preset = PRESETS["requant"]
     model = load_policy(checkpoints["dense"])
     learner = Learner(model, preset.learner_config(lr=1e-3))
     schemes = sampler_schemes(gemm_layers(model), preset.sampler_layers, preset.sampler_grid)
     initial = export_weights(model, learner.forward_weights(), schemes)
-    sampler = Sampler(checkpoints["dense"], schemes, initial, SPAWNED.model_copy(update={"threads": 1}),
+    sampler = VllmSampler(checkpoints["dense"], schemes, initial, SPAWNED.model_copy(update={"threads": 1}),
                       mx_grid=learner.cfg.recipe.fwd_grid, work_root=tmp_path, tensor_parallel=2)
     try:
         pipe = Pipeline(preset, learner, sampler, schemes)
@@ -370,12 +371,12 @@ def test_an_in_process_engine_leaves_the_process_as_it_found_it(engines, checkpo
 
     import numpy as np
 
-    from fp8rl_core.sampler.engine import Sampler
+    from fp8rl_core.sampler.vllm_engine import VllmSampler
 
     pipe = engines.get("dense", "all")
     cfg = ENGINE.model_copy(update={"max_num_seqs": 32})  # an identity of its own: a start, not the pool's
     with pytest.raises(SamplerError, match="already live in this process.*close it first"):
-        Sampler(checkpoints["dense"], pipe.schemes, pipe.export(), cfg, work_root=tmp_path)
+        VllmSampler(checkpoints["dense"], pipe.schemes, pipe.export(), cfg, work_root=tmp_path)
     want = pipe.sampler.prompt_logprobs(PROBE)
     pool.release_all()  # the pool's in-process engine closed: now this process may start another
     torch.manual_seed(7)
@@ -383,7 +384,7 @@ def test_an_in_process_engine_leaves_the_process_as_it_found_it(engines, checkpo
     np.random.seed(7)
     before = (torch.get_num_threads(), torch.set_num_threads, dict(_os.environ), gc.get_freeze_count(), gc.collect,
               torch.random.get_rng_state(), random.getstate(), np.random.get_state()[1].copy())
-    sampler = Sampler(checkpoints["dense"], pipe.schemes, pipe.export(), cfg, work_root=tmp_path)
+    sampler = VllmSampler(checkpoints["dense"], pipe.schemes, pipe.export(), cfg, work_root=tmp_path)
     try:
         sampler.generate(PROBE[:2, :6], 2, 4, seed=0, eos_id=EOS)
         sampler.prompt_logprobs(PROBE[:2])  # samples a token without a seed: vLLM's global generator

@@ -14,7 +14,7 @@ from fp8rl_core.learner.models import build_model
 from fp8rl_core.learner.spec import ModelSpec
 from fp8rl_core.learner.rollout import sample_completions
 from fp8rl_core.loop import run_rl
-from fp8rl_core.sampler.engine import Rollout, SyncTiming
+from fp8rl_core.sampler.seam import Rollout, SyncTiming
 
 from .samples import TASK
 

@@ -1,10 +1,12 @@
-"""The sampler: vLLM's offline engine on the learner's checkpoint, with per-layer grids and weight syncs.
+"""The vLLM engine behind the sampler seam: vLLM's offline engine on the learner's checkpoint.
 
 Rule: weights cross as files (:mod:`fp8rl_core.sync.transport`) and control as ``collective_rpc`` calls
 into the worker extension (:mod:`.worker`), so what the engine computes with is what vLLM's own loaders
-read from the learner's bytes; the engine runs spawned (default) or in-process (:class:`Sampler`).
-Engine reuse: :mod:`.pool`; vLLM 0.32 workarounds: :mod:`.vllm_compat`. Described in docs/library.md
-(The sampler and the weight sync) and docs/design.md (Engines).
+read from the learner's bytes; the engine runs spawned (default) or in-process (:class:`VllmSampler`).
+:class:`VllmWorkers` holds the seam operations any vLLM engine with fp8rl's worker extension shares
+(verl's server too: :class:`fp8rl_core.verl.checking.ServerSampler`). Engine reuse: :mod:`.pool`; vLLM
+0.32 workarounds: :mod:`.vllm_compat`. Described in docs/library.md (The sampler and the weight sync) and
+docs/design.md (Engines).
 """
 
 from __future__ import annotations
@@ -18,15 +20,17 @@ import tempfile
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from fp8rl_core.model_kind import is_moe
 from fp8rl_core.sampler.config import MX_GRID, SamplerConfig, cpu_fp8_kv_support, engine_key
 from fp8rl_core.sampler.quiet import SHUTDOWN_S
+from fp8rl_core.sampler.seam import (
+    Rollout, Sampler, SamplerDeadError, SamplerError, SyncTiming, engine_config,
+)
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 from fp8rl_core.sync.layout import ModelLayout, to_checkpoint
 from fp8rl_core.sync.ranks import RankCheck, slice_for_rank
@@ -37,46 +41,11 @@ from .vllm_compat import (
     watched_call,
 )
 
-__all__ = [
-    "Rollout",
-    "Sampler",
-    "SamplerDeadError",
-    "SamplerError",
-    "SyncTiming",
-    "engine_config",
-    "prepare_engine_dir",
-    "prompt_logprob_tensor",
-]
+__all__ = ["VllmChannel", "VllmSampler", "VllmWorkers", "prepare_engine_dir", "prompt_logprob_tensor"]
 
 WORKER_EXTENSION = "fp8rl_core.sampler.worker.Fp8rlWorkerExtension"
 #: the live in-process engine of this process, if any (at most one: vllm_compat, 3)
 _IN_PROCESS: weakref.WeakSet = weakref.WeakSet()
-
-
-class SamplerError(RuntimeError):
-    """The sampler cannot be created or used as configured (the message says what to change)."""
-
-
-class SamplerDeadError(SamplerError):
-    """The engine's process exited (killed, crashed, out of memory): its weights and cache are gone."""
-
-
-# ----------------------------------------------------------------------------------------------------
-# Engine directory
-# ----------------------------------------------------------------------------------------------------
-def _architecture(cfg: Mapping) -> str:
-    return "Qwen3MoeForCausalLM" if is_moe(cfg) else "Qwen3ForCausalLM"
-
-
-def engine_config(checkpoint: str | Path, schemes: Mapping[str, str], mx_grid: str) -> dict:
-    """The warm-start checkpoint's config.json plus the fp8rl quantization_config."""
-    path = Path(checkpoint) / "config.json"
-    if not path.is_file():
-        raise SamplerError(f"{path}: no config.json; the sampler needs the learner's warm-start checkpoint directory")
-    cfg = json.loads(path.read_text())
-    cfg["architectures"] = cfg.get("architectures") or [_architecture(cfg)]
-    cfg["quantization_config"] = {"quant_method": "fp8rl", "layers": dict(sorted(schemes.items())), "mx_grid": mx_grid}
-    return cfg
 
 
 def prepare_engine_dir(cfg: Mapping, initial: Mapping[str, torch.Tensor], root: str | Path) -> Path:
@@ -84,8 +53,8 @@ def prepare_engine_dir(cfg: Mapping, initial: Mapping[str, torch.Tensor], root: 
 
     vLLM reads a Hugging Face directory: :func:`prepare_engine_dir` writes one per engine — the warm-start
     checkpoint's ``config.json`` with ``quantization_config = {"quant_method": "fp8rl", "layers": {vLLM prefix:
-    scheme}}`` (see :mod:`.plugin`) and the initial sync tensors in checkpoint format, so the first load goes
-    through vLLM's own loaders exactly like every later sync.
+    scheme}}`` (:func:`fp8rl_core.sampler.seam.engine_config`, read by :mod:`.plugin`) and the initial sync
+    tensors in checkpoint format, so the first load goes through vLLM's own loaders exactly like every later sync.
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -98,50 +67,172 @@ def prepare_engine_dir(cfg: Mapping, initial: Mapping[str, torch.Tensor], root: 
 
 
 # ----------------------------------------------------------------------------------------------------
-# Results
+# What every vLLM engine with fp8rl's worker extension answers
 # ----------------------------------------------------------------------------------------------------
-@dataclass
-class Rollout:
-    """Completions of a batch of prompts (``n`` samples each, rows grouped per prompt)."""
+class VllmChannel(Protocol):
+    """The four calls into one vLLM engine that :class:`VllmWorkers` is built on."""
 
-    prompt_ids: torch.Tensor  # [B, P] (each prompt repeated n times)
-    completion_ids: torch.Tensor  # [B, T] padded with pad_id
-    completion_mask: torch.Tensor  # [B, T] 1 on sampled tokens (EOS included)
-    sampler_logprobs: torch.Tensor  # [B, T] 0 where the mask is 0
-    version: int  # the weight version every token was generated with
-    seconds: float
-    cached_tokens: int  # prompt tokens served from the prefix cache
+    def rpc(self, method: str, *args) -> list:
+        """``collective_rpc`` of a worker-extension method: one answer per worker (rank)."""
 
-    @property
-    def tokens(self) -> int:
-        return int(self.completion_mask.sum())
+    def utility(self, method: str, *args) -> Any:
+        """An engine-core utility (:func:`.vllm_compat.patch_engine_core`'s, or vLLM's own)."""
+
+    def outputs(self, what: str, prompts: list, params: Any) -> list:
+        """vLLM's final ``RequestOutput`` per prompt (one request each) under ``params`` (one, or one per prompt)."""
+
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's prefix-cache reset."""
 
 
-@dataclass
-class SyncTiming:
-    version: int
-    export_s: float = 0.0
-    transport_s: float = 0.0
-    load_s: float = 0.0
-    reset_s: float = 0.0
-    bytes: int = 0
-    buckets: int = 0
-    extra: dict = field(default_factory=dict)
+class VllmWorkers:
+    """The seam operations of a vLLM engine running fp8rl's worker extension (:mod:`.worker`), through a
+    :class:`VllmChannel`: weight sync as files plus ``fp8rl_load``, snapshot, read-back, per-rank checks,
+    generation and prompt log-probs. ``model_cfg``: :func:`~fp8rl_core.sampler.seam.engine_config` of the
+    engine's model; ``work_root``: where syncs and read-backs are written (a folder every rank can read)."""
 
-    @property
-    def total_s(self) -> float:
-        return self.export_s + self.transport_s + self.load_s + self.reset_s
+    def __init__(self, channel: VllmChannel, model_cfg: Mapping, work_root: str | Path) -> None:
+        self.channel = channel
+        self.model_cfg = dict(model_cfg)
+        self.vocab_size = int(model_cfg["vocab_size"])
+        self.work_root = Path(work_root)
+
+    def engine_version(self) -> list[int]:
+        return [int(v) for v in self.channel.rpc("fp8rl_version")]
+
+    def layers(self) -> dict[str, dict]:
+        return self.channel.rpc("fp8rl_layers")[0]
+
+    def prefix_cache_blocks(self) -> int:
+        return int(self.channel.utility("fp8rl_prefix_cache_blocks"))
+
+    def sync(self, tensors: Mapping[str, torch.Tensor], version: int, bucket_mb: float, *, export_s: float = 0.0,
+             hooks: SyncHooks = NO_HOOKS) -> SyncTiming:
+        """Write ``tensors`` as buckets of ``bucket_mb`` (or the hooks' size), load them in place on every
+        worker, reset the prefix cache (unless the hooks skip it)."""
+        timing = SyncTiming(version=version, export_s=export_s)
+        t0 = time.perf_counter()
+        handle: SyncHandle = write_sync(tensors, version, bucket_bytes=int(hooks.sync_bucket_mb(bucket_mb) * 2**20),
+                                        root=self.work_root / "sync")
+        timing.transport_s = time.perf_counter() - t0
+        timing.bytes, timing.buckets = handle.total_bytes, handle.buckets
+        try:
+            hooks.on_transport(handle)
+            t0 = time.perf_counter()
+            results = self.channel.rpc("fp8rl_load", str(handle.manifest), hooks.worker_hook())
+            timing.load_s = time.perf_counter() - t0
+        finally:
+            handle.remove()
+        versions = {int(r["version"]) for r in results}
+        if versions != {version}:
+            raise SamplerError(f"sync to version {version}: workers report versions {sorted(versions)}")
+        if hooks.resets_prefix_cache():
+            t0 = time.perf_counter()
+            if not self.channel.reset_prefix_cache():
+                raise SamplerError("the prefix cache could not be reset after a sync (requests still running?)")
+            timing.reset_s = time.perf_counter() - t0
+        return timing
+
+    def state(self, instance: str, *, fingerprints: bool = True) -> dict:
+        """The engine's cheap-tier snapshot (see ``fp8rl_state`` in :mod:`.worker`) per rank, plus the
+        engine core's prefix-cache blocks and reset count."""
+        snap = self.channel.utility("fp8rl_snapshot", fingerprints)  # one round trip (vllm_compat.patch_engine_core)
+        return {"ranks": snap["ranks"], "cache_blocks": int(snap["cache_blocks"]),
+                "cache_resets": int(snap["cache_resets"]), "instance": instance}
+
+    def read_back(self, names: Sequence[str] | None = None, *, effective: bool = False) -> dict[str, torch.Tensor]:
+        """What the live engine computes with, by sync-tensor name (see :mod:`.worker`)."""
+        self.work_root.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix="fp8rl-readback-", dir=self.work_root))
+        try:
+            path = folder / "readback.safetensors"
+            self.channel.rpc("fp8rl_read", str(path), None if names is None else list(names), effective)
+            return load_file(str(path))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def compute_check(self, *, full: bool = False) -> list[dict]:
+        """Every rank's ``fp8rl_compute_check`` (:mod:`.worker`): the compute copy against the dequantized held
+        bytes, by fingerprint or (``full``) bit for bit; only the verdicts cross."""
+        return list(self.channel.rpc("fp8rl_compute_check", bool(full)))
+
+    def check_ranks(self, expected: Mapping[str, torch.Tensor], version: int, *, full: bool = False) -> list[RankCheck]:
+        """Every engine rank checks its own live shards against its slice of the full ``expected`` tensors
+        (sync names; ``fp8rl_check_rank`` in :mod:`.worker`): by fingerprint (each rank's slice
+        fingerprints are cut here and sent), or with ``full`` byte for byte (``expected`` is written as a
+        sync of ``version`` that every rank reads and cuts). One :class:`~fp8rl_core.sync.ranks.RankCheck` per rank."""
+        if full:
+            handle = write_sync(expected, max(version, 0), root=self.work_root / "sync")
+            try:
+                results = self.channel.rpc("fp8rl_check_rank", None, str(handle.manifest))
+            finally:
+                handle.remove()
+        else:
+            layout = ModelLayout.from_hf_config(self.model_cfg)
+            fps = {str(w["rank"]): slice_for_rank(expected, layout, w["rank"], w["tp"],
+                                                  expert_parallel=w["expert_parallel"]).fingerprints
+                   for w in self.channel.rpc("fp8rl_tp_rank")}
+            results = self.channel.rpc("fp8rl_check_rank", fps, None)
+        return [RankCheck.from_dict(r) for r in results]
+
+    def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int, pad_id: int,
+                 temperature: float, version: int) -> Rollout:
+        """``n`` completions per prompt row (rows grouped per prompt), with per-token log-probs; tagged ``version``."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        prompts = [TokensPrompt(prompt_token_ids=[int(t) for t in row]) for row in prompt_ids.tolist()]
+        params = [SamplingParams(n=n, max_tokens=max_tokens, temperature=temperature, seed=seed + i,
+                                 logprobs=0, stop_token_ids=[eos_id], detokenize=False, skip_special_tokens=False)
+                  for i in range(len(prompts))]
+        t0 = time.perf_counter()
+        outs = self.channel.outputs("generate", prompts, params)
+        seconds = time.perf_counter() - t0
+        b = len(prompts) * n
+        ids = torch.full((b, max_tokens), pad_id, dtype=torch.long)
+        mask = torch.zeros((b, max_tokens), dtype=torch.long)
+        logps = torch.zeros((b, max_tokens), dtype=torch.float32)
+        cached = 0
+        for i, out in enumerate(outs):
+            cached += int(out.num_cached_tokens or 0)
+            for j, comp in enumerate(sorted(out.outputs, key=lambda c: c.index)):
+                row = i * n + j
+                toks = list(comp.token_ids)
+                ids[row, : len(toks)] = torch.tensor(toks, dtype=torch.long)
+                mask[row, : len(toks)] = 1
+                logps[row, : len(toks)] = torch.tensor([lp[t].logprob for lp, t in zip(comp.logprobs, toks)])
+        return Rollout(prompt_ids.repeat_interleave(n, dim=0), ids, mask, logps, version, seconds, cached)
+
+    def prompt_logprobs(self, sequences: torch.Tensor, *, full: bool = False) -> torch.Tensor:
+        """Log-probs of each token of ``sequences`` [B, T] given its prefix: [B, T-1] (``full``: the whole
+        vocabulary, [B, T-1, V], for exact KL). Prompt-logprob requests bypass the prefix cache.
+
+        vLLM's flat container (``SamplingParams(flat_logprobs=True)``: a few flat lists per request instead
+        of one ``Logprob`` object per position and token id) is read into the tensor in one step: a
+        full-vocabulary probe of 16 sequences on a 1024-token vocabulary is ~160k entries, which as objects
+        cost ~1 s per probe to build, collect and read back."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        rows = sequences.tolist()
+        k = -1 if full else 0
+        params = SamplingParams(max_tokens=1, prompt_logprobs=k, detokenize=False, temperature=1.0,
+                                flat_logprobs=True)
+        outs = self.channel.outputs("prompt_logprobs",
+                                    [TokensPrompt(prompt_token_ids=[int(t) for t in r]) for r in rows], params)
+        return prompt_logprob_tensor(outs, rows, full, self.vocab_size)
 
 
 # ----------------------------------------------------------------------------------------------------
-# The sampler
+# The engine fp8rl starts
 # ----------------------------------------------------------------------------------------------------
-class Sampler:
+class VllmSampler(Sampler):
     """One live vLLM engine for one model and one set of per-layer schemes.
 
-    ``Sampler`` wraps ``vllm.LLM``. By default (``SamplerConfig.process = "spawn"``) vLLM runs the model in
-    processes of its own (an engine-core process and a worker process, spawned), so the learner and the
-    sampler never share a Python heap. Either way weights cross as files (:mod:`fp8rl_core.sync.transport`)
+    ``VllmSampler`` implements the seam (:class:`~fp8rl_core.sampler.seam.Sampler`) on ``vllm.LLM``, its
+    operations through :class:`VllmWorkers` with itself as the channel. By default (``SamplerConfig.process =
+    "spawn"``) vLLM runs the model in processes of its own (an engine-core process and a worker process,
+    spawned), so the learner and the sampler never share a Python heap. Either way weights cross as files (:mod:`fp8rl_core.sync.transport`)
     and control as ``collective_rpc`` calls into the worker extension (:mod:`.worker`), so what the engine
     computes with is what vLLM's own loaders read from the learner's bytes. Create samplers from a script
     guarded by ``if __name__ == "__main__":`` (vLLM spawns processes that re-import the main module).
@@ -251,7 +342,8 @@ class Sampler:
         self.startup_s = time.perf_counter() - t0
         if self.in_process:
             _IN_PROCESS.add(self)
-        self.version = self._rpc("fp8rl_set_version", version, sorted(initial))[0]
+        self.workers = VllmWorkers(self, self.model_cfg, self.work_root)
+        self.version = self.rpc("fp8rl_set_version", version, sorted(initial))[0]
         self.syncs = 0
         #: identifies this engine process among restarts (the checks start a new engine with a full check)
         self.instance = f"{self.key}-{os.getpid()}-{id(self):x}-{time.monotonic_ns()}"
@@ -287,154 +379,61 @@ class Sampler:
                                    f"version {self.version}); its weights are lost — the run's last good version is "
                                    "the last one whose checks passed") from None
 
-    def _rpc(self, method: str, *args) -> list:
+    # -- the channel VllmWorkers calls through (VllmChannel) ----------------------------------------------
+    def rpc(self, method: str, *args) -> list:
+        """``collective_rpc`` of a worker-extension method: one answer per worker (rank)."""
         return self._call(method, self.llm.collective_rpc, method, args=args)
 
-    def _utility(self, method: str, *args):
+    def utility(self, method: str, *args):
+        """An engine-core utility (:func:`.vllm_compat.call_utility`)."""
         return self._call(method, call_utility, self.llm, method, *args)
 
-    def engine_version(self) -> list[int]:
-        """The version every worker (rank) of the engine reports."""
-        return [int(v) for v in self._rpc("fp8rl_version")]
-
-    def layers(self) -> dict[str, dict]:
-        """Per vLLM layer: scheme, post-load processing count, module type (from the worker)."""
-        return self._rpc("fp8rl_layers")[0]
-
-    def prefix_cache_blocks(self) -> int:
-        """Blocks the engine's prefix cache can currently hit (0 right after a reset)."""
-        return int(self._utility("fp8rl_prefix_cache_blocks"))
+    def outputs(self, what: str, prompts: list, params) -> list:
+        """vLLM's outputs for ``prompts`` (one request each) under ``params``."""
+        return self._call(what, self.llm.generate, prompts, params, use_tqdm=False)
 
     def reset_prefix_cache(self) -> bool:
         return bool(self._call("reset_prefix_cache", self.llm.reset_prefix_cache))
 
-    # -- weights ------------------------------------------------------------------------------------
+    # -- the seam -----------------------------------------------------------------------------------
+    def engine_version(self) -> list[int]:
+        return self.workers.engine_version()
+
+    def layers(self) -> dict[str, dict]:
+        return self.workers.layers()
+
+    def prefix_cache_blocks(self) -> int:
+        return self.workers.prefix_cache_blocks()
+
     def sync(self, tensors: Mapping[str, torch.Tensor], version: int, *, export_s: float = 0.0,
              hooks: SyncHooks = NO_HOOKS) -> SyncTiming:
-        """Write ``tensors`` (sync names, see :mod:`.layout`) as buckets, load them in place, reset the
-        prefix cache. ``hooks`` (:mod:`fp8rl_core.sync.hooks`; only fault injection passes any) may change
-        the bucket size, the written sync before the load, the worker's load, or skip the reset."""
-        timing = SyncTiming(version=version, export_s=export_s)
-        t0 = time.perf_counter()
-        bucket_mb = hooks.sync_bucket_mb(self.cfg.bucket_mb)
-        handle: SyncHandle = write_sync(tensors, version, bucket_bytes=int(bucket_mb * 2**20),
-                                        root=self.work_root / "sync")
-        timing.transport_s = time.perf_counter() - t0
-        timing.bytes, timing.buckets = handle.total_bytes, handle.buckets
-        try:
-            hooks.on_transport(handle)
-            t0 = time.perf_counter()
-            results = self._rpc("fp8rl_load", str(handle.manifest), hooks.worker_hook())
-            timing.load_s = time.perf_counter() - t0
-        finally:
-            handle.remove()
-        versions = {int(r["version"]) for r in results}
-        if versions != {version}:
-            raise SamplerError(f"sync to version {version}: workers report versions {sorted(versions)}")
-        if hooks.resets_prefix_cache():
-            t0 = time.perf_counter()
-            if not self.reset_prefix_cache():
-                raise SamplerError("the prefix cache could not be reset after a sync (requests still running?)")
-            timing.reset_s = time.perf_counter() - t0
+        """Write ``tensors`` (sync names, see :mod:`.layout`) as buckets of ``cfg.bucket_mb``, load them in
+        place, reset the prefix cache (:meth:`VllmWorkers.sync`)."""
+        timing = self.workers.sync(tensors, version, self.cfg.bucket_mb, export_s=export_s, hooks=hooks)
         self.version = version
         self.syncs += 1
         return timing
 
     def state(self, *, fingerprints: bool = True) -> dict:
-        """The engine's cheap-tier snapshot (see ``fp8rl_state`` in :mod:`.worker`) per rank, plus the
-        engine core's prefix-cache blocks and reset count."""
-        snap = self._utility("fp8rl_snapshot", fingerprints)  # one round trip (vllm_compat.patch_engine_core)
-        return {"ranks": snap["ranks"], "cache_blocks": int(snap["cache_blocks"]),
-                "cache_resets": int(snap["cache_resets"]), "instance": self.instance}
+        return self.workers.state(self.instance, fingerprints=fingerprints)
 
     def read_back(self, names: Sequence[str] | None = None, *, effective: bool = False) -> dict[str, torch.Tensor]:
-        """What the live engine computes with, by sync-tensor name (see :mod:`.worker`)."""
-        folder = Path(tempfile.mkdtemp(prefix="fp8rl-readback-", dir=self.work_root))
-        try:
-            path = folder / "readback.safetensors"
-            self._rpc("fp8rl_read", str(path), None if names is None else list(names), effective)
-            return load_file(str(path))
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        return self.workers.read_back(names, effective=effective)
 
     def compute_check(self, *, full: bool = False) -> list[dict]:
-        """Every rank's compute-copy check (``fp8rl_compute_check`` in :mod:`.worker`): what each quantized
-        tensor computes with against the dequantization of the held bytes, by fingerprint or (``full``) bit
-        for bit. One dict per rank."""
-        return list(self._rpc("fp8rl_compute_check", bool(full)))
+        return self.workers.compute_check(full=full)
 
     def check_ranks(self, expected: Mapping[str, torch.Tensor], *, full: bool = False) -> list[RankCheck]:
-        """Every engine rank checks its own live shards against its slice of the full ``expected`` tensors
-        (sync names; ``fp8rl_check_rank`` in :mod:`.worker`): by fingerprint (each rank's slice
-        fingerprints are cut here and sent), or with ``full`` byte for byte (``expected`` is written as a
-        sync that every rank reads and cuts). One :class:`~fp8rl_core.sync.ranks.RankCheck` per rank."""
-        if full:
-            handle = write_sync(expected, max(self.version, 0), root=self.work_root / "sync")
-            try:
-                results = self._rpc("fp8rl_check_rank", None, str(handle.manifest))
-            finally:
-                handle.remove()
-        else:
-            layout = ModelLayout.from_hf_config(self.model_cfg)
-            fps = {str(w["rank"]): slice_for_rank(expected, layout, w["rank"], w["tp"],
-                                                  expert_parallel=w["expert_parallel"]).fingerprints
-                   for w in self._rpc("fp8rl_tp_rank")}
-            results = self._rpc("fp8rl_check_rank", fps, None)
-        return [RankCheck.from_dict(r) for r in results]
+        return self.workers.check_ranks(expected, self.version, full=full)
 
-    # -- generation ---------------------------------------------------------------------------------
     def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int,
                  pad_id: int = 0, temperature: float | None = None) -> Rollout:
-        """``n`` completions per prompt row (rows grouped per prompt), with per-token log-probs."""
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-
-        temperature = self.cfg.temperature if temperature is None else temperature
-        prompts = [TokensPrompt(prompt_token_ids=[int(t) for t in row]) for row in prompt_ids.tolist()]
-        params = [SamplingParams(n=n, max_tokens=max_tokens, temperature=temperature, seed=seed + i,
-                                 logprobs=0, stop_token_ids=[eos_id], detokenize=False, skip_special_tokens=False)
-                  for i in range(len(prompts))]
-        version = self.version
-        t0 = time.perf_counter()
-        outs = self._call("generate", self.llm.generate, prompts, params, use_tqdm=False)
-        seconds = time.perf_counter() - t0
-        b = len(prompts) * n
-        ids = torch.full((b, max_tokens), pad_id, dtype=torch.long)
-        mask = torch.zeros((b, max_tokens), dtype=torch.long)
-        logps = torch.zeros((b, max_tokens), dtype=torch.float32)
-        cached = 0
-        for i, out in enumerate(outs):
-            cached += int(out.num_cached_tokens or 0)
-            for j, comp in enumerate(sorted(out.outputs, key=lambda c: c.index)):
-                row = i * n + j
-                toks = list(comp.token_ids)
-                ids[row, : len(toks)] = torch.tensor(toks, dtype=torch.long)
-                mask[row, : len(toks)] = 1
-                logps[row, : len(toks)] = torch.tensor([lp[t].logprob for lp, t in zip(comp.logprobs, toks)])
-        return Rollout(prompt_ids.repeat_interleave(n, dim=0), ids, mask, logps, version, seconds, cached)
+        return self.workers.generate(prompt_ids, n, max_tokens, seed=seed, eos_id=eos_id, pad_id=pad_id,
+                                     temperature=self.cfg.temperature if temperature is None else temperature,
+                                     version=self.version)
 
     def prompt_logprobs(self, sequences: torch.Tensor, *, full: bool = False) -> torch.Tensor:
-        """Log-probs of each token of ``sequences`` [B, T] given its prefix: [B, T-1] (``full``: the whole
-        vocabulary, [B, T-1, V], for exact KL). Prompt-logprob requests bypass the prefix cache.
-
-        vLLM's flat container (``SamplingParams(flat_logprobs=True)``: a few flat lists per request instead
-        of one ``Logprob`` object per position and token id) is read into the tensor in one step: a
-        full-vocabulary probe of 16 sequences on a 1024-token vocabulary is ~160k entries, which as objects
-        cost ~1 s per probe to build, collect and read back."""
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-
-        rows = sequences.tolist()
-        k = -1 if full else 0
-        params = SamplingParams(max_tokens=1, prompt_logprobs=k, detokenize=False, temperature=1.0,
-                                flat_logprobs=True)
-        outs = self._generate("prompt_logprobs", [TokensPrompt(prompt_token_ids=[int(t) for t in r]) for r in rows],
-                              params)
-        return prompt_logprob_tensor(outs, rows, full, self.vocab_size)
-
-    def _generate(self, what: str, prompts: list, params) -> list:
-        """vLLM's outputs for ``prompts`` (one request each) under ``params``."""
-        return self._call(what, self.llm.generate, prompts, params, use_tqdm=False)
+        return self.workers.prompt_logprobs(sequences, full=full)
 
     # -- lifetime -----------------------------------------------------------------------------------
     def close(self) -> None:

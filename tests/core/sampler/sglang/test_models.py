@@ -1,6 +1,6 @@
 """fp8rl's SGLang loader against SGLang's own code: SGLang 0.5.12's ``Qwen3ForCausalLM`` /
 ``Qwen3MoeForCausalLM`` with its MXFP8 ``Fp8LinearMethod`` / ``Fp8MoEMethod``, built on CPU in .venv-sglang
-(``make setup-sglang``) by tests/verl/sglang_models.py, one process per TP rank: every parameter SGLang's
+(``make setup-sglang``) by tests/core/sampler/sglang/sglang_models.py, one process per TP rank: every parameter SGLang's
 methods create is sent under its name and shape, the loader writes fp8rl's export into them in place and they
 read back byte for byte, a bad sync fails naming the tensor, and each quantized layer's own
 ``process_weights_after_loading`` is called once (on this CPU it stops at SGLang's AMX assertion).
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 PYTHON = ROOT / ".venv-sglang" / "bin" / "python"
 SCRIPT = Path(__file__).with_name("sglang_models.py")
 

@@ -1,5 +1,5 @@
 """The SGLang loader on a module tree with SGLang's parameter names, dtypes and per-rank shapes, in this
-environment (SGLang's own model classes are checked in .venv-sglang: tests/verl/test_sglang_models.py): every
+environment (SGLang's own model classes are checked in .venv-sglang: tests/core/sampler/sglang/test_models.py): every
 parameter ends equal to the sent bytes, in place, each quantized layer re-derives its kernel layout once;
 wrong names, shapes, value classes and gaps fail clearly; tensor-parallel sizes up to 4 and bucketed updates.
 
@@ -32,9 +32,9 @@ from fp8rl_core.sampler.presets import sampler_schemes
 from fp8rl_core.sync.export import export_weights
 from fp8rl_core.sync.layout import ModelLayout
 from fp8rl_core.sync.ranks import slice_for_rank
-from fp8rl_core.verl.sglang import LOADER, UPDATE_REQUEST, SglangLoadError, load_into, sglang_name
+from fp8rl_core.sampler.sglang.loader import LOADER, UPDATE_REQUEST, SglangLoadError, load_into, sglang_name
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "models"
+CONFIGS = Path(__file__).resolve().parents[4] / "configs" / "models"
 DENSE = load_model_spec(CONFIGS / "qwen3-dense-tiny.yaml")
 MOE = load_model_spec(CONFIGS / "qwen3-moe-tiny.yaml")
 
@@ -216,7 +216,7 @@ def test_a_full_tensor_that_does_not_cut_into_the_ranks_shape_names_the_rank(syn
 
 
 def test_the_request_names_this_loader_and_flushes():
-    assert UPDATE_REQUEST == {"load_format": "fp8rl_core.verl.sglang.load_weights", "flush_cache": True}
+    assert UPDATE_REQUEST == {"load_format": "fp8rl_core.sampler.sglang.loader.load_weights", "flush_cache": True}
     import importlib
 
     module, _, fn = LOADER.rpartition(".")

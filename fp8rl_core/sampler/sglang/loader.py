@@ -1,7 +1,7 @@
 """fp8rl's bytes into SGLang's MXFP8 parameters: a custom weight loader for ``update_weights_from_tensor``.
 
 Written against **sglang 0.5.12** (verl 0.9.1's pin, ``constraints-sglang.txt``) and checked against that
-version's own model classes on CPU (tests/verl/test_sglang_models.py, in .venv-sglang; docs/gpu.md, SGLang).
+version's own model classes on CPU (tests/core/sampler/sglang/test_models.py, in .venv-sglang; docs/gpu.md, SGLang).
 What it relies on, in SGLang 0.5.12's ``python/sglang/srt/``:
 
 ``layers/quantization/fp8.py``
@@ -54,7 +54,7 @@ __all__ = ["LOADER", "UPDATE_REQUEST", "LoadReport", "SglangLoadError", "fp8rl_n
 
 #: the fully qualified name SGLang imports: ``server_args.custom_weight_loader=[LOADER]`` and the request's
 #: ``load_format``
-LOADER = "fp8rl_core.verl.sglang.load_weights"
+LOADER = "fp8rl_core.sampler.sglang.loader.load_weights"
 #: the fields of ``UpdateWeightsFromTensorReqInput`` a sync sets (besides its tensors): this loader, and
 #: the radix-cache flush after the update (cached KV of the old weights must not be reused: W6)
 UPDATE_REQUEST = {"load_format": LOADER, "flush_cache": True}

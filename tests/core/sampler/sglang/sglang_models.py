@@ -1,5 +1,5 @@
 """Builds SGLang's own Qwen3 / Qwen3-MoE on MXFP8 on CPU and loads fp8rl's export through fp8rl's SGLang
-loader; run by tests/verl/test_sglang_models.py inside .venv-sglang (``make setup-sglang``).
+loader; run by tests/core/sampler/sglang/test_models.py inside .venv-sglang (``make setup-sglang``).
 
 Prints one JSON line per model (what SGLang created, what was sent, what differs, what failed); the test
 asserts on it.
@@ -24,7 +24,7 @@ os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
 for op in ("nms", "qnms"):
     torch.library.define(f"torchvision::{op}", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4))  # the repository
 sys.path.insert(0, ROOT)  # fp8rl itself is not installed in .venv-sglang: its source tree is imported
 
 import sglang  # noqa: E402
@@ -46,7 +46,7 @@ from fp8rl_core.sampler.presets import sampler_schemes  # noqa: E402
 from fp8rl_core.sync.export import export_weights  # noqa: E402
 from fp8rl_core.sync.layout import ModelLayout  # noqa: E402
 from fp8rl_core.sync.ranks import slice_for_rank  # noqa: E402
-from fp8rl_core.verl.sglang import DERIVED, SglangLoadError, load_into, load_weights, sglang_name  # noqa: E402
+from fp8rl_core.sampler.sglang.loader import DERIVED, SglangLoadError, load_into, load_weights, sglang_name  # noqa: E402
 
 QUANT = {"quant_method": "mxfp8", "activation_scheme": "dynamic"}
 

@@ -1,0 +1,47 @@
+"""The sampler engines by name, and the one call that starts one: :func:`start_sampler`.
+
+Rule: the loop and the engine pool start engines only through :func:`start_sampler`; an engine is one
+implementation of the seam (:class:`fp8rl_core.sampler.seam.Sampler`) registered in :data:`ENGINES` under
+its name, its module imported when it is first started. An unknown name fails naming the known ones.
+Described in docs/design.md (Engines).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import torch
+
+from fp8rl_core.sampler.config import MX_GRID, SamplerConfig
+from fp8rl_core.sampler.seam import Sampler, SamplerError
+
+__all__ = ["DEFAULT_ENGINE", "ENGINES", "engine_class", "start_sampler"]
+
+
+def _vllm() -> type[Sampler]:
+    from fp8rl_core.sampler.vllm_engine import VllmSampler
+
+    return VllmSampler
+
+
+#: engine name → the class implementing the seam (imported on first use)
+ENGINES: dict[str, Callable[[], type[Sampler]]] = {"vllm": _vllm}
+DEFAULT_ENGINE = "vllm"
+
+
+def engine_class(engine: str) -> type[Sampler]:
+    """The seam implementation registered as ``engine``."""
+    if engine not in ENGINES:
+        raise SamplerError(f"unknown sampler engine {engine!r}; known engines: {', '.join(sorted(ENGINES))}")
+    return ENGINES[engine]()
+
+
+def start_sampler(engine: str, checkpoint: str | Path, schemes: Mapping[str, str],
+                  initial: Mapping[str, torch.Tensor], cfg: SamplerConfig = SamplerConfig(), *, version: int = 0,
+                  mx_grid: str = MX_GRID, work_root: str | Path | None = None, **engine_args) -> Sampler:
+    """A live ``engine`` for the warm-start ``checkpoint``'s model with per-layer ``schemes``, loaded with
+    ``initial`` (sync names) as weight ``version``. ``engine_args``: what only that engine takes (vLLM:
+    ``seed``, ``tensor_parallel``)."""
+    return engine_class(engine)(checkpoint, schemes, initial, cfg, version=version, mx_grid=mx_grid,
+                                work_root=work_root, **engine_args)

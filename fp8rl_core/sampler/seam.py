@@ -1,0 +1,173 @@
+"""The sampler engine seam: what the loop, the weight sync and the checks call on a live sampler engine.
+
+Rule: the loop, the sync, the checks and the experiments type their engine as :class:`Sampler` and call
+only its operations; each engine implements all of them (vLLM in this process's control:
+:class:`fp8rl_core.sampler.vllm_engine.VllmSampler`; verl's vLLM server:
+:class:`fp8rl_core.verl.checking.ServerSampler`) and :mod:`.engines` starts one by name. The pieces every
+engine shares (results, sync timing, errors, the model config an engine is identified by) live here.
+Described in docs/design.md (Engines) and docs/library.md (The sampler and the weight sync).
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from fp8rl_core.model_kind import is_moe
+from fp8rl_core.sampler.config import SamplerConfig
+from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
+from fp8rl_core.sync.ranks import RankCheck
+
+__all__ = ["Rollout", "Sampler", "SamplerDeadError", "SamplerError", "SyncTiming", "engine_config"]
+
+
+class SamplerError(RuntimeError):
+    """The sampler cannot be created or used as configured (the message says what to change)."""
+
+
+class SamplerDeadError(SamplerError):
+    """The engine's process exited (killed, crashed, out of memory): its weights and cache are gone."""
+
+
+def _architecture(cfg: Mapping) -> str:
+    return "Qwen3MoeForCausalLM" if is_moe(cfg) else "Qwen3ForCausalLM"
+
+
+def engine_config(checkpoint: str | Path, schemes: Mapping[str, str], mx_grid: str) -> dict:
+    """The warm-start checkpoint's config.json plus fp8rl's ``quantization_config`` (per-layer schemes, MX
+    grid): the model an engine serves, what identifies it (:func:`fp8rl_core.sampler.config.engine_key`)."""
+    path = Path(checkpoint) / "config.json"
+    if not path.is_file():
+        raise SamplerError(f"{path}: no config.json; the sampler needs the learner's warm-start checkpoint directory")
+    cfg = json.loads(path.read_text())
+    cfg["architectures"] = cfg.get("architectures") or [_architecture(cfg)]
+    cfg["quantization_config"] = {"quant_method": "fp8rl", "layers": dict(sorted(schemes.items())), "mx_grid": mx_grid}
+    return cfg
+
+
+@dataclass
+class Rollout:
+    """Completions of a batch of prompts (``n`` samples each, rows grouped per prompt)."""
+
+    prompt_ids: torch.Tensor  # [B, P] (each prompt repeated n times)
+    completion_ids: torch.Tensor  # [B, T] padded with pad_id
+    completion_mask: torch.Tensor  # [B, T] 1 on sampled tokens (EOS included)
+    sampler_logprobs: torch.Tensor  # [B, T] 0 where the mask is 0
+    version: int  # the weight version every token was generated with
+    seconds: float
+    cached_tokens: int  # prompt tokens served from the prefix cache
+
+    @property
+    def tokens(self) -> int:
+        return int(self.completion_mask.sum())
+
+
+@dataclass
+class SyncTiming:
+    version: int
+    export_s: float = 0.0
+    transport_s: float = 0.0
+    load_s: float = 0.0
+    reset_s: float = 0.0
+    bytes: int = 0
+    buckets: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def total_s(self) -> float:
+        return self.export_s + self.transport_s + self.load_s + self.reset_s
+
+
+class Sampler(ABC):
+    """One live sampler engine for one model and one set of per-layer schemes (module docstring).
+
+    Attributes every engine sets: ``cfg`` (its :class:`~fp8rl_core.sampler.config.SamplerConfig`),
+    ``schemes`` (vLLM layer prefix → scheme), ``mx_grid``, ``key`` (its identity), ``instance`` (this
+    engine process among restarts: the checks run the full tier on a new one), ``version`` (the weight
+    version it holds), ``syncs``, ``startup_s`` (seconds its start took; 0 for an engine fp8rl did not
+    start) and ``in_process`` (it computes in the caller's process: closing it is quick, and it cannot
+    die alone).
+    """
+
+    cfg: SamplerConfig
+    schemes: dict[str, str]
+    mx_grid: str
+    key: str
+    instance: str
+    version: int
+    syncs: int
+    startup_s: float
+    in_process: bool
+
+    # -- control ------------------------------------------------------------------------------------
+    @property
+    @abstractmethod
+    def alive(self) -> bool:
+        """False once the engine was closed or its process exited."""
+
+    @abstractmethod
+    def engine_version(self) -> list[int]:
+        """The weight version every rank of the engine reports."""
+
+    @abstractmethod
+    def layers(self) -> dict[str, dict]:
+        """Per engine layer: scheme, post-load processing count, module type."""
+
+    @abstractmethod
+    def prefix_cache_blocks(self) -> int:
+        """Blocks the engine's prefix cache can currently hit (0 right after a reset)."""
+
+    @abstractmethod
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cached prefix (the KV of the previous weights); False if the engine refused."""
+
+    # -- weights ------------------------------------------------------------------------------------
+    @abstractmethod
+    def sync(self, tensors: Mapping[str, torch.Tensor], version: int, *, export_s: float = 0.0,
+             hooks: SyncHooks = NO_HOOKS) -> SyncTiming:
+        """Load ``tensors`` (sync names, :mod:`fp8rl_core.sync.layout`) in place as weight ``version`` on
+        every rank, then reset the prefix cache. ``hooks`` (:mod:`fp8rl_core.sync.hooks`; only fault injection
+        passes any) may change the bucket size, the written sync, the ranks' load, or skip the reset."""
+
+    @abstractmethod
+    def state(self, *, fingerprints: bool = True) -> dict:
+        """The cheap-tier snapshot: ``{"ranks": [per rank: version, layers, fingerprints …], "cache_blocks",
+        "cache_resets", "instance"}`` (docs/correctness.md, Tiers and cadence)."""
+
+    @abstractmethod
+    def read_back(self, names: Sequence[str] | None = None, *, effective: bool = False) -> dict[str, torch.Tensor]:
+        """What the live engine computes with, by sync-tensor name (rank 0's shards under tensor
+        parallelism); ``effective`` adds each layer's dequantized effective weight (``….effective``)."""
+
+    @abstractmethod
+    def compute_check(self, *, full: bool = False) -> list[dict]:
+        """Every rank's compute-copy check: what each quantized tensor computes with against the dequantization
+        of the bytes that rank holds, by fingerprint or (``full``) bit for bit. One dict per rank (the fields of
+        :func:`fp8rl_core.checks.basic.check_compute_copies`)."""
+
+    @abstractmethod
+    def check_ranks(self, expected: Mapping[str, torch.Tensor], *, full: bool = False) -> list[RankCheck]:
+        """Every rank checks its own live shards against its slice of the full ``expected`` tensors (sync
+        names): by fingerprint, or with ``full`` byte for byte. One result per rank."""
+
+    # -- generation ---------------------------------------------------------------------------------
+    @abstractmethod
+    def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int,
+                 pad_id: int = 0, temperature: float | None = None) -> Rollout:
+        """``n`` completions per prompt row (rows grouped per prompt), with each sampled token's log-prob
+        (log-softmax of the logits before temperature: what the learner computes)."""
+
+    @abstractmethod
+    def prompt_logprobs(self, sequences: torch.Tensor, *, full: bool = False) -> torch.Tensor:
+        """Log-probs of each token of ``sequences`` [B, T] given its prefix: [B, T-1] (``full``: the whole
+        vocabulary, [B, T-1, V], for exact KL)."""
+
+    # -- lifetime -----------------------------------------------------------------------------------
+    @abstractmethod
+    def close(self) -> None:
+        """Stop the engine (if this object started it) and remove its files; idempotent."""
