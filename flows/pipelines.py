@@ -76,7 +76,7 @@ def experiment(run: Run, sweep: str = "adhoc", sweep_id: str = "adhoc", mlflow_r
             for step in range(1, cfg.loop.steps + 1):
                 row = stages.train_step(key, step)
                 row |= stages.weight_sync(key)
-                row |= stages.invariant_checks(key, [[row["version"], row["new_version"] - 1]])
+                row |= stages.invariant_checks(key, [[row["version"], row["new_version"] - 1]], row)
                 row["total_s"] = row["train_stage_s"] + row["export_s"] + row["transport_s"] + row["load_s"] \
                     + row["reset_s"] + row["checks_s"]
                 stages.record_step(key, mlflow_run, row)

@@ -161,6 +161,10 @@ class ChecksSection(BaseModel):
     probe_sequences: int = Field(8, ge=1, description="W7 probe batch: held-out task sequences")
     w7_mean: float | None = Field(None, gt=0, description="W7 bound on mean |Δlogp| (None: by engine dtype and preset)")
     w7_max: float | None = Field(None, gt=0, description="W7 bound on max |Δlogp| (None: by engine dtype and preset)")
+    compute_copy: bool = Field(_POLICY.compute_copy, description="W6: every rank's compute copy against its held bytes")
+    alarm: bool = Field(_POLICY.alarm, description="W7: the behavioural alarm on the run's per-step mismatch numbers")
+    alarm_jump: float = Field(_POLICY.alarm_jump, gt=1, description="the alarm fires at this factor over the run's "
+                              "median of earlier clean steps (its absolute bounds: docs/correctness.md)")
 
     def w7_bounds(self, dtype: str, preset: str) -> tuple[float, float]:
         """The run's declared W7 bound: float32 engines run the learner's arithmetic (tight: measured mean
@@ -177,7 +181,8 @@ class ChecksSection(BaseModel):
     def policy(self, dtype: str, preset: str) -> CheckPolicy:
         """The checks' policy of a run with this engine dtype and preset (cadence, W7 bound)."""
         mean, mx = self.w7_bounds(dtype, preset)
-        return CheckPolicy(full_every=self.full_every, w7_mean=mean, w7_max=mx)
+        return CheckPolicy(full_every=self.full_every, w7_mean=mean, w7_max=mx, compute_copy=self.compute_copy,
+                           alarm=self.alarm, alarm_jump=self.alarm_jump)
 
 
 class MetricsSection(BaseModel):
@@ -582,12 +587,25 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+#: fields added after run ids were first issued: left out of a run's id while they hold these values, so the
+#: runs of an unchanged config keep their ids (a finished sweep is still skipped); section → field → value
+ID_NEUTRAL: dict[str, dict[str, object]] = {
+    "checks": {"compute_copy": True, "alarm": True, "alarm_jump": CheckPolicy().alarm_jump},
+}
+
+
 def run_id(run: RunConfig, spec: ModelSpec | None = None) -> str:
-    """Stable id of a run: 12 hex digits of the content hash of its resolved config and the *contents* of
-    its model spec (``spec``, else read from its file; editing a spec file gives its runs new ids, so a
-    resumed sweep does not skip runs of an older architecture)."""
+    """Stable id of a run: 12 hex digits of the content hash of its resolved config (less the
+    :data:`ID_NEUTRAL` fields at their neutral values) and the *contents* of its model spec (``spec``, else
+    read from its file; editing a spec file gives its runs new ids, so a resumed sweep does not skip runs of
+    an older architecture)."""
     spec = run.spec() if spec is None else spec
-    return content_hash(run.model_dump(mode="json", exclude={"models_dir"}) | {"model_spec": spec_hash(spec)}, 12)
+    dump = run.model_dump(mode="json", exclude={"models_dir"})
+    for section, fields in ID_NEUTRAL.items():
+        part = dump.get(section)
+        if isinstance(part, dict):
+            dump[section] = {k: v for k, v in part.items() if not (k in fields and v == fields[k])}
+    return content_hash(dump | {"model_spec": spec_hash(spec)}, 12)
 
 
 def short_model(model: str) -> str:

@@ -13,6 +13,7 @@ verdicts, so it sits above both; the checks themselves only judge.
 
 from __future__ import annotations
 
+from fp8rl_core.checks.alarm import alarm_numbers
 from fp8rl_core.checks.faults import Fault
 from fp8rl_core.checks.runner import CheckReport, CheckRunner
 from fp8rl_core.loop import Pipeline, rollout_and_learn, sync_weights
@@ -33,7 +34,7 @@ def step(pipe: Pipeline, runner: CheckRunner, task, index: int, *, prompts_per_s
         pipe.pre_step_export = pipe.export()
     row, _ = rollout_and_learn(pipe, task, index, prompts_per_step=prompts_per_step, seed=seed)
     row |= sync_weights(pipe, fault or NO_HOOKS)
-    report = runner.check(pipe, _tags(row))
+    report = runner.check(pipe, _tags(row), alarm_numbers(row), step=index)
     row["checks_s"] = report.seconds
     return row, report
 

@@ -33,8 +33,9 @@ CONDITIONS: tuple[str, ...] = tuple(CONDITION_MEANINGS)
 #: the check tiers: ``cheap`` after every sync, ``full`` on a schedule and on suspicion (fp8rl_core.checks.runner)
 Tier = Literal["cheap", "full"]
 TIERS: tuple[str, ...] = get_args(Tier)
-#: the conditions only the full tier checks
-FULL_TIER_ONLY: tuple[str, ...] = ("W3", "W7")
+#: the conditions only the full tier checks (W7's cheap tier is the behavioural alarm, fp8rl_core.checks.alarm,
+#: where the step's mismatch numbers are given; its probe runs in the full tier)
+FULL_TIER_ONLY: tuple[str, ...] = ("W3",)
 
 
 def check_column(condition: str) -> str:

@@ -23,6 +23,7 @@ from prefect.cache_policies import NO_CACHE
 from fp8rl_core import correctness, matching
 from fp8rl_core.checks import CheckRunner, check_rows
 from fp8rl_core.checks import matrix as fault_matrix
+from fp8rl_core.checks.alarm import alarm_numbers
 from fp8rl_core.checks.faults import fault as lookup_fault
 from fp8rl_core.config import MatchingSection, RunConfig
 from fp8rl_core.learner.config import WarmStartConfig
@@ -146,12 +147,14 @@ def weight_sync(key: str) -> dict:
 
 
 @task(name="invariant-checks", cache_policy=NO_CACHE)
-def invariant_checks(key: str, rollout_tags: list[list[int]]) -> dict:
+def invariant_checks(key: str, rollout_tags: list[list[int]], step_row: dict | None = None) -> dict:
     """W1–W7 on the live engine(s) after the sync (fp8rl_core.checks.runner: cheap tier every sync, full
     tier on the cadence and on suspicion). A failure fails the run (``checks.on_failure: fail``) or is
-    logged as a warning (``warn``)."""
+    logged as a warning (``warn``). ``step_row``: the train step's row, whose mismatch numbers the
+    behavioural alarm judges (W7, fp8rl_core.checks.alarm)."""
     live = _live(key)
-    report = live.runner.check(live.pipe, [tuple(t) for t in rollout_tags])
+    report = live.runner.check(live.pipe, [tuple(t) for t in rollout_tags], alarm_numbers(step_row or {}),
+                               step=None if step_row is None else step_row.get("step"))
     out = report.metrics() | {"checks_s": report.seconds, "checks_full": float(report.full)}
     live.checks.append(report.as_dict())
     if report.failed:
@@ -203,7 +206,7 @@ STEP_METRICS = {
 def check_summary(row: dict) -> dict[str, float]:
     """A step's checks in two metrics rather than one always-1 chart per condition: ``check/passed`` (the
     fraction of the conditions checked after the sync that held; 1 = all) and ``check/conditions`` (how
-    many were checked: the full tier checks W3 and W7 too). Per condition: the ``checks`` table."""
+    many were checked: the full tier checks W3 and W7's probe too). Per condition: the ``checks`` table."""
     verdicts = [float(v) for k, v in row.items() if k.startswith("check/W") and v is not None]
     return {"check/passed": sum(verdicts) / len(verdicts), "check/conditions": float(len(verdicts))} if verdicts else {}
 

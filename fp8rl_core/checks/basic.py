@@ -20,7 +20,7 @@ import torch
 
 from fp8rl_core.sync.layout import fused_group
 
-__all__ = ["CheckResult", "byte_offenders", "check_coverage", "check_derived_state", "check_grid_bytes", "check_grid_fingerprints",
+__all__ = ["CheckResult", "byte_offenders", "check_compute_copies", "check_coverage", "check_derived_state", "check_grid_bytes", "check_grid_fingerprints",
            "check_precision", "check_precision_fingerprints", "check_version", "differing_bytes", "expected_grid_tensors",
            "expected_sync_names"]
 
@@ -269,3 +269,28 @@ def check_derived_state(prefix_cache_blocks: int, resets: int, processed_before:
     return CheckResult("W6", not offenders, float(len(offenders)), 0.0, offenders, len(offenders),
                        time.perf_counter() - t0,
                        "cache blocks and resets after the sync; processings per layer per sync; effective weights")
+
+
+def check_compute_copies(reports: list[dict | None]) -> CheckResult | None:
+    """W6, the compute copy: on every rank of every replica, what each quantized tensor's layer computes with
+    (experts included) equals the dequantization of the bytes that rank holds. ``reports``: the ranks'
+    ``fp8rl_compute_check`` results (:mod:`fp8rl_core.sampler.worker`; by fingerprint in the cheap tier, bit
+    for bit in the full tier), ``None`` for a rank that did not run it. ``count`` = tensors checked. Layers
+    with no second copy (docs/correctness.md, The compute copy) and ranks that did not run it are named in
+    ``detail`` as not checked, never counted as passed; ``None`` when no rank ran it."""
+    t0 = time.perf_counter()
+    ran = [r for r in reports if r is not None]
+    if not ran:
+        return None
+    offenders = [o for r in ran for o in r["offenders"]]
+    reasons: dict[str, set[str]] = {}
+    for r in ran:
+        for layer, why in r["not_checked"].items():
+            reasons.setdefault(why, set()).add(layer)
+    detail = (f"compute copy vs dequantized held bytes ({'/'.join(sorted({r['tier'] for r in ran}))}): "
+              f"{sum(r['checked'] for r in ran)} tensors ({sum(r['experts'] for r in ran)} experts) on {len(ran)} ranks")
+    if len(ran) < len(reports):
+        detail += f"; not run on {len(reports) - len(ran)} ranks"
+    detail += "".join(f"; not checked, {len(layers)} layers: {why}" for why, layers in sorted(reasons.items()))
+    return CheckResult("W6", not offenders, float(len(offenders)), 0.0, offenders, sum(r["checked"] for r in ran),
+                       time.perf_counter() - t0, detail, sorted({int(r["rank"]) for r in ran if r["offenders"]}))

@@ -249,6 +249,47 @@ def worker_requant_byte_flipped_on_rank1(worker, phase: str) -> None:
         worker_requant_byte_flipped(worker, phase)
 
 
+@torch.no_grad()
+def worker_expert_copy_negated(worker, phase: str) -> None:
+    """On the last tensor-parallel rank only (rank 1 at tp 2; the only rank at tp 1), the fp32 copy expert 0
+    of the first MoE layer on the learner's grid computes with (``fp8rl_w_w13``) is negated after the reload;
+    its E4M3 bytes and E8M0 scales stay the learner's and its processing is counted as usual — a wrong
+    derived (prepacked, swizzled, repacked) copy that no byte check of the held weights sees."""
+    where = worker.fp8rl_tp_rank()
+    if phase != "after" or where["rank"] != where["tp"] - 1:
+        return
+    for _, module, s in worker._fp8rl_layers():
+        if s == "mxfp8" and hasattr(module, "fp8rl_w_w13"):
+            module.fp8rl_w_w13[0].neg_()
+            return
+
+
+@torch.no_grad()
+def worker_stale_copy_counted(worker, phase: str) -> None:
+    """The engine keeps computing with the previous version's dequantized copy of every layer on the learner's
+    grid while the held bytes are the new version's; post-load processing ran and is counted (unlike
+    ``derived-copy-stale``, whose processing is skipped)."""
+    layers = dict(_fp8rl_linear_layers(worker))
+    if phase == "before":
+        worker.__dict__["fp8rl_fault_saved"] = {p: m.fp8rl_w.clone() for p, m in layers.items()}
+        return
+    for prefix, w in worker.__dict__.pop("fp8rl_fault_saved", {}).items():
+        layers[prefix].fp8rl_w = w
+
+
+@torch.no_grad()
+def worker_copy_on_other_grid(worker, phase: str) -> None:
+    """One layer on the learner's grid (the first) silently computes on another grid: its copy is the held
+    values requantized with OCP FLOOR scales, while the held bytes stay the learner's (RCEIL)."""
+    if phase != "after":
+        return
+    for _, module in _fp8rl_linear_layers(worker):
+        grid = parse_grid(module.quant_method.scheme.mx_grid)
+        floor = parse_grid(f"mxfp8-{grid.elem}-floor")
+        module.fp8rl_w = quantize(module.fp8rl_w, floor, axis=-1).dequantize(torch.float32)
+        return
+
+
 _W = "fp8rl_core.checks.faults:"
 
 FAULTS: list[Fault] = [
@@ -296,6 +337,15 @@ FAULTS: list[Fault] = [
     Fault("derived-copy-stale", "W6", "post-load", "dense",
           "post-load processing is skipped: the layers keep computing with their previous dequantized copy",
           worker=_W + "worker_stale_derived"),
+    Fault("expert-copy-negated", "W6", "post-load", "moe",
+          "on the last tensor-parallel rank, one expert's fp32 compute copy is negated; its bytes and scales stay right",
+          worker=_W + "worker_expert_copy_negated"),
+    Fault("compute-copy-stale", "W6", "post-load", "dense",
+          "the layers keep computing with the previous version's copy while the held bytes are new (processing counted)",
+          worker=_W + "worker_stale_copy_counted"),
+    Fault("copy-on-other-grid", "W6", "post-load", "dense",
+          "one layer computes on another grid (FLOOR-requantized copy) while holding the learner's RCEIL bytes",
+          worker=_W + "worker_copy_on_other_grid"),
 ]
 
 

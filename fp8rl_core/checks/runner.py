@@ -9,7 +9,7 @@ Which condition each tier checks and how: docs/correctness.md (The seven conditi
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -20,6 +20,7 @@ from fp8rl_core.vocabulary import CONDITIONS
 
 from .basic import (
     CheckResult,
+    check_compute_copies,
     check_coverage,
     check_derived_state,
     check_grid_bytes,
@@ -28,6 +29,7 @@ from .basic import (
     check_precision_fingerprints,
     check_version,
 )
+from .alarm import MismatchAlarm
 from .behaviour import check_behaviour
 from .expected import Expected, expected_from_learner
 from .layout import check_layout
@@ -44,6 +46,10 @@ class CheckPolicy:
     w7_max: float = 0.05  # W7 bound on the max |Δlogp|
     layout_tolerance: float = 0.25  # W3: fraction of block amax (see :mod:`.layout`)
     history: int = 4  # learner versions whose fingerprints are kept (W5 content)
+    compute_copy: bool = True  # W6: every rank's compute copy against its held bytes (:mod:`.basic`)
+    alarm: bool = True  # W7: the behavioural alarm on the run's per-step mismatch numbers (:mod:`.alarm`)
+    alarm_jump: float = 10.0  # the alarm's jump factor over the run's median of earlier clean steps
+    alarm_warmup: int = 2  # clean steps before a jump can fire
 
 
 @dataclass
@@ -118,6 +124,14 @@ def merge(condition: str, parts: list[CheckResult]) -> CheckResult:
                        {k: v for p in parts for k, v in p.quantities.items()})
 
 
+def _processed(state: dict) -> dict[str, int]:
+    """Post-load processing count per layer on every rank of an engine snapshot (``tp rank k: `` before the
+    layer's name when the engine has more than one rank)."""
+    many = len(state["ranks"]) > 1
+    return {(f"tp rank {k}: {p}" if many else p): int(v["processed"])
+            for k, rank in enumerate(state["ranks"]) for p, v in rank["layers"].items()}
+
+
 class CheckRunner:
     """Runs the checks after each sync of one pipeline (tiers: :func:`full_tier_reason`).
 
@@ -137,19 +151,23 @@ class CheckRunner:
         self.resets: dict[str, int] = {}
         self.history: dict[int, dict[str, str]] = {}
         self.force_full = "first sync"
+        self.alarm = MismatchAlarm(policy.alarm_jump, policy.alarm_warmup) if policy.alarm else None
 
     def start(self, samplers) -> None:
         for s in samplers:
             self._baseline(s.state(fingerprints=False))
 
     def _baseline(self, st: dict) -> None:
-        self.processed[st["instance"]] = {p: v["processed"] for p, v in st["ranks"][0]["layers"].items()}
+        self.processed[st["instance"]] = _processed(st)
         self.resets[st["instance"]] = st["cache_resets"]
 
     def request_full(self, why: str) -> None:
         self.force_full = why
 
-    def check(self, pipe, rollout_tags: list[tuple[int, int]] = ()) -> CheckReport:
+    def check(self, pipe, rollout_tags: list[tuple[int, int]] = (), mismatch: Mapping[str, float] | None = None,
+              step: int | None = None) -> CheckReport:
+        """The checks after one sync. ``mismatch``: the train–rollout numbers of the step whose rollouts
+        came before this sync (metric → value; :mod:`.alarm`), judged by the behavioural alarm (W7)."""
         t_all = time.perf_counter()
         self.syncs += 1
         learner = pipe.learner
@@ -180,11 +198,19 @@ class CheckRunner:
         for st in states:
             inst = st["instance"]
             before = self.processed.get(inst)
-            after = {p: v["processed"] for p, v in st["ranks"][0]["layers"].items()}
+            after = _processed(st)
             if before is None:  # an engine not seen at start (a restart): its counts start now
                 before = {p: n - 1 for p, n in after.items()}
             parts["W6"].append(check_derived_state(st["cache_blocks"], st["cache_resets"] - self.resets.get(inst, 0),
                                                    before, after))
+        if self.policy.compute_copy:
+            compute = check_compute_copies([rank.get("compute") for st in states for rank in st["ranks"]])
+            if compute is not None:
+                parts["W6"].append(compute)
+        if self.alarm is not None and mismatch:
+            alarm = self.alarm.observe(self.syncs if step is None else step, mismatch)
+            if alarm is not None:
+                parts["W7"].append(alarm)
         new = any(st["instance"] not in self.seen for st in states)
         cheap_failed = [c for c, ps in parts.items() if any(not p.passed for p in ps)]
         why = full_tier_reason(self.syncs, self.policy.full_every, forced=self.force_full, new_engine=new,
@@ -231,6 +257,10 @@ class CheckRunner:
             held = QuantizedTensor(data, readback[f"{p}.{scale_name}"], g, axis=1).dequantize().to(eff.dtype)
             if held.shape != eff.shape or not torch.equal(held, eff):
                 stale.append(p)
+        if self.policy.compute_copy:
+            compute = check_compute_copies([r for s in pipe.samplers for r in s.compute_check(full=True)])
+            if compute is not None:
+                parts["W6"].append(compute)
         w6 = check_derived_state(0, 1, {}, {}, stale)
         w6.detail = "effective weights (probe) vs held weights"
         parts["W6"].append(w6)

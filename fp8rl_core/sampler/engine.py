@@ -353,6 +353,12 @@ class Sampler:
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
+    def compute_check(self, *, full: bool = False) -> list[dict]:
+        """Every rank's compute-copy check (``fp8rl_compute_check`` in :mod:`.worker`): what each quantized
+        tensor computes with against the dequantization of the held bytes, by fingerprint or (``full``) bit
+        for bit. One dict per rank."""
+        return list(self._rpc("fp8rl_compute_check", bool(full)))
+
     def check_ranks(self, expected: Mapping[str, torch.Tensor], *, full: bool = False) -> list[RankCheck]:
         """Every engine rank checks its own live shards against its slice of the full ``expected`` tensors
         (sync names; ``fp8rl_check_rank`` in :mod:`.worker`): by fingerprint (each rank's slice

@@ -28,6 +28,25 @@ def _prefix(module_name: str) -> str:
     return module_name.removesuffix(".routed_experts")
 
 
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bit patterns (so -0.0 differs from 0.0 and a NaN equals itself)."""
+    return t.contiguous().view(torch.int32 if t.element_size() == 4 else torch.uint8)
+
+
+def _where_differs(name: str, copy: torch.Tensor, derived: torch.Tensor) -> str:
+    """``name`` with the expert (for [E, N, K] experts) and first element where the compute copy differs."""
+    if copy.shape != derived.shape:
+        return f"{name}: compute copy shape {list(copy.shape)} ≠ held bytes' {list(derived.shape)}"
+    diff = (_bits(copy) != _bits(derived)).nonzero()
+    if diff.numel() == 0:  # bytes equal, fingerprints not: cannot happen for a deterministic fingerprint
+        return f"{name}: compute copy fingerprint differs"
+    first = [int(i) for i in diff[0]]
+    expert = f" expert {first[0]}" if copy.dim() == 3 else ""
+    idx = first[1:] if copy.dim() == 3 else first
+    return (f"{name}{expert}: compute copy ≠ dequantized held bytes at {idx} ({copy[tuple(first)].item():g} vs "
+            f"{derived[tuple(first)].item():g}; {int(diff.shape[0])} elements differ)")
+
+
 class Fp8rlWorkerExtension:
     """Methods mixed into vLLM's worker (the ``fp8rl_*`` RPCs)."""
 
@@ -180,9 +199,10 @@ class Fp8rlWorkerExtension:
     @torch.no_grad()
     def fp8rl_state(self, with_fingerprints: bool = True) -> dict:
         """The cheap-tier snapshot in one call: version, which sync version last wrote each tensor,
-        per-layer scheme / processing count / fused output sizes / type, and a fingerprint of every
+        per-layer scheme / processing count / fused output sizes / type, a fingerprint of every
         tensor the engine computes with (:mod:`fp8rl_core.sync.fingerprint`, computed on the device the
-        tensors live on, small ones in one batch; only the 8-byte digests cross)."""
+        tensors live on, small ones in one batch; only the 8-byte digests cross), and the cheap tier of
+        :meth:`fp8rl_compute_check`."""
         from fp8rl_core.sync.fingerprint import fingerprints
 
         layers = {}
@@ -193,8 +213,66 @@ class Fp8rlWorkerExtension:
         tensors = list(self._fp8rl_tensors())
         shapes = {n: [list(t.shape), str(t.dtype).removeprefix("torch.")] for n, t in tensors}
         fps = fingerprints(tensors) if with_fingerprints else {}
+        compute = self.fp8rl_compute_check(False) if with_fingerprints else None
         return {"version": self.fp8rl_weight_version, "written": dict(self.__dict__.get("fp8rl_written", {})),
-                "layers": layers, "fingerprints": fps, "shapes": shapes}
+                "layers": layers, "fingerprints": fps, "shapes": shapes, "compute": compute}
+
+    # -- the compute copy ---------------------------------------------------------------------------
+    def _fp8rl_compute_pairs(self):
+        """(name, copy the engine computes with, that copy derived again from the held bytes) for every
+        quantized tensor on this rank, experts included (each [E, N, K]); and {layer: why not checked} for
+        the layers whose compute form has no second copy here (docs/correctness.md, The compute copy)."""
+        from fp8rl_core.grids import QuantizedTensor, parse_grid
+        from fp8rl_core.sampler.config import REQUANT_GRID
+        from fp8rl_core.sampler.plugin import mx_weight
+
+        pairs, skipped = [], {}
+        for prefix, module, scheme in self._fp8rl_layers():
+            experts = hasattr(module, "w13_weight")
+            if scheme == "bf16":
+                skipped[prefix] = ("BF16 experts: vLLM's kernel computes from the held weights" if experts else
+                                   "BF16: the CPU kernel's prepacked weight is the only copy (read by probe, W4)")
+                continue
+            method = module.quant_method
+            for w in (("w13", "w2") if experts else ("",)):
+                sfx = f"_{w}" if w else ""
+                copy = getattr(module, f"fp8rl_w{sfx}", None)
+                if copy is None:
+                    skipped[prefix] = f"{type(method).__name__}: the kernel computes from the held bytes"
+                    break
+                if scheme == "mxfp8":
+                    weight = getattr(module, f"{w}_weight" if w else "weight")
+                    scale = getattr(module, f"{w}_weight_scale" if w else "weight_scale")
+                    derived = mx_weight(weight.data, scale.data, method.scheme.mx_grid)
+                elif scheme == "requant":
+                    data = getattr(module, f"fp8rl_data{sfx}")
+                    derived = QuantizedTensor(data, getattr(module, f"fp8rl_scale{sfx}"), parse_grid(REQUANT_GRID),
+                                              axis=data.dim() - 1).dequantize(torch.float32)
+                else:  # block128
+                    derived = QuantizedTensor(getattr(module, f"fp8rl_data{sfx}"), getattr(module, f"fp8rl_scale_inv{sfx}"),
+                                              parse_grid(method.scheme.block_grid), role="weight").dequantize(torch.float32)
+                pairs.append((f"{prefix}.{w}_weight" if w else f"{prefix}.weight", copy, derived))
+        return pairs, skipped
+
+    @torch.no_grad()
+    def fp8rl_compute_check(self, full: bool = False) -> dict:
+        """Is what this rank computes with the dequantization of the bytes it holds? For every quantized
+        tensor (experts included) the copy the layer's ``apply`` reads against that copy derived again from
+        the held bytes by the layer's own rule: by fingerprint (cheap tier), or bit for bit with the first
+        differing element named (``full``). Only the verdict crosses back."""
+        t0 = time.perf_counter()
+        where = self.fp8rl_tp_rank()
+        pairs, skipped = self._fp8rl_compute_pairs()
+        if full:
+            bad = [(n, c, d) for n, c, d in pairs if c.shape != d.shape or not torch.equal(_bits(c), _bits(d))]
+        else:
+            got = fingerprints([(n, c) for n, c, _ in pairs])
+            want = fingerprints([(n, d) for n, _, d in pairs])
+            bad = [(n, c, d) for n, c, d in pairs if got[n] != want[n]]
+        offenders = [f"tp rank {where['rank']}/{where['tp']}: {_where_differs(n, c, d)}" for n, c, d in bad]
+        return {"rank": where["rank"], "tp": where["tp"], "tier": "bytes" if full else "fingerprints",
+                "checked": len(pairs), "experts": sum(int(c.shape[0]) for n, c, _ in pairs if c.dim() == 3),
+                "offenders": offenders, "not_checked": skipped, "seconds": time.perf_counter() - t0}
 
     # -- per-rank check ---------------------------------------------------------------------------------
     def fp8rl_tp_rank(self) -> dict:

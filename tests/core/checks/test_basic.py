@@ -137,3 +137,22 @@ def test_differing_bytes_counts_every_differing_byte_at_any_size_and_offset(n):
         got_[flips] ^= 0x80
         assert differing_bytes(got_, want_) == len(flips)
         assert differing_bytes(got_.view(torch.float8_e4m3fn), want_) == len(flips)
+
+
+def test_compute_copies_pass_fail_per_rank_and_never_count_skipped_layers_as_passed():
+    from fp8rl_core.checks.basic import check_compute_copies
+
+    ok = {"rank": 0, "tp": 2, "tier": "fingerprints", "checked": 10, "experts": 8, "offenders": [],
+          "not_checked": {"model.layers.0.mlp.gate": "BF16: the CPU kernel's prepacked weight is the only copy"},
+          "seconds": 0.01}
+    bad = ok | {"rank": 1, "offenders": ["tp rank 1/2: model.layers.0.mlp.experts.w13_weight expert 0: compute copy "
+                                         "≠ dequantized held bytes at [0, 0] (-0.5 vs 0.5; 4096 elements differ)"]}
+    r = check_compute_copies([ok, ok | {"rank": 1}])
+    assert r.passed and r.condition == "W6" and r.count == 20
+    assert r.detail == ("compute copy vs dequantized held bytes (fingerprints): 20 tensors (16 experts) on 2 ranks; "
+                        "not checked, 1 layers: BF16: the CPU kernel's prepacked weight is the only copy")
+    r = check_compute_copies([ok, bad])
+    assert not r.passed and r.failing_ranks == [1] and r.offenders == bad["offenders"]
+    r = check_compute_copies([ok, None])
+    assert r.passed and "not run on 1 ranks" in r.detail
+    assert check_compute_copies([None, None]) is None
