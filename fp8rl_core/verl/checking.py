@@ -11,7 +11,8 @@ conditions; docs/correctness.md), with its two sides built from what a verl run 
   snapshot, read-back, per-rank and probe calls, sent to verl's vLLM server (``Fp8rlHttpServer``) and
   its workers instead of an engine fp8rl started.
 
-The adapter of rollout rank 0 of each replica runs them after every sync (:class:`SyncChecks`) with the
+The adapter of rollout rank 0 of each replica runs them after every sync (:class:`SyncChecks`; the sync of
+step k also feeds step k's train–rollout numbers, captured in the trainer, to the behavioural alarm) with the
 run's ``checks`` section from its payload (:mod:`fp8rl_core.verl.payload`), appends each report to the
 JSON-lines file the payload names (the launcher logs them to the run's MLflow record) and, under ``checks.on_failure: fail``, raises :class:`CheckFailedError` naming the condition,
 the rank and the layer — verl's trainer stops and the run ends FAILED with that line.
@@ -120,11 +121,16 @@ class SyncChecks:
             self.started = True
 
     def after_sync(self, masters: dict[str, torch.Tensor], version: int):
-        """Check the sync that made the engine hold ``masters`` at ``version``; returns the report."""
+        """Check the sync that made the engine hold ``masters`` at ``version``; returns the report. The alarm
+        numbers of RL step ``version`` (its rollout came before this sync; written by the trainer's capture,
+        :mod:`fp8rl_core.verl.capture`) are judged by the behavioural alarm (W7) at this sync."""
+        from fp8rl_core.verl.capture import read_numbers
+
         learner = synced_learner(masters, self.model_dir, version, self.learner_config)
         self.sampler.version = int(version)
         pipe = SimpleNamespace(learner=learner, samplers=[self.sampler], configured=self.sampler.schemes)
-        report = self.runner.check(pipe)
+        numbers = read_numbers(self.payload.tokens, version) if self.payload.tokens and version >= 1 else {}
+        report = self.runner.check(pipe, mismatch=numbers, step=int(version))
         if self.reports is not None:
             self.reports.parent.mkdir(parents=True, exist_ok=True)
             with open(self.reports, "a") as f:
