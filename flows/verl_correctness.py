@@ -9,7 +9,7 @@ import dataclasses
 from prefect import get_run_logger
 
 from fp8rl_core.config import Run, SweepConfig
-from fp8rl_core.verl.checking import fault_verdict
+from fp8rl_core.verl.checking import failed_results, fault_verdict
 from fp8rl_core.verl.payload import PlantedFault, VerlHooks
 from tasks import tracking
 from tasks.tracking import RunRow
@@ -62,7 +62,7 @@ def verl_correctness(sweep: SweepConfig, runs: dict, wanted: list, mlflow_run: s
                 row, reports = one(Run.of(series, spec), "faults", planted)
                 fault_at = set(at.values())
                 bad = [f"{kind} sync {r['sync']}: {c['condition']}" for r in reports if r["version"] not in fault_at
-                       for c in r["results"] if not c["passed"]]
+                       for c in failed_results(r, after_fault=r["version"] - 1 in fault_at)]
                 if row.failed:
                     bad.append(f"{kind}: the fault series failed ({row.mlflow_run}; its error tag says why)")
                 alarms += bad

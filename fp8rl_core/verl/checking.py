@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from fp8rl_core.learner.config import LearnerConfig
     from fp8rl_core.verl.payload import VerlPayload
 
-__all__ = ["CheckFailedError", "FaultVerdict", "ServerSampler", "SyncChecks", "fault_verdict", "read_reports",
-           "synced_learner"]
+__all__ = ["CheckFailedError", "FaultVerdict", "ServerSampler", "SyncChecks", "failed_results", "fault_verdict",
+           "read_reports", "synced_learner"]
 
 
 class CheckFailedError(RuntimeError):
@@ -149,6 +149,17 @@ def read_reports(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def failed_results(report: dict, after_fault: bool = False) -> list[dict]:
+    """The failed results of one sync's check ``report``. ``after_fault``: the sync after one with a planted
+    fault, whose rollouts ran on the faulted weights — the behavioural alarm's verdict on them (W7 offenders
+    ``step …``, :mod:`fp8rl_core.checks.alarm`) is that fault seen in its rollouts, not a failure of this sync;
+    any other offender (the probe's, another condition's) still counts."""
+    def alarm_only(r: dict) -> bool:
+        return r["condition"] == "W7" and all(str(o).startswith("step ") for o in r.get("offenders", []))
+
+    return [r for r in report["results"] if not r["passed"] and not (after_fault and alarm_only(r))]
+
+
 @dataclass(frozen=True)
 class FaultVerdict:
     """How a planted fault showed in a verl run's check reports (:func:`fault_verdict`)."""
@@ -176,7 +187,7 @@ def fault_verdict(reports: list[dict], fault: str, condition: str, rank: int | N
     every rank) at the sync of ``version`` (None: from the first sync on) was caught at that sync of the run
     whose check ``reports`` (:func:`read_reports`) these are: the condition's check failed there and, for a
     one-rank fault, its offenders name that rank. A fault planted at one sync is repaired when every check
-    of the next sync passes."""
+    of the next sync passes (the alarm on the faulted version's rollouts aside: :func:`failed_results`)."""
     at = 0 if version is None else next((i for i, r in enumerate(reports) if r["version"] == version), len(reports))
     first = reports[at] if at < len(reports) else {"results": []}
     failed = [r for r in first["results"] if not r["passed"]]
@@ -185,5 +196,5 @@ def fault_verdict(reports: list[dict], fault: str, condition: str, rank: int | N
     named = rank is None or any(rank in r.get("failing_ranks", ()) for r in failed if r["condition"] == condition)
     repaired = None
     if version is not None and at + 1 < len(reports):
-        repaired = all(r["passed"] for r in reports[at + 1]["results"])
+        repaired = not failed_results(reports[at + 1], after_fault=True)
     return FaultVerdict(fault, condition, rank, condition in fired and named, fired, named, offenders, version, repaired)

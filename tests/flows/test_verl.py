@@ -30,6 +30,7 @@ def _history(run: str, key: str) -> dict[int, float]:
 CLAIM_PRESETS = ("bf16-sampler", "half", "all", "other-grid")
 
 
+@pytest.mark.timeout(3600)  # four verl runs + the report + resume (pyproject's 1800 s is one or two runs')
 def test_a_verl_sweep_captures_tokens_of_every_step_and_answers_claims_a_b_d_under_one_parent(env):
     from flows.pipelines import mxfp8_sweep
 
