@@ -67,7 +67,7 @@ class MismatchAlarm:
             ratio = max(ratio, v / b.absolute if v == v else float("inf"))
         detail = ("behavioural alarm on " + ", ".join(f"{b.metric}={v:.3g}" for b, v in seen)
                   + f" (bounds {', '.join(f'{b.absolute:g}' for b, _ in seen)}; jump {self.jump:g}× after {self.warmup} steps)")
-        return CheckResult("W7", not offenders, ratio, 1.0, offenders, len(seen), time.perf_counter() - t0, detail)
+        return CheckResult("W7", not offenders, ratio, 1.0, offenders, len(offenders), time.perf_counter() - t0, detail)
 
 
 def alarm_numbers(row: Mapping) -> dict[str, float]:

@@ -292,5 +292,5 @@ def check_compute_copies(reports: list[dict | None]) -> CheckResult | None:
     if len(ran) < len(reports):
         detail += f"; not run on {len(reports) - len(ran)} ranks"
     detail += "".join(f"; not checked, {len(layers)} layers: {why}" for why, layers in sorted(reasons.items()))
-    return CheckResult("W6", not offenders, float(len(offenders)), 0.0, offenders, sum(r["checked"] for r in ran),
+    return CheckResult("W6", not offenders, float(len(offenders)), 0.0, offenders, len(offenders),
                        time.perf_counter() - t0, detail, sorted({int(r["rank"]) for r in ran if r["offenders"]}))
