@@ -13,7 +13,7 @@ from prefect import get_run_logger
 from adapters import tracking
 from adapters.tracking import RunRow
 from fp8rl_core.config.runs import Run, Sweep
-from fp8rl_core.verl.checking import fault_verdict
+from fp8rl_core.verl.checking import failed_results, fault_verdict
 from fp8rl_core.verl.payload import PlantedFault, VerlHooks
 
 __all__ = ["verl_correctness"]
@@ -65,7 +65,7 @@ def verl_correctness(sweep: Sweep, wanted: list, mlflow_run: str, flow_run: str,
                 row, reports = one(Run.of(series, base.spec), "faults", planted)
                 fault_at = set(at.values())
                 bad = [f"{kind} sync {r['sync']}: {c['condition']}" for r in reports if r["version"] not in fault_at
-                       for c in r["results"] if not c["passed"]]
+                       for c in failed_results(r, after_fault=r["version"] - 1 in fault_at)]
                 if row.failed:
                     bad.append(f"{kind}: the fault series failed ({row.mlflow_run}; its error tag says why)")
                 alarms += bad

@@ -15,7 +15,8 @@ Ray job:
 
 The run's work folder (``FP8RL_VERL_WORK``, default ``.cache/verl``, then ``<sweep>/<run id>``) holds
 ``train.parquet``/``val.parquet`` (:mod:`fp8rl_core.verl.data`), ``payload.json`` (what fp8rl's pieces in
-verl's processes read, :mod:`fp8rl_core.verl.payload`), ``main_ppo.args`` (the overrides, one a line) and
+verl's processes read, :mod:`fp8rl_core.verl.payload`), ``tokens/`` (each step's tokens, captured in verl's
+trainer, :mod:`fp8rl_core.verl.capture`), ``main_ppo.args`` (the overrides, one a line) and
 ``main_ppo.log``; on a multi-node cluster it must be on the shared checkout (every node reads the dataset and
 the payload). :func:`launch_payload` and :func:`launch_overrides` are the one source of both: ``fp8rl
 verl-config`` prints exactly what this task runs.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,17 +37,21 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from fp8rl_core.config.runs import Run
+from fp8rl_core.metrics.summary import run_kl_summary
+from fp8rl_core.schemas import validate
 from fp8rl_core.learner.warmstart import warm_start
+from fp8rl_core.verl.capture import read_tokens
 from fp8rl_core.verl.checking import read_reports
 from fp8rl_core.verl.data import write_dataset, write_model_dir
 from fp8rl_core.verl.metrics import VERL_METRICS, summary
 from fp8rl_core.verl.overrides import Override, main_ppo_argv, verl_overrides
-from fp8rl_core.verl.payload import NO_VERL_HOOKS, PAYLOAD_FILE, VerlHooks, VerlPayload
+from fp8rl_core.verl.payload import NO_VERL_HOOKS, PAYLOAD_FILE, TOKENS_DIR, VerlHooks, VerlPayload
+from fp8rl_core.vocabulary import KL_RUN_METRICS
 
 from adapters import tracking
 
 __all__ = ["VerlOutcome", "failure_reason", "launch_overrides", "launch_payload", "model_dir", "payload_path", "port_race",
-           "prepare_model", "record", "run_verl", "work_dir"]
+           "prepare_model", "record", "run_verl", "token_metrics", "work_dir"]
 
 #: lines of verl's output that name an error (a Python exception line, Ray's and Hydra's error lines)
 _ERROR = re.compile(r"(\b\w*(Error|Exception)\b|\bTraceback\b|error:)")
@@ -102,11 +108,13 @@ def prepare_model(run: Run, sweep: str, cache_root: str | Path) -> Path | None:
     return write_model_dir(res.path, target, run.spec.vocab_size)
 
 
-def record(mlflow_run: str, reports: list[dict]) -> dict[str, float]:
+def record(mlflow_run: str, reports: list[dict], run: Run | None = None, tokens: list[dict] = ()) -> dict[str, float]:
     """Log what fp8rl measured around verl's run into its MLflow run: the check ``reports`` of every sync (per
-    condition ``check/W…`` at the sync's version, the ``checks`` table, ``checks.json``) and the summary
-    and headline metrics from verl's per-step metrics (:func:`fp8rl_core.verl.metrics.summary`). Returns
-    the summary."""
+    condition ``check/W…`` at the sync's version, the ``checks`` table, ``checks.json``), the summary and
+    headline metrics from verl's per-step metrics (:func:`fp8rl_core.verl.metrics.summary`) and, where the
+    trainer captured ``tokens`` (:mod:`fp8rl_core.verl.capture`), the native runs' extraction of them: the
+    ``tokens`` and ``kl_summary`` tables and the ``kl/*`` metrics with their intervals (replacing verl's
+    per-step means there; verl's stay under ``verl/``). Returns the summary."""
     from fp8rl_core.checks import check_rows
 
     for rep in reports:
@@ -119,9 +127,38 @@ def record(mlflow_run: str, reports: list[dict]) -> dict[str, float]:
     c = tracking.client()
     history = {k: [(m.step, m.value) for m in c.get_metric_history(mlflow_run, k)] for k in VERL_METRICS}
     out = summary(history)
+    if tokens and run is not None:
+        out |= token_metrics(mlflow_run, run, list(tokens), history.get("rollout_corr/k3_kl", []))
     out["checks/syncs"] = float(len(reports))
     out["checks/failed"] = float(sum(not r["passed"] for rep in reports for r in rep["results"]))
     tracking.log_metrics(mlflow_run, out | tracking.headline_metrics(out))
+    return out
+
+
+def token_metrics(mlflow_run: str, run: Run, tokens: list[dict], verl_k3: list[tuple[int, float]]) -> dict[str, float]:
+    """The native extraction of a verl run's captured ``tokens`` (tasks.stages.extract_kl_timing's, less the
+    probe): the ``tokens`` and ``kl_summary`` tables logged, per-step ``mismatch/*`` and the run's ``kl/*``
+    metrics with intervals returned, and ``verl/k3_max_abs_diff``: the largest difference between a step's
+    k3 from the tokens and verl's ``rollout_corr/k3_kl`` of that step (``verl_k3``: (step, value) pairs)."""
+    cfg = run.config
+    rows = run_kl_summary(tokens, run_id=run.id, preset=cfg.preset, model=cfg.model, seed=cfg.seed,
+                          n_boot=cfg.metrics.bootstrap, level=cfg.metrics.ci_level, boot_seed=cfg.seed)
+    validate("tokens", tokens)
+    validate("kl_summary", rows)
+    tracking.log_table(mlflow_run, "tokens", tokens)
+    tracking.log_table(mlflow_run, "kl_summary", rows)
+    tracking.log_csv(mlflow_run, "kl_summary", rows)
+    for r in rows[:-1]:
+        tracking.log_metrics(mlflow_run, {"mismatch/k3": float(r["k3"]),
+                                          "mismatch/mean_abs_logprob_diff": float(r["mean_abs_logprob_diff"])},
+                             step=int(r["step"]))
+    run_row = rows[-1]
+    out = {f"kl/{m}": float(run_row[m]) for m in KL_RUN_METRICS}
+    out |= {f"kl/{k}": float(v) for k, v in run_row.items() if k.endswith(("_lo", "_hi"))}
+    ours = {int(r["step"]): float(r["k3"]) for r in rows[:-1]}
+    diffs = [abs(ours[s] - v) for s, v in verl_k3 if s in ours]
+    if diffs:
+        out["verl/k3_max_abs_diff"] = max(diffs)
     return out
 
 
@@ -170,6 +207,7 @@ def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = No
     work = work_dir(sweep, run)
     write_dataset(run.config, work)
     (work / "checks.jsonl").unlink(missing_ok=True)
+    shutil.rmtree(work / TOKENS_DIR, ignore_errors=True)
     prepare_model(run, sweep, cache_root)
     payload = launch_payload(run, sweep, hooks)
     payload.write(payload_path(sweep, run))
@@ -191,7 +229,7 @@ def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = No
         reports = read_reports(work / "checks.jsonl")
     tracking.log_file(mlflow_run, log, "verl")
     return VerlOutcome(returncode, failure_reason(returncode, log.read_text(errors="replace")), log,
-                       record(mlflow_run, reports), tuple(reports))
+                       record(mlflow_run, reports, run, read_tokens(work / TOKENS_DIR)), tuple(reports))
 
 
 def _main_ppo(argv: list[str], env: dict[str, str], work: Path, log: Path) -> int:

@@ -72,6 +72,7 @@ SLOW = frozenset({
     "flows/test_cli.py::test_runs_lists_runs_with_status_and_headline_metrics",  # MLflow store (~10 s)
     "verl/test_data.py::test_task_tokenizer_ids_are_the_task_ids",  # imports transformers' tokenizers (~12 s)
     "verl/test_data.py::test_parquet_loads_through_verls_rlhf_dataset",  # imports verl, datasets (~9 s)
+    "verl/test_capture.py::test_the_wrapped_upstream_names_still_exist_where_verls_trainers_look_them_up",  # verl's trainers (~20 s)
     "verl/test_compose.py",  # composes verl's whole Hydra config per case (~10 s each)
     "verl/test_rollout.py",  # imports verl's vLLM rollout (vLLM itself), a fresh verl process (~2 min in all)
     "verl/test_platform.py",  # a fresh verl process per check, tiny Qwen3s on the grid (~85 s in all, loaded)
@@ -79,7 +80,7 @@ SLOW = frozenset({
 })
 #: the tests that start verl's trainer (each a verl run or more, tests/BUDGET.md): the ``verl`` tier
 VERL = frozenset({
-    "flows/test_verl.py::test_a_verl_sweep_trains_dense_and_moe_with_every_check_passing_on_both_ranks_under_one_parent",
+    "flows/test_verl.py::test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_check_passing_on_both_ranks",
     "flows/test_verl.py::test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_next_and_one_stops_verl",
 })
 #: fixtures that make every test using them slow

@@ -160,6 +160,8 @@ class VerlSection(BaseModel):
     rollout: Literal["vllm", "sglang"] = "vllm"
     rollout_tensor_parallel: int = Field(1, ge=1)
     rollout_expert_parallel: int = Field(1, ge=1, description="vLLM/SGLang expert parallel size (MoE)")
+    token_sequences: int | None = Field(None, ge=1, description="sequences per RL step whose tokens the trainer "
+                                        "captures into the run's tokens table (the batch's first N); None: all")
 
     @model_validator(mode="after")
     def _model_path(self) -> "VerlSection":

@@ -59,11 +59,21 @@ RUN_METRICS: dict[str, str] = {
 
 
 
-#: what a report says of the runs verl's trainer ran (``backend: verl``; docs/metrics.md, verl runs)
-VERL_NOTE = ("Runs of `backend: verl` (verl's own trainer): verl logs its train–rollout mismatch as per-step means "
-             "(`rollout_corr/*`, here `kl/k3`, `kl/k1` averaged over the steps), not fp8rl's per-token `tokens` table and "
-             "probe KL, so such runs answer the sync claim (c) from their checks and the KL, cost and time claims "
-             "need `backend: native` runs; their KL is listed per run below.")
+#: what a report says of the runs verl's trainer ran without a captured ``tokens`` table (``backend: verl`` in
+#: bypass mode, where verl does not recompute the learner's log-probs; docs/metrics.md, verl runs)
+VERL_NOTE = ("Runs of `backend: verl` without a tokens table ({runs}): verl logged their train–rollout mismatch as "
+             "per-step means only (`rollout_corr/*`, here `kl/k3`, `kl/k1` averaged over the steps), so they answer "
+             "the sync claim (c) from their checks and no KL claim; their KL is listed per run below.")
+
+def verl_runs_without_tokens(data: SweepData) -> list[str]:
+    """The names of the sweep's ``backend: verl`` runs that have no tokens table (verl runs that have one
+    answer the KL claims from it like native runs)."""
+    r = data.runs
+    if r.empty or "backend" not in r.columns:
+        return []
+    have = set(data.tokens["run_id"]) if not data.tokens.empty and "run_id" in data.tokens.columns else set()
+    return [str(x.name) for x in r.itertuples() if x.backend == "verl" and x.run_id not in have]
+
 
 def _cell(v: Any) -> str:
     """A Markdown table cell: numbers to 4 significant digits, pipes and newlines escaped."""
@@ -327,8 +337,9 @@ def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = Non
     lines += [f"Sweep `{data.sweep}`: {len(r)} finished runs; models {', '.join(models) or '–'}; presets "
               f"{', '.join(preset_order(data)) or '–'}; seeds {', '.join(map(str, seeds)) or '–'}"
               + ("; MXFP8 emulated on CPU." if data.emulated else "."), ""]
-    if "backend" in r.columns and (r["backend"] == "verl").any():
-        lines += [VERL_NOTE, ""]
+    untokened = verl_runs_without_tokens(data)
+    if untokened:
+        lines += [VERL_NOTE.format(runs=", ".join(untokened)), ""]
     lines += ["## The paper's claims", "",
               "Paper: docs/design.md, reference results (single seed, B200). Verdict: *reproduced* when the 95% CI lies on "
               "the claimed side; *not reproduced* when it lies on the other side or includes no change; *not "

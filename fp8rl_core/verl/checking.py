@@ -11,7 +11,8 @@ conditions; docs/correctness.md), with its two sides built from what a verl run 
   on verl's vLLM server (``Fp8rlHttpServer``) and its workers, with the native vLLM engine's snapshot,
   read-back, per-rank and probe operations, instead of an engine fp8rl started.
 
-The adapter of rollout rank 0 of each replica runs them after every sync (:class:`SyncChecks`) with the
+The adapter of rollout rank 0 of each replica runs them after every sync (:class:`SyncChecks`; the sync of
+step k also feeds step k's train–rollout numbers, captured in the trainer, to the behavioural alarm) with the
 run's ``checks`` section from its payload (:mod:`fp8rl_core.verl.payload`), appends each report to the
 JSON-lines file the payload names (the launcher logs them to the run's MLflow record) and, under ``checks.on_failure: fail``, raises :class:`CheckFailedError` naming the condition,
 the rank and the layer — verl's trainer stops and the run ends FAILED with that line.
@@ -40,8 +41,8 @@ if TYPE_CHECKING:
     from fp8rl_core.learner.config import LearnerConfig
     from fp8rl_core.verl.payload import VerlPayload
 
-__all__ = ["CheckFailedError", "FaultVerdict", "ServerSampler", "SyncChecks", "fault_verdict", "read_reports",
-           "synced_learner"]
+__all__ = ["CheckFailedError", "FaultVerdict", "ServerSampler", "SyncChecks", "failed_results", "fault_verdict",
+           "read_reports", "synced_learner"]
 
 
 class CheckFailedError(RuntimeError):
@@ -173,11 +174,16 @@ class SyncChecks:
             self.started = True
 
     def after_sync(self, masters: dict[str, torch.Tensor], version: int):
-        """Check the sync that made the engine hold ``masters`` at ``version``; returns the report."""
+        """Check the sync that made the engine hold ``masters`` at ``version``; returns the report. The alarm
+        numbers of RL step ``version`` (its rollout came before this sync; written by the trainer's capture,
+        :mod:`fp8rl_core.verl.capture`) are judged by the behavioural alarm (W7) at this sync."""
+        from fp8rl_core.verl.capture import read_numbers
+
         learner = synced_learner(masters, self.model_dir, version, self.learner_config)
         self.sampler.version = int(version)
         pipe = SimpleNamespace(learner=learner, samplers=[self.sampler], configured=self.sampler.schemes)
-        report = self.runner.check(pipe)
+        numbers = read_numbers(self.payload.tokens, version) if self.payload.tokens and version >= 1 else {}
+        report = self.runner.check(pipe, mismatch=numbers, step=int(version))
         if self.reports is not None:
             self.reports.parent.mkdir(parents=True, exist_ok=True)
             with open(self.reports, "a") as f:
@@ -194,6 +200,17 @@ def read_reports(path: str | Path) -> list[dict]:
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def failed_results(report: dict, after_fault: bool = False) -> list[dict]:
+    """The failed results of one sync's check ``report``. ``after_fault``: the sync after one with a planted
+    fault, whose rollouts ran on the faulted weights — the behavioural alarm's verdict on them (W7 offenders
+    ``step …``, :mod:`fp8rl_core.checks.alarm`) is that fault seen in its rollouts, not a failure of this sync;
+    any other offender (the probe's, another condition's) still counts."""
+    def alarm_only(r: dict) -> bool:
+        return r["condition"] == "W7" and all(str(o).startswith("step ") for o in r.get("offenders", []))
+
+    return [r for r in report["results"] if not r["passed"] and not (after_fault and alarm_only(r))]
 
 
 @dataclass(frozen=True)
@@ -223,7 +240,7 @@ def fault_verdict(reports: list[dict], fault: str, condition: str, rank: int | N
     every rank) at the sync of ``version`` (None: from the first sync on) was caught at that sync of the run
     whose check ``reports`` (:func:`read_reports`) these are: the condition's check failed there and, for a
     one-rank fault, its offenders name that rank. A fault planted at one sync is repaired when every check
-    of the next sync passes."""
+    of the next sync passes (the alarm on the faulted version's rollouts aside: :func:`failed_results`)."""
     at = 0 if version is None else next((i for i, r in enumerate(reports) if r["version"] == version), len(reports))
     first = reports[at] if at < len(reports) else {"results": []}
     failed = [r for r in first["results"] if not r["passed"]]
@@ -232,5 +249,5 @@ def fault_verdict(reports: list[dict], fault: str, condition: str, rank: int | N
     named = rank is None or any(rank in r.get("failing_ranks", ()) for r in failed if r["condition"] == condition)
     repaired = None
     if version is not None and at + 1 < len(reports):
-        repaired = all(r["passed"] for r in reports[at + 1]["results"])
+        repaired = not failed_results(reports[at + 1], after_fault=True)
     return FaultVerdict(fault, condition, rank, condition in fired and named, fired, named, offenders, version, repaired)

@@ -4,7 +4,7 @@ verl's ``HFModelConfig.__post_init__`` imports it in the driver, the actor worke
 servers. Importing it *after verl* (the only way verl imports it) calls :func:`register`; importing it on
 its own (fp8rl's purity test walks every module) defines names only and loads neither verl nor Ray.
 
-:func:`register` (idempotent) does two things:
+:func:`register` (idempotent) does three things:
 
 - **MXFP8 sequence padding.** Transformer Engine quantizes activations in 1×32 blocks along the token
   dimension too, so packed sequences must be padded to multiples of 32 (:data:`MXFP8_SEQ_ALIGN`). verl
@@ -18,6 +18,10 @@ its own (fp8rl's purity test walks every module) defines names only and loads ne
   returns :class:`fp8rl_core.verl.rollout.Fp8rlReplica` (its server: ``Fp8rlHttpServer``). verl's name
   ``"vllm"`` stays, so verl's ``name == "vllm"`` branches still apply. Nothing of vLLM is imported here:
   the registry holds a path, the replica loader runs when verl builds replicas.
+
+- **Token capture.** Where the process has fp8rl's payload naming a tokens folder, verl's
+  ``calculate_debug_metrics`` is wrapped to write each RL step's tokens and alarm numbers
+  (:mod:`fp8rl_core.verl.capture`); verl's trainer process is where it is called.
 
 ``Fp8rlVerlWorkerExtension`` (the vLLM worker extension the generated config names; built on first
 attribute access, since its base class is verl's) lives in :mod:`fp8rl_core.verl.rollout` and is reachable
@@ -76,6 +80,15 @@ def _register_rollout() -> None:
     replica.RolloutReplicaRegistry.register(ROLLOUT_KEY[0], _load_replica)
 
 
+def _install_capture() -> None:
+    from fp8rl_core.verl import capture
+    from fp8rl_core.verl.payload import payload
+
+    run = payload()
+    if run is not None and run.tokens:
+        capture.install(run.tokens, run.token_sequences)
+
+
 def register() -> None:
     """Install fp8rl's pieces into the verl already imported in this process."""
     global _DONE
@@ -85,6 +98,7 @@ def register() -> None:
 
     _patch_padding()
     _register_rollout()
+    _install_capture()
     if not torch.cuda.is_available():  # verl on CPU: the FSDP engine for device "cpu", the upstream patches
         from fp8rl_core.verl import engine, patches
 

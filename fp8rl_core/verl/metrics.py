@@ -20,12 +20,16 @@ summary metric             from verl's per-step metrics
 ``kl/mean_abs_prob_diff``  mean over steps of ``training/rollout_probs_diff_mean`` (mean |p_train − p_rollout|
                            per token: a probability difference, not ``kl/mean_abs_logprob_diff``)
 ``kl/max_abs_prob_diff``   max over steps of ``training/rollout_probs_diff_max``
+``verl/k3_kl`` (``/kl``)   the same means as ``kl/k3``, ``kl/k1``, kept under verl's name: where the run's
+                           tokens were captured, ``kl/*`` are fp8rl's from its tokens table instead
+                           (``tasks.verl_run.token_metrics``) and these stay beside them
 ``verl/update_weights_s``  mean ``timing_s/update_weights`` (the sync)
 ``verl/steps``             RL steps verl logged
 =========================  ===============================================================================
 
-No verl metric is the exact full-vocabulary KL on a probe batch (``kl/full_kl``) or the token-mean
-|Δ log p| (``kl/mean_abs_logprob_diff``): a verl run has no such summary metric, and its report says so.
+No verl metric is the exact full-vocabulary KL on a probe batch (``kl/full_kl``): a verl run has no such
+summary metric. The token-level ones (``kl/mean_abs_logprob_diff`` and every other estimator, with intervals)
+come from the run's captured tokens table (:mod:`fp8rl_core.verl.capture`), as for native runs.
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ def summary(history: Mapping[str, Sequence[tuple[int, float]]]) -> dict[str, flo
 
     put("kl/k3", "rollout_corr/k3_kl", _mean)
     put("kl/k1", "rollout_corr/kl", _mean)
+    put("verl/k3_kl", "rollout_corr/k3_kl", _mean)
+    put("verl/kl", "rollout_corr/kl", _mean)
     put("reward/final", "critic/score/mean", lambda v: v[-1])
     put("reward/first", "critic/score/mean", lambda v: v[0])
     put("time/first_step_s", "timing_s/step", lambda v: v[0])

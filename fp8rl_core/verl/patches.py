@@ -9,6 +9,15 @@ works, so a verl release that fixes (or moves) the code fails that test instead 
                             ``cpu:gloo,cpu:gloo``, which torch refuses (a device type named twice). The
                             actor workers' call (``verl.workers.engine_workers``) gets ``gloo`` instead.
 
+Wrapped, not changed (verl's function still runs, unchanged; fp8rl reads what it was given):
+
+``calculate_debug_metrics`` verl 0.9.1 ``verl.utils.debug.metrics.calculate_debug_metrics(data)``, which both
+                            trainers call once per RL step with the batch's sampled tokens and both sides'
+                            log-probs — bound at import in ``verl.trainer.ppo.v1.trainer_base`` (the default
+                            trainer), imported at call time in ``RayPPOTrainer.fit`` (the legacy one). Wrapped
+                            in the trainer process to capture each step's tokens (:mod:`fp8rl_core.verl.capture`);
+                            tests/verl/test_capture.py fails when verl renames or moves it.
+
 What needs no patch: the device and its module, the ``gloo`` collective backend, no CUDA IPC and Ray's
 resource name are the platform's (:mod:`fp8rl_core.verl.platform`); the FSDP engine for ``cpu`` is a
 registry entry (:mod:`fp8rl_core.verl.engine`); vLLM's sleep mode is off by config

@@ -2,7 +2,7 @@
 
 The launcher builds :class:`VerlPayload` once from the run (:meth:`VerlPayload.of`: the run's own ``learner``,
 ``sampler`` and ``checks`` sections, its preset and model spec, the rollout's per-layer schemes, the W7 probe,
-where the check reports go, the hooks of its syncs), writes it as JSON into the run's work folder, and verl's
+where the check reports and the trainer's captured tokens go, the hooks of its syncs), writes it as JSON into the run's work folder, and verl's
 config names that file in one environment variable of every Ray worker (:data:`PAYLOAD_ENV`). fp8rl's pieces
 inside verl — the learner engine, the rollout adapter and its checks, the worker extension — read it through
 :func:`payload`: validated once per process; a file of another schema version or one that does not validate is
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from fp8rl_core.learner.config import LearnerConfig
 
 __all__ = ["NO_VERL_HOOKS", "PAYLOAD_ENV", "PAYLOAD_FILE", "PAYLOAD_VERSION", "PayloadError", "PlantedFault",
+           "TOKENS_DIR",
            "VerlHooks", "VerlPayload", "payload", "rollout_schemes", "uses_fp8rl_method"]
 
 #: the payload's schema version: a reader refuses any other
@@ -43,6 +44,8 @@ PAYLOAD_VERSION = 1
 PAYLOAD_ENV = "FP8RL_VERL_PAYLOAD"
 #: the payload's file name in the run's work folder
 PAYLOAD_FILE = "payload.json"
+#: the folder of the run's captured tokens in its work folder (:mod:`fp8rl_core.verl.capture`)
+TOKENS_DIR = "tokens"
 
 
 class PayloadError(ValueError):
@@ -143,6 +146,9 @@ class VerlPayload(BaseModel):
     mx_grid: str
     probe: tuple[tuple[int, ...], ...] = ()  #: W7's held-out probe batch (token ids)
     reports: str | None = None  #: the JSON-lines file each sync's check report is appended to
+    #: the folder the trainer writes each step's tokens and alarm numbers to (:mod:`fp8rl_core.verl.capture`)
+    tokens: str | None = None
+    token_sequences: int | None = Field(None, ge=1)  #: sequences captured per step (None: all)
     hooks: VerlHooks = NO_VERL_HOOKS
 
     @field_validator("schema_version")
@@ -169,7 +175,8 @@ class VerlPayload(BaseModel):
                    rollout_schemes=rollout_schemes(cfg, run.spec) if uses_fp8rl_method(cfg) else {},
                    mx_grid=Recipe(rule=cfg.learner.rule).fwd_grid,
                    probe=tuple(tuple(row) for row in cfg.check_probe().tolist()),
-                   reports=str(Path(data_dir) / "checks.jsonl"), hooks=hooks)
+                   reports=str(Path(data_dir) / "checks.jsonl"), tokens=str(Path(data_dir) / TOKENS_DIR),
+                   token_sequences=cfg.verl.token_sequences if cfg.verl is not None else None, hooks=hooks)
 
     def learner_config(self) -> "LearnerConfig":
         """The run's learner config (precision and layers of its preset, the ``learner`` section's recipe)."""

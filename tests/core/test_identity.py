@@ -74,9 +74,11 @@ def test_warm_start_and_engine_keys_are_pinned(monkeypatch):
     runs = Sweep.load(CONFIGS / "smoke.yaml").runs
     from fp8rl_core.learner import warmstart
 
-    # the key names the versions it was trained with: set on the modules the warm start reads them from (a
-    # test that re-imports transformers leaves sys.modules with another module object than the warm start's)
-    monkeypatch.setattr(warmstart.transformers, "__version__", "4.99.0")
+    # the key names the versions it was trained with: set on the modules the warm start reads them from (it
+    # imports transformers where it builds the key)
+    import transformers
+
+    monkeypatch.setattr(transformers, "__version__", "4.99.0")
     monkeypatch.setattr(warmstart.torch, "__version__", "2.13.0+cpu")
     assert warmstart_key(runs[0].spec, runs[0].config.warmstart) == "473823657db04d1f"
     assert engine_key({"a": 1, "schemes": ["x"]}, SamplerConfig()) == "5a8c33555165eb22"

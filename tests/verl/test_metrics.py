@@ -27,5 +27,5 @@ def test_summary_maps_verls_per_step_metrics_onto_the_native_names():
 
 def test_summary_leaves_out_what_verl_did_not_log():
     s = summary({"rollout_corr/k3_kl": [(1, 1e-4)], "timing_s/step": [(1, 9.0)], "critic/score/mean": []})
-    assert s == {"kl/k3": 1e-4, "time/first_step_s": 9.0, "verl/steps": 1.0}  # one step: no warm step
+    assert s == {"kl/k3": 1e-4, "verl/k3_kl": 1e-4, "time/first_step_s": 9.0, "verl/steps": 1.0}  # no warm step
     assert summary({}) == {}
