@@ -71,8 +71,8 @@ def test_the_sweep_reads_back_as_a_parent_with_its_runs_named_tagged_and_describ
     assert len(runs) == 3 and [r.info.run_name for r in children] == NAMES  # no sibling report run
     assert parent.info.status == "FINISHED" and parent.info.run_name.startswith("smoke·")
     assert parent.data.params["axes.preset"] == '["bf16-sampler", "all"]'  # the sweep's config
-    assert "every preset" in parent.data.tags["mlflow.note.content"]  # the sweep's description
-    assert "every preset" in exp.tags["mlflow.note.content"] and exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert "five presets" in parent.data.tags["mlflow.note.content"]  # the sweep's description
+    assert "five presets" in exp.tags["mlflow.note.content"] and exp.tags["mlflow.experimentKind"] == "custom_model_development"
     for run, preset in zip(children, PRESETS):
         t = run.data.tags
         assert t["mlflow.parentRunId"] == parent.info.run_id and run.info.status == "FINISHED"
@@ -231,7 +231,7 @@ def test_the_mlflow_ui_shows_the_headline_columns_run_names_and_the_reports_figu
         try:
             page = "experiment"  # the shared view: the runs flat, sorted by KL, the tags and headline columns
             driver.get(exp_url.replace(tracking.ui_url(), base))
-            _wait_for_text(driver, ["Model training", "every preset", *NAMES, parent.info.run_name])
+            _wait_for_text(driver, ["Model training", "five presets", *NAMES, parent.info.run_name])
             _close_assistant(driver)
             _wait_for_text(driver, ["Sort: headline/kl_k3_micronats", "preset", "seed",
                                     *(m for m, *_ in tracking.HEADLINE)], seconds=30)

@@ -28,11 +28,13 @@ def _history(run: str, key: str) -> dict[int, float]:
 
 
 def test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_check_passing_on_both_ranks(env):
+    """The MoE mini's run here; the dense mini's verl runs at tp 2 are the fault series' and stop run's below
+    (clean syncs, tokens and checks in the same records), so the sweep pays for one verl run, not two."""
     from flows.pipelines import mxfp8_sweep
 
-    args = ["axes.preset=[all]", SHORT, *TP2]
+    args = ["axes.preset=[all]", "axes.model=[qwen3-moe-mini]", SHORT, *TP2]
     rows = mxfp8_sweep(VERL_SMOKE, args)
-    assert [(r.name, r.status) for r in rows] == [("dense-mini·all·s0", "FINISHED"), ("moe-mini·all·s0", "FINISHED")]
+    assert [(r.name, r.status) for r in rows] == [("moe-mini·all·s0", "FINISHED")]
     c = tracking.client()
     exp = c.get_experiment_by_name("verl-smoke")
     found = c.search_runs([exp.experiment_id])
@@ -80,9 +82,9 @@ def test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_c
     # model here, so the KL claims are not tested by this sweep and the report says so
     summary = (env["root"] / "reports" / "verl-smoke" / "summary.md").read_text()
     assert "(c)" in summary and "without a tokens table" not in summary
-    # resume: both FINISHED, skipped
+    # resume: FINISHED, skipped
     again = mxfp8_sweep(VERL_SMOKE, args, report=False)
-    assert [r.status for r in again] == ["SKIPPED (done)"] * 2
+    assert [r.status for r in again] == ["SKIPPED (done)"]
 
 
 def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_next_and_one_stops_verl(env):

@@ -85,15 +85,22 @@ def test_model_classes_here_lets_vllm_inspect_the_class_without_a_subprocess(tmp
     from fp8rl_core.sampler.vllm_compat import model_classes_here
 
     arch = "Qwen3MoeForCausalLM"
-    assert "_run_in_subprocess" in inspect.getsource(type(ModelRegistry.models[arch]).inspect_model_cls), (
+    # the entry a fresh process has (an engine started earlier in this process may have registered the class)
+    module, cls = registry._VLLM_MODELS[arch]
+    lazy = registry._LazyRegisteredModel(module_name=registry._resolve_module_name(module), class_name=cls)
+    monkeypatch.setitem(ModelRegistry.models, arch, lazy)  # put back after the test
+    assert "_run_in_subprocess" in inspect.getsource(type(lazy).inspect_model_cls), (
         "vLLM no longer inspects a lazily registered class in a subprocess: model_classes_here may go")
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path))  # no modelinfo cached
 
-    def refused(*args, **kwargs):
-        raise AssertionError(f"a subprocess was started: {args[0]}")
+    run = subprocess.run
+
+    def refused(cmd, *args, **kwargs):  # vLLM's inspection: python -m vllm.model_executor.models.registry
+        if any("vllm" in str(part) for part in (cmd if isinstance(cmd, (list, tuple)) else [cmd])):
+            raise AssertionError(f"a subprocess was started: {cmd}")
+        return run(cmd, *args, **kwargs)  # others (platform's `file -b python`) are not vLLM's inspection
 
     monkeypatch.setattr(subprocess, "run", refused)
-    monkeypatch.setitem(ModelRegistry.models, arch, ModelRegistry.models[arch])  # put back after the test
     model_classes_here([arch, "NoSuchArchitecture"])
     from vllm.model_executor.models.qwen3_moe import Qwen3MoeForCausalLM
 
