@@ -215,12 +215,10 @@ def worker_process_twice(worker, phase: str) -> None:
 def worker_stale_derived(worker, phase: str) -> None:
     """The derived (dequantized) copy a layer computes with is not rebuilt from the new weights: the
     copy from before this sync stays in use, and the layer's processing is not counted."""
+    kept = list(worker.__dict__.get("fp8rl_fault_saved", {})) if phase == "after" else []
+    worker_stale_copy_counted(worker, phase)
     layers = dict(_fp8rl_linear_layers(worker))
-    if phase == "before":
-        worker.__dict__["fp8rl_fault_saved"] = {p: m.fp8rl_w.clone() for p, m in layers.items()}
-        return
-    for prefix, w in worker.__dict__.pop("fp8rl_fault_saved", {}).items():
-        layers[prefix].fp8rl_w = w
+    for prefix in kept:
         layers[prefix].fp8rl_processed -= 1
 
 
