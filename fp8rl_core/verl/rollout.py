@@ -1,41 +1,19 @@
 """fp8rl's vLLM rollout for verl: what the learner sends at each sync, and the classes verl runs it with.
 
-At each weight sync verl's trainer hands the rollout adapter a stream of ``(name, tensor)`` pairs — the
-learner's weights in Hugging Face checkpoint names (``…self_attn.q_proj.weight``,
-``…mlp.experts.3.up_proj.weight``), the format vLLM's ``load_weights`` reads. fp8rl changes *what* is
-sent, not how (:func:`mxfp8_weights`):
+At each sync verl hands the rollout adapter ``(name, tensor)`` pairs in Hugging Face checkpoint names;
+fp8rl changes *what* is sent, not how (:func:`mxfp8_weights`): a layer the rollout holds on the learner's
+grid goes as uint8 E4M3 bytes plus ``…weight_scale`` (uint8 E8M0, 1×32 blocks along K), quantized from the
+master weight by Transformer Engine's rule (TE's ``MXFP8Quantizer`` on a GPU, :func:`fp8rl_core.grids.quantize`
+otherwise — the CPU learner's fprop bytes); every other tensor as its BF16 view. verl's own
+``BucketedWeightSender``/``Receiver`` carry the pairs unchanged.
 
-- a layer the rollout holds on the learner's grid (scheme ``mxfp8`` in the run's per-layer rollout schemes,
-  :mod:`fp8rl_core.verl.payload` — the ``quantization_config`` the generated config gives vLLM): its weight as uint8 E4M3 bit patterns under the
-  weight's own name plus ``…weight_scale``, uint8 E8M0 scales, one per 1×32 block along K — quantized from
-  the master weight by Transformer Engine's rule (TE's ``MXFP8Quantizer`` where TE is importable and the
-  weight is on a GPU, :func:`fp8rl_core.grids.quantize` otherwise: the same bytes the CPU learner's fprop
-  GEMM uses, :mod:`fp8rl_core.sync.export`). Rowwise blocks never straddle rows, so quantizing each
-  checkpoint shard (``q_proj``, one expert's ``gate_proj``) gives the bytes of the fused vLLM layer;
-- every other floating tensor: its BF16 view (round to nearest even), as :mod:`fp8rl_core.sync.export`.
-
-The pairs travel through verl's own ``BucketedWeightSender``/``Receiver`` unchanged (uint8 stays uint8).
-
-The classes (built on first attribute access: their bases are verl's, and importing this module must load
-neither verl nor Ray — tests/core/test_purity.py):
-
-``Fp8rlServerAdapter``
-    verl's vLLM ``ServerAdapter`` whose ``update_weights`` sends :func:`mxfp8_weights` of verl's stream and
-    tells the workers the sync's version (``global_steps``). Registered as verl's ``("vllm", "async")``
-    rollout by :func:`fp8rl_core.verl.extension.register`.
-``Fp8rlHttpServer``
-    verl's ``vLLMHttpServer`` with fp8rl's worker extension and a ``collective_rpc`` that *returns* the
-    workers' results (verl's awaits and drops them; the checks need them).
-``Fp8rlReplica``
-    verl's ``vLLMReplica`` that launches ``Fp8rlHttpServer``; registered as verl's ``"vllm"`` replica.
-``Fp8rlVerlWorkerExtension``
-    fp8rl's worker extension (:class:`fp8rl_core.sampler.worker.Fp8rlWorkerExtension`: load, state, read
-    back — what the checks W1–W7 call) mixed with verl's ``vLLMColocateWorkerExtension``; its
-    ``update_weights_from_ipc`` receives the bytes with verl's ``BucketedWeightReceiver`` and loads them
-    through the same in-place reload path as the CPU sampler (``fp8rl_load_shards``), with the sync hooks the
-    payload's :class:`~fp8rl_core.verl.payload.VerlHooks` give its rank and version (no-op in production).
-
-verl's name ``"vllm"`` is kept, so verl's many ``name == "vllm"`` branches still apply.
+The classes (built on first attribute access; importing this module loads neither verl nor Ray):
+``Fp8rlServerAdapter`` (verl's ``ServerAdapter`` sending :func:`mxfp8_weights` and the sync's version),
+``Fp8rlHttpServer`` (verl's ``vLLMHttpServer`` with fp8rl's worker extension and a ``collective_rpc`` that
+returns the workers' results), ``Fp8rlReplica`` (launches it) and ``Fp8rlVerlWorkerExtension`` (fp8rl's
+worker extension mixed with verl's; receives with verl's receiver and loads through ``fp8rl_load_shards``
+with the payload's sync hooks). verl's name ``"vllm"`` is kept so verl's ``name == "vllm"`` branches apply.
+The long form: docs/gpu.md, "The rollout through verl".
 """
 
 from __future__ import annotations

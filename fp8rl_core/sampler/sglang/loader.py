@@ -1,41 +1,17 @@
 """fp8rl's bytes into SGLang's MXFP8 parameters: a custom weight loader for ``update_weights_from_tensor``.
 
 Written against **sglang 0.5.12** (verl 0.9.1's pin, ``constraints-sglang.txt``) and checked against that
-version's own model classes on CPU (tests/core/sampler/sglang/test_models.py, in .venv-sglang; docs/gpu.md, SGLang).
-What it relies on, in SGLang 0.5.12's ``python/sglang/srt/``:
-
-``layers/quantization/fp8.py``
-    ``Fp8Config.from_config``: a ``quant_method`` containing "mxfp8" sets ``use_mxfp8`` and the block
-    ``[1, 32]``. ``Fp8LinearMethod.create_weights`` registers, per rank, ``weight`` ``[N_rank, K_rank]``
-    ``float8_e4m3fn`` and ``weight_scale_inv`` — a ``BlockQuantScaleParameter`` of ``uint8`` E8M0 bytes
-    ``[N_rank, K_rank/32]``, compact and row-major (one byte per 1×32 block along K: the layout of fp8rl's
-    rowwise ``weight_scale``). ``Fp8MoEMethod.create_weights``: ``w13_weight`` ``[E, 2·I_rank, H]``
-    (gate | up), ``w13_weight_scale_inv`` ``[E, 2·I_rank, H/32]``, ``w2_weight`` ``[E, H, I_rank]``,
-    ``w2_weight_scale_inv`` ``[E, H, I_rank/32]``.
-``process_weights_after_loading`` (MXFP8, serialized checkpoint)
-    derives what the GEMM backend reads from the compact bytes, keeping every Parameter object: linear
-    layers on FlashInfer CUTLASS add ``weight_scale_inv_swizzled`` (a separate attribute), on FlashInfer
-    TRT-LLM shuffle ``weight`` and ``weight_scale_inv`` in place, on Triton keep them as they are; MoE layers
-    (SM100 only) swizzle ``w13/w2_weight_scale_inv`` in place (TRT-LLM: realign the weights too). So the loader
-    writes the *compact* bytes into ``weight`` and ``weight_scale_inv`` and then has the layer's own method
-    derive the rest, once, after both arrived (running it twice would shuffle or swizzle them twice). On
-    SGLang's CPU platform (``SGLANG_USE_CPU_ENGINE=1``) both methods require AMX.
-``model_executor/model_runner.py`` / ``managers/scheduler_update_weights_mixin.py``
-    ``update_weights_from_tensor``: with ``load_format`` in ``server_args.custom_weight_loader`` it calls
-    ``dynamic_import(load_format)(model, named_tensors)`` — ``named_tensors`` a list of ``(name, tensor)``
-    already unwrapped for this TP rank — and nothing else (no post-processing). The scheduler then
-    flushes the radix cache when the request's ``flush_cache`` is true (its default):
-    ``flush_cache_after_weight_update``. Hence :data:`UPDATE_REQUEST`.
-
-Names: SGLang's Qwen3 / Qwen3-MoE use vLLM's fused names (``qkv_proj``, ``gate_up_proj``,
-``experts.w13_weight``), so a sync tensor keeps its name except that scales are ``…_scale_inv`` in
-SGLang (:func:`sglang_name`). A bucket may hold any subset of the sync (SGLang calls the loader once
-per ``update_weights_from_tensor``); a layer is re-processed once all its quantized parameters have
-been written since its last processing.
-
-Full tensors or shards: a tensor whose shape is the parameter's is copied as is (the sender sliced it
-for this rank); a full tensor is cut for this rank with :func:`fp8rl_core.sync.ranks.shard_tensor`
-(vLLM's rules, which SGLang's parallel layers share: checked at tp = 2) when the rank is known.
+version's own model classes on CPU (tests/core/sampler/sglang/test_models.py, in .venv-sglang). The rule:
+SGLang's ``Fp8LinearMethod`` / ``Fp8MoEMethod`` (``srt/layers/quantization/fp8.py``, ``quant_method``
+"mxfp8") hold per rank ``weight`` (E4M3) and ``weight_scale_inv`` (compact row-major uint8 E8M0, one byte
+per 1×32 block along K — fp8rl's rowwise ``weight_scale``), experts as ``w13_weight``/``w2_weight`` and their
+``…_scale_inv``. The loader writes the compact bytes in place (``copy_``, identity kept), cuts full tensors
+for the rank (:func:`fp8rl_core.sync.ranks.shard_tensor`), and runs each quantized layer's own
+``process_weights_after_loading`` once both data and scales arrived (it derives the GEMM backend's layouts;
+twice would shuffle or swizzle twice). SGLang calls ``dynamic_import(load_format)(model, named_tensors)``
+for a ``load_format`` listed in ``server_args.custom_weight_loader``, then flushes the radix cache when the
+request says so: :data:`UPDATE_REQUEST`. Names are vLLM's fused ones, scales ``…_scale_inv``
+(:func:`sglang_name`). The long form, with source lines: docs/gpu.md, "Tensor-parallel ranks and SGLang".
 """
 
 from __future__ import annotations
