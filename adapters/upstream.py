@@ -149,10 +149,10 @@ def _open(url: str, timeout: float):
     except urllib.error.HTTPError as e:
         if e.code == 404:
             raise LookupError(f"{url}: not found (HTTP 404)") from None
-        raise PyPIUnreachable(f"PyPI unreachable: {url}: HTTP {e.code} {e.reason}") from None
+        raise PyPIUnreachable(f"{url} did not answer: HTTP {e.code} {e.reason}") from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", None) or e
-        raise PyPIUnreachable(f"PyPI unreachable: {url}: {reason}") from None
+        raise PyPIUnreachable(f"{url} did not answer: {reason}") from None
 
 
 def _index(dist: str, index: str) -> list[dict]:

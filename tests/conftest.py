@@ -43,7 +43,8 @@ BY_FOLDER = {"engine": ("core/sampler/", "bench/test_engine.py"),
 #: fixtures that start engines: a test using one is an engine test wherever it lives
 ENGINE_FIXTURES = frozenset({"engines", "checkpoints"})
 #: files that do not get their folder's marker: path → marker
-EXCEPT = {"flows/test_cli.py": "flow", "flows/test_terminal_table.py": "flow", "core/sampler/test_quiet.py": "engine",
+EXCEPT = {"flows/test_cli.py": "flow", "flows/test_terminal_table.py": "flow", "flows/test_deployment_file.py": "flow",
+          "core/sampler/test_quiet.py": "engine",
           "core/sampler/test_seam.py": "engine", "core/sampler/sglang/test_loader.py": "engine",
           "core/sampler/sglang/test_models.py": "engine"}
 #: slow without an engine, measured with ``pytest --durations=0`` on the 2-core machine (seconds there, loaded):

@@ -9,11 +9,14 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from mlflow.entities import Metric
+from mlflow.entities import Metric, Param
 
 from .store import client
 
-__all__ = ["flatten", "log_csv", "log_file", "log_json", "log_metrics", "log_table", "log_text", "set_tag"]
+__all__ = ["MAX_PARAM_LEN", "flatten", "log_csv", "log_file", "log_json", "log_metrics", "log_params", "log_table",
+           "log_text", "set_tag"]
+
+MAX_PARAM_LEN = 6000
 
 
 def flatten(data: Mapping, prefix: str = "") -> dict[str, str]:
@@ -27,6 +30,13 @@ def flatten(data: Mapping, prefix: str = "") -> dict[str, str]:
             out[key] = json.dumps(v) if isinstance(v, (list, tuple)) else str(v)
     return out
 
+
+def log_params(mlflow_run: str, params: Mapping[str, str]) -> None:
+    """Params, sorted, each cut at MLflow's length limit, in batches of 100."""
+    items = [Param(k, str(v)[:MAX_PARAM_LEN]) for k, v in sorted(params.items())]
+    c = client()
+    for i in range(0, len(items), 100):
+        c.log_batch(mlflow_run, params=items[i:i + 100])
 
 
 def log_metrics(mlflow_run: str, metrics: Mapping[str, float], step: int = 0) -> None:
