@@ -82,13 +82,16 @@ def run(
     from adapters.logs import driving_only
 
     with driving_only() if not inline else contextlib.nullcontext():  # on Ray, this process starts no engine
-        from flows.pipelines import mxfp8_sweep
+        from flows.pipelines import RunsFailed, mxfp8_sweep
 
     with sweep_log(sweep.name) as log:
         typer.echo(f"log: {log}")
         try:
             mxfp8_sweep(sweep, ray_address=ray_address, inline=inline)  # the flow takes the expansion as it is
-        except RuntimeError as e:  # some runs failed: the table above says which; rerun to retry them
+        except RunsFailed as e:  # each failed run said why in its line as it ended: the sweep's end, not another error
+            typer.echo(f"{e} (log: {log})", err=True)
+            raise typer.Exit(1) from None
+        except RuntimeError as e:  # refused before anything ran (the cluster, the servers)
             raise _fail(f"{e} (log: {log})") from None
         finally:  # registered after Prefect's own exit hook for a temporary server: runs before it
             atexit.register(_quiet_server_stop)

@@ -5,6 +5,7 @@ files and tables (parquet, CSV). A run that fails later keeps them. The client A
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,9 +15,11 @@ from mlflow.entities import Metric, Param
 from .store import client
 
 __all__ = ["MAX_PARAM_LEN", "flatten", "log_csv", "log_file", "log_json", "log_metrics", "log_params", "log_table",
-           "log_text", "set_tag"]
+           "log_text", "plain_text", "set_tag"]
 
 MAX_PARAM_LEN = 6000
+#: an ANSI escape sequence (colours: Ray's task names and worker prefixes carry them into exception messages)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
 def flatten(data: Mapping, prefix: str = "") -> dict[str, str]:
@@ -94,6 +97,12 @@ def log_csv(mlflow_run: str, name: str, rows: list[dict], artifact_path: str = "
         client().log_artifact(mlflow_run, str(p), artifact_path=artifact_path)
 
 
+def plain_text(text: str) -> str:
+    """``text`` without ANSI escape sequences."""
+    return _ANSI.sub("", text)
+
+
 def set_tag(mlflow_run: str, key: str, value: str) -> None:
-    client().set_tag(mlflow_run, key, value[:5000])
+    """A tag, as plain text (:func:`plain_text`) cut at 5000 characters."""
+    client().set_tag(mlflow_run, key, plain_text(value)[:5000])
 
