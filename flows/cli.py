@@ -154,7 +154,7 @@ def deploy(
     )] = "fp8rl-local",
     prefect_file: Annotated[Path, typer.Option(help="Prefect deployment file")] = Path(PREFECT_FILE),
 ) -> None:
-    """Register the deployments (mxfp8-sweep, nightly-correctness) with the Prefect server."""
+    """Register the deployments (mxfp8-sweep, nightly-correctness, upstream-drift) with the Prefect server."""
     path = prefect_file if prefect_file.is_absolute() else ROOT / prefect_file
     if not path.is_file():
         raise _fail(f"{path}: no such deployment file")
