@@ -73,8 +73,8 @@ setup-gpu:
 	$(GPU_VENV)/bin/uv pip install --python $(GPU_VENV)/bin/python --index-url https://pypi.org/simple --no-deps --only-binary :all: -r $(GPU_VENV)/wheels.txt
 	grep -E '$(GPU_BUILT)' constraints-gpu.txt > $(GPU_VENV)/built.txt
 	$(GPU_VENV)/bin/uv pip install --python $(GPU_VENV)/bin/python --index-url https://pypi.org/simple --no-deps --no-build-isolation -r $(GPU_VENV)/built.txt
-	# fp8rl itself without dependencies (the lock holds them); its requires-python names the CPU set's 3.11
-	$(GPU_VENV)/bin/python -m pip install --quiet --no-deps --ignore-requires-python -e .
+	# fp8rl itself without dependencies (the lock holds them)
+	$(GPU_VENV)/bin/python -m pip install --quiet --no-deps -e .
 	$(GPU_VENV)/bin/python tools/gpu_lock.py --installed $(GPU_VENV)/bin/python
 	$(GPU_VENV)/bin/python -c "import torch, vllm, verl, transformer_engine.pytorch, megatron.core, megatron.bridge, fp8rl_core.verl; assert torch.cuda.is_available()"
 

@@ -128,10 +128,8 @@ def loopback_problem(what: str, url: str, cluster: Sequence[Node], local_ips: It
 
 
 class ClusterError(RuntimeError):
-    """The sweep cannot run on this cluster as configured (nothing was run). An expected refusal: the command
-    line prints its message alone (adapters.logs keeps the flow engine's traceback of it off the terminal)."""
-
-    expected_refusal = True
+    """The sweep cannot run on this cluster as configured (nothing was run). The command line prints its
+    message alone (adapters.logs keeps the flow engine's report of it off the terminal)."""
 
 
 def preflight(cluster: Sequence[Node], fit: Iterable[str | None], *, prefect_api: str | None = None,

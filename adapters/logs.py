@@ -8,9 +8,10 @@ terminal, dozens of lines in a log), transformers' progress bars for local check
 Settings a user made in the environment win (``setdefault``).
 
 :func:`sweep_log` is the block a sweep runs in: Prefect's console handler (on the root logger, see
-Prefect's ``logging.yml``) and MLflow's and vLLM's own stream handlers show only warnings and errors, while a
-file handler on the root, ``vllm`` and ``mlflow`` loggers (the latter two do not propagate) writes everything
-from INFO up to ``logs/<sweep>-<time>.log``.
+Prefect's ``logging.yml``) and MLflow's and vLLM's own stream handlers show only warnings and errors, one line
+each (no tracebacks; a failure is told once, by fp8rl), while a file handler on the root, ``vllm`` and ``mlflow``
+loggers (the latter two do not propagate) writes everything from INFO up, tracebacks included, to
+``logs/<sweep>-<time>.log``.
 """
 
 from __future__ import annotations
@@ -100,21 +101,45 @@ def _console_handlers() -> list[logging.Handler]:
             if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
 
 
-class _ExpectedRefusal(logging.Filter):
-    """Keeps off the terminal the record of an exception marked ``expected_refusal`` (a pre-flight refusal,
-    :class:`adapters.cluster.ClusterError`), which Prefect's flow engine logs with its traceback: the command
-    prints the refusal itself, in one line; the sweep's log file keeps the record."""
+#: Prefect's flow and task engines' loggers: a record of theirs with an exception is the engine's report of an
+#: exception a flow or task raised, logged with its traceback
+ENGINE_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
+
+
+class _EngineReports(logging.Filter):
+    """Keeps Prefect's engine reports of a failure off the terminal — the exception a flow or task run raised
+    (with its traceback), a task run's ``Finished in state Failed(…)``: fp8rl tells each failure itself, in one
+    line — a failed run's line as it ends, the command's line for a refusal or a sweep with failed runs. The
+    sweep's log file keeps the records, tracebacks included."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        return not getattr(exc, "expected_refusal", False)
+        if not record.name.startswith(ENGINE_LOGGERS):
+            return True
+        return not (record.exc_info or record.getMessage().startswith("Finished in state Failed"))
+
+
+class _Untraced(logging.Formatter):
+    """A terminal handler's formatter less tracebacks: a record that carries one shows its message alone (the
+    log file keeps the traceback)."""
+
+    def __init__(self, inner: logging.Formatter | None) -> None:
+        super().__init__()
+        self.inner = inner or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        saved = record.exc_info, record.exc_text, record.stack_info
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        try:
+            return self.inner.format(record)
+        finally:
+            record.exc_info, record.exc_text, record.stack_info = saved
 
 
 @contextmanager
 def sweep_log(sweep: str, root: str | Path | None = None, console_level: int = logging.WARNING) -> Iterator[Path]:
     """Write every log line (INFO and up) of the block to ``<root>/<sweep>-<YYYYmmdd-HHMMSS>.log`` and show
-    only ``console_level`` and up on the terminal, less an expected refusal's traceback
-    (:class:`_ExpectedRefusal`); yields the file's path (restores everything after)."""
+    only ``console_level`` and up on the terminal, one line a record: no traceback (:class:`_Untraced`), no
+    engine report of an exception (:class:`_EngineReports`); yields the file's path (restores everything after)."""
     import mlflow  # noqa: F401 — both install their console handlers at import: they must exist to be turned down
     import prefect  # noqa: F401
 
@@ -127,17 +152,19 @@ def sweep_log(sweep: str, root: str | Path | None = None, console_level: int = l
     targets = [logging.getLogger(), *(logging.getLogger(n) for n in OWN_HANDLERS)]
     for lg in targets:
         lg.addHandler(handler)
-    consoles = {h: h.level for h in _console_handlers()}
-    refusal = _ExpectedRefusal()
+    consoles = {h: (h.level, h.formatter) for h in _console_handlers()}
+    reports = _EngineReports()
     for h in consoles:
         h.setLevel(max(h.level, console_level))
-        h.addFilter(refusal)
+        h.addFilter(reports)
+        h.setFormatter(_Untraced(h.formatter))
     try:
         yield path.resolve()
     finally:
-        for h, level in consoles.items():
+        for h, (level, formatter) in consoles.items():
             h.setLevel(level)
-            h.removeFilter(refusal)
+            h.removeFilter(reports)
+            h.setFormatter(formatter)
         for lg in targets:
             lg.removeHandler(handler)
         handler.close()

@@ -12,6 +12,7 @@ Prefect) happen inside the commands, so ``fp8rl --help`` and ``fp8rl runs`` stay
     fp8rl report SWEEP [--out DIR]                  # summary.md + figures of a finished sweep
     fp8rl verl-config CONFIG [key=value ...]        # a backend: verl run's overrides (as `run` launches verl) + verl's config
     fp8rl gpu-report DIR                            # summary.md of bench/gpu.py's measurements
+    fp8rl upstream-check [installed|gpu|latest]     # fp8rl's upstream internals in a version set's own sources
 """
 
 from __future__ import annotations
@@ -81,13 +82,16 @@ def run(
     from adapters.logs import driving_only
 
     with driving_only() if not inline else contextlib.nullcontext():  # on Ray, this process starts no engine
-        from flows.pipelines import mxfp8_sweep
+        from flows.pipelines import RunsFailed, mxfp8_sweep
 
     with sweep_log(sweep.name) as log:
         typer.echo(f"log: {log}")
         try:
             mxfp8_sweep(sweep, ray_address=ray_address, inline=inline)  # the flow takes the expansion as it is
-        except RuntimeError as e:  # some runs failed: the table above says which; rerun to retry them
+        except RunsFailed as e:  # each failed run said why in its line as it ended: the sweep's end, not another error
+            typer.echo(f"{e} (log: {log})", err=True)
+            raise typer.Exit(1) from None
+        except RuntimeError as e:  # refused before anything ran (the cluster, the servers)
             raise _fail(f"{e} (log: {log})") from None
         finally:  # registered after Prefect's own exit hook for a temporary server: runs before it
             atexit.register(_quiet_server_stop)
@@ -150,7 +154,7 @@ def deploy(
     )] = "fp8rl-local",
     prefect_file: Annotated[Path, typer.Option(help="Prefect deployment file")] = Path(PREFECT_FILE),
 ) -> None:
-    """Register the deployments (mxfp8-sweep, nightly-correctness) with the Prefect server."""
+    """Register the deployments (mxfp8-sweep, nightly-correctness, upstream-drift) with the Prefect server."""
     path = prefect_file if prefect_file.is_absolute() else ROOT / prefect_file
     if not path.is_file():
         raise _fail(f"{path}: no such deployment file")
@@ -357,6 +361,36 @@ def gpu_report(
         raise _fail(f"{src}: no such file (run `python bench/gpu.py {folder}` on a GPU first)")
     (folder / "summary.md").write_text(gpu_summary(json.loads(src.read_text())))
     typer.echo(f"report: {folder / 'summary.md'}")
+
+
+@app.command("upstream-check")
+def upstream_check(
+    mode: Annotated[str, typer.Argument(
+        help="installed (the CPU set in this Python), gpu (constraints-gpu.txt's versions), latest (PyPI's newest)")
+    ] = "installed",
+    trees: Annotated[list[str] | None, typer.Option(
+        "--tree", help="PACKAGE=FOLDER: read that package from a folder of its sources (e.g. a checkout) instead",
+        show_default=False)] = None,
+    index: Annotated[str, typer.Option(help="the package index (PEP 691 JSON)")] = "https://pypi.org/simple",
+) -> None:
+    """Check every upstream internal fp8rl touches (fp8rl_core/upstream.py) in a version set's own sources,
+    read as files (docs/gpu.md, Upstream internals): one line per package version, one per name that does
+    not hold. Exit status 1 when a name does not hold. The upstream-drift deployment records the same check
+    in MLflow."""
+    from adapters import upstream
+
+    folders = dict(t.split("=", 1) for t in trees or () if "=" in t)
+    if len(folders) != len(trees or ()):
+        raise _fail(f"--tree takes PACKAGE=FOLDER, got {[t for t in trees or () if '=' not in t]}")
+    try:
+        reports = [upstream.check(src) for src in upstream.sources(mode, folders, index)]
+    except (upstream.PyPIUnreachable, LookupError, ValueError, FileNotFoundError) as e:
+        raise _fail(str(e)) from None
+    for r in reports:
+        typer.echo(f"{r.package} {r.version} ({r.where}): {r.checked} names, {len(r.breakages)} do not hold")
+        for b in r.breakages:
+            typer.echo(f"  {b}")
+    raise typer.Exit(1 if any(r.breakages for r in reports) else 0)
 
 
 if __name__ == "__main__":

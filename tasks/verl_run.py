@@ -50,11 +50,18 @@ from fp8rl_core.vocabulary import KL_RUN_METRICS
 
 from adapters import tracking
 
-__all__ = ["VerlOutcome", "failure_reason", "launch_overrides", "launch_payload", "model_dir", "payload_path", "port_race",
-           "prepare_model", "record", "run_verl", "token_metrics", "work_dir"]
+__all__ = ["VerlOutcome", "failure_reason", "launch_overrides", "launch_payload", "model_dir", "payload_path", "plain_lines",
+           "port_race", "prepare_model", "record", "run_verl", "token_metrics", "work_dir"]
 
 #: lines of verl's output that name an error (a Python exception line, Ray's and Hydra's error lines)
-_ERROR = re.compile(r"(\b\w*(Error|Exception)\b|\bTraceback\b|error:)")
+_ERROR = re.compile(r"(\b\w*(Error|Exception)\b|error:)")
+#: a Python exception line — ``fp8rl_core.verl.checking.CheckFailedError: …``, Ray's wrapper of one
+#: ``ray.exceptions.RayTaskError(CheckFailedError): …`` (group 2: the wrapped exception's name)
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\w*(\([\w.]+\))?: ")
+#: the prefix of a line a Ray worker's output was forwarded with: ``(WorkerDict pid=29515)``, ``(pid=29515, ip=…)``
+_RAY_PREFIX = re.compile(r"^\((?:\w+ )?pid=\d+[^)]*\)\s?")
+#: lines of a traceback: its head, frames, the source lines they quote, their ``^^^`` markers; Hydra's hint
+_TRACEBACK = re.compile(r"^(Traceback \(most recent call last\):|\s|[\^~\s]+$|Set the environment variable HYDRA_FULL_ERROR)")
 #: Hydra's first line on a failure repeats every override (thousands of characters): they are main_ppo.args
 _HYDRA_ECHO = "Error executing job with overrides:"
 #: characters kept of one line in the reason
@@ -173,18 +180,33 @@ class VerlOutcome:
     checks: tuple[dict, ...] = ()  #: the check report of every sync, in order (fp8rl_core.verl.checking)
 
 
+def plain_lines(output: str) -> list[str]:
+    """verl's output as plain text, less what only a traceback holds: ANSI escapes and Ray's worker prefixes
+    removed; traceback heads, frames, the source lines they quote (``raise …``) and their markers, Hydra's echo
+    of the overrides and its hint left out; blank lines dropped."""
+    out = []
+    for raw in output.splitlines():
+        line = _RAY_PREFIX.sub("", tracking.plain_text(raw))
+        if line.strip() and not _TRACEBACK.match(line) and not line.startswith(_HYDRA_ECHO):
+            out.append(line.strip())
+    return out
+
+
 def failure_reason(returncode: int, output: str, lines: int = 3) -> str | None:
-    """None for exit status 0; else ``verl's main_ppo exited with status N (signal S)`` and the last
-    ``lines`` lines of its output that name an error (the last lines of output when none does), each cut at
-    400 characters; Hydra's echo of the override list is left out (the run's ``main_ppo.args`` has it)."""
+    """None for exit status 0; else ``verl's main_ppo exited with status N (signal S): <cause>`` in one line of
+    plain text (:func:`plain_lines`): the cause is the last exception line of the output (the exception Ray's
+    ``RayTaskError(…)`` lines wrap — a failed check's line names its condition, rank and layer), else the last
+    ``lines`` lines that name an error, else the last ``lines`` lines; each cut at 400 characters."""
     if returncode == 0:
         return None
     status = f"status {returncode}"
     if returncode < 0:
         status += f" (signal {signal.Signals(-returncode).name})"
-    text = [x.strip() for x in output.splitlines() if x.strip() and not x.startswith(_HYDRA_ECHO)]
-    errors = [x for x in text if _ERROR.search(x)] or text
-    tail = " | ".join(x if len(x) <= _LINE else x[:_LINE] + "…" for x in errors[-lines:]) or "no output"
+    text = plain_lines(output)
+    exceptions = [x for x in text if _EXCEPTION.match(x)]
+    causes = [x for x in exceptions if not _EXCEPTION.match(x).group(1)] or exceptions
+    picked = causes[-1:] or [x for x in text if _ERROR.search(x)][-lines:] or text[-lines:]
+    tail = " | ".join(x if len(x) <= _LINE else x[:_LINE] + "…" for x in picked) or "no output"
     return f"verl's main_ppo exited with {status}: {tail}"
 
 

@@ -43,14 +43,16 @@ BY_FOLDER = {"engine": ("core/sampler/", "bench/test_engine.py"),
 #: fixtures that start engines: a test using one is an engine test wherever it lives
 ENGINE_FIXTURES = frozenset({"engines", "checkpoints"})
 #: files that do not get their folder's marker: path → marker
-EXCEPT = {"flows/test_cli.py": "flow", "flows/test_terminal_table.py": "flow", "core/sampler/test_quiet.py": "engine",
+EXCEPT = {"flows/test_cli.py": "flow", "flows/test_terminal_table.py": "flow", "flows/test_deployment_file.py": "flow",
+          "core/sampler/test_quiet.py": "engine",
           "core/sampler/test_seam.py": "engine", "core/sampler/sglang/test_loader.py": "engine",
           "core/sampler/sglang/test_models.py": "engine"}
 #: slow without an engine, measured with ``pytest --durations=0`` on the 2-core machine (seconds there, loaded):
 #: a folder (``path/``), a file (``path``) or a test with all its parameters (``path::name``)
 SLOW = frozenset({
     "bench/",  # bench/gpu.py --cpu-smoke: the GPU benchmark end to end at tiny sizes (~20-90 s)
-    "tasks/",  # a fresh MLflow SQLite store per test (~10 s each), report from MLflow (~30 s)
+    "tasks/test_reporting.py",  # a fresh MLflow SQLite store per test (~10 s each), report from MLflow (~30 s)
+    "tasks/test_verl_run.py",  # a fresh MLflow SQLite store per test (~10 s), a verl process
     "adapters/test_tracking.py",  # a fresh MLflow SQLite store per test (~10 s each)
     "adapters/test_cluster.py",  # a fresh MLflow SQLite store per test
     "core/learner/test_learner.py",  # warm-start fixture + five GRPO steps per preset (~2 min each)
@@ -69,6 +71,7 @@ SLOW = frozenset({
     "core/learner/test_warmstart.py::test_progress_bar_runs",  # a warm start (~6 s)
     "core/sampler/test_quiet.py::test_the_rules_silence_the_real_import_lines_of_the_pinned_torchao",  # 2 imports
     "flows/test_cli.py::test_runs_on_an_empty_store_prints_an_empty_table",  # MLflow store (~10 s)
+    "flows/test_cli.py::test_a_sweep_whose_runs_fail_prints_one_line_per_failed_run_and_no_traceback",  # `fp8rl run` (~70 s)
     "flows/test_cli.py::test_runs_lists_runs_with_status_and_headline_metrics",  # MLflow store (~10 s)
     "verl/test_data.py::test_task_tokenizer_ids_are_the_task_ids",  # imports transformers' tokenizers (~12 s)
     "verl/test_data.py::test_parquet_loads_through_verls_rlhf_dataset",  # imports verl, datasets (~9 s)

@@ -17,7 +17,7 @@ IMAGINED = [
     ("core/checks/test_basic.py", "test_x", {"tmp_path"}, set()),
     ("flows/test_brand_new.py", "test_x", set(), {"flow"}),
     ("core/grids/test_mx.py", "test_x[e4m3]", set(), set()),
-    ("tasks/test_brand_new.py", "test_x", set(), {"slow"}),
+    ("tasks/test_brand_new.py", "test_x", set(), set()),  # slow only where measured so (tasks/test_verl_run.py)
     ("adapters/test_brand_new.py", "test_x", set(), set()),
     ("core/learner/test_warmstart.py", "test_x", {"trained"}, {"slow"}),
     ("upstream/test_brand_new.py", "test_x", set(), {"upstream"}),
@@ -27,6 +27,8 @@ REAL = [
     ("flows/test_cli.py", "test_help_lists_every_command_by_name", set(), set()),
     ("adapters/test_tracking_server.py", "test_a_port_in_use_is_named", {"servers"}, {"flow"}),
     ("adapters/test_tracking.py", "test_a_remote_tracking_server_serves_every_node", set(), {"slow"}),
+    ("tasks/test_verl_run.py", "test_a_run_verl_refuses_ends_with_verls_status_and_its_own_message", set(), {"slow"}),
+    ("tasks/test_verl_failure.py", "test_a_stopped_verl_run_is_one_plain_line_naming_condition_rank_and_layer", set(), set()),
     ("core/sampler/test_quiet.py", "test_install_is_idempotent", set(), set()),
     ("core/grids/test_mx.py", "test_compiled_kernel_gives_the_eager_bytes[e4m3-rceil-ignore]", set(), {"slow"}),
 ]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +23,10 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from adapters.upstream import read_pins  # noqa: E402  (one reader of constraints files)
+
 LOCK = ROOT / "constraints-gpu.txt"
 PLATFORM = "x86_64-manylinux_2_28"
 PYTHON = "3.12"  # Megatron-Core 0.18 requires >= 3.12
@@ -118,16 +121,6 @@ def compile_set(requirements: list[str] | tuple[str, ...], python: str = PYTHON,
     if out.returncode:
         raise RuntimeError(f"uv pip compile failed: {out.stderr.strip()[-2000:]}")
     return read_pins(out.stdout)
-
-
-def read_pins(text: str) -> dict[str, str]:
-    """``{name: version}`` of every ``name==version`` line (names normalised as PEP 503 does)."""
-    pins = {}
-    for line in text.splitlines():
-        m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)", line.strip())
-        if m:
-            pins[re.sub(r"[-_.]+", "-", m.group(1)).lower()] = m.group(2)
-    return pins
 
 
 def lock_pins(path: Path = LOCK) -> dict[str, str]:

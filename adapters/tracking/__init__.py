@@ -12,6 +12,7 @@ from .lifecycle import (
     end_sweep_run,
     end_unfinished,
     ending,
+    open_check_run,
     open_report_run,
     open_run,
     open_sweep_run,
@@ -22,7 +23,18 @@ from .lifecycle import (
 )
 from .reach import SHARED_STORE_HINT, is_loopback, require_shared_store, this_host_ips
 from .readback import RUN_TABLES, find_finished, find_sweep_run, sweep_json, sweep_tables
-from .record import flatten, log_csv, log_file, log_json, log_metrics, log_table, log_text, set_tag
+from .record import (
+    flatten,
+    log_csv,
+    log_file,
+    log_json,
+    log_metrics,
+    log_params,
+    log_table,
+    log_text,
+    plain_text,
+    set_tag,
+)
 from .store import artifact_root, client, experiment_id, tracking_uri
 from .ui import (
     EXPERIMENT_KIND,
@@ -42,9 +54,10 @@ from .ui import (
 
 __all__ = [
     "EXPERIMENT_KIND", "GROUP_TAGS", "HEADLINE", "NOTE", "PARENT", "RUN_TABLES", "SHARED_STORE_HINT", "SHARED_VIEW",
-    "VIEW_KEY", "RunEnd", "RunRow", "artifact_root", "captured_logs", "client", "compare_url", "describe_experiment",
-    "end_sweep_run", "end_unfinished", "ending", "experiment_id", "experiment_url", "find_finished", "find_sweep_run",
-    "flatten", "headline_metrics", "headline_view", "is_loopback", "log_csv", "log_file", "log_json", "log_metrics",
-    "log_table", "log_text", "open_report_run", "open_run", "open_sweep_run", "require_shared_store", "schedule",
-    "set_tag", "start", "status", "sweep_json", "sweep_tables", "terminate", "this_host_ips", "tracking_uri", "ui_url",
+    "VIEW_KEY", "RunEnd", "RunRow", "artifact_root", "captured_logs", "client", "compare_url",
+    "describe_experiment", "end_sweep_run", "end_unfinished", "ending", "experiment_id", "experiment_url",
+    "find_finished", "find_sweep_run", "flatten", "headline_metrics", "headline_view", "is_loopback", "log_csv",
+    "log_file", "log_json", "log_metrics", "log_params", "log_table", "log_text", "open_check_run",
+    "open_report_run", "open_run", "open_sweep_run", "plain_text", "require_shared_store", "schedule", "set_tag",
+    "start", "status", "sweep_json", "sweep_tables", "terminate", "this_host_ips", "tracking_uri", "ui_url",
 ]

@@ -13,19 +13,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 
-from mlflow.entities import Param
-
 from adapters.signals import on_signals
 
 from .readback import find_sweep_run
-from .record import log_metrics, set_tag
+from .record import log_metrics, log_params, set_tag
 from .store import client, experiment_id
 from .ui import NOTE, PARENT, describe_experiment
 
-__all__ = ["RunEnd", "RunRow", "end_sweep_run", "end_unfinished", "ending", "open_report_run", "open_run",
-           "open_sweep_run", "schedule", "start", "status", "terminate"]
-
-MAX_PARAM_LEN = 6000
+__all__ = ["RunEnd", "RunRow", "end_sweep_run", "end_unfinished", "ending", "open_check_run", "open_report_run",
+           "open_run", "open_sweep_run", "schedule", "start", "status", "terminate"]
 
 
 @dataclass(frozen=True)
@@ -59,13 +55,6 @@ def _git_commit() -> str:
         return "unknown"
 
 
-def _log_params(c, mlflow_run: str, params: Mapping[str, str]) -> None:
-    """A new run's params, sorted, each cut at MLflow's length limit, in batches of 100."""
-    items = [Param(k, v[:MAX_PARAM_LEN]) for k, v in sorted(params.items())]
-    for i in range(0, len(items), 100):
-        c.log_batch(mlflow_run, params=items[i:i + 100])
-
-
 def open_run(sweep: str, sweep_id: str, run_id: str, run_name: str, params: Mapping[str, str],
              flow_run_id: str | None, *, parent: str | None = None, tags: Mapping[str, str] | None = None,
              description: str | None = None) -> str:
@@ -85,7 +74,7 @@ def open_run(sweep: str, sweep_id: str, run_id: str, run_name: str, params: Mapp
     if description:
         every[NOTE] = description
     run = c.create_run(exp, run_name=run_name, tags=every)
-    _log_params(c, run.info.run_id, params)
+    log_params(run.info.run_id, params)
     return run.info.run_id
 
 
@@ -103,7 +92,7 @@ def open_sweep_run(sweep: str, sweep_id: str, params: Mapping[str, str], descrip
     run = c.create_run(exp, run_name=f"{sweep}·{sweep_id[:6]}",
                        tags={"fp8rl.kind": "sweep", "fp8rl.sweep": sweep, "fp8rl.sweep_id": sweep_id, "sweep": sweep,
                              "git.commit": _git_commit(), NOTE: text})
-    _log_params(c, run.info.run_id, params)
+    log_params(run.info.run_id, params)
     return run.info.run_id
 
 
@@ -135,6 +124,18 @@ def open_report_run(sweep: str) -> str:
     c = client()
     run = c.create_run(experiment_id(c, sweep), run_name="report",
                        tags={"fp8rl.kind": "report", "fp8rl.sweep": sweep, "git.commit": _git_commit()})
+    return run.info.run_id
+
+
+def open_check_run(experiment: str, run_name: str, kind: str, params: Mapping[str, str], flow_run_id: str | None,
+                   description: str = "") -> str:
+    """A run of a check that is not an experiment of a sweep (``fp8rl.kind`` = ``kind``, no ``fp8rl.run_id``:
+    resume and reports ignore it), in the experiment ``experiment``, with its params; returns its id."""
+    c = client()
+    tags = {"fp8rl.kind": kind, "prefect.flow_run_id": flow_run_id or "none", "git.commit": _git_commit(),
+            "versions.fp8rl": _version("fp8rl")} | ({NOTE: description} if description else {})
+    run = c.create_run(experiment_id(c, experiment), run_name=run_name, tags=tags)
+    log_params(run.info.run_id, params)
     return run.info.run_id
 
 

@@ -5,15 +5,21 @@ files and tables (parquet, CSV). A run that fails later keeps them. The client A
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from mlflow.entities import Metric
+from mlflow.entities import Metric, Param
 
 from .store import client
 
-__all__ = ["flatten", "log_csv", "log_file", "log_json", "log_metrics", "log_table", "log_text", "set_tag"]
+__all__ = ["MAX_PARAM_LEN", "flatten", "log_csv", "log_file", "log_json", "log_metrics", "log_params", "log_table",
+           "log_text", "plain_text", "set_tag"]
+
+MAX_PARAM_LEN = 6000
+#: an ANSI escape sequence (colours: Ray's task names and worker prefixes carry them into exception messages)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
 def flatten(data: Mapping, prefix: str = "") -> dict[str, str]:
@@ -27,6 +33,13 @@ def flatten(data: Mapping, prefix: str = "") -> dict[str, str]:
             out[key] = json.dumps(v) if isinstance(v, (list, tuple)) else str(v)
     return out
 
+
+def log_params(mlflow_run: str, params: Mapping[str, str]) -> None:
+    """Params, sorted, each cut at MLflow's length limit, in batches of 100."""
+    items = [Param(k, str(v)[:MAX_PARAM_LEN]) for k, v in sorted(params.items())]
+    c = client()
+    for i in range(0, len(items), 100):
+        c.log_batch(mlflow_run, params=items[i:i + 100])
 
 
 def log_metrics(mlflow_run: str, metrics: Mapping[str, float], step: int = 0) -> None:
@@ -84,6 +97,12 @@ def log_csv(mlflow_run: str, name: str, rows: list[dict], artifact_path: str = "
         client().log_artifact(mlflow_run, str(p), artifact_path=artifact_path)
 
 
+def plain_text(text: str) -> str:
+    """``text`` without ANSI escape sequences."""
+    return _ANSI.sub("", text)
+
+
 def set_tag(mlflow_run: str, key: str, value: str) -> None:
-    client().set_tag(mlflow_run, key, value[:5000])
+    """A tag, as plain text (:func:`plain_text`) cut at 5000 characters."""
+    client().set_tag(mlflow_run, key, plain_text(value)[:5000])
 

@@ -33,7 +33,7 @@ LAYERS: dict[str, int] = {
     "fp8rl_core.identity": 0,  # content hashes (ids of runs, specs, warm starts, engines)
     "fp8rl_core.errors": 0,  # one message for a config or spec file's validation error
     "fp8rl_core.model_kind": 0,  # dense or MoE, experts, shared experts: one definition
-    "fp8rl_core.upstream": 0,  # the upstream internals fp8rl touches: pure data (tools/upstream_check.py)
+    "fp8rl_core.upstream": 0,  # the upstream internals fp8rl touches: pure data (adapters/upstream.py checks them)
     "fp8rl_core.grids": 1,
     "fp8rl_core.learner": 2,
     "fp8rl_core.sync": 3,

@@ -5,7 +5,9 @@ reads a temporary MLflow store."""
 from __future__ import annotations
 
 import logging
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -35,7 +37,7 @@ def _invoke(*args: str):
     return runner.invoke(cli.app, list(args))
 
 
-COMMANDS = ["run", "verl-config", "deploy", "ui", "tracking-server", "runs", "report", "gpu-report"]  # in the order the help lists them
+COMMANDS = ["run", "verl-config", "deploy", "ui", "tracking-server", "runs", "report", "gpu-report", "upstream-check"]  # in the order the help lists them
 
 
 def test_help_lists_every_command_by_name():
@@ -141,6 +143,39 @@ def test_run_prints_the_sweep_log_which_gets_the_lines_the_terminal_does_not(sto
     assert "Creating initial MLflow database tables" in text and "MLflow database" not in result.output
     assert "temporary server" not in result.output
     assert vllm.handlers == before  # the sweep log's file handler removed after
+
+
+def test_a_sweep_whose_runs_fail_prints_one_line_per_failed_run_and_no_traceback(tmp_path):
+    """`fp8rl run` in a process of its own, its terminal output as a user sees it: a verl sweep of two runs whose
+    launch fails at once (their work folder cannot be made: ``FP8RL_VERL_WORK`` under a file). Each failed run is
+    one line, as it ends; the sweep ends with the runs' table and one line naming the failed runs, exit status 1 —
+    no traceback, no engine report of the same exception, no ``error:`` line again. The log file keeps the
+    tracebacks."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "PREFECT_API_URL")}
+    env |= {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "FP8RL_ARTIFACTS": str(tmp_path / "artifacts"),
+            "FP8RL_LOGS": str(tmp_path / "logs"), "FP8RL_VERL_WORK": str(blocker / "verl"), "COLUMNS": "200"}
+    out = subprocess.run([sys.executable, "-m", "flows.cli", "run", str(ROOT / "configs" / "verl-smoke.yaml"),
+                          "axes.model=[qwen3-dense-mini]", "axes.preset=[all,half]"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "Traceback" not in text and not [x for x in text.splitlines() if x.startswith("error:")], text
+    for name in ("dense-mini·all·s0", "dense-mini·half·s0"):
+        (line,) = [x for x in text.splitlines() if f"run {name} failed" in x]
+        assert line.endswith(f"run {name} failed: NotADirectoryError: [Errno 20] Not a directory: "
+                             f"'{blocker}/verl/verl-smoke/{line.rsplit('/', 1)[1][:-1]}'"), line
+        assert text.count(name) == 3, text  # its line, its row in the table, the closing line
+    assert "Finished in state Failed" not in text and "NotADirectoryError(" not in text  # Prefect's reports of it
+    assert text.splitlines()[-1].startswith("2 of 2 verl runs failed: dense-mini·all·s0, dense-mini·half·s0; rerun")
+    (log,) = (tmp_path / "logs").glob("verl-smoke-*.log")
+    assert "Traceback (most recent call last)" in log.read_text()  # the log file keeps what the terminal leaves out
+    from mlflow.tracking import MlflowClient
+
+    c = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    runs = c.search_runs([c.get_experiment_by_name("verl-smoke").experiment_id], filter_string="attributes.status = 'FAILED'")
+    assert sorted(r.data.tags["error"].split(":")[0] for r in runs if "fp8rl.run_id" in r.data.tags) == ["NotADirectoryError"] * 2
 
 
 def test_runs_on_an_empty_store_prints_an_empty_table(store):

