@@ -28,6 +28,9 @@ from .ui import (
     EXPERIMENT_KIND,
     GROUP_TAGS,
     HEADLINE,
+    HEADLINE_BASIS,
+    KL_BASIS,
+    MIN_KL_SEQUENCES,
     NOTE,
     PARENT,
     SHARED_VIEW,
@@ -41,7 +44,8 @@ from .ui import (
 )
 
 __all__ = [
-    "EXPERIMENT_KIND", "GROUP_TAGS", "HEADLINE", "NOTE", "PARENT", "RUN_TABLES", "SHARED_STORE_HINT", "SHARED_VIEW",
+    "EXPERIMENT_KIND", "GROUP_TAGS", "HEADLINE", "HEADLINE_BASIS", "KL_BASIS", "MIN_KL_SEQUENCES", "NOTE", "PARENT",
+    "RUN_TABLES", "SHARED_STORE_HINT", "SHARED_VIEW",
     "VIEW_KEY", "RunEnd", "RunRow", "artifact_root", "captured_logs", "client", "compare_url", "describe_experiment",
     "end_sweep_run", "end_unfinished", "ending", "experiment_id", "experiment_url", "find_finished", "find_sweep_run",
     "flatten", "headline_metrics", "headline_view", "is_loopback", "log_csv", "log_file", "log_json", "log_metrics",
