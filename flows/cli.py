@@ -248,11 +248,6 @@ def tracking_server(
         raise _fail(str(e)) from None
 
 
-def _metric(run, key: str) -> str:
-    v = run.data.metrics.get(key)
-    return f"{v:.4g}" if isinstance(v, (int, float)) else "–"
-
-
 @app.command()
 def runs(
     sweep: Annotated[str | None, typer.Option(help="only this sweep (MLflow experiment)")] = None,
@@ -266,7 +261,8 @@ def runs(
     from rich.console import Console
 
     from adapters import tracking
-    from flows.terminal_table import Column, fitted_table
+    from flows.console import HEADLINE_HIDE
+    from flows.terminal_table import KL_NOTE, Column, fitted_table, headline_cells, headline_columns
 
     c = tracking.client()
     if sweep is not None:
@@ -280,20 +276,22 @@ def runs(
     names = {e.experiment_id: e.name for e in exps}
     found = c.search_runs(list(names), order_by=["attributes.start_time DESC"], max_results=limit) if names else []
 
-    # a narrow terminal leaves out the run id, then the start time, then the sweep: names and numbers stay whole
+    # a narrow terminal leaves out the run id, then the start time, then the sweep, then the warm step time and
+    # |Δlogp|: names and numbers stay whole
     columns = [Column("sweep", hide=3), Column("run"), Column("run id", hide=1), Column("status", wraps=True),
-               Column("started", hide=2), *(Column(label, numeric=True) for _, label, *_ in tracking.HEADLINE)]
-    rows = []
+               Column("started", hide=2), *headline_columns(HEADLINE_HIDE)]
+    rows, marked = [], False
     for r in found:
         started = datetime.fromtimestamp(r.info.start_time / 1000).strftime("%Y-%m-%d %H:%M") if r.info.start_time else "–"
         kind = r.data.tags.get("fp8rl.kind")
+        cells, noise = headline_cells(r.data.metrics)
+        marked |= noise
         rows.append([names.get(r.info.experiment_id, r.info.experiment_id), r.info.run_name or r.info.run_id,
-                     r.data.tags.get("fp8rl.run_id", f"({kind})" if kind else "–"), r.info.status, started,
-                     *(_metric(r, k) for k, *_ in tracking.HEADLINE)])
+                     r.data.tags.get("fp8rl.run_id", f"({kind})" if kind else "–"), r.info.status, started, *cells])
     console = Console()
     title = (f"{len(found)} most recent runs" + (f" of sweep {sweep}" if sweep else "")
              + f" — {tracking.tracking_uri()}")
-    console.print(fitted_table(title, columns, rows, console.width))
+    console.print(fitted_table(title, columns, rows, console.width, [KL_NOTE] if marked else []))
     if sweep is not None:
         for line in _ui_links(c, exps[0].experiment_id):
             console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -1,6 +1,6 @@
 """What a sweep prints to the terminal: its progress (one line per run as it ends) and the table of its
-runs with the headline metrics (:data:`adapters.tracking.HEADLINE`). Everything else goes to the log files
-(:mod:`adapters.logs`)."""
+runs with the headline metrics (:data:`adapters.tracking.HEADLINE`, each KL with its interval), fitted to the
+terminal's width. Everything else goes to the log files (:mod:`adapters.logs`)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from adapters.tracking import HEADLINE, RunRow
+from adapters.tracking import RunRow
+from flows.terminal_table import KL_NOTE, Column, fitted_table, headline_cells, headline_columns
 
-__all__ = ["console", "progress", "sweep_table"]
+__all__ = ["HEADLINE_HIDE", "console", "progress", "sweep_table"]
 
 
 def console() -> Console:
@@ -23,17 +24,21 @@ def console() -> Console:
     return out if out.is_terminal else Console(width=140)
 
 
-def sweep_table(sweep: str, rows: Sequence[RunRow]) -> Table:
-    """One row per run: name, status and the headline metrics (``–`` where a run has none)."""
-    t = Table(title=f"sweep {sweep}: {len(rows)} runs")
-    t.add_column("run", no_wrap=True)
-    t.add_column("status")
-    for _, label, *_ in HEADLINE:
-        t.add_column(label, justify="right")
+#: the headline columns left out first when a table does not fit (lowest first): the least read ones
+HEADLINE_HIDE = {"warm step s": 10, "|Δlogp| ×1e3": 11}
+
+
+def sweep_table(sweep: str, rows: Sequence[RunRow], width: int) -> Table:
+    """One row per run at most ``width`` characters wide (:func:`~flows.terminal_table.fitted_table`): name,
+    status and the headline metrics, each KL with its 95% interval and marked when it is no finding
+    (:func:`~flows.terminal_table.headline_cells`; ``–`` where a run has none)."""
+    columns = [Column("run"), Column("status", wraps=True), *headline_columns(HEADLINE_HIDE)]
+    body, marked = [], False
     for r in rows:
-        t.add_row(r.name, r.status, *(f"{r.metrics[k]:.4g}" if isinstance(r.metrics.get(k), float) else "–"
-                                      for k, *_ in HEADLINE))
-    return t
+        cells, noise = headline_cells(r.metrics)
+        body.append([r.name, r.status, *cells])
+        marked |= noise
+    return fitted_table(f"sweep {sweep}: {len(rows)} runs", columns, body, width, [KL_NOTE] if marked else [])
 
 
 @contextmanager

@@ -296,7 +296,7 @@ def _finish(sweep: Sweep, rows: list[RunRow], parent: "_ParentRun", report: bool
     rebuilt with ``fp8rl report``), the parent run ended by its runs, an error naming the failed ones."""
     logger = get_run_logger()
     out = console.console()
-    out.print(console.sweep_table(sweep.name, rows))
+    out.print(console.sweep_table(sweep.name, rows, out.width))
     if report and not all(r.failed for r in rows):
         try:
             path = reporting.sweep_report(sweep.name, str(Path(REPORTS) / sweep.name), parent.get(), sweep.config)

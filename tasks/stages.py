@@ -32,7 +32,7 @@ from fp8rl_core.learner.spec import ModelSpec
 from fp8rl_core.learner.warmstart import is_complete, warm_start, warmstart_key
 from fp8rl_core.loop import Pipeline, rollout_and_learn, start_pipeline, sync_weights
 from fp8rl_core.metrics import summarize_steps
-from fp8rl_core.metrics.probe import probe_divergence
+from fp8rl_core.metrics.probe import probe_divergence, probe_interval
 from fp8rl_core.metrics.summary import run_kl_summary
 from fp8rl_core.report.plots import detection_matrix, run_figures
 from fp8rl_core.schemas import validate
@@ -171,7 +171,7 @@ def invariant_checks(key: str, rollout_tags: list[list[int]], step_row: dict | N
 def extract_kl_timing(key: str) -> dict:
     """Run-level mismatch — every estimator per step and per run with bootstrap intervals over sequences
     (``kl_summary`` rows, fp8rl_core.metrics.summary), the exact full-vocabulary KL/JS on a held-out probe
-    batch at the final weights — and the timing summary. Returns the run's summary metrics."""
+    batch at the final weights with its interval over probe sequences — and the timing summary. Returns the run's summary metrics."""
     live = _live(key)
     cfg = live.cfg
     live.kl_summary = run_kl_summary(live.tokens, run_id=key, preset=cfg.preset, model=cfg.model, seed=cfg.seed,
@@ -182,8 +182,11 @@ def extract_kl_timing(key: str) -> dict:
     probe = cfg.warmstart.task.prompts(cfg.metrics.probe_sequences, seed=cfg.seed + 70_001, split="eval").sequences
     div = probe_divergence(live.pipe.sampler, live.pipe.learner, probe)
     meta = {"run_id": key, "preset": cfg.preset, "model": cfg.model, "seed": cfg.seed}
-    live.probe = [meta | row for row in div.pop("per_sequence")]
+    per_sequence = div.pop("per_sequence")
+    live.probe = [meta | row for row in per_sequence]
     kl |= {f"kl/{k}": float(v) for k, v in div.items()}
+    kl |= {f"kl/{k}": v for k, v in probe_interval(per_sequence, n_boot=cfg.metrics.bootstrap,
+                                                   level=cfg.metrics.ci_level, seed=cfg.seed).items()}
     timing = summarize_steps(live.steps, [c for c in TIMING_COLUMNS if c != "total_s"])
     warm = live.steps[1:] or live.steps  # the first step carries the engine's and kernels' first-use warm-up
     out = kl | {f"time/{k}": v for k, v in timing.items()} | {
@@ -243,10 +246,16 @@ def record_run(key: str, mlflow_run: str, summary: dict) -> None:
         title = f"{live.cfg.model} · {live.cfg.preset} · seed {live.cfg.seed}"
         for png in run_figures(live.steps, live.kl_summary, live.tokens, d, title):
             tracking.log_file(mlflow_run, png, "figures")
-    get_run_logger().info("run done: KL k3 %.4g µnats, full KL %.4g µnats, reward %.3f, warm step %.2f s",
-                          summary.get("headline/kl_k3_micronats", float("nan")),
-                          summary.get("headline/full_kl_micronats", float("nan")),
-                          float(summary.get("reward/final", float("nan"))), summary.get("time/warm_step_s", float("nan")))
+    nan = float("nan")
+    get_run_logger().info("run done: KL k3 %.4g µnats (95%% CI %.3g–%.3g, %d sequences), full KL %.4g µnats (95%% CI "
+                          "%.3g–%.3g, %d probe sequences), reward %.3f, warm step %.2f s",
+                          *(summary.get(f"headline/{k}", nan) for k in ("kl_k3_micronats", "kl_k3_lo_micronats",
+                                                                        "kl_k3_hi_micronats")),
+                          int(summary.get("kl/sequences", 0)),
+                          *(summary.get(f"headline/{k}", nan) for k in ("full_kl_micronats", "full_kl_lo_micronats",
+                                                                        "full_kl_hi_micronats")),
+                          int(summary.get("kl/full_sequences", 0)),
+                          float(summary.get("reward/final", nan)), summary.get("time/warm_step_s", nan))
 
 
 #: the tables :func:`record_run` also logs as ``tables/<name>.csv`` (small: one row per step, per step and

@@ -40,6 +40,9 @@ from .ui import (
     EXPERIMENT_KIND,
     GROUP_TAGS,
     HEADLINE,
+    HEADLINE_BASIS,
+    KL_BASIS,
+    MIN_KL_SEQUENCES,
     NOTE,
     PARENT,
     SHARED_VIEW,
@@ -53,11 +56,12 @@ from .ui import (
 )
 
 __all__ = [
-    "EXPERIMENT_KIND", "GROUP_TAGS", "HEADLINE", "NOTE", "PARENT", "RUN_TABLES", "SHARED_STORE_HINT", "SHARED_VIEW",
-    "VIEW_KEY", "RunEnd", "RunRow", "artifact_root", "captured_logs", "client", "compare_url",
-    "describe_experiment", "end_sweep_run", "end_unfinished", "ending", "experiment_id", "experiment_url",
-    "find_finished", "find_sweep_run", "flatten", "headline_metrics", "headline_view", "is_loopback", "log_csv",
-    "log_file", "log_json", "log_metrics", "log_params", "log_table", "log_text", "open_check_run",
-    "open_report_run", "open_run", "open_sweep_run", "plain_text", "require_shared_store", "schedule", "set_tag",
-    "start", "status", "sweep_json", "sweep_tables", "terminate", "this_host_ips", "tracking_uri", "ui_url",
+    "EXPERIMENT_KIND", "GROUP_TAGS", "HEADLINE", "HEADLINE_BASIS", "KL_BASIS", "MIN_KL_SEQUENCES", "NOTE", "PARENT",
+    "RUN_TABLES", "SHARED_STORE_HINT", "SHARED_VIEW", "VIEW_KEY", "RunEnd", "RunRow", "artifact_root",
+    "captured_logs", "client", "compare_url", "describe_experiment", "end_sweep_run", "end_unfinished", "ending",
+    "experiment_id", "experiment_url", "find_finished", "find_sweep_run", "flatten", "headline_metrics",
+    "headline_view", "is_loopback", "log_csv", "log_file", "log_json", "log_metrics", "log_params", "log_table",
+    "log_text", "open_check_run", "open_report_run", "open_run", "open_sweep_run", "plain_text",
+    "require_shared_store", "schedule", "set_tag", "start", "status", "sweep_json", "sweep_tables", "terminate",
+    "this_host_ips", "tracking_uri", "ui_url",
 ]

@@ -3,7 +3,8 @@ description and shared view (:func:`describe_experiment`), and the links ``fp8rl
 
 The experiment carries ``mlflow.experimentKind = custom_model_development`` (the UI opens it as a
 model-training experiment, not a GenAI one) and a shared view (``mlflow.sharedViewState.<key>``) whose
-columns are the group tags and the :data:`HEADLINE` metrics (docs/metrics.md).
+columns are the group tags, the :data:`HEADLINE` metrics and what the KL ones rest on (:data:`HEADLINE_BASIS`;
+docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Iterable, Mapping
 
 from .store import client, experiment_id, tracking_uri
 
-__all__ = ["EXPERIMENT_KIND", "GROUP_TAGS", "HEADLINE", "NOTE", "PARENT", "SHARED_VIEW", "VIEW_KEY", "compare_url",
+__all__ = ["EXPERIMENT_KIND", "GROUP_TAGS", "HEADLINE", "HEADLINE_BASIS", "KL_BASIS", "MIN_KL_SEQUENCES", "NOTE", "PARENT", "SHARED_VIEW", "VIEW_KEY", "compare_url",
            "describe_experiment", "experiment_url", "headline_metrics", "headline_view", "ui_url"]
 
 #: MLflow's own tags: the UI's description of a run or experiment, the parent of a nested run, the kind of
@@ -34,10 +35,38 @@ HEADLINE = (("headline/kl_k3_micronats", "KL k3 µnats", "kl/k3", 1e6),
             ("headline/warm_step_s", "warm step s", "time/warm_step_s", 1.0))
 
 
+#: what each headline KL rests on, in the same units: (metric, the run-level metric it rescales, factor) — the
+#: 95% bootstrap interval of KL k3 over the run's sampled sequences and their count (and tokens), the interval
+#: of the exact probe KL over the probe sequences and their count. Shown with the KL in the terminal tables
+#: (:mod:`flows.terminal_table`) and beside it in the UI's view
+HEADLINE_BASIS = (("headline/kl_k3_lo_micronats", "kl/k3_lo", 1e6), ("headline/kl_k3_hi_micronats", "kl/k3_hi", 1e6),
+                  ("headline/kl_sequences", "kl/sequences", 1.0), ("headline/kl_tokens", "kl/tokens", 1.0),
+                  ("headline/full_kl_lo_micronats", "kl/full_kl_lo", 1e6),
+                  ("headline/full_kl_hi_micronats", "kl/full_kl_hi", 1e6),
+                  ("headline/full_kl_sequences", "kl/full_sequences", 1.0))
+
+
+#: each headline KL → its interval's low and high end and the sequences it rests on (:data:`HEADLINE_BASIS`)
+KL_BASIS = {"headline/kl_k3_micronats": ("headline/kl_k3_lo_micronats", "headline/kl_k3_hi_micronats",
+                                         "headline/kl_sequences"),
+            "headline/full_kl_micronats": ("headline/full_kl_lo_micronats", "headline/full_kl_hi_micronats",
+                                           "headline/full_kl_sequences")}
+#: the fewest sampled sequences a run's KL k3 is a finding on: below it (a two-step smoke has 32) the number
+#: and its bootstrap interval over sequences are noise. The exact probe KL is no sample of the sampler's
+#: draws: its interval alone says how far it holds
+MIN_KL_SEQUENCES = {"headline/kl_k3_micronats": 100}
+
+
 def headline_metrics(summary: Mapping[str, float]) -> dict[str, float]:
-    """The :data:`HEADLINE` metrics of a run's summary metrics (those whose source is there), rounded to
-    four significant digits: a column shows ``21.95``, not ``21.947749…`` (the full values are the sources)."""
-    return {name: float(f"{float(summary[src]) * factor:.4g}") for name, _, src, factor in HEADLINE if src in summary}
+    """The :data:`HEADLINE` and :data:`HEADLINE_BASIS` metrics of a run's summary metrics (those whose source
+    is there), rounded to four significant digits — a column shows ``21.95``, not ``21.947749…`` (the full
+    values are the sources) — but for the counts, kept whole."""
+    out = {}
+    for name, src, factor in [(n, s, f) for n, _, s, f in HEADLINE] + list(HEADLINE_BASIS):
+        if src in summary:
+            v = float(summary[src]) * factor
+            out[name] = v if name.endswith(("_sequences", "_tokens")) else float(f"{v:.4g}")
+    return out
 
 
 #: the tags every run of a sweep carries for grouping (the columns the shared view shows first)
@@ -64,7 +93,8 @@ def headline_view() -> dict:
     """The runs-table state of the shared view (the UI's own keys): the columns it shows, the runs sorted
     by KL (which lists them flat, not folded under their parent)."""
     metrics = [f"metrics.`{m}`" for m, *_ in HEADLINE]
-    cols = metrics + [f"tags.`{t}`" for t in GROUP_TAGS]  # the description is on the run's page (and its name's tooltip)
+    basis = [f"metrics.`{m}`" for m, *_ in HEADLINE_BASIS]
+    cols = metrics + basis + [f"tags.`{t}`" for t in GROUP_TAGS]  # the description is on the run's page (and its name's tooltip)
     return {"selectedColumns": cols, "orderByKey": metrics[0], "orderByAsc": True, "runsHiddenMode": "SHOW_ALL",
             "hideEmptyCharts": True}
 

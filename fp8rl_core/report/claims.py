@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from fp8rl_core.sampler.presets import PRESETS
+
 __all__ = ["CLAIMS", "CLAIM_KINDS", "KL_KINDS", "MEASURE_LABELS", "PROBE_MEASURE", "VERDICTS", "Claim", "ClaimKind",
            "Direction", "ModelClass", "Verdict", "claims_table", "measure_label"]
 
@@ -39,7 +41,7 @@ class Claim:
     """One statement of the paper.
 
     ``kind`` (one of :data:`CLAIM_KINDS`) says how it is measured: ``kl_ratio`` (KL of ``candidate`` /
-    KL of ``baseline``), ``kl_ratio_first_step`` (the same, whole run and step 1), ``sync`` (W2 rows),
+    KL of ``baseline``), ``kl_ratio_first_step`` (the same, whole run and step 1), ``sync`` (the W2 rows of the syncs on the learner's grid),
     ``cost_fixed`` / ``cost_break_even`` (the micro-batch cost model), ``trace`` (GPU idle analysis),
     ``time_ratio`` (``metric`` = a steps-table time column, candidate / baseline). ``paper_ratio`` /
     ``paper_range``: the paper's number, ``direction``: ``"lower"`` or ``"higher"`` (the claimed side of
@@ -79,7 +81,8 @@ class Claim:
 
 
 #: what a sweep needs for a claim of a kind that is not a comparison of two presets
-_NEEDS: dict[str, str] = {"sync": "a checks table with W2 rows",
+_NEEDS: dict[str, str] = {"sync": "W2 checks of runs whose sampler holds layers on the learner's grid (presets "
+                                  + ", ".join(p.name for p in PRESETS.values() if p.on_learner_grid) + ")",
                           "cost_fixed": "micro-batch timings of a BF16 and an MXFP8 learner",
                           "cost_break_even": "micro-batch timings of a BF16 and an MXFP8 learner",
                           "trace": "a GPU profiler trace of each precision"}

@@ -16,7 +16,8 @@
    KL ratio per model and measure with its CI, W2's byte-difference fractions and a verdict sentence, or
    "not run" (:mod:`.requant`);
 6. the micro-batch cost model's verdict, when the sweep timed micro-batches;
-7. the weight-sync check pass counts per condition;
+7. the weight-sync check pass counts per condition, then per group of syncs by what the sampler holds
+   (:mod:`.syncs`: on the learner's grid — claim (c)'s syncs —, BF16, its own quantization);
 8. the figures, linked relatively (``![…](kl_by_preset.png)``), so the directory can be moved or
    uploaded as one artifact.
 
@@ -45,6 +46,7 @@ from .requant import BASELINE as REQUANT_BASELINE
 from .requant import CANDIDATE as REQUANT_CANDIDATE
 from .requant import requant_rows
 from .matching import write_matching_report
+from .syncs import sync_groups
 from .verdicts import absent_claims, evaluate_claims
 
 __all__ = ["RUN_METRICS", "write_report"]
@@ -257,8 +259,18 @@ def _checks_section(data: SweepData) -> list[str]:
             continue
         runs = ch.loc[sel, "run_id"].nunique() if "run_id" in ch.columns else 1
         rows.append([c, int(sel.sum()), int(passed[sel].sum()), int((~passed[sel]).sum()), runs])
-    return ["## Weight-sync checks", "", f"{int(passed.sum())} of {len(ch)} checks passed.", "",
-            *_table(["condition", "checks", "passed", "failed", "runs"], rows), ""]
+    out = ["## Weight-sync checks", "", f"{int(passed.sum())} of {len(ch)} checks passed.", "",
+           *_table(["condition", "checks", "passed", "failed", "runs"], rows), ""]
+    groups = sync_groups(data)
+    if groups:
+        out += ["By what the sampler holds after a sync (its preset): claim (c) counts only the syncs on the learner's "
+                "grid; the others' key checks show what the last column says.", "",
+                *_table(["sampler holds", "presets", "runs", "syncs", "key checks passed", "all checks passed",
+                         "what the key checks show"],
+                        [[g.label, ", ".join(g.presets) or "–", g.runs, g.syncs,
+                          ", ".join(f"{c} {t}" for c, t in g.key_tallies()) or "–", str(g.checks), g.shows]
+                         for g in groups]), ""]
+    return out
 
 
 def _figures(data: SweepData, out: Path, table: pd.DataFrame, cms: list, n_boot: int,

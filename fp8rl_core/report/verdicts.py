@@ -12,14 +12,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import pandas as pd
-
 from fp8rl_core.metrics import CostModel
 
 from .claims import CLAIMS, PROBE_MEASURE, VERDICTS, Claim, ClaimKind, Direction, Verdict, measure_label
 from .compare import PresetComparison, compare_presets, compare_times, cost_models, fmt_number, units_of
 from .data import SweepData, Units, is_probe_metric, sweep_models
 from .power import power_rows
+from .syncs import sync_groups
 
 __all__ = ["EVALUATORS", "AbsentClaim", "ClaimRow", "absent_claims", "direction_verdict", "evaluate_claims"]
 
@@ -258,40 +257,29 @@ def _eval_first_step(ctx: _Ctx, claim: Claim) -> list[ClaimRow]:
     return rows
 
 
-def _run_names(data: SweepData) -> dict[str, str]:
-    if data.runs.empty:
-        return {}
-    names = data.runs["name"] if "name" in data.runs.columns else data.runs["run_id"]
-    return dict(zip(data.runs["run_id"].astype(str), names.astype(str)))
-
-
 def _eval_sync(ctx: _Ctx, claim: Claim) -> list[ClaimRow]:
-    ch = ctx.data.checks
-    if ch.empty or "condition" not in ch.columns:
+    """Claim (c) over the syncs whose sampler holds layers on the learner's grid (:mod:`.syncs`), judged by
+    their W2 checks; the other syncs' checks are stated beside it, not counted. No such sync: no row."""
+    groups = sync_groups(ctx.data)
+    on = next((g for g in groups if g.holds == "learner"), None)
+    w2 = None if on is None else on.tally("W2")
+    if w2 is None:
         return []
-    w2 = ch[ch["condition"] == "W2"]
-    if w2.empty:
-        return []
-    passed = w2["passed"].astype(bool)
-    run_col = w2["run_id"].astype(str) if "run_id" in w2.columns else pd.Series("run", index=w2.index)
-    syncs = pd.DataFrame({"run": run_col, "sync": w2["sync"]}).drop_duplicates().shape[0]
-    runs = run_col.nunique()
-    all_pass = int(ch["passed"].astype(bool).sum())
-    measured = (f"{int(passed.sum())}/{len(w2)} W2 checks passed ({syncs} syncs of {runs} runs); all conditions: "
-                f"{all_pass}/{len(ch)} checks passed")
-    if passed.all():
-        why = (f"every W2 check passed: at each of the {syncs} syncs the sampler's FP8 data and scale bytes read back "
-               "equal the learner's rowwise quantization of its master weights")
-        return [_row(claim, None, measured, "reproduced", why, value=float(passed.mean()))]
-    names = _run_names(ctx.data)
-    bad = w2[~passed]
-    examples = []
-    for _, r in bad.head(3).iterrows():
-        who = names.get(str(r.get("run_id", "")), str(r.get("run_id", "run")))
-        off = str(r.get("offenders") or "").strip()
-        examples.append(f"{who} sync {int(r['sync'])}" + (f" ({off})" if off else ""))
-    why = f"{len(bad)} W2 check(s) failed, e.g. " + "; ".join(examples)
-    return [_row(claim, None, measured, "not reproduced", why, value=float(passed.mean()))]
+    presets = ", ".join(on.presets)
+    measured = (f"{w2} W2 checks passed at the {on.syncs} syncs of {on.runs} run{'s' * (on.runs != 1)} on the "
+                f"learner's grid ({presets}); "
+                f"all conditions there: {on.checks} checks passed")
+    if w2.failed == 0:
+        verdict: Verdict = "reproduced"
+        why = (f"every W2 check on the learner's grid passed: at each of the {on.syncs} syncs of {presets} "
+               f"{on.shows}")
+    else:
+        verdict = "not reproduced"
+        why = f"{w2.failed} W2 check(s) on the learner's grid failed, e.g. " + "; ".join(on.failed(("W2",)))
+    others = [g.summary() for g in groups if g is not on]
+    if others:
+        why += "; not on the learner's grid, so not counted in (c): " + "; ".join(others)
+    return [_row(claim, None, measured, verdict, why, value=w2.passed / w2.total)]
 
 
 def _ms(x: float) -> str:

@@ -28,6 +28,18 @@ class Preset:
     sampler_grid: Literal["learner", "requant", "block128"]
     what: str
 
+    @property
+    def sampler_holds(self) -> Literal["bf16", "learner", "requant", "block128"]:
+        """What the sampler's selected GEMM layers hold after a sync: ``learner`` — the learner's own FP8 data
+        and scale bytes (the layers on the learner's grid); ``requant`` / ``block128`` — the sampler's own
+        quantization of the BF16 view it is sent; ``bf16`` when no layer is selected (BF16 views only)."""
+        return "bf16" if self.sampler_layers == "none" else self.sampler_grid
+
+    @property
+    def on_learner_grid(self) -> bool:
+        """Whether some sampler layer holds the learner's own FP8 bytes after a sync (:attr:`sampler_holds`)."""
+        return self.sampler_holds == "learner"
+
     def learner_config(self, **settings) -> LearnerConfig:
         """The learner's config under this preset: its precision and layers; recipe, lr, GRPO … as given
         (else :class:`~fp8rl_core.learner.config.LearnerConfig`'s defaults)."""

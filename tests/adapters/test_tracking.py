@@ -73,7 +73,8 @@ def parent_and_runs_round_trip(store: Path) -> None:
     exp = c.get_experiment_by_name("sweep-p")
     assert "every preset" in exp.tags[tracking.NOTE] and exp.tags[tracking.EXPERIMENT_KIND] == "custom_model_development"
     view = json.loads(exp.tags[tracking.SHARED_VIEW + tracking.VIEW_KEY])
-    assert [f"metrics.`{m}`" for m, *_ in tracking.HEADLINE] == [k for k in view["selectedColumns"] if k.startswith("metrics")]
+    assert [f"metrics.`{m}`" for m, *_ in (*tracking.HEADLINE, *tracking.HEADLINE_BASIS)] == [
+        k for k in view["selectedColumns"] if k.startswith("metrics")]
     # the parent has no fp8rl run id: resume and the report's tables see only the run
     assert tracking.find_finished("sweep-p", "r1") == child
     assert [r["mlflow_run"] for r in tracking.sweep_tables("sweep-p", store / "dl")["runs"]] == [child]

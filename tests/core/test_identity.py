@@ -54,7 +54,7 @@ SHIPPED = {
     "nightly.yaml": ("nightly", 12, "6c7379e9b435", "4352d9a733dc", "c926af75bff6",
                      {"dense": "9281b16108b4", "moe": "51366ebb7bb5"}),
     "smoke.yaml": ("smoke", 30, "ab4233665176", "5b64a9bd10df", None, {}),
-    "verl-smoke.yaml": ("verl-smoke", 8, "0e1f2d7c1fc7", "c204e3e3f03a", None, {}),
+    "verl-smoke.yaml": ("verl-smoke", 8, "e96e9fd9c807", "31ec29b71655", None, {}),
 }
 
 

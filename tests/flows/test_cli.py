@@ -192,8 +192,10 @@ def test_runs_lists_runs_with_status_and_headline_metrics(store, monkeypatch):
     parent = tracking.open_sweep_run("sw", "swid", {"axes.seed": "[0]"})
     done = tracking.open_run("sw", "swid", "abcdef123456", "dense-mini·all·s0", {"preset": "all"}, None, parent=parent,
                              tags={"model": "qwen3-dense-mini", "preset": "all", "seed": "0"})
-    tracking.log_metrics(done, {"headline/kl_k3_micronats": 0.0123456, "headline/abs_dlogp_x1e3": 0.25,
-                                "headline/reward_final": 1.0, "headline/warm_step_s": 12.5})
+    tracking.log_metrics(done, {"headline/kl_k3_micronats": 0.0123456, "headline/kl_k3_lo_micronats": 0.01,
+                                "headline/kl_k3_hi_micronats": 0.02, "headline/kl_sequences": 32.0,
+                                "headline/abs_dlogp_x1e3": 0.25, "headline/reward_final": 1.0,
+                                "headline/warm_step_s": 12.5})
     tracking.terminate(done, "FINISHED")
     other = tracking.open_run("sw", "swid", "aaaaaaaaaaaa", "dense-mini·bf16-e2e·s0", {"preset": "bf16-e2e"}, None,
                               parent=parent, tags={"model": "qwen3-dense-mini", "preset": "bf16-e2e", "seed": "0"})
@@ -210,8 +212,9 @@ def test_runs_lists_runs_with_status_and_headline_metrics(store, monkeypatch):
     assert "4 most recent runs of sweep sw" in out
     line = next(l for l in out.splitlines() if "dense-mini·all·s0" in l)
     assert "FINISHED" in line and "abcdef123456" in line
-    for value in ("0.01235", "0.25", "1", "12.5"):
-        assert value in line
+    for value in ("0.0123", "(0.01–0.02)*", "0.25", "1", "12.5"):  # KL k3 with its CI, marked: 32 sequences
+        assert value in line.split()
+    assert "fewer than 100 sampled sequences" in " ".join(out.split())
     assert "FAILED" in next(l for l in out.splitlines() if "moe-mini·half·s1" in l)
     assert "(sweep)" in next(l for l in out.splitlines() if "sw·swid" in l)  # the parent run, no fp8rl run id
     assert "other-run" not in out
@@ -222,16 +225,17 @@ def test_runs_lists_runs_with_status_and_headline_metrics(store, monkeypatch):
     assert compare.endswith(tracking.compare_url(exp, [other, done])) or compare.endswith(tracking.compare_url(exp, [done, other]))
     assert "qwen3-moe-mini" not in "".join(l for l in out.splitlines() if l.startswith("compare"))  # one preset: nothing to compare
 
-    # an 80-column terminal: the run id and start time left out (and named); names and numbers whole
+    # an 80-column terminal: the run id, start time, sweep (in the title) and warm step time left out (and
+    # named); names and numbers whole, the KL with its interval
     monkeypatch.setenv("COLUMNS", "80")
     result = _invoke("runs", "--sweep", "sw")
     assert result.exit_code == 0, result.output
     table = result.output.split("MLflow UI (", 1)[0].splitlines()
     assert all(len(l) <= 80 for l in table) and not any("…" in l for l in table)
     line = next(l for l in table if "dense-mini·all·s0" in l)
-    assert line.split() == ["sw", "dense-mini·all·s0", "FINISHED", "0.01235", "–", "0.25", "1", "12.5"]
-    assert next(l for l in table if "moe-mini·half·s1" in l).split()[:3] == ["sw", "moe-mini·half·s1", "FAILED"]
-    assert "not shown in 80 columns: run id, started" in result.output
+    assert line.split() == ["dense-mini·all·s0", "FINISHED", "0.0123", "(0.01–0.02)*", "–", "0.25", "1"]
+    assert next(l for l in table if "moe-mini·half·s1" in l).split()[:2] == ["moe-mini·half·s1", "FAILED"]
+    assert "not shown in 80 columns: sweep, run id, started, warm step s" in result.output
     monkeypatch.setenv("COLUMNS", "220")
 
     result = _invoke("runs", "--limit", "1")

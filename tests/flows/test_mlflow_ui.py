@@ -109,6 +109,11 @@ def test_each_run_has_one_reward_per_step_headline_metrics_figures_tables_and_a_
         assert m["headline/reward_final"] == pytest.approx(m["reward/final"], **four)
         assert m["headline/warm_step_s"] == pytest.approx(steps[1]["total_s"], **four)  # the second step: no warm-up
         assert len(f"{m['headline/kl_k3_micronats']:g}") <= 7  # short in a narrow column
+        # what the KLs rest on: their intervals, and the sequences as whole counts
+        assert m["headline/kl_k3_lo_micronats"] == pytest.approx(m["kl/k3_lo"] * 1e6, **four)
+        assert m["headline/full_kl_hi_micronats"] == pytest.approx(m["kl/full_kl_hi"] * 1e6, **four)
+        assert m["headline/kl_sequences"] == m["kl/sequences"] == 32  # 2 steps × 4 prompts × 4 samples
+        assert m["headline/kl_tokens"] == m["kl/tokens"] and m["headline/full_kl_sequences"] == m["kl/full_sequences"]
         assert m["check/passed"] == 1.0 and not any(re.fullmatch(r"check/W\d", k) for k in m)
         files = {f.path for f in c.list_artifacts(rid)} | {f.path for d in ("tables", "figures")
                                                           for f in c.list_artifacts(rid, d)}

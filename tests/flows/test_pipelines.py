@@ -98,6 +98,10 @@ def test_a_run_finishes_with_its_record_and_a_resume_skips_it(env):
     assert [r["sequence"] for r in probe] == list(range(16))  # metrics.probe_sequences
     per_position = sum(r["kl"] for r in probe) / sum(r["positions"] for r in probe)
     assert per_position == pytest.approx(m["kl/full_kl"], rel=1e-6)
+    # what the headline KLs rest on: the probe's interval over its 16 sequences, KL k3's sequences
+    assert m["kl/full_kl_lo"] <= m["kl/full_kl"] <= m["kl/full_kl_hi"] and m["kl/full_sequences"] == 16
+    assert m["headline/kl_sequences"] == m["kl/sequences"] and m["headline/full_kl_sequences"] == 16
+    assert m["headline/kl_k3_lo_micronats"] <= m["headline/kl_k3_micronats"] <= m["headline/kl_k3_hi_micronats"]
     # the sweep's report: summary + figures on disk and in MLflow (run 'report')
     summary = Path(env["root"]) / "reports" / "smoke" / "summary.md"
     assert summary.is_file() and "# fp8rl report: smoke" in summary.read_text()

@@ -1,5 +1,6 @@
 """The table of runs at a terminal's width (flows.terminal_table): rendered by rich at 80 and 160 columns,
-every run name and number whole, the optional columns left out in their order and named."""
+every run name and number whole, the optional columns left out in their order and named; the headline cells,
+each KL with its interval and marked when it is no finding, and the sweep's table (flows.console) with them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import io
 import pytest
 from rich.console import Console
 
-from flows.terminal_table import Column, fitted_table
+from adapters.tracking import MIN_KL_SEQUENCES, RunRow, headline_metrics
+from flows.console import sweep_table
+from flows.terminal_table import Column, fitted_table, kl_cell
 
 #: the columns of `fp8rl runs`: sweep, run, run id, status, started, the five headline numbers
 COLUMNS = [Column("sweep", hide=3), Column("run"), Column("run id", hide=1), Column("status", wraps=True),
@@ -92,3 +95,65 @@ def test_too_narrow_for_the_kept_columns_folds_the_name_and_keeps_the_numbers():
 
 def hidden_line(lines: list[str]) -> str:
     return lines[-1].strip()
+
+
+# ------------------------------------------------------------------------------------ the headline cells
+
+def _summary(k3, lo, hi, sequences, **more):
+    return headline_metrics({"kl/k3": k3, "kl/k3_lo": lo, "kl/k3_hi": hi, "kl/sequences": sequences,
+                             "kl/tokens": 4 * sequences, **more})
+
+
+def test_a_kl_reads_with_its_interval_and_is_marked_when_it_is_no_finding():
+    assert MIN_KL_SEQUENCES == {"headline/kl_k3_micronats": 100}
+    key = "headline/kl_k3_micronats"
+    # 512 sequences, an interval clear of 0: a finding
+    assert kl_cell(_summary(8.123e-4, 6.4e-4, 9.9e-4, 512), key) == ("812 (640–990)", False)
+    # the two-step smoke's 32 sequences: marked, whatever the interval
+    assert kl_cell(_summary(5.7e-6, 3.1e-7, 2.1e-5, 32), key) == ("5.7 (0.31–21)*", True)
+    # an interval that includes 0 (k1 can be negative): marked; an exact 0 everywhere is a finding
+    assert kl_cell(_summary(2e-6, -1e-6, 5e-6, 400), key) == ("2 (-1–5)*", True)
+    assert kl_cell(_summary(0.0, 0.0, 0.0, 400), key) == ("0 (0–0)", False)
+    # no interval (bootstrap 0, a verl run without a tokens table): the number alone, marked; no KL: a dash
+    assert kl_cell({key: 54.0, "headline/kl_sequences": 400.0}, key) == ("54*", True)
+    assert kl_cell({}, key) == ("–", False)
+    # large values stay short: thousands as k
+    assert kl_cell(_summary(1.5234e-2, 1.1e-2, 2.03e-2, 512), key) == ("15.2k (11k–20k)", False)
+
+
+def test_the_exact_probe_kl_has_an_interval_and_no_minimum_of_sequences():
+    m = headline_metrics({"kl/full_kl": 7.9e-4, "kl/full_kl_lo": 7e-4, "kl/full_kl_hi": 8.8e-4, "kl/full_sequences": 16})
+    assert m["headline/full_kl_sequences"] == 16.0
+    assert kl_cell(m, "headline/full_kl_micronats") == ("790 (700–880)", False)
+
+
+def test_headline_metrics_keep_counts_whole_and_round_the_rest():
+    m = _summary(8.123456e-4, 6.41234e-4, 9.91234e-4, 12345, **{"reward/final": 0.81234567})
+    assert m == {"headline/kl_k3_micronats": 812.3, "headline/kl_k3_lo_micronats": 641.2,
+                 "headline/kl_k3_hi_micronats": 991.2, "headline/kl_sequences": 12345.0, "headline/kl_tokens": 49380.0,
+                 "headline/reward_final": 0.8123}
+
+
+@pytest.mark.parametrize("width", [80, 140])
+def test_the_sweep_table_fits_and_says_why_a_kl_is_marked(width):
+    smoke = _summary(5.7e-6, 3.1e-7, 2.1e-5, 32, **{"kl/mean_abs_logprob_diff": 1.2e-3, "reward/final": 0.8125,
+                                                     "time/warm_step_s": 3.21})
+    big = _summary(8.123e-4, 6.4e-4, 9.9e-4, 512, **{"kl/full_kl": 7.9e-4, "kl/full_kl_lo": 7e-4,
+                                                      "kl/full_kl_hi": 8.8e-4, "kl/full_sequences": 16})
+    rows = [RunRow("a", "m", "dense-mini·bf16-sampler·s0", "FINISHED", smoke),
+            RunRow("b", "m", "moe-mini·other-grid·s2", "FINISHED", big),
+            RunRow("c", "m", "moe-mini·half·s1", "FAILED: verl exit status 1")]
+    console = Console(width=width, file=io.StringIO(), record=True, color_system=None)
+    console.print(sweep_table("smoke", rows, width))
+    lines = console.export_text().splitlines()
+    assert all(len(l) <= width for l in lines) and not any("…" in l for l in lines)
+    assert row_line(lines, "dense-mini·bf16-sampler·s0").split()[1:5] == ["FINISHED", "5.7", "(0.31–21)*", "–"]
+    assert row_line(lines, "moe-mini·other-grid·s2").split()[1:6] == ["FINISHED", "812", "(640–990)", "790",
+                                                                      "(700–880)"]
+    text = " ".join(" ".join(lines).split())
+    assert "KL: estimate (95% CI); * no finding: no CI, a CI that includes 0, or KL k3 from fewer than 100 sampled " \
+           "sequences" in text
+    if width == 80:
+        assert lines[-1].strip() == "not shown in 80 columns: |Δlogp| ×1e3, warm step s"
+    else:
+        assert not any("not shown" in l for l in lines) and "3.21" in row_line(lines, "dense-mini·bf16-sampler·s0")

@@ -42,6 +42,6 @@ def test_what_each_kind_needs():
     assert needs["a"] == "presets half and bf16-sampler with their tokens table"
     assert needs["d"] == "a MoE model, presets other-grid and all with their tokens table"
     assert needs["h3"] == "a dense model, presets all and bf16-e2e with a steps table or run time metrics"
-    assert needs["c"] == "a checks table with W2 rows"
+    assert needs["c"] == "W2 checks of runs whose sampler holds layers on the learner's grid (presets half, all)"
     assert needs["f1"] == needs["f2"] == "micro-batch timings of a BF16 and an MXFP8 learner"
     assert needs["g"] == "a GPU profiler trace of each precision"

@@ -53,7 +53,9 @@ def test_every_claim_row_is_in_the_table(full_sweep, report):
         assert line == (f"| {md_cell(row.claim)} | {md_cell(row.paper)} | {md_cell(row.measured)} | "
                         f"**{row.verdict}** | {md_cell(row.why)} |")
     c = next(ln for ln in table if ln.startswith("| (c)"))
-    assert "**not reproduced**" in c and "59/60 W2 checks passed" in c
+    # the failed W2 check is other-grid's (dense s0, sync 2): stated beside (c), not counted in it
+    assert "| 24/24 W2 checks passed at the 24 syncs of 12 runs on the learner's grid (half, all); " in c
+    assert "**reproduced**" in c and "failed: dense-mini/other-grid/s0 sync 2" in c
 
 
 def test_every_linked_image_exists_beside_the_summary(report):
@@ -86,6 +88,13 @@ def test_cost_verdict_and_check_counts(report):
     assert "status `no_break_even`" in text
     assert "299 of 300 checks passed." in text
     assert "| W2 | 60 | 59 | 1 | 30 |" in text and "| W1 | 60 | 60 | 0 | 30 |" in text
+    groups = text.split("| sampler holds | presets | runs | syncs | key checks passed | all checks passed | what the "
+                        "key checks show |\n|---|---|---|---|---|---|---|\n")[1].split("\n\n")[0].splitlines()
+    assert [ln.split(" | ")[:6] for ln in groups] == [
+        ["| on the learner's grid", "half, all", "12", "24", "W2 24/24", "120/120"],
+        ["| BF16 sampler", "bf16-e2e, bf16-sampler", "12", "24", "W4 24/24", "120/120"],
+        ["| another grid (128×128 block FP8)", "other-grid", "6", "12", "W4 12/12", "59/60"],
+    ]
 
 
 def test_runs_table_lists_every_run(full_sweep, report):

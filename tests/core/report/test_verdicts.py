@@ -111,17 +111,47 @@ def test_a_zero_baseline_kl_is_not_measurable():
 
 # ------------------------------------------------------------------------------------ sync claim
 
+@pytest.mark.parametrize("backend", ["native", "verl"])
 @pytest.mark.parametrize("fail,verdict", [(False, "reproduced"), (True, "not reproduced")])
-def test_byte_identity_follows_the_w2_rows(fail, verdict):
+def test_byte_identity_follows_the_w2_rows_of_the_syncs_on_the_learners_grid(fail, verdict, backend):
     data = make_sweep(presets=("bf16-sampler", "all"), models=(DENSE,), seeds=(0, 1), fail_w2=fail, steps=False)
+    data.runs = data.runs.assign(backend=backend)  # the same rule for both backends
     row = by_id(evaluate_claims(data, n_boot=200), "c")
     assert row.verdict == verdict
-    n_w2 = 2 * 2 * 2  # runs × syncs
-    passed = n_w2 - int(fail)
-    assert row.measured.startswith(f"{passed}/{n_w2} W2 checks passed ({n_w2} syncs of 4 runs)")
-    assert row.value == pytest.approx(passed / n_w2)
+    # on the grid: the 2 `all` runs × 2 syncs; the 2 bf16-sampler runs' 4 syncs are stated, not counted
+    passed = 4 - int(fail)
+    assert row.measured == (f"{passed}/4 W2 checks passed at the 4 syncs of 2 runs on the learner's grid (all); "
+                            f"all conditions there: {20 - int(fail)}/20 checks passed")
+    assert row.value == pytest.approx(passed / 4)
+    assert row.why.endswith("; not on the learner's grid, so not counted in (c): BF16 sampler (bf16-sampler): "
+                            "4 syncs of 2 runs, W4 4/4 passed, all conditions 20/20 — every tensor the sampler holds "
+                            "equals the learner's BF16 view (no layer on an FP8 grid, so W2 compares no tensor)")
     if fail:
-        assert "dense-mini/all/s0 sync 2 (model.layers.0.mlp.down_proj)" in row.why
+        assert row.why.startswith("1 W2 check(s) on the learner's grid failed, e.g. dense-mini/all/s0 sync 2 "
+                                  "(model.layers.0.mlp.down_proj); ")
+    else:
+        assert row.why.startswith("every W2 check on the learner's grid passed: at each of the 4 syncs of all the "
+                                  "sampler's FP8 data and scale bytes read back equal the learner's rowwise "
+                                  "quantization of its master weights; ")
+
+
+def test_a_failure_off_the_learners_grid_is_stated_and_does_not_count_in_c():
+    # the failing run is the last preset's seed 0: other-grid, whose sampler quantizes the BF16 view itself
+    data = make_sweep(presets=("half", "all", "other-grid"), models=(DENSE,), seeds=(0,), fail_w2=True, steps=False)
+    row = by_id(evaluate_claims(data, n_boot=200), "c")
+    assert row.verdict == "reproduced" and row.value == 1.0
+    assert row.measured.startswith("4/4 W2 checks passed at the 4 syncs of 2 runs on the learner's grid (half, all)")
+    assert ("another grid (128×128 block FP8) (other-grid): 2 syncs of 1 run, W4 2/2 passed, all conditions 9/10 — "
+            in row.why)
+    assert row.why.endswith("; failed: dense-mini/other-grid/s0 sync 2 (model.layers.0.mlp.down_proj)")
+
+
+def test_a_sweep_without_syncs_on_the_learners_grid_does_not_test_c():
+    data = make_sweep(presets=("bf16-e2e", "bf16-sampler", "other-grid"), models=(DENSE,), seeds=(0,), steps=False)
+    rows = evaluate_claims(data, n_boot=200)
+    assert "c" not in {r.id for r in rows}
+    absent = {a.id: a.needs for a in absent_claims(data, rows)}
+    assert absent["c"] == "W2 checks of runs whose sampler holds layers on the learner's grid (presets half, all)"
 
 
 # ------------------------------------------------------------------------------------ cost claims
