@@ -8,7 +8,9 @@ messages (a list of ``{role, content}``), ``data_source`` (the scorer of the row
 line naming the file, the column and what would be valid; :func:`file_sha256` is the file's content hash (part
 of a run's id: a changed file is a new run); :func:`longest_prompt` counts the longest prompt's tokens with a
 tokenizer's ``tokenizer.json`` — the messages' contents only, a lower bound of what verl feeds (its chat
-template adds tokens). Results are memoized by file, size and modification time. docs/configs.md, "The data".
+template adds tokens); :func:`parse_reward` resolves a user's scoring function (``path/to/file.py:function`` or
+``module:function``) and checks it takes verl's arguments. Results are memoized by file, size and modification
+time. docs/configs.md, "The data".
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import functools
 import hashlib
 from pathlib import Path
 
-__all__ = ["REQUIRED", "REWARD_ARGS", "check_file", "file_sha256", "longest_prompt", "parse_reward"]
+__all__ = ["REQUIRED", "REWARD_ARGS", "check_file", "file_sha256", "longest_prompt", "parse_reward",
+           "reward_target"]
 
 #: the columns every row needs besides the prompt column: verl's reward manager reads them
 REQUIRED = ("data_source", "reward_model")
@@ -105,22 +108,29 @@ def _longest(path: str, size: int, mtime: int, prompt_key: str, tok: str, tok_si
 REWARD_ARGS = ("data_source", "solution_str", "ground_truth", "extra_info")
 
 
-def parse_reward(spec: str) -> tuple[str, str]:
-    """``path/to/file.py:function`` → (the file, resolved; the function), ``module:function`` → (``pkg://module``,
-    the function): verl's ``reward.custom_reward_function.path`` and ``.name``. Checks that the function
-    exists and takes verl's arguments (:data:`REWARD_ARGS`): a ``ValueError`` of one line otherwise."""
-    import importlib
-    import importlib.util
-    import inspect
-
+def reward_target(spec: str) -> tuple[str, str]:
+    """verl's ``reward.custom_reward_function`` (``path``, ``name``) of ``spec``: ``path/to/file.py:function`` →
+    (the file, resolved; the function), ``module:function`` → (``pkg://module``, the function). No import."""
     where, sep, name = spec.rpartition(":")
     if not sep or not where or not name.isidentifier():
         raise ValueError(f"{spec!r} is neither path/to/file.py:function nor module:function")
     if where.endswith(".py"):
-        p = Path(where).expanduser()
-        if not p.is_file():
+        return str(Path(where).expanduser().resolve()), name
+    return f"pkg://{where}", name
+
+
+def parse_reward(spec: str) -> tuple[str, str]:
+    """:func:`reward_target` of ``spec``, after checking that the function exists and takes verl's arguments
+    (:data:`REWARD_ARGS`) as keywords — importing the file or module: a ``ValueError`` of one line otherwise."""
+    import importlib
+    import importlib.util
+    import inspect
+
+    path, name = reward_target(spec)
+    where = spec.rpartition(":")[0]
+    if where.endswith(".py"):
+        if not Path(where).expanduser().is_file():
             raise ValueError(f"{spec!r}: no such file {where}; give path/to/file.py:function or module:function")
-        path = str(p.resolve())
         mod_spec = importlib.util.spec_from_file_location(f"fp8rl_reward_{hashlib.sha256(path.encode()).hexdigest()[:12]}", path)
         module = importlib.util.module_from_spec(mod_spec)
         try:
@@ -128,7 +138,6 @@ def parse_reward(spec: str) -> tuple[str, str]:
         except Exception as e:  # noqa: BLE001 — the user's file: any error is the message
             raise ValueError(f"{spec!r}: {where} does not import ({type(e).__name__}: {e})") from None
     else:
-        path = f"pkg://{where}"
         try:
             module = importlib.import_module(where)
         except Exception as e:  # noqa: BLE001
