@@ -44,6 +44,10 @@ fp8rl field                    verl keys
                                is the native loop's step s), prompt/response lengths of the task;
                                ``reward.custom_reward_function`` = fp8rl's task reward
                                (:func:`fp8rl_core.verl.reward.compute_score`)
+``data``                       a dataset instead of the task: its files, ``data.prompt_key``, its lengths;
+                               ``data.reward`` → ``reward.custom_reward_function`` (unset: ``path=null``,
+                               verl's ``default_compute_score`` by each row's ``data_source``)
+``verl.overrides``             last, as written; one of a key fp8rl owns is refused (below)
 (the payload)                  what fp8rl's pieces in verl's processes read (:mod:`fp8rl_core.verl.payload`:
                                the ``learner``, ``sampler`` and ``checks`` sections, the preset, the spec,
                                the rollout's schemes, the hooks of the syncs): the file ``payload.json`` in
@@ -55,6 +59,11 @@ fp8rl field                    verl keys
 (the cluster)                  ``ray_kwargs.ray_init.address``: verl's ``main_ppo`` joins the Ray
                                cluster fp8rl checked instead of starting its own
 =============================  ==================================================================
+
+Every override fp8rl sets carries ``why`` — the reason fp8rl owns the key (set from one of its fields, or one of
+the rollout's quantization method, worker extension, ``external_lib``, checkpoint engine and rollout mode,
+the MLflow logger and run, the payload and cluster variables) — or None for a default a ``verl.overrides`` entry
+replaces (:func:`user_overrides`).
 
 MXFP8 needs every packed sequence padded to a multiple of 32 tokens (:data:`MXFP8_SEQ_ALIGN`); verl
 0.9.1 pads FP8 runs to 16 (``verl.models.mcore.util._compute_fp8_thd_align_size``) and has no key for it,

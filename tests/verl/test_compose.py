@@ -250,3 +250,29 @@ def test_verl_overrides_show_in_verl_config_and_verl_names_a_bad_one(gsm8k):
         check(run, verl_overrides(run))
     assert "Could not override 'actor_rollout_ref.actor.ppo_epoch'" in e.value.verl_message
     assert e.value.fields == ["verl.overrides"] and "actor_rollout_ref.actor.ppo_epoch=2  (from fp8rl field verl.overrides)" in str(e.value)
+
+
+def test_the_docs_verl_recipe_as_an_fp8rl_sweep_composes_and_passes_verls_validation(gsm8k, tmp_path):
+    """docs/configs.md's translation of verl's examples/grpo_trainer/run_qwen3-8b.sh (the test's GSM8K-format
+    files in place of ~/data/gsm8k)."""
+    import re
+
+    from tests.core.config.files import MODELS, ROOT
+
+    text = (ROOT / "docs" / "configs.md").read_text()
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "sweep: gsm8k-qwen3-8b" in b)
+    (tmp_path / "models").symlink_to(MODELS)
+    (tmp_path / "recipe.yaml").write_text(block)
+    _, train, val = gsm8k
+    run = Sweep.load(tmp_path / "recipe.yaml", [f"data.train={train}", f"data.val={val}"]).runs[0]
+    items = run.config.verl.overrides
+    cfg, printed = check(run, verl_overrides(run))
+    assert "All configuration checks passed successfully!" in printed
+    a = cfg.actor_rollout_ref
+    assert (a.actor.ppo_mini_batch_size, a.actor.ppo_micro_batch_size_per_gpu, a.rollout.n) == (256, 32, 5)
+    assert a.actor.use_kl_loss and a.actor.kl_loss_coef == 0.001 and a.actor.kl_loss_type == "low_var_kl"
+    assert a.model.enable_gradient_checkpointing and a.ref.log_prob_micro_batch_size_per_gpu == 32
+    assert cfg.data.train_batch_size == 1024 and cfg.data.max_prompt_length == 512 and cfg.data.max_response_length == 1024
+    assert cfg.trainer.save_freq == 20 and cfg.trainer.test_freq == 5 and a.actor.optim.lr == 1e-6
+    assert a.rollout.tensor_model_parallel_size == 2 and a.rollout.gpu_memory_utilization == 0.6
+    assert a.model.path == "Qwen/Qwen3-8B" and list(cfg.trainer.logger) == ["console", "mlflow"] and len(items) == 14
