@@ -161,20 +161,26 @@ def _gsm8k_run(gsm8k, *overrides):
         f"data.train={train}", f"data.val={val}", "data.max_response_length=128", *overrides]).runs[0]
 
 
-def test_a_gsm8k_dataset_reaches_verls_resolved_config_and_loads_through_verls_dataset(gsm8k):
+def test_a_gsm8k_dataset_and_its_reward_function_reach_verls_resolved_config_and_verls_dataset(gsm8k, tmp_path):
     from omegaconf import OmegaConf
     from transformers import AutoTokenizer
+    from verl.trainer.ppo.reward import get_custom_reward_fn
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     model, train, val = gsm8k
-    run = _gsm8k_run(gsm8k)
+    fn = tmp_path / "my_score.py"
+    fn.write_text("def score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
+                  "    return float(solution_str.strip().endswith(ground_truth))\n")
+    run = _gsm8k_run(gsm8k, f"data.reward={fn}:score")
     cfg, printed = check(run, verl_overrides(run, data_dir="/w/r"))
     assert "All configuration checks passed successfully!" in printed
     assert (cfg.data.train_files, cfg.data.val_files, cfg.data.prompt_key) == (str(train), str(val), "prompt")
     assert (cfg.data.max_prompt_length, cfg.data.max_response_length) == (256, 128)
     assert cfg.actor_rollout_ref.rollout.prompt_length == 256 and cfg.actor_rollout_ref.rollout.response_length == 128
-    assert cfg.reward.custom_reward_function.path is None and cfg.data.reward_fn_key == "data_source"
     assert cfg.data.shuffle is True and cfg.actor_rollout_ref.model.path == str(model)
+    # the user's function as verl loads it (verl's own loader, from the composed config)
+    assert (cfg.reward.custom_reward_function.path, cfg.reward.custom_reward_function.name) == (str(fn), "score")
+    assert get_custom_reward_fn(cfg)(data_source="openai/gsm8k", solution_str="so 42", ground_truth="42") == 1.0
     # the tokenizer trained on the data is one verl reads the files with (its dataset class, the composed settings)
     tok = AutoTokenizer.from_pretrained(str(model))
     data_cfg = OmegaConf.create(OmegaConf.to_container(cfg.data, resolve=True) | {
@@ -209,18 +215,6 @@ def test_verls_gsm8k_scorer_scores_the_tests_solutions_and_every_data_source_is_
                             "default_compute_score (verl/utils/reward_score/__init__.py; e.g. openai/gsm8k, "
                             "lighteval/MATH, math_dapo); write that data_source, or set data.reward: path/to/file.py:function")
     check_scorers(_gsm8k_run(gsm8k, f"data.val={unknown}", "data.reward=fp8rl_core.verl.reward:compute_score"))
-
-
-def test_a_user_reward_function_is_verls_custom_reward_function(gsm8k, tmp_path):
-    fn = tmp_path / "my_score.py"
-    fn.write_text("def score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
-                  "    return float(solution_str.strip().endswith(ground_truth))\n")
-    run = _gsm8k_run(gsm8k, f"data.reward={fn}:score")
-    cfg, _ = check(run, verl_overrides(run))
-    assert (cfg.reward.custom_reward_function.path, cfg.reward.custom_reward_function.name) == (str(fn), "score")
-    from verl.trainer.ppo.reward import get_custom_reward_fn
-
-    assert get_custom_reward_fn(cfg)(data_source="openai/gsm8k", solution_str="so 42", ground_truth="42") == 1.0
 
 
 def test_verl_overrides_show_in_verl_config_and_verl_names_a_bad_one(gsm8k):
@@ -276,3 +270,4 @@ def test_the_docs_verl_recipe_as_an_fp8rl_sweep_composes_and_passes_verls_valida
     assert cfg.trainer.save_freq == 20 and cfg.trainer.test_freq == 5 and a.actor.optim.lr == 1e-6
     assert a.rollout.tensor_model_parallel_size == 2 and a.rollout.gpu_memory_utilization == 0.6
     assert a.model.path == "Qwen/Qwen3-8B" and list(cfg.trainer.logger) == ["console", "mlflow"] and len(items) == 14
+    assert cfg.reward.custom_reward_function.path is None and cfg.data.reward_fn_key == "data_source"  # verl's scorer
