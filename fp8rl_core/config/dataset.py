@@ -8,7 +8,7 @@ messages (a list of ``{role, content}``), ``data_source`` (the scorer of the row
 line naming the file, the column and what would be valid; :func:`file_sha256` is the file's content hash (part
 of a run's id: a changed file is a new run); :func:`longest_prompt` counts the longest prompt's tokens with a
 tokenizer's ``tokenizer.json`` — the messages' contents only, a lower bound of what verl feeds (its chat
-template adds tokens); :func:`parse_reward` resolves a user's scoring function (``path/to/file.py:function`` or
+template adds tokens; :func:`tokenizer_file` finds it without a download); :func:`parse_reward` resolves a user's scoring function (``path/to/file.py:function`` or
 ``module:function``) and checks it takes verl's arguments. Results are memoized by file, size and modification
 time. docs/configs.md, "The data".
 """
@@ -20,7 +20,7 @@ import hashlib
 from pathlib import Path
 
 __all__ = ["REQUIRED", "REWARD_ARGS", "check_file", "file_sha256", "longest_prompt", "parse_reward",
-           "reward_target"]
+           "reward_target", "tokenizer_file"]
 
 #: the columns every row needs besides the prompt column: verl's reward manager reads them
 REQUIRED = ("data_source", "reward_model")
@@ -83,6 +83,24 @@ def _sha256(path: str, size: int, mtime: int) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def tokenizer_file(model_path: str, cache_dir: str | None = None) -> Path | None:
+    """The ``tokenizer.json`` of a checkpoint where it is on this machine: ``model_path``'s own file (a
+    directory), else a hub id's file in the local Hugging Face cache (``cache_dir``: the cache's folder; None:
+    Hugging Face's default) — nothing is downloaded; None where neither has it."""
+    local = Path(model_path).expanduser() / "tokenizer.json"
+    if local.is_file():
+        return local
+    if Path(model_path).expanduser().exists() or model_path.count("/") != 1:
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(model_path, "tokenizer.json", cache_dir=cache_dir)
+    except ValueError:  # not a valid repo id
+        return None
+    return Path(found) if isinstance(found, str) else None
 
 
 def longest_prompt(path: str, prompt_key: str, tokenizer_json: str) -> tuple[int, int]:

@@ -351,7 +351,7 @@ class RunConfig(BaseModel):
     def _data_fits(self) -> None:
         """A dataset (``data.train``): trained by verl only, on a checkpoint with its own tokenizer, its lengths
         within ``sampler.max_model_len``, its longest prompt within ``data.max_prompt_length`` where the
-        checkpoint's ``tokenizer.json`` is a local file (docs/configs.md, "The data")."""
+        checkpoint's ``tokenizer.json`` is on this machine (docs/configs.md, "The data")."""
         d = self.data
         if d.is_task and d.reward is None:
             return
@@ -370,10 +370,10 @@ class RunConfig(BaseModel):
             raise ValueError(f"data.max_prompt_length + data.max_response_length = {total} tokens does not fit "
                              f"sampler.max_model_len = {self.sampler.max_model_len}; raise sampler.max_model_len or "
                              "lower them")
-        tok = Path(self.verl.model_path).expanduser() / "tokenizer.json"
-        if tok.is_file():
-            from fp8rl_core.config.dataset import longest_prompt
+        from fp8rl_core.config.dataset import longest_prompt, tokenizer_file
 
+        tok = tokenizer_file(self.verl.model_path)
+        if tok is not None:
             limit = d.prompt_length(self.sampler.max_model_len, 0)
             for field in ("train", "val"):
                 n, row = longest_prompt(getattr(d, field), d.prompt_key, str(tok))

@@ -26,12 +26,12 @@ __all__ = ["check_scorers", "preflight"]
 def check_scorers(run: "Run") -> None:
     """Each ``data_source`` of the run's files has a scorer in verl's ``default_compute_score`` (where
     ``data.reward`` leaves the scoring to it): a ``ValueError`` naming the file, the column and the value."""
-    import pyarrow.parquet as pq
-    from verl.utils.reward_score import default_compute_score
-
     data = run.config.data
     if data.is_task or data.reward is not None:
         return
+    import pyarrow.parquet as pq
+    from verl.utils.reward_score import default_compute_score
+
     for field in ("train", "val"):
         path = getattr(data, field)
         table = pq.read_table(path, columns=["data_source", "reward_model"]).to_pylist()

@@ -167,3 +167,18 @@ def test_verl_overrides_must_be_hydra_overrides(tmp_path, model_dir, data):
     assert run.config.verl.overrides == ["actor_rollout_ref.actor.ppo_epochs=2"]
     assert run.id != Sweep.load(path).runs[0].id  # set: part of the run id
     assert "verl.overrides: 'ppo_epochs' is not a Hydra override key=value" in error(path, "verl.overrides=[ppo_epochs]")
+
+
+def test_the_tokenizer_is_found_in_the_checkpoint_or_the_local_hub_cache_never_downloaded(tmp_path, model_dir):
+    from fp8rl_core.config.dataset import tokenizer_file
+
+    assert tokenizer_file(str(model_dir)) == model_dir / "tokenizer.json"
+    cache = tmp_path / "hub"
+    snap = cache / "models--acme--tiny-gsm8k" / "snapshots" / "0123abcd"
+    snap.mkdir(parents=True)
+    (snap / "tokenizer.json").write_bytes((model_dir / "tokenizer.json").read_bytes())
+    (cache / "models--acme--tiny-gsm8k" / "refs").mkdir()
+    (cache / "models--acme--tiny-gsm8k" / "refs" / "main").write_text("0123abcd")
+    assert tokenizer_file("acme/tiny-gsm8k", str(cache)) == snap / "tokenizer.json"
+    assert tokenizer_file("acme/not-cached", str(cache)) is None
+    assert tokenizer_file(str(tmp_path), str(cache)) is None  # a directory without one
