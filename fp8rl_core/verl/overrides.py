@@ -107,7 +107,7 @@ _UNQUOTED = re.compile(r"^[A-Za-z_/~][A-Za-z0-9_./~-]*$")
 _RESERVED = {"true", "false", "null", "none", "nan", "inf"}
 
 
-#: ``why`` of an override set from an fp8rl config field: the key is that field's (:func:`owned`)
+#: ``why`` of an override set from an fp8rl config field: the key is that field's (:func:`user_overrides` refuses it)
 FIELD = "field"
 #: the fp8rl config's top-level fields (:class:`~fp8rl_core.config.schema.RunConfig`): a source under one of them
 #: names the field a user sets instead of verl's key
@@ -212,7 +212,7 @@ def _cpu_overrides(run: "RunConfig", ray_address: str | None) -> list[Override]:
         # tp > 1 on a one-node host: the OS schedules them instead
         _o(f"{env}.VLLM_CPU_OMP_THREADS_BIND", "nobind", "verl.rollout_tensor_parallel", append=True),
         _o(f"{env}.VLLM_CPU_KVCACHE_SPACE", str(max(1, round(run.sampler.kv_cache_gib or 1))), "sampler.kv_cache_gib",
-                 append=True),
+           append=True),
     ]
     if not ray_address:  # verl's own local Ray: its "GPU" slots, logical CPUs (the trainer, TransferQueue's
         # controller and storage unit, the agent-loop and reward workers each hold one besides the workers'
@@ -242,8 +242,8 @@ def verl_overrides(expanded: "Run", payload: "VerlPayload | None" = None, *, exp
     cluster verl's ``main_ppo`` joins (None: it starts a local Ray, as verl does by default).
 
     The run's ``verl.overrides`` come last, as written (source ``verl.overrides``): one of a key fp8rl owns
-    (an override with a ``why``, for any of the launch arguments) is refused (:func:`user_overrides`); one of
-    a key fp8rl sets as a default replaces fp8rl's."""
+    (an override with a ``why``, for any of the launch arguments, or the rollout's quantization of any preset) is
+    refused (:func:`user_overrides`); one of a key fp8rl sets as a default replaces fp8rl's."""
     from fp8rl_core.verl.payload import VerlPayload
 
     run = expanded.config
@@ -257,8 +257,11 @@ def verl_overrides(expanded: "Run", payload: "VerlPayload | None" = None, *, exp
                          ray_address=ray_address, **args)
     if not run.verl.overrides:
         return o
-    # every key fp8rl owns, whatever the launch: with and without a cluster address and an MLflow run
+    # every key fp8rl owns, whatever the launch (with and without a cluster address and an MLflow run) and the
+    # preset (a BF16 rollout's quantization keys are the quantizing presets')
     launched = _fp8rl_overrides(expanded, payload, mlflow_run_id="-", tracking_uri="-", ray_address="-", **args)
+    launched += [x for p in ("all", "other-grid") for x in _rollout_quantization(run.model_copy(update={"preset": p}),
+                                                                                 payload)]
     mine = user_overrides(run.verl.overrides, o + launched)
     replaced = {u.key for u in mine}
     return [x for x in o if x.key not in replaced] + mine

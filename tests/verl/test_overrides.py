@@ -203,6 +203,17 @@ def test_an_override_of_a_key_fp8rl_owns_is_refused_saying_why(item, owner, why)
     assert msg.startswith(f"verl.overrides: {item!r} is refused: fp8rl owns {owner} — ") and why in msg and "\n" not in msg
 
 
+def test_a_bf16_rollout_refuses_the_quantizing_presets_keys_too():
+    """A BF16 rollout sets no quantization key; an entry that would quantize it is still fp8rl's (the preset's)."""
+    for item, owner in [("actor_rollout_ref.rollout.quantization=fp8", "actor_rollout_ref.rollout.quantization"),
+                        ("+actor_rollout_ref.rollout.engine_kwargs.vllm.quantization=fp8",
+                         "actor_rollout_ref.rollout.engine_kwargs.vllm.quantization")]:
+        run = gpu_run("qwen3-8b", "bf16-sampler", f"verl.overrides=[{item!r}]")
+        with pytest.raises(ValueError, match=f"fp8rl owns {owner} — the rollout loads the learner's bytes through the "
+                                             "quantization method the preset chooses"):
+            verl_overrides(run)
+
+
 def test_allowed_overrides_come_last_verbatim_and_replace_fp8rls_defaults():
     items = ["actor_rollout_ref.actor.ppo_epochs=2", "algorithm.kl_ctrl.kl_coef=0.01",
              "actor_rollout_ref.actor.use_kl_loss=True", "+actor_rollout_ref.actor.kl_loss_type=low_var_kl",
