@@ -201,13 +201,14 @@ def port_race(returncode: int, output: str, reports: list[dict]) -> str | None:
 @task(name="verl-run", cache_policy=NO_CACHE)
 def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = None,
              cache_root: str = ".cache/warmstart", hooks: VerlHooks = NO_VERL_HOOKS) -> VerlOutcome:
-    """Write the run's dataset (the addition task's), model directory (a CPU run's warm start), payload (``hooks``: the hooks of its
-    syncs, no-op but in the correctness stage) and overrides, then run ``python -m verl.trainer.main_ppo``
+    """Write the run's dataset (the addition task's; a ``data`` section's files are read where they are), model
+    directory (a CPU run's warm start), payload (``hooks``: the hooks of its syncs, no-op but in the correctness
+    stage) and overrides, then run ``python -m verl.trainer.main_ppo``
     with them, its MLflow logger inside ``mlflow_run``; wait for it, then :func:`record` the checks and
     summary metrics. Returns how it ended (the caller ends the MLflow run)."""
     work = work_dir(sweep, run)
     work.mkdir(parents=True, exist_ok=True)
-    if run.config.data.is_task:  # a dataset's files are read where they are (data.train, data.val)
+    if run.config.data.is_task:
         write_dataset(run.config, work)
     (work / "checks.jsonl").unlink(missing_ok=True)
     shutil.rmtree(work / TOKENS_DIR, ignore_errors=True)

@@ -8,9 +8,9 @@ messages (a list of ``{role, content}``), ``data_source`` (the scorer of the row
 line naming the file, the column and what would be valid; :func:`file_sha256` is the file's content hash (part
 of a run's id: a changed file is a new run); :func:`longest_prompt` counts the longest prompt's tokens with a
 tokenizer's ``tokenizer.json`` — the messages' contents only, a lower bound of what verl feeds (its chat
-template adds tokens; :func:`tokenizer_file` finds it without a download); :func:`parse_reward` resolves a user's scoring function (``path/to/file.py:function`` or
-``module:function``) and checks it takes verl's arguments. Results are memoized by file, size and modification
-time. docs/configs.md, "The data".
+template adds tokens; :func:`tokenizer_file` finds the file without a download); :func:`parse_reward`
+resolves a user's scoring function (``path/to/file.py:function`` or ``module:function``) and checks it takes
+verl's arguments. Results are memoized by file, size and modification time. docs/configs.md, "The data".
 """
 
 from __future__ import annotations
