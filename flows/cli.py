@@ -72,10 +72,12 @@ def run(
     Runs already FINISHED in MLflow (same run id) are skipped; failed ones run again."""
     from fp8rl_core.config.loading import ConfigError
     from fp8rl_core.config.runs import Sweep
+    from fp8rl_core.verl.preflight import preflight
 
-    try:  # read and expanded once, before Prefect and MLflow start: a bad config fails with only its message
+    try:  # read, expanded and checked once, before Prefect and MLflow start: a bad config fails with only its message
         sweep = Sweep.load(config, overrides or [])
-    except ConfigError as e:
+        preflight(sweep.runs)  # a verl run's dataset scorers and verl.overrides, by the installed verl
+    except (ConfigError, ValueError) as e:
         raise _fail(str(e)) from None
     typer.echo(f"sweep {sweep.name}: {len(sweep.runs)} runs from {config}")
 
@@ -124,12 +126,14 @@ def verl_config(
     from fp8rl_core.verl.compose import VerlConfigError, check
     from fp8rl_core.verl.overrides import MAIN_PPO
     from fp8rl_core.verl.payload import PAYLOAD_ENV
+    from fp8rl_core.verl.preflight import check_scorers
     from tasks.verl_run import launch_overrides, launch_payload, payload_path, work_dir
 
     try:
         sweep = Sweep.load(config, overrides or [])
         runs = sweep.runs
         run = runs[index]
+        check_scorers(run)
         payload = launch_payload(run, sweep.name)
         ov = launch_overrides(run, sweep.name, payload, mlflow_run_id=mlflow_run, ray_address=ray_address)
         cfg, printed = check(run, ov)

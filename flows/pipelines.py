@@ -312,14 +312,19 @@ def _finish(sweep: Sweep, rows: list[RunRow], parent: "_ParentRun", report: bool
 
 
 def _load(config: str | Sweep, overrides: list[str] | None) -> Sweep:
-    """The sweep a flow runs: the one its caller read and expanded (``fp8rl run``), as it is; else the file
-    ``config`` (a deployment's parameter) with ``overrides``, read and expanded here, once."""
+    """The sweep a flow runs: the one its caller read, expanded and checked (``fp8rl run``), as it is; else the
+    file ``config`` (a deployment's parameter) with ``overrides``, read, expanded and checked here, once
+    (:func:`fp8rl_core.verl.preflight.preflight`)."""
     if isinstance(config, Sweep):
         if overrides:
             raise ValueError(f"overrides {overrides} given with the expanded sweep {config.name} ({config.source}), "
                              "which carries its own; apply them when loading it")
         return config
-    return Sweep.load(config, overrides or [])
+    from fp8rl_core.verl.preflight import preflight
+
+    sweep = Sweep.load(config, overrides or [])
+    preflight(sweep.runs)  # a dataset's scorers, verl.overrides composed by verl (as `fp8rl run` does)
+    return sweep
 
 
 def _sweep(sweep: Sweep, resume: bool = True, report: bool = False, ray_address: str | None = None,

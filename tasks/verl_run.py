@@ -14,7 +14,8 @@ Ray job:
 - A signal that stops the sweep stops verl: the subprocess is terminated with it.
 
 The run's work folder (``FP8RL_VERL_WORK``, default ``.cache/verl``, then ``<sweep>/<run id>``) holds
-``train.parquet``/``val.parquet`` (:mod:`fp8rl_core.verl.data`), ``payload.json`` (what fp8rl's pieces in
+``train.parquet``/``val.parquet`` (:mod:`fp8rl_core.verl.data`; a run with a ``data`` section's files reads them
+where they are), ``payload.json`` (what fp8rl's pieces in
 verl's processes read, :mod:`fp8rl_core.verl.payload`), ``tokens/`` (each step's tokens, captured in verl's
 trainer, :mod:`fp8rl_core.verl.capture`), ``main_ppo.args`` (the overrides, one a line) and
 ``main_ppo.log``; on a multi-node cluster it must be on the shared checkout (every node reads the dataset and
@@ -222,12 +223,15 @@ def port_race(returncode: int, output: str, reports: list[dict]) -> str | None:
 @task(name="verl-run", cache_policy=NO_CACHE)
 def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = None,
              cache_root: str = ".cache/warmstart", hooks: VerlHooks = NO_VERL_HOOKS) -> VerlOutcome:
-    """Write the run's dataset, model directory (a CPU run's warm start), payload (``hooks``: the hooks of its
-    syncs, no-op but in the correctness stage) and overrides, then run ``python -m verl.trainer.main_ppo``
+    """Write the run's dataset (the addition task's; a ``data`` section's files are read where they are), model
+    directory (a CPU run's warm start), payload (``hooks``: the hooks of its syncs, no-op but in the correctness
+    stage) and overrides, then run ``python -m verl.trainer.main_ppo``
     with them, its MLflow logger inside ``mlflow_run``; wait for it, then :func:`record` the checks and
     summary metrics. Returns how it ended (the caller ends the MLflow run)."""
     work = work_dir(sweep, run)
-    write_dataset(run.config, work)
+    work.mkdir(parents=True, exist_ok=True)
+    if run.config.data.is_task:
+        write_dataset(run.config, work)
     (work / "checks.jsonl").unlink(missing_ok=True)
     shutil.rmtree(work / TOKENS_DIR, ignore_errors=True)
     prepare_model(run, sweep, cache_root)

@@ -37,10 +37,13 @@ __all__ = ["Run", "Sweep", "correctness_runs", "expand", "matching_runs", "run_d
 
 
 #: fields added after run ids were first issued: left out of a run's id while they hold these values, so the
-#: runs of an unchanged config keep their ids (a finished sweep is still skipped); section → field → value
+#: runs of an unchanged config keep their ids (a finished sweep is still skipped); section → field → value (a
+#: section left empty is left out)
 ID_NEUTRAL: dict[str, dict[str, object]] = {
     "checks": {"compute_copy": True, "alarm": True, "alarm_jump": CheckPolicy().alarm_jump},
-    "verl": {"token_sequences": None},
+    "verl": {"token_sequences": None, "overrides": []},
+    "data": {"prompt_key": "prompt", "train": None, "val": None, "max_prompt_length": None, "max_response_length": None,
+             "reward": None, "sha256": None},
 }
 
 
@@ -55,6 +58,8 @@ def run_id(run: RunConfig, spec: ModelSpec | None = None) -> str:
         part = dump.get(section)
         if isinstance(part, dict):
             dump[section] = {k: v for k, v in part.items() if not (k in fields and v == fields[k])}
+            if not dump[section]:
+                del dump[section]
     return content_hash(dump | {"model_spec": spec_hash(spec)}, 12)
 
 

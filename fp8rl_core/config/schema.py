@@ -11,6 +11,7 @@ A sweep file validates into :class:`SweepConfig` (``sweep``, ``base``, ``axes``,
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any, Literal
@@ -30,6 +31,7 @@ __all__ = [
     "AblationSpec",
     "ChecksSection",
     "CorrectnessSection",
+    "DataSection",
     "LearnerSection",
     "LoopSection",
     "MatchingSection",
@@ -142,6 +144,84 @@ class MetricsSection(BaseModel):
     probe_sequences: int = Field(16, ge=1, description="held-out sequences for the exact full-vocabulary KL/JS")
 
 
+class DataSection(BaseModel):
+    """The RL data of a run (docs/configs.md, "The data"): fp8rl's addition task (the default: every field
+    unset), or a training and a validation file in verl's RL dataset format with their reward. The files are
+    checked when the config is read (:mod:`fp8rl_core.config.dataset`) and their content hashes (``sha256``,
+    computed) are part of the run's id."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    prompt_key: str = Field("prompt", min_length=1, description="the files' prompt column (chat messages)")
+    train: str | None = Field(None, description="training prompts: a parquet file in verl's RL dataset format; "
+                              "None: fp8rl's addition task (warmstart.task)")
+    val: str | None = Field(None, description="validation prompts, same format (required with train)")
+    max_prompt_length: int | None = Field(None, ge=1, description="prompt tokens (None: sampler.max_model_len − "
+                                          "max_response_length; the addition task: its own)")
+    max_response_length: int | None = Field(None, ge=1, description="response tokens (required with train; the "
+                                            "addition task: its answer and EOS)")
+    reward: str | None = Field(None, description="None: each row's data_source picks the scorer (fp8rl/addition: "
+                               "fp8rl's task reward; any other: verl's default_compute_score, e.g. openai/gsm8k); "
+                               "or path/to/file.py:function / module:function with verl's signature")
+    sha256: dict[str, str] | None = Field(None, validate_default=True, description="computed from the files: "
+                                          "their content hashes (train, val); not to be set")
+
+    @field_validator("train", "val")
+    @classmethod
+    def _file(cls, v: str | None, info: ValidationInfo) -> str | None:
+        from fp8rl_core.config.dataset import check_file
+
+        if v is not None:
+            check_file(v, info.data.get("prompt_key", "prompt"))
+        return v
+
+    @field_validator("reward")
+    @classmethod
+    def _reward(cls, v: str | None) -> str | None:
+        from fp8rl_core.config.dataset import parse_reward
+
+        if v is not None:
+            parse_reward(v)
+        return v
+
+    @field_validator("sha256")
+    @classmethod
+    def _identity(cls, v: dict[str, str] | None, info: ValidationInfo) -> dict[str, str] | None:
+        from fp8rl_core.config.dataset import file_sha256
+
+        files = {k: info.data[k] for k in ("train", "val") if info.data.get(k) is not None}
+        computed = {k: file_sha256(p) for k, p in files.items()} or None
+        if v is not None and v != computed:
+            raise ValueError(f"data.sha256 is computed from the files ({computed}); remove it")
+        return computed
+
+    @model_validator(mode="after")
+    def _together(self) -> "DataSection":
+        if (self.train is None) != (self.val is None):
+            raise ValueError(f"data.{'val' if self.val is None else 'train'} is missing: a dataset is a train and a "
+                             "val file in verl's RL dataset format (both unset: fp8rl's addition task)")
+        if self.train is None and (self.max_prompt_length, self.max_response_length) != (None, None):
+            raise ValueError("data.max_prompt_length/max_response_length are the addition task's own (warmstart.task); "
+                             "set them with data.train and data.val only")
+        if self.train is not None and self.max_response_length is None:
+            raise ValueError("data.max_response_length is required with data.train (the response tokens verl samples, "
+                             "e.g. 1024)")
+        return self
+
+    @property
+    def is_task(self) -> bool:
+        """fp8rl's addition task (no files)."""
+        return self.train is None
+
+    def response_length(self, task_answer_len: int) -> int:
+        """The response tokens verl samples (the addition task: its answer and EOS, as the native loop)."""
+        return task_answer_len + 1 if self.is_task else self.max_response_length
+
+    def prompt_length(self, max_model_len: int, task_answer_len: int) -> int:
+        """The prompt tokens verl keeps: ``max_prompt_length``, else what ``max_model_len`` leaves."""
+        return self.max_prompt_length or max_model_len - self.response_length(task_answer_len)
+
+
 class VerlSection(BaseModel):
     """The GPU cluster of a ``backend: verl`` run (fp8rl_core.verl turns it into verl's Hydra overrides)."""
 
@@ -162,6 +242,19 @@ class VerlSection(BaseModel):
     rollout_expert_parallel: int = Field(1, ge=1, description="vLLM/SGLang expert parallel size (MoE)")
     token_sequences: int | None = Field(None, ge=1, description="sequences per RL step whose tokens the trainer "
                                         "captures into the run's tokens table (the batch's first N); None: all")
+    overrides: list[str] = Field(default_factory=list, description="Hydra overrides of verl's ppo_trainer applied "
+                                 "after fp8rl's (key=value, +key=value); keys fp8rl owns are refused "
+                                 "(fp8rl_core.verl.overrides)")
+
+    @field_validator("overrides")
+    @classmethod
+    def _override_syntax(cls, v: list[str]) -> list[str]:
+        for item in v:
+            key = item.split("=", 1)[0].lstrip("+~")
+            if "=" not in item or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*", key):
+                raise ValueError(f"verl.overrides: {item!r} is not a Hydra override key=value (e.g. "
+                                 "actor_rollout_ref.actor.ppo_epochs=2, +key=value for a key verl's config lacks)")
+        return v
 
     @model_validator(mode="after")
     def _model_path(self) -> "VerlSection":
@@ -185,6 +278,7 @@ class RunConfig(BaseModel):
     loop: LoopSection = LoopSection()
     checks: ChecksSection = ChecksSection()
     metrics: MetricsSection = MetricsSection()
+    data: DataSection = DataSection()
     backend: Literal["native", "verl"] = "native"
     verl: VerlSection | None = Field(None, description="required by backend: verl (fp8rl_core.verl)")
     #: where ``model`` names are looked up (set by the loader to ``<config dir>/models``)
@@ -245,6 +339,7 @@ class RunConfig(BaseModel):
                 f"model {self.model!r} has max_position_embeddings = {spec.max_position_embeddings}, shorter than "
                 f"the task's {task.seq_len} tokens; use fewer warmstart.task.digits or a larger model"
             )
+        self._data_fits()
         if self.preset == "half" and spec.num_hidden_layers < 2:
             raise ValueError(f"preset 'half' needs at least 2 decoder blocks; model {self.model!r} has 1")
         if self.preset == "requant" and self.verl is not None and self.verl.rollout == "sglang":
@@ -252,6 +347,41 @@ class RunConfig(BaseModel):
                              "the learner's bytes and has no SGLang layer that requantizes BF16 itself; use "
                              "verl.rollout: vllm (fp8rl's vLLM method requantizes), or preset 'all'")
         return self
+
+    def _data_fits(self) -> None:
+        """A dataset (``data.train``): trained by verl only, on a checkpoint with its own tokenizer, its lengths
+        within ``sampler.max_model_len``, its longest prompt within ``data.max_prompt_length`` where the
+        checkpoint's ``tokenizer.json`` is on this machine (docs/configs.md, "The data")."""
+        d = self.data
+        if d.is_task and d.reward is None:
+            return
+        what = "data.train" if not d.is_task else "data.reward"
+        if self.backend == "native":
+            raise ValueError(f"{what} with backend: native: the native learner trains fp8rl's addition task with its "
+                             "own 16-token tokenizer and reward, not a dataset; use backend: verl (with verl.model_path: "
+                             "a checkpoint and its tokenizer)")
+        if d.is_task:
+            return
+        if self.verl.model_path is None:
+            raise ValueError("data.train needs verl.model_path (a checkpoint directory or hub id with its tokenizer): "
+                             "the run's own warm start has the addition task's 16-token vocabulary")
+        total = d.prompt_length(self.sampler.max_model_len, 0) + d.max_response_length
+        if total > self.sampler.max_model_len or total <= d.max_response_length:
+            raise ValueError(f"data.max_prompt_length + data.max_response_length = {total} tokens does not fit "
+                             f"sampler.max_model_len = {self.sampler.max_model_len}; raise sampler.max_model_len or "
+                             "lower them")
+        from fp8rl_core.config.dataset import longest_prompt, tokenizer_file
+
+        tok = tokenizer_file(self.verl.model_path)
+        if tok is not None:
+            limit = d.prompt_length(self.sampler.max_model_len, 0)
+            for field in ("train", "val"):
+                n, row = longest_prompt(getattr(d, field), d.prompt_key, str(tok))
+                if n > limit:
+                    raise ValueError(f"data.{field}: {getattr(d, field)}: column {d.prompt_key!r}, row {row}: the prompt "
+                                     f"has at least {n} tokens ({tok}, without the chat template), more than "
+                                     f"data.max_prompt_length = {limit}; raise data.max_prompt_length (and "
+                                     "sampler.max_model_len) or drop the row")
 
 
 class CorrectnessSection(BaseModel):

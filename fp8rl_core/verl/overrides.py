@@ -44,6 +44,10 @@ fp8rl field                    verl keys
                                is the native loop's step s), prompt/response lengths of the task;
                                ``reward.custom_reward_function`` = fp8rl's task reward
                                (:func:`fp8rl_core.verl.reward.compute_score`)
+``data``                       a dataset instead of the task: its files, ``data.prompt_key``, its lengths;
+                               ``data.reward`` → ``reward.custom_reward_function`` (unset: ``path=null``,
+                               verl's ``default_compute_score`` by each row's ``data_source``)
+``verl.overrides``             last, as written; one of a key fp8rl owns is refused (below)
 (the payload)                  what fp8rl's pieces in verl's processes read (:mod:`fp8rl_core.verl.payload`:
                                the ``learner``, ``sampler`` and ``checks`` sections, the preset, the spec,
                                the rollout's schemes, the hooks of the syncs): the file ``payload.json`` in
@@ -55,6 +59,11 @@ fp8rl field                    verl keys
 (the cluster)                  ``ray_kwargs.ray_init.address``: verl's ``main_ppo`` joins the Ray
                                cluster fp8rl checked instead of starting its own
 =============================  ==================================================================
+
+Every override fp8rl sets carries ``why`` — the reason fp8rl owns the key (set from one of its fields, or one of
+the rollout's quantization method, worker extension, ``external_lib``, checkpoint engine and rollout mode,
+the MLflow logger and run, the payload and cluster variables) — or None for a default a ``verl.overrides`` entry
+replaces (:func:`user_overrides`).
 
 MXFP8 needs every packed sequence padded to a multiple of 32 tokens (:data:`MXFP8_SEQ_ALIGN`); verl
 0.9.1 pads FP8 runs to 16 (``verl.models.mcore.util._compute_fp8_thd_align_size``) and has no key for it,
@@ -73,8 +82,8 @@ if TYPE_CHECKING:
     from fp8rl_core.config.schema import RunConfig
     from fp8rl_core.verl.payload import VerlPayload
 
-__all__ = ["EXTENSION", "MAIN_PPO", "MXFP8_SEQ_ALIGN", "Override", "REWARD_FUNCTION", "TE_RECIPES", "WORKER_EXTENSION",
-           "hydra_value", "main_ppo_argv", "verl_overrides"]
+__all__ = ["EXTENSION", "FIELD", "MAIN_PPO", "MXFP8_SEQ_ALIGN", "Override", "REWARD_FUNCTION", "TE_RECIPES",
+           "WORKER_EXTENSION", "hydra_value", "main_ppo_argv", "user_overrides", "verl_overrides"]
 
 #: the module verl imports in every process (``actor_rollout_ref.model.external_lib``)
 EXTENSION = "fp8rl_core.verl.extension"
@@ -98,6 +107,13 @@ _UNQUOTED = re.compile(r"^[A-Za-z_/~][A-Za-z0-9_./~-]*$")
 _RESERVED = {"true", "false", "null", "none", "nan", "inf"}
 
 
+#: ``why`` of an override set from an fp8rl config field: the key is that field's (:func:`user_overrides` refuses it)
+FIELD = "field"
+#: the fp8rl config's top-level fields (:class:`~fp8rl_core.config.schema.RunConfig`): a source under one of them
+#: names the field a user sets instead of verl's key
+_FIELDS = ("model", "preset", "seed", "warmstart", "learner", "sampler", "loop", "checks", "metrics", "data", "verl")
+
+
 @dataclass(frozen=True)
 class Override:
     """One Hydra override of verl's config and the fp8rl field that produced it."""
@@ -106,9 +122,38 @@ class Override:
     value: Any    #: a Python value (bool, int, float, str, None, list, dict)
     source: str   #: the fp8rl run-config field (dotted) this override comes from
     append: bool = False  #: ``+key=value``: a key verl's YAML does not declare (inside an open dict)
+    #: why fp8rl owns the key — a ``verl.overrides`` entry of it (or of a key above or below it) is refused
+    #: with this reason; None: fp8rl's default, which a ``verl.overrides`` entry replaces
+    why: str | None = None
+    text: str | None = None  #: a ``verl.overrides`` entry as the user wrote it (passed to Hydra verbatim)
 
     def hydra(self) -> str:
+        if self.text is not None:
+            return self.text
         return f"{'+' if self.append else ''}{self.key}={hydra_value(self.value)}"
+
+
+_WHY_METHOD = ("the rollout loads the learner's bytes through the quantization method the preset chooses "
+               "(set preset)")
+_WHY_EXTENSION = "fp8rl's worker extension receives the learner's bytes and runs the checks W1–W7 at every sync"
+_WHY_LIB = "fp8rl's extension module registers its rollout adapter, learner engine and checks in every verl process"
+_WHY_SYNC = "verl's naive checkpoint engine calls the rollout adapter that carries fp8rl's bytes at every sync"
+_WHY_MODE = "fp8rl's rollout adapter is registered as verl's async vLLM rollout"
+_WHY_MLFLOW = "verl's MLflow logger writes into fp8rl's MLflow run (experiment = the sweep, name = the run id)"
+_WHY_PAYLOAD = "it names the payload fp8rl's pieces in verl's processes read"
+_WHY_CLUSTER = "verl joins the Ray cluster fp8rl checked (fp8rl run --ray-address)"
+_WHY_GRPO = "fp8rl's runs are GRPO: learner.group_size completions per prompt, no critic"
+_WHY_LOGPROBS = "fp8rl's mismatch metrics read the rollout's log-probs"
+_WHY_ORDER = "the addition task's rows are in the native loop's step order: verl's batch s is the native run's step s"
+
+
+def _o(key: str, value: Any, source: str, append: bool = False, why: str | None = FIELD) -> Override:
+    """An override fp8rl sets; ``why=FIELD``: owned as the value of ``source``, an fp8rl config field."""
+    if why == FIELD:
+        if source.split(".")[0] not in _FIELDS:
+            raise ValueError(f"override {key}: source {source!r} is no fp8rl config field; give the reason fp8rl owns it")
+        why = f"fp8rl sets it from its field {source}; set {source} in the fp8rl config"
+    return Override(key, value, source, append, why)
 
 
 def hydra_value(value: Any) -> str:
@@ -148,35 +193,35 @@ def _cpu_overrides(run: "RunConfig", ray_address: str | None) -> list[Override]:
     env = "ray_kwargs.ray_init.runtime_env.env_vars"
     fp32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
     o = [
-        Override("trainer.device", "cpu", "verl.hardware"),
-        Override(f"{_ACTOR}.strategy", "fsdp2", "verl.hardware"),
-        Override(f"{_ACTOR}.fsdp_config.strategy", "fsdp2", "verl.hardware"),
-        Override(f"{_AR}.ref.strategy", "fsdp2", "verl.hardware"),
-        Override(f"{_ACTOR}.fsdp_config.seed", run.seed, "seed"),
-        Override(f"{_MODEL}.use_remove_padding", False, "verl.hardware"),
-        Override(f"{_MODEL}.override_config.attn_implementation", "sdpa", "verl.hardware", append=True),
-        Override(f"{_ROLLOUT}.enable_sleep_mode", False, "verl.hardware", append=True),
-        Override(f"{_ROLLOUT}.free_cache_engine", False, "verl.hardware"),
-        Override(f"{_ROLLOUT}.enforce_eager", True, "verl.hardware"),
-        Override(f"{_ROLLOUT}.agent.num_workers", 1, "verl.hardware"),
-        Override("reward.num_workers", 1, "verl.hardware"),
-        Override("data.dataloader_num_workers", 0, "verl.hardware"),
-        Override("transfer_queue.backend.SimpleStorage.num_data_storage_units", 1, "verl.hardware"),
-        Override(f"{env}.VERL_PLATFORM", PLATFORM, "verl.hardware", append=True),
+        _o("trainer.device", "cpu", "verl.hardware"),
+        _o(f"{_ACTOR}.strategy", "fsdp2", "verl.hardware"),
+        _o(f"{_ACTOR}.fsdp_config.strategy", "fsdp2", "verl.hardware"),
+        _o(f"{_AR}.ref.strategy", "fsdp2", "verl.hardware"),
+        _o(f"{_ACTOR}.fsdp_config.seed", run.seed, "seed"),
+        _o(f"{_MODEL}.use_remove_padding", False, "verl.hardware"),
+        _o(f"{_MODEL}.override_config.attn_implementation", "sdpa", "verl.hardware", append=True),
+        _o(f"{_ROLLOUT}.enable_sleep_mode", False, "verl.hardware", append=True),
+        _o(f"{_ROLLOUT}.free_cache_engine", False, "verl.hardware"),
+        _o(f"{_ROLLOUT}.enforce_eager", True, "verl.hardware"),
+        _o(f"{_ROLLOUT}.agent.num_workers", 1, "verl.hardware"),
+        _o("reward.num_workers", 1, "verl.hardware"),
+        _o("data.dataloader_num_workers", 0, "verl.hardware"),
+        _o("transfer_queue.backend.SimpleStorage.num_data_storage_units", 1, "verl.hardware"),
+        _o(f"{env}.VERL_PLATFORM", PLATFORM, "verl.hardware", append=True),
         # vLLM-CPU binds each tensor-parallel worker's threads to a NUMA node of its own by default and refuses
         # tp > 1 on a one-node host: the OS schedules them instead
-        Override(f"{env}.VLLM_CPU_OMP_THREADS_BIND", "nobind", "verl.rollout_tensor_parallel", append=True),
-        Override(f"{env}.VLLM_CPU_KVCACHE_SPACE", str(max(1, round(run.sampler.kv_cache_gib or 1))), "sampler.kv_cache_gib",
-                 append=True),
+        _o(f"{env}.VLLM_CPU_OMP_THREADS_BIND", "nobind", "verl.rollout_tensor_parallel", append=True),
+        _o(f"{env}.VLLM_CPU_KVCACHE_SPACE", str(max(1, round(run.sampler.kv_cache_gib or 1))), "sampler.kv_cache_gib",
+           append=True),
     ]
     if not ray_address:  # verl's own local Ray: its "GPU" slots, logical CPUs (the trainer, TransferQueue's
         # controller and storage unit, the agent-loop and reward workers each hold one besides the workers'
         # bundles), no dashboard
-        o += [Override("ray_kwargs.ray_init.num_gpus", v.nnodes * v.gpus_per_node, "verl.gpus_per_node", append=True),
-              Override("ray_kwargs.ray_init.num_cpus", RAY_CPUS, "verl.hardware"),
-              Override("ray_kwargs.ray_init.include_dashboard", False, "verl.hardware", append=True)]
+        o += [_o("ray_kwargs.ray_init.num_gpus", v.nnodes * v.gpus_per_node, "verl.gpus_per_node", append=True),
+              _o("ray_kwargs.ray_init.num_cpus", RAY_CPUS, "verl.hardware"),
+              _o("ray_kwargs.ray_init.include_dashboard", False, "verl.hardware", append=True)]
     if preset.learner_precision == "mxfp8":  # the MXFP8 layers quantize the fp32 master, as the native learner
-        o.append(Override(f"{_ACTOR}.fsdp_config.mixed_precision", fp32, "preset", append=True))
+        o.append(_o(f"{_ACTOR}.fsdp_config.mixed_precision", fp32, "preset", append=True))
     return o
 
 
@@ -194,32 +239,79 @@ def verl_overrides(expanded: "Run", payload: "VerlPayload | None" = None, *, exp
     environment of its node's raylet, not the launcher's). ``data_dir``: where :func:`fp8rl_core.verl.data.write_dataset` puts the
     run's ``train.parquet``/``val.parquet`` (every node must read it there: the launcher passes an absolute
     path on the shared checkout; None: ``verl-data/<experiment>/<run_name>``). ``ray_address``: the Ray
-    cluster verl's ``main_ppo`` joins (None: it starts a local Ray, as verl does by default)."""
-    from fp8rl_core.sampler.presets import PRESETS
-    from fp8rl_core.verl.payload import PAYLOAD_ENV, PAYLOAD_FILE, VerlPayload
+    cluster verl's ``main_ppo`` joins (None: it starts a local Ray, as verl does by default).
+
+    The run's ``verl.overrides`` come last, as written (source ``verl.overrides``): one of a key fp8rl owns
+    (an override with a ``why``, for any of the launch arguments, or the rollout's quantization of any preset) is
+    refused (:func:`user_overrides`); one of a key fp8rl sets as a default replaces fp8rl's."""
+    from fp8rl_core.verl.payload import VerlPayload
 
     run = expanded.config
     if run.backend != "verl" or run.verl is None:
         raise ValueError(f"run has backend = {run.backend!r}; verl overrides need backend: verl and a verl section")
-    v, lr, sm, preset = run.verl, run.learner, run.sampler, PRESETS[run.preset]
     run_name = run_name or f"{run.model}-{run.preset}-s{run.seed}"
     data_dir = Path(data_dir) if data_dir is not None else Path("verl-data") / experiment / run_name
-    task = run.warmstart.task
     payload = VerlPayload.of(expanded, data_dir) if payload is None else payload
+    args = dict(experiment=experiment, run_name=run_name, data_dir=data_dir, model_path=model_path)
+    o = _fp8rl_overrides(expanded, payload, mlflow_run_id=mlflow_run_id, tracking_uri=tracking_uri,
+                         ray_address=ray_address, **args)
+    if not run.verl.overrides:
+        return o
+    # every key fp8rl owns, whatever the launch (with and without a cluster address and an MLflow run) and the
+    # preset (a BF16 rollout's quantization keys are the quantizing presets')
+    launched = _fp8rl_overrides(expanded, payload, mlflow_run_id="-", tracking_uri="-", ray_address="-", **args)
+    launched += [x for p in ("all", "other-grid") for x in _rollout_quantization(run.model_copy(update={"preset": p}),
+                                                                                 payload)]
+    mine = user_overrides(run.verl.overrides, o + launched)
+    replaced = {u.key for u in mine}
+    return [x for x in o if x.key not in replaced] + mine
+
+
+def _key(item: str) -> str:
+    """The dotted key of a Hydra override ``[+|++|~]key[=value]``."""
+    return item.split("=", 1)[0].lstrip("+~")
+
+
+def user_overrides(items: list[str], fp8rl: list[Override]) -> list[Override]:
+    """The ``verl.overrides`` entries ``items`` as overrides (written verbatim), after refusing any of a key an
+    override of ``fp8rl`` owns (its ``why`` set), of a key above one (a section holding it) or below one (inside
+    its value): a ``ValueError`` of one line naming the entry, the key and why."""
+    owned = [x for x in fp8rl if x.why]
+    out = []
+    for item in items:
+        key = _key(item)
+        hit = next((x for x in owned if x.key == key or x.key.startswith(f"{key}.") or key.startswith(f"{x.key}.")), None)
+        if hit is not None:
+            raise ValueError(f"verl.overrides: {item!r} is refused: fp8rl owns {hit.key} — {hit.why}")
+        out.append(Override(key, None, "verl.overrides", item.startswith("+"), text=item))
+    return out
+
+
+def _fp8rl_overrides(expanded: "Run", payload: "VerlPayload", *, experiment: str, run_name: str,
+                     mlflow_run_id: str | None, tracking_uri: str | None, data_dir: Path, ray_address: str | None,
+                     model_path: str | Path | None) -> list[Override]:
+    """What fp8rl sets in verl's config for the run (:func:`verl_overrides`, less the user's)."""
+    from fp8rl_core.config.dataset import reward_target
+    from fp8rl_core.sampler.presets import PRESETS
+    from fp8rl_core.verl.payload import PAYLOAD_ENV, PAYLOAD_FILE
+
+    run = expanded.config
+    v, lr, sm, preset = run.verl, run.learner, run.sampler, PRESETS[run.preset]
+    task = run.warmstart.task
     o: list[Override] = []
 
-    def put(key: str, value: Any, source: str, append: bool = False) -> None:
-        o.append(Override(key, value, source, append))
+    def put(key: str, value: Any, source: str, append: bool = False, why: str | None = FIELD) -> None:
+        o.append(_o(key, value, source, append, why))
 
     cpu = v.hardware == "cpu"
     # the engine, the algorithm, the model and fp8rl's extension in every process
     put("model_engine", "dp" if cpu else "megatron", "verl.hardware")
-    put("algorithm.adv_estimator", "grpo", "backend")
-    put("critic.enable", False, "backend")
+    put("algorithm.adv_estimator", "grpo", "backend", why=_WHY_GRPO)
+    put("critic.enable", False, "backend", why=_WHY_GRPO)
     # the checkpoint verl trains: verl.model_path, else the run's warm start with the task tokenizer in the
     # run's folder (fp8rl_core.verl.data.write_model_dir)
     put(f"{_MODEL}.path", str(model_path or v.model_path or data_dir / "model"), "verl.model_path")
-    put(f"{_MODEL}.external_lib", EXTENSION, "backend")
+    put(f"{_MODEL}.external_lib", EXTENSION, "backend", why=_WHY_LIB)
     # cluster and parallelism
     put("trainer.nnodes", v.nnodes, "verl.nnodes")
     put("trainer.n_gpus_per_node", v.gpus_per_node, "verl.gpus_per_node")
@@ -241,7 +333,7 @@ def verl_overrides(expanded: "Run", payload: "VerlPayload | None" = None, *, exp
         put(f"{_ACTOR}.optim.override_optimizer_config.fp8_recipe", recipe, "verl.hardware", append=True)
     # GRPO step: one optimizer step per RL step over prompts_per_step × group_size sequences
     put("data.train_batch_size", run.loop.prompts_per_step, "loop.prompts_per_step")
-    put(f"{_ACTOR}.ppo_mini_batch_size", run.loop.prompts_per_step, "loop.prompts_per_step")
+    put(f"{_ACTOR}.ppo_mini_batch_size", run.loop.prompts_per_step, "loop.prompts_per_step", why=None)
     put(f"{_ROLLOUT}.n", lr.group_size, "learner.group_size")
     put("trainer.total_training_steps", run.loop.steps, "loop.steps")
     put("data.seed", run.seed, "seed")
@@ -249,16 +341,31 @@ def verl_overrides(expanded: "Run", payload: "VerlPayload | None" = None, *, exp
     put(f"{_ACTOR}.optim.clip_grad", lr.max_grad_norm, "learner.max_grad_norm")
     for k in ("clip_ratio", "clip_ratio_low", "clip_ratio_high"):
         put(f"{_ACTOR}.{k}", lr.clip_eps, "learner.clip_eps")
-    put(f"{_ACTOR}.use_kl_loss", False, "learner")
-    # the task: fp8rl's prompts in the native loop's order, its reward (fp8rl_core.verl.data, .reward)
-    put("data.train_files", str(data_dir / "train.parquet"), "warmstart.task")
-    put("data.val_files", str(data_dir / "val.parquet"), "warmstart.task")
-    put("data.shuffle", False, "loop")
-    put("data.max_response_length", task.answer_len + 1, "warmstart.task")  # as the native loop's max_new
-    put("data.max_prompt_length", sm.max_model_len - task.answer_len - 1, "sampler.max_model_len")
-    put("data.apply_chat_template_kwargs.enable_thinking", False, "warmstart.task", append=True)  # Qwen3: answer at once
-    put("reward.custom_reward_function.path", REWARD_FUNCTION[0], "warmstart.task")
-    put("reward.custom_reward_function.name", REWARD_FUNCTION[1], "warmstart.task")
+    put(f"{_ACTOR}.use_kl_loss", False, "learner", why=None)
+    data = run.data
+    if data.is_task:  # the task: fp8rl's prompts in the native loop's order, its reward (fp8rl_core.verl.data, .reward)
+        put("data.train_files", str(data_dir / "train.parquet"), "warmstart.task")
+        put("data.val_files", str(data_dir / "val.parquet"), "warmstart.task")
+        put("data.shuffle", False, "loop", why=_WHY_ORDER)
+        put("data.max_response_length", task.answer_len + 1, "warmstart.task")  # as the native loop's max_new
+        put("data.max_prompt_length", sm.max_model_len - task.answer_len - 1, "sampler.max_model_len")
+        put("data.apply_chat_template_kwargs.enable_thinking", False, "warmstart.task", append=True,
+            why=None)  # Qwen3: answer at once
+    else:  # a dataset in verl's format: its files, as verl reads them (data.shuffle: verl's)
+        put("data.train_files", str(Path(data.train).expanduser().resolve()), "data.train")
+        put("data.val_files", str(Path(data.val).expanduser().resolve()), "data.val")
+        put("data.prompt_key", data.prompt_key, "data.prompt_key")
+        put("data.max_response_length", data.max_response_length, "data.max_response_length")
+        put("data.max_prompt_length", data.prompt_length(sm.max_model_len, 0), "data.max_prompt_length")
+    if data.reward is not None:  # the user's function (verl loads it: a file path or pkg://module)
+        path, name = reward_target(data.reward)
+        put("reward.custom_reward_function.path", path, "data.reward")
+        put("reward.custom_reward_function.name", name, "data.reward")
+    elif data.is_task:
+        put("reward.custom_reward_function.path", REWARD_FUNCTION[0], "warmstart.task")
+        put("reward.custom_reward_function.name", REWARD_FUNCTION[1], "warmstart.task")
+    else:  # verl's default_compute_score, by each row's data_source
+        put("reward.custom_reward_function.path", None, "data.reward")
     if v.micro_batch_size_per_gpu is None:  # the learner's token-budget micro-batches
         put(f"{_ACTOR}.use_dynamic_bsz", True, "verl.micro_batch_size_per_gpu")
         put(f"{_ACTOR}.ppo_max_token_len_per_gpu", lr.tokens_per_microbatch, "learner.tokens_per_microbatch")
@@ -277,26 +384,30 @@ def verl_overrides(expanded: "Run", payload: "VerlPayload | None" = None, *, exp
     put(f"{_ROLLOUT}.gpu_memory_utilization", sm.memory_fraction, "sampler.memory_fraction")
     put(f"{_ROLLOUT}.temperature", sm.temperature, "sampler.temperature")
     put(f"{_ROLLOUT}.enable_prefix_caching", sm.enable_prefix_caching, "sampler.enable_prefix_caching")
+    put(f"{_ROLLOUT}.mode", "async", "backend", why=_WHY_MODE)
+    put(f"{_ROLLOUT}.checkpoint_engine.backend", "naive", "backend", why=_WHY_SYNC)
     o.extend(_rollout_quantization(run, payload))
     # mismatch metrics: rollout log-probs on, rollout correction metrics-only (no IS weights, no rejection)
-    put(f"{_ROLLOUT}.calculate_log_probs", True, "metrics")
-    put("algorithm.rollout_correction.rollout_is", None, "metrics")
+    put(f"{_ROLLOUT}.calculate_log_probs", True, "metrics", why=_WHY_LOGPROBS)
+    put("algorithm.rollout_correction.rollout_is", None, "metrics", why=None)
     put("algorithm.rollout_correction.bypass_mode", lr.old_logprobs == "sampler", "learner.old_logprobs")
     # tracking: verl's MLflow logger inside fp8rl's run
-    put("trainer.logger", ["console", "mlflow"], "backend")
-    put("trainer.project_name", experiment, "sweep")
-    put("trainer.experiment_name", run_name, "run")
-    put("trainer.val_before_train", False, "backend")
-    put("trainer.test_freq", -1, "backend")
-    put("trainer.save_freq", -1, "backend")
+    put("trainer.logger", ["console", "mlflow"], "backend", why=_WHY_MLFLOW)
+    put("trainer.project_name", experiment, "sweep", why=_WHY_MLFLOW)
+    put("trainer.experiment_name", run_name, "run", why=_WHY_MLFLOW)
+    put("trainer.val_before_train", False, "backend", why=None)
+    put("trainer.test_freq", -1, "backend", why=None)
+    put("trainer.save_freq", -1, "backend", why=None)
     if mlflow_run_id:
-        put("ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_RUN_ID", mlflow_run_id, "run", append=True)
+        put("ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_RUN_ID", mlflow_run_id, "run", append=True, why=_WHY_MLFLOW)
     if tracking_uri:
-        put("ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_TRACKING_URI", tracking_uri, "run", append=True)
+        put("ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_TRACKING_URI", tracking_uri, "run", append=True,
+            why=_WHY_MLFLOW)
     # what fp8rl's pieces in verl's processes read: the payload file (fp8rl_core.verl.payload)
-    put(f"ray_kwargs.ray_init.runtime_env.env_vars.{PAYLOAD_ENV}", str(data_dir / PAYLOAD_FILE), "run", append=True)
+    put(f"ray_kwargs.ray_init.runtime_env.env_vars.{PAYLOAD_ENV}", str(data_dir / PAYLOAD_FILE), "run", append=True,
+        why=_WHY_PAYLOAD)
     if ray_address:
-        put("ray_kwargs.ray_init.address", ray_address, "cluster", append=True)
+        put("ray_kwargs.ray_init.address", ray_address, "cluster", append=True, why=_WHY_CLUSTER)
     return o
 
 
@@ -317,19 +428,19 @@ def _rollout_quantization(run: "RunConfig", payload: "VerlPayload") -> list[Over
         qc = {"quant_method": "fp8rl", "layers": dict(sorted(payload.rollout_schemes.items())), "mx_grid": payload.mx_grid}
         kw = f"{_ROLLOUT}.engine_kwargs.vllm"
         return [
-            Override(f"{kw}.quantization", "fp8rl", "preset", append=True),
-            Override(f"{kw}.hf_overrides", {"quantization_config": qc}, "preset", append=True),
-            Override(f"{kw}.worker_extension_cls", WORKER_EXTENSION, "backend", append=True),
+            _o(f"{kw}.quantization", "fp8rl", "preset", append=True, why=_WHY_METHOD),
+            _o(f"{kw}.hf_overrides", {"quantization_config": qc}, "preset", append=True, why=_WHY_METHOD),
+            _o(f"{kw}.worker_extension_cls", WORKER_EXTENSION, "backend", append=True, why=_WHY_EXTENSION),
         ]
     if preset.sampler_layers == "none" and v.hardware != "cpu":
         return []  # (on CPU a BF16 rollout loads with fp8rl's method too, every layer bf16, as the native sampler)
     if preset.sampler_grid == "block128" and v.hardware != "cpu":
         # verl's own FP8 rollout: BF16 sent, 128×128 requantized in the worker (Triton: GPUs only; on CPU fp8rl's
         # method requantizes the BF16 views to the same blocks, as the native sampler does)
-        return [Override(f"{_ROLLOUT}.quantization", "fp8", "preset")]
+        return [_o(f"{_ROLLOUT}.quantization", "fp8", "preset", why=_WHY_METHOD)]
     # SGLang's MXFP8 method, loaded with fp8rl's bytes by fp8rl's loader (sampler.sglang)
     from fp8rl_core.sampler.sglang.loader import LOADER
 
     kw = f"{_ROLLOUT}.engine_kwargs.sglang"
-    return [Override(f"{kw}.quantization", "mxfp8", "preset", append=True),
-            Override(f"{kw}.custom_weight_loader", [LOADER], "verl.rollout", append=True)]
+    return [_o(f"{kw}.quantization", "mxfp8", "preset", append=True, why=_WHY_METHOD),
+            _o(f"{kw}.custom_weight_loader", [LOADER], "verl.rollout", append=True, why=_WHY_METHOD)]

@@ -141,3 +141,133 @@ def test_the_cpu_config_composes_and_passes_verls_validation(preset):
     assert env.VERL_PLATFORM == "cpu" and env.VLLM_CPU_OMP_THREADS_BIND == "nobind"
     assert env.FP8RL_VERL_PAYLOAD == "/w/r/payload.json" and not any(k.startswith("FP8RL_VERL_") and k != "FP8RL_VERL_PAYLOAD" for k in env)
     assert "megatron" not in str(cfg.actor_rollout_ref.actor.get("strategy"))
+
+
+@pytest.fixture(scope="module")
+def gsm8k(tmp_path_factory):
+    """A GSM8K-format dataset written by the test and a 'checkpoint' folder with the BPE tokenizer trained on it."""
+    from tests import gsm8k_data
+
+    root = tmp_path_factory.mktemp("gsm8k")
+    model = gsm8k_data.train_tokenizer(gsm8k_data.corpus(gsm8k_data.problems(64)), root / "model", 400)
+    train, val = gsm8k_data.write_dataset(root / "data", 40, 12)
+    return model, train, val
+
+
+def _gsm8k_run(gsm8k, *overrides):
+    model, train, val = gsm8k
+    return Sweep.load("configs/verl-smoke.yaml", [
+        "axes.preset=[all]", "axes.model=[qwen3-dense-mini]", f"verl.model_path={model}", "sampler.max_model_len=384",
+        f"data.train={train}", f"data.val={val}", "data.max_response_length=128", *overrides]).runs[0]
+
+
+def test_a_gsm8k_dataset_and_its_reward_function_reach_verls_resolved_config_and_verls_dataset(gsm8k, tmp_path):
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    model, train, val = gsm8k
+    fn = tmp_path / "my_score.py"
+    fn.write_text("def score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
+                  "    return float(solution_str.strip().endswith(ground_truth))\n")
+    run = _gsm8k_run(gsm8k, f"data.reward={fn}:score")
+    cfg, printed = check(run, verl_overrides(run, data_dir="/w/r"))
+    assert "All configuration checks passed successfully!" in printed
+    assert (cfg.data.train_files, cfg.data.val_files, cfg.data.prompt_key) == (str(train), str(val), "prompt")
+    assert (cfg.data.max_prompt_length, cfg.data.max_response_length) == (256, 128)
+    assert cfg.actor_rollout_ref.rollout.prompt_length == 256 and cfg.actor_rollout_ref.rollout.response_length == 128
+    assert cfg.data.shuffle is True and cfg.actor_rollout_ref.model.path == str(model)
+    # the user's function as verl loads it (verl's own loader, from the composed config)
+    assert (cfg.reward.custom_reward_function.path, cfg.reward.custom_reward_function.name) == (str(fn), "score")
+    assert get_custom_reward_fn(cfg)(data_source="openai/gsm8k", solution_str="so 42", ground_truth="42") == 1.0
+    # the tokenizer trained on the data is one verl reads the files with (its dataset class, the composed settings)
+    tok = AutoTokenizer.from_pretrained(str(model))
+    data_cfg = OmegaConf.create(OmegaConf.to_container(cfg.data, resolve=True) | {
+        "filter_overlong_prompts_workers": None, "cache_dir": str(model.parent / "cache")})
+    ds = RLHFDataset(str(train), tok, data_cfg)
+    assert len(ds) == 40 and ds[0]["data_source"] == "openai/gsm8k"
+    assert ds[0]["raw_prompt"][0]["content"].endswith('output the final answer after "####".')
+    text = tok.apply_chat_template(ds[0]["raw_prompt"], add_generation_prompt=True, tokenize=False)
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert 10 < len(ids) <= 256 and tok.decode(ids).startswith("<|im_start|>user\n")
+
+
+def test_verls_gsm8k_scorer_scores_the_tests_solutions_and_every_data_source_is_checked(gsm8k, tmp_path):
+    import pandas as pd
+    from verl.utils.reward_score import default_compute_score
+
+    from fp8rl_core.verl.preflight import check_scorers
+    from tests import gsm8k_data
+
+    for p in gsm8k_data.problems(30):
+        assert default_compute_score("openai/gsm8k", p.solution, str(p.answer)) == 1.0
+        wrong = p.solution.rsplit("#### ", 1)[0] + f"#### {p.answer + 1}"
+        assert default_compute_score("openai/gsm8k", wrong, str(p.answer)) == 0.0
+        assert default_compute_score("openai/gsm8k", p.solution.rsplit("\n", 1)[0], str(p.answer)) == 0.0  # no ####
+    check_scorers(_gsm8k_run(gsm8k))  # openai/gsm8k: verl's own scorer
+    rows = gsm8k_data.rows(gsm8k_data.problems(4), "test")
+    unknown = tmp_path / "unknown.parquet"
+    pd.DataFrame([r | {"data_source": "my/word-problems"} for r in rows]).to_parquet(unknown)
+    with pytest.raises(ValueError) as e:
+        check_scorers(_gsm8k_run(gsm8k, f"data.val={unknown}"))
+    assert str(e.value) == (f"data.val: {unknown}: column 'data_source': 'my/word-problems' has no scorer in verl's "
+                            "default_compute_score (verl/utils/reward_score/__init__.py; e.g. openai/gsm8k, "
+                            "lighteval/MATH, math_dapo); write that data_source, or set data.reward: path/to/file.py:function")
+    check_scorers(_gsm8k_run(gsm8k, f"data.val={unknown}", "data.reward=fp8rl_core.verl.reward:compute_score"))
+
+
+def test_verl_overrides_show_in_verl_config_and_verl_names_a_bad_one(gsm8k):
+    from flows.cli import app
+
+    model, train, val = gsm8k
+    args = ["verl-config", "configs/verl-smoke.yaml", "axes.preset=[all]", "axes.model=[qwen3-dense-mini]",
+            f"verl.model_path={model}", "sampler.max_model_len=384", f"data.train={train}", f"data.val={val}",
+            "data.max_response_length=128"]
+    res = CliRunner().invoke(app, [*args, "verl.overrides=[actor_rollout_ref.actor.ppo_epochs=2,algorithm.kl_ctrl.kl_coef=0.01,"
+                                          "actor_rollout_ref.actor.use_kl_loss=true]"])
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert "actor_rollout_ref.actor.ppo_epochs=2    # verl.overrides" in out
+    assert "algorithm.kl_ctrl.kl_coef=0.01    # verl.overrides" in out
+    assert "actor_rollout_ref.actor.use_kl_loss=false" not in out  # fp8rl's default, replaced
+    assert "ppo_epochs: 2" in out and "kl_coef: 0.01" in out and "use_kl_loss: true" in out
+    assert f"train_files: {train}" in out
+    assert out.rstrip().endswith("All configuration checks passed successfully!")
+    refused = CliRunner().invoke(app, [*args, "verl.overrides=[actor_rollout_ref.rollout.checkpoint_engine.backend=nccl]"])
+    assert refused.exit_code == 1
+    assert ("error: verl.overrides: 'actor_rollout_ref.rollout.checkpoint_engine.backend=nccl' is refused: fp8rl owns "
+            "actor_rollout_ref.rollout.checkpoint_engine.backend — verl's naive checkpoint engine calls the rollout adapter "
+            "that carries fp8rl's bytes at every sync") in refused.output
+    run = _gsm8k_run(gsm8k, "verl.overrides=[actor_rollout_ref.actor.ppo_epoch=2]")
+    with pytest.raises(VerlConfigError) as e:
+        check(run, verl_overrides(run))
+    assert "Could not override 'actor_rollout_ref.actor.ppo_epoch'" in e.value.verl_message
+    assert e.value.fields == ["verl.overrides"] and "actor_rollout_ref.actor.ppo_epoch=2  (from fp8rl field verl.overrides)" in str(e.value)
+
+
+def test_the_docs_verl_recipe_as_an_fp8rl_sweep_composes_and_passes_verls_validation(gsm8k, tmp_path):
+    """docs/configs.md's translation of verl's examples/grpo_trainer/run_qwen3-8b.sh (the test's GSM8K-format
+    files in place of ~/data/gsm8k)."""
+    import re
+
+    from tests.core.config.files import MODELS, ROOT
+
+    text = (ROOT / "docs" / "configs.md").read_text()
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "sweep: gsm8k-qwen3-8b" in b)
+    (tmp_path / "models").symlink_to(MODELS)
+    (tmp_path / "recipe.yaml").write_text(block)
+    _, train, val = gsm8k
+    run = Sweep.load(tmp_path / "recipe.yaml", [f"data.train={train}", f"data.val={val}"]).runs[0]
+    items = run.config.verl.overrides
+    cfg, printed = check(run, verl_overrides(run))
+    assert "All configuration checks passed successfully!" in printed
+    a = cfg.actor_rollout_ref
+    assert (a.actor.ppo_mini_batch_size, a.actor.ppo_micro_batch_size_per_gpu, a.rollout.n) == (256, 32, 5)
+    assert a.actor.use_kl_loss and a.actor.kl_loss_coef == 0.001 and a.actor.kl_loss_type == "low_var_kl"
+    assert a.model.enable_gradient_checkpointing and a.ref.log_prob_micro_batch_size_per_gpu == 32
+    assert cfg.data.train_batch_size == 1024 and cfg.data.max_prompt_length == 512 and cfg.data.max_response_length == 1024
+    assert cfg.trainer.save_freq == 20 and cfg.trainer.test_freq == 5 and a.actor.optim.lr == 1e-6
+    assert a.rollout.tensor_model_parallel_size == 2 and a.rollout.gpu_memory_utilization == 0.6
+    assert a.model.path == "Qwen/Qwen3-8B" and list(cfg.trainer.logger) == ["console", "mlflow"] and len(items) == 14
+    assert cfg.reward.custom_reward_function.path is None and cfg.data.reward_fn_key == "data_source"  # verl's scorer

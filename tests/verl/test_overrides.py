@@ -160,3 +160,94 @@ def test_task_data_reward_and_checks_reach_verl():
     argv = main_ppo_argv(ov, "/venv/bin/python")
     assert argv[:3] == ["/venv/bin/python", "-m", "verl.trainer.main_ppo"] and argv[3:] == [o.hydra() for o in ov]
     assert "+ray_kwargs.ray_init.address=auto" in argv and "+ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_RUN_ID=abc" in argv
+
+
+def test_the_owned_keys_are_the_overrides_fp8rl_sets_with_a_reason():
+    ov = verl_overrides(gpu_run("qwen3-8b"), ray_address="auto", mlflow_run_id="abc", tracking_uri="sqlite:///m.db")
+    owned = {o.key: o.why for o in ov if o.why}
+    vllm, env = "actor_rollout_ref.rollout.engine_kwargs.vllm", "ray_kwargs.ray_init.runtime_env.env_vars"
+    for key in (f"{vllm}.quantization", f"{vllm}.hf_overrides", f"{vllm}.worker_extension_cls",
+                "actor_rollout_ref.model.external_lib", "actor_rollout_ref.rollout.checkpoint_engine.backend",
+                "actor_rollout_ref.rollout.mode", "trainer.logger", "trainer.project_name", "trainer.experiment_name",
+                f"{env}.MLFLOW_RUN_ID", f"{env}.MLFLOW_TRACKING_URI", f"{env}.{PAYLOAD_ENV}", "ray_kwargs.ray_init.address",
+                "actor_rollout_ref.actor.optim.lr", "actor_rollout_ref.rollout.temperature", "data.train_batch_size"):
+        assert owned.get(key), key
+    assert owned["actor_rollout_ref.actor.optim.lr"] == "fp8rl sets it from its field learner.lr; set learner.lr in the fp8rl config"
+    # fp8rl's defaults a recipe may change: no reason
+    defaults = {o.key for o in ov if not o.why}
+    assert {"actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.actor.use_kl_loss", "trainer.save_freq",
+            "trainer.test_freq", "algorithm.rollout_correction.rollout_is"} <= defaults
+
+
+@pytest.mark.parametrize("item, owner, why", [
+    ("actor_rollout_ref.rollout.engine_kwargs.vllm.quantization=fp8", "actor_rollout_ref.rollout.engine_kwargs.vllm.quantization",
+     "the rollout loads the learner's bytes through the quantization method the preset chooses (set preset)"),
+    ("actor_rollout_ref.rollout.engine_kwargs={}", "actor_rollout_ref.rollout.engine_kwargs.vllm.quantization",
+     "the rollout loads the learner's bytes"),  # a section above an owned key
+    ("+actor_rollout_ref.model.external_lib=my.module", "actor_rollout_ref.model.external_lib", "registers its rollout adapter"),
+    ("actor_rollout_ref.rollout.checkpoint_engine.backend=nccl", "actor_rollout_ref.rollout.checkpoint_engine.backend",
+     "verl's naive checkpoint engine calls the rollout adapter that carries fp8rl's bytes at every sync"),
+    ("trainer.logger=[console,wandb]", "trainer.logger", "verl's MLflow logger writes into fp8rl's MLflow run"),
+    # owned at launch only (fp8rl run passes an MLflow run and the cluster): refused in every config
+    ("+ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_RUN_ID=x", "ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_RUN_ID",
+     "fp8rl's MLflow run"),
+    ("+ray_kwargs.ray_init.address=auto", "ray_kwargs.ray_init.address", "verl joins the Ray cluster fp8rl checked"),
+    ("actor_rollout_ref.actor.optim.lr=1e-6", "actor_rollout_ref.actor.optim.lr", "set learner.lr in the fp8rl config"),
+    ("actor_rollout_ref.rollout.n=5", "actor_rollout_ref.rollout.n", "set learner.group_size in the fp8rl config"),
+])
+def test_an_override_of_a_key_fp8rl_owns_is_refused_saying_why(item, owner, why):
+    run = gpu_run("qwen3-8b", "all", f"verl.overrides=[{item!r}]")
+    with pytest.raises(ValueError) as e:
+        verl_overrides(run)
+    msg = str(e.value)
+    assert msg.startswith(f"verl.overrides: {item!r} is refused: fp8rl owns {owner} — ") and why in msg and "\n" not in msg
+
+
+def test_a_bf16_rollout_refuses_the_quantizing_presets_keys_too():
+    """A BF16 rollout sets no quantization key; an entry that would quantize it is still fp8rl's (the preset's)."""
+    for item, owner in [("actor_rollout_ref.rollout.quantization=fp8", "actor_rollout_ref.rollout.quantization"),
+                        ("+actor_rollout_ref.rollout.engine_kwargs.vllm.quantization=fp8",
+                         "actor_rollout_ref.rollout.engine_kwargs.vllm.quantization")]:
+        run = gpu_run("qwen3-8b", "bf16-sampler", f"verl.overrides=[{item!r}]")
+        with pytest.raises(ValueError, match=f"fp8rl owns {owner} — the rollout loads the learner's bytes through the "
+                                             "quantization method the preset chooses"):
+            verl_overrides(run)
+
+
+def test_allowed_overrides_come_last_verbatim_and_replace_fp8rls_defaults():
+    items = ["actor_rollout_ref.actor.ppo_epochs=2", "algorithm.kl_ctrl.kl_coef=0.01",
+             "actor_rollout_ref.actor.use_kl_loss=True", "+actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+             "ray_kwargs.ray_init.runtime_env.env_vars.MY_FLAG='1'"]
+    run = gpu_run("qwen3-8b", "all", f"verl.overrides={items!r}")
+    ov = verl_overrides(run, mlflow_run_id="abc")
+    assert [o.hydra() for o in ov[-5:]] == items and {o.source for o in ov[-5:]} == {"verl.overrides"}
+    assert ov[-2].append and ov[-2].key == "actor_rollout_ref.actor.kl_loss_type"
+    # fp8rl's default use_kl_loss=false is replaced, not repeated; everything else fp8rl sets stays
+    assert [o.key for o in ov].count("actor_rollout_ref.actor.use_kl_loss") == 1
+    plain = verl_overrides(gpu_run("qwen3-8b"), mlflow_run_id="abc")
+    assert [o for o in ov if o.source != "verl.overrides"] == [o for o in plain if o.key != "actor_rollout_ref.actor.use_kl_loss"]
+
+
+def test_a_dataset_becomes_verls_data_and_reward_keys(tmp_path):
+    from tests import gsm8k_data
+
+    model = gsm8k_data.train_tokenizer(gsm8k_data.corpus(gsm8k_data.problems(32)), tmp_path / "model", 400)
+    train, val = gsm8k_data.write_dataset(tmp_path / "gsm8k", 16, 4)
+    data = [f"verl.model_path={model}", f"data.train={train}", f"data.val={val}", "data.max_response_length=200",
+            "sampler.max_model_len=1024"]
+    d = as_dict(verl_overrides(gpu_run("qwen3-8b", "all", *data), data_dir="/w/r"))
+    assert d["data.train_files"] == str(train.resolve()) and d["data.val_files"] == str(val.resolve())
+    assert d["data.prompt_key"] == "prompt" and d["data.max_response_length"] == 200 and d["data.max_prompt_length"] == 824
+    assert d["reward.custom_reward_function.path"] is None  # verl's default_compute_score by data_source
+    assert "reward.custom_reward_function.name" not in d and "data.shuffle" not in d
+    assert "data.apply_chat_template_kwargs.enable_thinking" not in d
+    assert d["actor_rollout_ref.model.path"] == str(model)
+    fn = tmp_path / "score.py"
+    fn.write_text("def score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n")
+    d = as_dict(verl_overrides(gpu_run("qwen3-8b", "all", *data, f"data.reward={fn}:score")))
+    assert (d["reward.custom_reward_function.path"], d["reward.custom_reward_function.name"]) == (str(fn), "score")
+    d = as_dict(verl_overrides(gpu_run("qwen3-8b", "all", *data, "data.reward=fp8rl_core.verl.reward:compute_score")))
+    assert d["reward.custom_reward_function.path"] == "pkg://fp8rl_core.verl.reward"
+    with pytest.raises(ValueError, match="fp8rl owns reward.custom_reward_function.path — fp8rl sets it from its field "
+                                         "data.reward; set data.reward in the fp8rl config"):
+        verl_overrides(gpu_run("qwen3-8b", "all", *data, "verl.overrides=[reward.custom_reward_function.path=x.py]"))

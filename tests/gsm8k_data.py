@@ -1,0 +1,107 @@
+"""A GSM8K-format RL dataset written by the tests, and a small BPE tokenizer trained on it (no download).
+
+:func:`problems` makes grade-school word problems from templates, each with a worked solution ending in
+``#### <answer>`` (GSM8K's form); :func:`rows` turns them into verl's RL dataset rows as verl's own
+``examples/data_preprocess/gsm8k.py`` writes them (``data_source`` ``openai/gsm8k``, the question plus verl's
+instruction as one user message, ``reward_model.ground_truth`` the number, ``extra_info`` with the split,
+index, question and answer); :func:`write_dataset` writes ``train.parquet`` and ``val.parquet``.
+:func:`train_tokenizer` trains a byte-level BPE with the ``tokenizers`` library on the dataset's text and saves
+``tokenizer.json`` and a ``tokenizer_config.json`` (with a chat template) that transformers' ``AutoTokenizer``
+loads — the tokenizer a tiny model of that vocabulary can be trained with.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA_SOURCE = "openai/gsm8k"
+#: verl's instruction after each question (examples/data_preprocess/gsm8k.py)
+INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
+SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+_NAMES = ("Natalia", "Weng", "Betty", "Julie", "James", "Albert", "Ken", "Alexis", "Tina", "Mark", "Janet", "Carla")
+_ITEMS = ("clips", "apples", "books", "marbles", "stickers", "pencils", "cookies", "shells")
+
+
+@dataclass(frozen=True)
+class Problem:
+    question: str
+    solution: str  #: worked steps, then ``#### <answer>``
+    answer: int
+
+
+def _problem(rng: random.Random) -> Problem:
+    name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
+    a, b, k = rng.randint(2, 90), rng.randint(2, 90), rng.randint(2, 9)
+    kind = rng.randrange(3)
+    if kind == 0:
+        q = f"{name} has {a} {item}. A friend gives {name} {b} more {item}. How many {item} does {name} have now?"
+        ans, steps = a + b, f"{name} has {a} + {b} = {a + b} {item}."
+    elif kind == 1:
+        a = a + b
+        q = f"{name} had {a} {item} and gave away {b} of them. How many {item} does {name} have left?"
+        ans, steps = a - b, f"{name} has {a} - {b} = {a - b} {item} left."
+    else:
+        q = f"{name} buys {k} boxes of {item} with {a} {item} in each box. How many {item} does {name} buy?"
+        ans, steps = k * a, f"{name} buys {k} * {a} = {k * a} {item}."
+    return Problem(q, f"{steps}\n#### {ans}", ans)
+
+
+def problems(n: int, seed: int = 0) -> list[Problem]:
+    """``n`` word problems (deterministic in ``seed``)."""
+    rng = random.Random(seed)
+    return [_problem(rng) for _ in range(n)]
+
+
+def rows(items: list[Problem], split: str) -> list[dict]:
+    """verl's RL dataset rows of ``items`` (the columns of verl's gsm8k preprocessing)."""
+    return [{"data_source": DATA_SOURCE,
+             "prompt": [{"role": "user", "content": f"{p.question} {INSTRUCTION}"}],
+             "ability": "math",
+             "reward_model": {"style": "rule", "ground_truth": str(p.answer)},
+             "extra_info": {"split": split, "index": i, "answer": p.solution, "question": p.question}}
+            for i, p in enumerate(items)]
+
+
+def write_dataset(directory: str | Path, n_train: int = 48, n_val: int = 16, seed: int = 0) -> tuple[Path, Path]:
+    """``train.parquet`` and ``val.parquet`` of fresh problems in ``directory``; returns their paths."""
+    import pandas as pd
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    items = problems(n_train + n_val, seed)
+    out = directory / "train.parquet", directory / "val.parquet"
+    pd.DataFrame(rows(items[:n_train], "train")).to_parquet(out[0], index=False)
+    pd.DataFrame(rows(items[n_train:], "test")).to_parquet(out[1], index=False)
+    return out
+
+
+def corpus(items: list[Problem]) -> list[str]:
+    """The text a tokenizer of this data is trained on: prompts as verl feeds them, and the solutions."""
+    return [f"{p.question} {INSTRUCTION}" for p in items] + [p.solution for p in items]
+
+
+def train_tokenizer(texts: list[str], directory: str | Path, vocab_size: int = 512) -> Path:
+    """A byte-level BPE of at most ``vocab_size`` tokens trained on ``texts`` (the special tokens
+    :data:`SPECIAL` first: ids 0, 1, 2), saved into ``directory`` as ``tokenizer.json`` and a
+    ``tokenizer_config.json`` with :data:`CHAT_TEMPLATE` (eos ``<|im_end|>``, pad ``<|endoftext|>``)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tok.save(str(directory / "tokenizer.json"))
+    (directory / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+        "bos_token": None, "unk_token": None, "model_max_length": 4096, "chat_template": CHAT_TEMPLATE}, indent=1))
+    return directory
