@@ -17,8 +17,9 @@ The run's work folder (``FP8RL_VERL_WORK``, default ``.cache/verl``, then ``<swe
 ``train.parquet``/``val.parquet`` (:mod:`fp8rl_core.verl.data`; a run with a ``data`` section's files reads them
 where they are), ``payload.json`` (what fp8rl's pieces in
 verl's processes read, :mod:`fp8rl_core.verl.payload`), ``tokens/`` (each step's tokens, captured in verl's
-trainer, :mod:`fp8rl_core.verl.capture`), ``main_ppo.args`` (the overrides, one a line) and
-``main_ppo.log``; on a multi-node cluster it must be on the shared checkout (every node reads the dataset and
+trainer, :mod:`fp8rl_core.verl.capture`), ``main_ppo.args`` (the overrides, one a line),
+``main_ppo.log`` and Hydra's ``outputs/<date>/<time>/.hydra/config.yaml`` (the config verl composed, logged as
+``verl/config.yaml``); on a multi-node cluster it must be on the shared checkout (every node reads the dataset and
 the payload). :func:`launch_payload` and :func:`launch_overrides` are the one source of both: ``fp8rl
 verl-config`` prints exactly what this task runs.
 """
@@ -51,7 +52,7 @@ from fp8rl_core.vocabulary import KL_RUN_METRICS
 
 from adapters import tracking
 
-__all__ = ["VerlOutcome", "failure_reason", "launch_overrides", "launch_payload", "model_dir", "payload_path", "plain_lines",
+__all__ = ["VerlOutcome", "composed_config", "failure_reason", "launch_overrides", "launch_payload", "model_dir", "payload_path", "plain_lines",
            "port_race", "prepare_model", "record", "run_verl", "token_metrics", "work_dir"]
 
 #: lines of verl's output that name an error (a Python exception line, Ray's and Hydra's error lines)
@@ -254,8 +255,19 @@ def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = No
         returncode = _main_ppo(argv, env, work, log)
         reports = read_reports(work / "checks.jsonl")
     tracking.log_file(mlflow_run, log, "verl")
+    resolved = composed_config(work)
+    if resolved is not None:
+        tracking.log_file(mlflow_run, resolved, "verl")
     return VerlOutcome(returncode, failure_reason(returncode, log.read_text(errors="replace")), log,
                        record(mlflow_run, reports, run, read_tokens(work / TOKENS_DIR)), tuple(reports))
+
+
+def composed_config(work: Path) -> Path | None:
+    """verl's config as its trainer composed it (Hydra's ``config.yaml`` of the newest run in ``work``'s
+    ``outputs/<date>/<time>/.hydra/``: fp8rl's overrides and the user's ``verl.overrides`` applied), None when
+    verl did not get that far."""
+    found = sorted(work.glob("outputs/*/*/.hydra/config.yaml"), key=lambda f: f.stat().st_mtime)
+    return found[-1] if found else None
 
 
 def _main_ppo(argv: list[str], env: dict[str, str], work: Path, log: Path) -> int:
