@@ -41,7 +41,7 @@ __all__ = ["Run", "Sweep", "correctness_runs", "expand", "matching_runs", "run_d
 #: runs of an unchanged config keep their ids (a finished sweep is still skipped); section → field → value
 ID_NEUTRAL: dict[str, dict[str, object]] = {
     "checks": {"compute_copy": True, "alarm": True, "alarm_jump": CheckPolicy().alarm_jump},
-    "verl": {"token_sequences": None},
+    "verl": {"token_sequences": None, "save_checkpoints": False},
 }
 
 

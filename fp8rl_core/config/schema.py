@@ -163,6 +163,9 @@ class VerlSection(BaseModel):
     rollout_expert_parallel: int = Field(1, ge=1, description="vLLM/SGLang expert parallel size (MoE)")
     token_sequences: int | None = Field(None, ge=1, description="sequences per RL step whose tokens the trainer "
                                         "captures into the run's tokens table (the batch's first N); None: all")
+    save_checkpoints: bool = Field(False, description="verl saves the actor's Hugging Face model after every RL step "
+                                   "(<work folder>/checkpoints/global_step_N/actor/…/huggingface): checkpoints the "
+                                   "fixed-weights experiment measures (matching.checkpoints)")
 
     @model_validator(mode="after")
     def _model_path(self) -> "VerlSection":

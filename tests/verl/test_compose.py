@@ -141,3 +141,14 @@ def test_the_cpu_config_composes_and_passes_verls_validation(preset):
     assert env.VERL_PLATFORM == "cpu" and env.VLLM_CPU_OMP_THREADS_BIND == "nobind"
     assert env.FP8RL_VERL_PAYLOAD == "/w/r/payload.json" and not any(k.startswith("FP8RL_VERL_") and k != "FP8RL_VERL_PAYLOAD" for k in env)
     assert "megatron" not in str(cfg.actor_rollout_ref.actor.get("strategy"))
+
+
+def test_saving_checkpoints_composes_and_passes_verls_validation():
+    """``verl.save_checkpoints``: verl's composed config saves the actor's HF model every step into the run's
+    folder and never resumes from it."""
+    runs = Sweep.load("configs/verl-smoke.yaml", ["axes.preset=[all]", "axes.model=[qwen3-dense-mini]",
+                                                 "verl.save_checkpoints=true"]).runs
+    cfg, printed = check(runs[0], verl_overrides(runs[0], data_dir="/w/r"))
+    assert "All configuration checks passed successfully!" in printed
+    assert (cfg.trainer.save_freq, cfg.trainer.default_local_dir, cfg.trainer.resume_mode) == (1, "/w/r/checkpoints", "disable")
+    assert list(cfg.actor_rollout_ref.actor.checkpoint.save_contents) == ["hf_model"]
