@@ -140,9 +140,9 @@ def run_matching(checkpoint: str | Path | None, cfg: RunConfig, section: Matchin
     else:
         cks = rl_checkpoints(checkpoint, cfg, section.steps, on_step)
     probe = probe_set(cfg.warmstart.task, section.held_out, section.sampled, seed=cfg.seed, tokens=tokens)
-    w7 = cfg.warmstart.task.prompts(cfg.checks.probe_sequences, seed=cfg.seed + 90_001, split="eval")
     return measure(checkpoint, cks, section.variants(cfg.model), probe, learner=cfg.learner.build(PRESETS["all"]),
-                   sampler_cfg=cfg.sampler, policy=cfg.checks.policy, w7_probe=tokens.sequences(w7), on_sync=on_sync)
+                   sampler_cfg=cfg.sampler, policy=cfg.checks.policy, w7_probe=tokens.sequences(cfg.check_prompts()),
+                   on_sync=on_sync)
 
 
 @dataclass(frozen=True)
@@ -171,6 +171,8 @@ class _Learners:
     def get(self, precision: str, ck: Checkpoint, version: int) -> Learner:
         if precision not in self._built:
             self._built[precision] = Learner(load_policy(self.path), self._cfg[precision])
+            if ck.path is not None and Path(ck.path) == Path(self.path):  # built from this checkpoint's files
+                self._loaded[precision] = ck.name
         lrn = self._built[precision]
         if self._loaded.get(precision) != ck.name:
             lrn.model.load_state_dict(ck.weights())

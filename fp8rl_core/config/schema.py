@@ -207,9 +207,13 @@ class RunConfig(BaseModel):
         """The run's check policy: the ``checks`` section for its engine dtype and preset."""
         return self.checks.policy(self.sampler.dtype, self.preset)
 
+    def check_prompts(self):
+        """The W7 probe batch's problems: ``checks.probe_sequences`` held-out task prompts with their answers."""
+        return self.warmstart.task.prompts(self.checks.probe_sequences, seed=self.seed + 90_001, split="eval")
+
     def check_probe(self):
-        """The W7 probe batch: ``checks.probe_sequences`` held-out task sequences (a [B, T] tensor)."""
-        return self.warmstart.task.prompts(self.checks.probe_sequences, seed=self.seed + 90_001, split="eval").sequences
+        """The W7 probe batch: :meth:`check_prompts` as sequences (a [B, T] tensor of the task's ids)."""
+        return self.check_prompts().sequences
 
     def spec_path(self) -> Path:
         p = Path(self.model)
