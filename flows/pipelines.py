@@ -97,16 +97,19 @@ def experiment(run: Run, sweep: str = "adhoc", sweep_id: str = "adhoc", mlflow_r
 def fixed_weights(run: Run, matching: MatchingSection, sweep: str = "adhoc", sweep_id: str = "adhoc",
                   mlflow_run: str | None = None) -> RunRow:
     """One fixed-weights matching run (a sweep with a ``matching`` section): warm start → the checkpoints
-    (the warm start, the learner after each of ``matching.steps`` RL steps) → every variant synced in at each,
-    W1–W7, exact KL on the paired probe set → record. Returns the run's row with its summary metrics."""
+    (the warm start, the learner after each of ``matching.steps`` RL steps; or the ``matching.checkpoints``
+    named, without a warm start) → every variant synced in at each, W1–W7, exact KL on the paired probe set →
+    record. Returns the run's row with its summary metrics."""
     cfg, key = run.config, run.id
     flow_run = _flow_run()
     if mlflow_run is None:
         mlflow_run = _open(run, sweep, sweep_id, flow_run)
     tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run})
     with tracking.ending(mlflow_run), tracking.captured_logs(mlflow_run):
-        ckpt = stages.warm_start_checkpoint(run.spec.model_dump(mode="json"), cfg.warmstart.model_dump(mode="json"),
-                                            WARMSTART_CACHE)
+        ckpt = None if matching.checkpoints is not None else stages.warm_start_checkpoint(
+            run.spec.model_dump(mode="json"), cfg.warmstart.model_dump(mode="json"), WARMSTART_CACHE)
+        for i, ref in enumerate(matching.checkpoints or ()):  # what the run id hashes: the path and its weights
+            tracking.set_tag(mlflow_run, f"checkpoint.{i}", f"{ref.name}: {ref.path} (weights {ref.weights})")
         tracking.log_json(mlflow_run, "config.json", cfg.model_dump(mode="json") | {"matching": matching.model_dump(mode="json")})
         size = stages.fixed_weights(key, cfg, matching, ckpt)
         get_run_logger().info("run %s: %d syncs measured, %d engines started, %.0f s", run.name, size["syncs"],

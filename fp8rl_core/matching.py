@@ -7,8 +7,10 @@ sequences. Each configuration (:class:`Variant`: a preset, and for the ablation 
 the learner side's forward and the sampler's activation rule) gets each checkpoint through the normal sync
 path (export → :meth:`Sampler.sync` → W1–W7 at the full tier); then its KL on held-out sequences (common to
 every variant) and on its own rollouts (each variant draws one completion per probe prompt with one sampling
-seed, so completions are paired by prompt). The statistics: :mod:`fp8rl_core.metrics.matching`; the
-protocol and what each ablation switch removes: docs/fixed-weights.md.
+seed, so completions are paired by prompt). The checkpoints: the run's warm start and RL steps from it, or
+the section's named ones (HF directories, a verl run's saved checkpoints: :mod:`fp8rl_core.learner.checkpoints`,
+the probes spelled in their vocabulary). The statistics: :mod:`fp8rl_core.metrics.matching`; the protocol and
+what each ablation switch removes: docs/fixed-weights.md.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import Literal
 import torch
 
 from fp8rl_core.checks.runner import CheckPolicy, CheckRunner
-from fp8rl_core.config.schema import MatchingSection, RunConfig
+from fp8rl_core.config.schema import CheckpointRef, MatchingSection, RunConfig
+from fp8rl_core.learner.checkpoints import FP8RL_TOKENS, ProbeTokens, probe_tokens
 from fp8rl_core.learner.config import LearnerConfig
 from fp8rl_core.learner.learner import Learner
 from fp8rl_core.learner.patterns import gemm_layers
@@ -36,18 +39,28 @@ from fp8rl_core.sampler.presets import PRESETS, Variant, sampler_schemes
 from fp8rl_core.sync.export import export_weights
 from fp8rl_core.sync.hooks import SyncHooks
 
-__all__ = ["Checkpoint", "MatchingMeasurement", "ProbeSet", "measure", "probe_set", "rl_checkpoints", "run_matching",
-           "warm_checkpoint"]
+__all__ = ["Checkpoint", "MatchingMeasurement", "ProbeSet", "measure", "named_checkpoints", "probe_set", "rl_checkpoints",
+           "run_matching", "warm_checkpoint"]
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """Learner weights to measure at: ``state`` (the fp32 master weights, by parameter name) of the policy
-    whose warm start is ``path``, after ``step`` RL steps from it (0: the warm start itself)."""
+    """Learner weights to measure at: ``state`` (the fp32 master weights, by parameter name) after ``step``
+    RL steps from the warm start (0: the warm start itself), or the HF checkpoint directory ``path`` (read
+    when measured, as float32; ``step``: its verl global step, 0 for a plain HF directory)."""
 
     name: str
     seed: int
     step: int
-    state: Mapping[str, torch.Tensor] = field(repr=False)
+    state: Mapping[str, torch.Tensor] | None = field(default=None, repr=False)
+    path: str | None = None
+
+    def weights(self) -> Mapping[str, torch.Tensor]:
+        """The learner's state dict of this checkpoint."""
+        if self.state is not None:
+            return self.state
+        if self.path is None:
+            raise ValueError(f"checkpoint {self.name} has neither weights nor a path")
+        return load_policy(self.path).state_dict()
 
 
 @dataclass(frozen=True)
@@ -61,14 +74,18 @@ class ProbeSet:
     max_new_tokens: int
     seed: int
     temperature: float = 1.0
+    eos_id: int = EOS
+    pad_id: int = PAD
 
 
-def probe_set(task: AdditionTask, held_out: int, sampled: int, *, seed: int) -> ProbeSet:
+def probe_set(task: AdditionTask, held_out: int, sampled: int, *, seed: int,
+              tokens: ProbeTokens = FP8RL_TOKENS) -> ProbeSet:
     """``held_out`` eval-split sequences and ``sampled`` eval-split prompts (other draws than the held-out
-    ones), both from ``seed``; completions up to the answer and its EOS."""
-    return ProbeSet(task.prompts(held_out, seed=seed + 50_021, split="eval").sequences,
-                    task.prompts(sampled, seed=seed + 60_013, split="eval").prompt_ids,
-                    task.answer_len + 1, seed + 7)
+    ones), both from ``seed``, spelled by ``tokens`` (a named checkpoint's vocabulary; default the task's own
+    ids); completions up to the answer and its EOS."""
+    return ProbeSet(tokens.sequences(task.prompts(held_out, seed=seed + 50_021, split="eval")),
+                    tokens.prompts(task.prompts(sampled, seed=seed + 60_013, split="eval").prompt_ids),
+                    task.answer_len + 1, seed + 7, eos_id=tokens.eos, pad_id=tokens.pad)
 
 
 def warm_checkpoint(checkpoint: str | Path, seed: int) -> Checkpoint:
@@ -100,16 +117,32 @@ def rl_checkpoints(checkpoint: str | Path, cfg: RunConfig, steps: Sequence[int],
     return out
 
 
-def run_matching(checkpoint: str | Path, cfg: RunConfig, section: MatchingSection, *,
+def named_checkpoints(refs: Sequence[CheckpointRef], seed: int) -> list[Checkpoint]:
+    """The section's named checkpoints (read when measured), in the order named."""
+    return [Checkpoint(ref.name, seed, ref.step or 0, path=ref.path) for ref in refs]
+
+
+def run_matching(checkpoint: str | Path | None, cfg: RunConfig, section: MatchingSection, *,
                  on_step: Callable[[dict], None] | None = None,
                  on_sync: Callable[[dict], None] | None = None) -> MatchingMeasurement:
     """One fixed-weights run: the checkpoints of ``section.steps`` from the warm start ``checkpoint``
-    (:func:`rl_checkpoints`), then every variant of the section measured at each (:func:`measure`) on the
-    run's probe set (:func:`probe_set`, drawn from its seed) with the run's engine settings and checks."""
-    cks = rl_checkpoints(checkpoint, cfg, section.steps, on_step)
-    probe = probe_set(cfg.warmstart.task, section.held_out, section.sampled, seed=cfg.seed)
+    (:func:`rl_checkpoints`) or the section's named ``checkpoints`` (:func:`named_checkpoints`; ``checkpoint``
+    unused: None), then every variant of the section measured at each (:func:`measure`) on the run's probe set
+    (:func:`probe_set`, drawn from its seed, spelled in the checkpoints' vocabulary) with the run's engine
+    settings and checks. Engines and learners are built from the first checkpoint's directory."""
+    tokens = FP8RL_TOKENS
+    if section.checkpoints is not None:
+        cks = named_checkpoints(section.checkpoints, cfg.seed)
+        checkpoint = section.checkpoints[0].path
+        tokens = probe_tokens(checkpoint)
+    elif checkpoint is None:
+        raise ValueError("run_matching needs the warm start's checkpoint when the section names no checkpoints")
+    else:
+        cks = rl_checkpoints(checkpoint, cfg, section.steps, on_step)
+    probe = probe_set(cfg.warmstart.task, section.held_out, section.sampled, seed=cfg.seed, tokens=tokens)
     return measure(checkpoint, cks, section.variants(cfg.model), probe, learner=cfg.learner.build(PRESETS["all"]),
-                   sampler_cfg=cfg.sampler, policy=cfg.checks.policy, w7_probe=cfg.check_probe(), on_sync=on_sync)
+                   sampler_cfg=cfg.sampler, policy=cfg.checks.policy, w7_probe=tokens.sequences(cfg.check_prompts()),
+                   on_sync=on_sync)
 
 
 @dataclass(frozen=True)
@@ -130,7 +163,7 @@ class _Learners:
 
     def __init__(self, checkpoint: str | Path, mxfp8: LearnerConfig) -> None:
         self.path = checkpoint
-        self._cfg = {"mxfp8": mxfp8, "bf16": PRESETS["bf16-e2e"].learner_config()}
+        self._cfg = {"mxfp8": mxfp8, "bf16": PRESETS["bf16-e2e"].learner_config(device=mxfp8.device)}
         self._built: dict[str, Learner] = {}
         self._loaded: dict[str, str] = {}
         self._held: dict[tuple[str, str, str], torch.Tensor] = {}
@@ -138,9 +171,11 @@ class _Learners:
     def get(self, precision: str, ck: Checkpoint, version: int) -> Learner:
         if precision not in self._built:
             self._built[precision] = Learner(load_policy(self.path), self._cfg[precision])
+            if ck.path is not None and Path(ck.path) == Path(self.path):  # built from this checkpoint's files
+                self._loaded[precision] = ck.name
         lrn = self._built[precision]
         if self._loaded.get(precision) != ck.name:
-            lrn.model.load_state_dict(ck.state)
+            lrn.model.load_state_dict(ck.weights())
             self._loaded[precision] = ck.name
         lrn.version = version
         return lrn
@@ -163,11 +198,11 @@ def _sums(s: torch.Tensor, lrn: torch.Tensor, mask: torch.Tensor) -> list[tuple[
     return [(int(pos[i]), float(kl[i]), float(kl_rev[i]), float(js[i])) for i in range(mask.shape[0])]
 
 
-def _sampled_sequences(prompts: torch.Tensor, completions: torch.Tensor, cmask: torch.Tensor
+def _sampled_sequences(prompts: torch.Tensor, completions: torch.Tensor, cmask: torch.Tensor, pad: int = PAD
                        ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Prompt + completion rows (PAD after the completion) and the mask of the next-token positions that
+    """Prompt + completion rows (``pad`` after the completion) and the mask of the next-token positions that
     predict a completion token."""
-    seqs = torch.cat([prompts, torch.where(cmask.bool(), completions, torch.full_like(completions, PAD))], dim=1)
+    seqs = torch.cat([prompts, torch.where(cmask.bool(), completions, torch.full_like(completions, pad))], dim=1)
     mask = torch.zeros(seqs.shape[0], seqs.shape[1] - 1, dtype=torch.bool)
     p = prompts.shape[1]
     mask[:, p - 1:] = cmask.bool()
@@ -179,9 +214,9 @@ def measure(checkpoint: str | Path, checkpoints: Sequence[Checkpoint], variants:
             policy: Callable[[str, str], CheckPolicy], w7_probe: torch.Tensor,
             on_sync: Callable[[dict], None] | None = None, hooks: Mapping[str, SyncHooks] | None = None,
             on_failure: Literal["raise", "record"] = "raise") -> MatchingMeasurement:
-    """Every ``variant`` at every checkpoint (see the module docstring). ``checkpoint``: the warm-start
-    directory the engines are built from (config, tokenizer-free HF layout; its weights are replaced at the
-    first sync); ``learner``: the MXFP8 learner's config (every layer on its grid; BF16-learner presets use
+    """Every ``variant`` at every checkpoint (see the module docstring). ``checkpoint``: the HF directory the
+    engines and learners are built from (the warm start, or the first named checkpoint; its weights are
+    replaced at the first sync); ``learner``: the MXFP8 learner's config (every layer on its grid; BF16-learner presets use
     the BF16 learner); ``policy(engine_dtype, preset)``: the checks' policy (W7's bounds depend on both);
     ``w7_probe``: W7's probe batch. Variants run in the given order, each engine started once and synced
     with every checkpoint in turn; a failed check of a non-ablation variant raises (its KL would be of
@@ -241,9 +276,9 @@ def measure(checkpoint: str | Path, checkpoints: Sequence[Checkpoint], variants:
                                    "weights the learner does not hold")
             held_s = sampler.prompt_logprobs(probe.held_out, full=True)
             held_l = learners.held_out(lrn, precision, variant.learner_forward, ck, probe.held_out)
-            roll = sampler.generate(probe.prompts, 1, probe.max_new_tokens, seed=probe.seed, eos_id=EOS, pad_id=PAD,
-                                    temperature=probe.temperature)
-            seqs, mask = _sampled_sequences(probe.prompts, roll.completion_ids, roll.completion_mask)
+            roll = sampler.generate(probe.prompts, 1, probe.max_new_tokens, seed=probe.seed, eos_id=probe.eos_id,
+                                    pad_id=probe.pad_id, temperature=probe.temperature)
+            seqs, mask = _sampled_sequences(probe.prompts, roll.completion_ids, roll.completion_mask, probe.pad_id)
             samp_s = sampler.prompt_logprobs(seqs, full=True)
             samp_l = learners.logprobs(lrn, variant.learner_forward, seqs)
             meta = {"checkpoint": ck.name, "seed": ck.seed, "step": ck.step, "variant": variant.name,

@@ -345,11 +345,12 @@ MEASURED: dict[str, matching.MatchingMeasurement] = {}
 
 
 @task(name="fixed-weights", cache_policy=NO_CACHE)
-def fixed_weights(key: str, cfg: RunConfig, section: MatchingSection, checkpoint: str) -> dict:
-    """The run's checkpoints and every variant measured at each (:func:`fp8rl_core.matching.run_matching`),
-    with a log line per RL step and per sync; the measurement stays in :data:`MEASURED`. Returns its size."""
+def fixed_weights(key: str, cfg: RunConfig, section: MatchingSection, checkpoint: str | None) -> dict:
+    """The run's checkpoints and every variant measured at each (:func:`fp8rl_core.matching.run_matching`;
+    ``checkpoint``: the warm start, None where the section names its checkpoints), with a log line per RL step
+    and per sync; the measurement stays in :data:`MEASURED`. Returns its size."""
     logger = get_run_logger()
-    total = len(section.variants(cfg.model)) * len(section.steps)
+    total = len(section.variants(cfg.model)) * section.measured()
     done = []
     t0 = time.perf_counter()
 

@@ -29,6 +29,7 @@ from fp8rl_core.checks.runner import CheckPolicy
 from fp8rl_core.config.schema import RunConfig, SweepConfig
 from fp8rl_core.errors import format_errors
 from fp8rl_core.identity import content_hash, digest
+from fp8rl_core.learner.checkpoints import spec_problems
 from fp8rl_core.learner.spec import ModelSpec, spec_hash
 from fp8rl_core.sampler.presets import PRESETS
 
@@ -41,7 +42,7 @@ __all__ = ["Run", "Sweep", "correctness_runs", "expand", "matching_runs", "run_d
 #: section left empty is left out)
 ID_NEUTRAL: dict[str, dict[str, object]] = {
     "checks": {"compute_copy": True, "alarm": True, "alarm_jump": CheckPolicy().alarm_jump},
-    "verl": {"token_sequences": None, "overrides": []},
+    "verl": {"token_sequences": None, "overrides": [], "save_checkpoints": False},
     "data": {"prompt_key": "prompt", "train": None, "val": None, "max_prompt_length": None, "max_response_length": None,
              "reward": None, "sha256": None},
 }
@@ -179,15 +180,23 @@ def matching_runs(sweep: SweepConfig, runs: Sequence[Run], source: str) -> list[
     """A sweep with a ``matching`` section: each expanded run as a fixed-weights run — a warm start of its
     own seed (``warmstart.seed`` = the run's seed: each seed's checkpoints are other weights), RL for the
     section's last checkpoint's steps (``loop.steps``), an id that also hashes the section (a changed variant
-    list is a new run, not a resumed one), the name ``<model>·fixed-weights·s<seed>`` and the tag
-    ``experiment``."""
+    list, or a named checkpoint's changed weights, is a new run, not a resumed one), the name
+    ``<model>·fixed-weights·s<seed>`` and the tag ``experiment``. Named ``checkpoints`` must be of the runs'
+    model spec (:func:`fp8rl_core.learner.checkpoints.spec_problems`)."""
     section = sweep.matching
     if "preset" in sweep.axes:
         raise ConfigError(f"{source}: a sweep with a 'matching' section measures matching.presets at every "
                           "checkpoint; its runs' preset is the one RL runs to make the checkpoints after step 0 — "
                           "set base.preset, not an axis 'preset'")
-    if section.steps[-1] > 0 and runs and runs[0].config.backend != "native":
+    if (section.checkpoints is not None or section.steps[-1] > 0) and runs and runs[0].config.backend != "native":
         raise ConfigError(f"{source}: the fixed-weights experiment runs on the native backend; remove backend: verl")
+    for i, ck in enumerate(section.checkpoints or ()):
+        for spec in {r.spec.name: r.spec for r in runs}.values():
+            problems = spec_problems(ck.path, spec)
+            if problems:
+                raise ConfigError(f"{source}: matching.checkpoints.{i} ({ck.path}) is not a checkpoint of the runs' "
+                                  f"model {spec.name}: {'; '.join(problems)} (checkpoint vs spec); set base.model to a "
+                                  "spec of its architecture (configs/models)")
     models = {r.config.model for r in runs}
     unknown = sorted(set(section.ablation_models or ()) - models)
     if unknown:
@@ -196,7 +205,7 @@ def matching_runs(sweep: SweepConfig, runs: Sequence[Run], source: str) -> list[
     out = []
     for run in runs:
         c = run.config
-        cfg = c.model_copy(update={"loop": c.loop.model_copy(update={"steps": max(1, section.steps[-1])}),
+        cfg = c.model_copy(update={"loop": c.loop.model_copy(update={"steps": max([1, *section.steps])}),
                                    "warmstart": c.warmstart.model_copy(update={"seed": c.seed})})
         base = Run.of(cfg, run.spec)
         out.append(Run(digest(f"{base.id}:{section.id()}", 12), f"{short_model(cfg.model)}·fixed-weights·s{cfg.seed}",

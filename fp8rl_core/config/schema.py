@@ -29,6 +29,7 @@ from fp8rl_core.sampler.presets import PRESETS, Preset, Variant
 
 __all__ = [
     "AblationSpec",
+    "CheckpointRef",
     "ChecksSection",
     "CorrectnessSection",
     "DataSection",
@@ -255,6 +256,9 @@ class VerlSection(BaseModel):
                 raise ValueError(f"verl.overrides: {item!r} is not a Hydra override key=value (e.g. "
                                  "actor_rollout_ref.actor.ppo_epochs=2, +key=value for a key verl's config lacks)")
         return v
+    save_checkpoints: bool = Field(False, description="verl saves the actor's Hugging Face model after every RL step "
+                                   "(<work folder>/checkpoints/global_step_N/actor/…/huggingface): checkpoints the "
+                                   "fixed-weights experiment measures (matching.checkpoints)")
 
     @model_validator(mode="after")
     def _model_path(self) -> "VerlSection":
@@ -297,9 +301,13 @@ class RunConfig(BaseModel):
         """The run's check policy: the ``checks`` section for its engine dtype and preset."""
         return self.checks.policy(self.sampler.dtype, self.preset)
 
+    def check_prompts(self):
+        """The W7 probe batch's problems: ``checks.probe_sequences`` held-out task prompts with their answers."""
+        return self.warmstart.task.prompts(self.checks.probe_sequences, seed=self.seed + 90_001, split="eval")
+
     def check_probe(self):
-        """The W7 probe batch: ``checks.probe_sequences`` held-out task sequences (a [B, T] tensor)."""
-        return self.warmstart.task.prompts(self.checks.probe_sequences, seed=self.seed + 90_001, split="eval").sequences
+        """The W7 probe batch: :meth:`check_prompts` as sequences (a [B, T] tensor of the task's ids)."""
+        return self.check_prompts().sequences
 
     def spec_path(self) -> Path:
         p = Path(self.model)
@@ -452,18 +460,77 @@ class AblationSpec(BaseModel):
         return known_preset(v)
 
 
+class CheckpointRef(BaseModel):
+    """A checkpoint of the fixed-weights experiment from outside fp8rl: the Hugging Face directory ``path``
+    (absolute), the verl global ``step`` it was saved at (None: a plain HF directory) and ``weights``, the
+    content hash of its weight files (:func:`fp8rl_core.learner.checkpoints.weights_hash`) — part of a run's
+    id, so a changed checkpoint is a new run. Checked when validated (:func:`~fp8rl_core.learner.checkpoints.
+    check_checkpoint`, :func:`~fp8rl_core.learner.checkpoints.probe_tokens`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    step: int | None = Field(None, ge=0)
+    weights: str = ""
+
+    @model_validator(mode="after")
+    def _checked(self) -> "CheckpointRef":
+        from fp8rl_core.learner.checkpoints import check_checkpoint, probe_tokens, weights_hash
+
+        check_checkpoint(self.path)
+        probe_tokens(self.path)
+        found = weights_hash(self.path)
+        if self.weights and self.weights != found:
+            raise ValueError(f"{self.path}: its weight files changed (hash {found}, recorded {self.weights}); name "
+                             "the directory again to measure the checkpoint it holds now")
+        if not self.weights:
+            object.__setattr__(self, "weights", found)
+        return self
+
+    @property
+    def name(self) -> str:
+        """The checkpoint's name in the measurement: ``<verl run folder>/step<N>`` for a verl checkpoint
+        (the folder that holds ``global_step_N``), else the directory's name."""
+        p = Path(self.path)
+        if self.step is None:
+            return p.name
+        root = next((q.parent for q in (p, *p.parents) if q.name == f"global_step_{self.step}"), p)
+        return f"{root.name}/step{self.step}"
+
+
+def _checkpoint_refs(v: Any) -> Any:
+    """``matching.checkpoints`` as written: each entry a path (an HF directory, a verl ``global_step_N`` or a
+    verl run's checkpoint folder: every step in it) or a :class:`CheckpointRef` mapping."""
+    if v is None or not isinstance(v, list):
+        return v
+    from fp8rl_core.learner.checkpoints import resolve_checkpoints
+
+    out: list[Any] = []
+    for item in v:
+        if isinstance(item, (str, Path)):
+            out += [{"path": str(path), "step": step} for path, step in resolve_checkpoints(item)]
+        else:
+            out.append(item)
+    return out
+
+
 class MatchingSection(BaseModel):
     """The fixed-weights matching experiment (fp8rl_core.matching): each run of the sweep — a model and seed —
     takes its warm start and the learner after each of ``steps`` RL steps (the run's preset, ``loop``'s prompts
-    per step) as checkpoints, and measures every preset (and ablation) at each through the normal sync path
-    on one paired probe set. docs/fixed-weights.md."""
+    per step) as checkpoints, or the ``checkpoints`` named (Hugging Face directories, a verl run's saved
+    checkpoints), and measures every preset (and ablation) at each through the normal sync path on one paired
+    probe set. docs/fixed-weights.md."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     presets: list[str] = Field(default_factory=lambda: list(PRESETS), description="the sampler presets measured")
     ablations: list[AblationSpec] = Field(default_factory=list, description="further variants: a preset with switches")
     ablation_models: list[str] | None = Field(None, description="the models the ablations run on (None: every model)")
-    steps: list[int] = Field(default_factory=lambda: [0, 8], description="checkpoints: RL steps from the warm start (0: itself)")
+    steps: list[int] = Field(default_factory=lambda: [0, 8], description="checkpoints: RL steps from the warm start "
+                             "(0: itself); [] with checkpoints")
+    checkpoints: list[CheckpointRef] | None = Field(
+        None, description="checkpoints from elsewhere instead of steps: HF directories (config.json, *.safetensors), "
+        "verl checkpoints global_step_N or a verl run's checkpoint folder (every step in it)")
     held_out: int = Field(1024, ge=2, description="held-out task sequences (common to every variant)")
     sampled: int = Field(1024, ge=2, description="probe prompts each variant draws one completion for (its own rollouts)")
 
@@ -480,9 +547,38 @@ class MatchingSection(BaseModel):
     @field_validator("steps")
     @classmethod
     def _steps(cls, v: list[int]) -> list[int]:
-        if not v or any(s < 0 for s in v) or sorted(set(v)) != v:
+        if any(s < 0 for s in v) or sorted(set(v)) != v:
             raise ValueError(f"steps must be distinct RL step counts ≥ 0 in increasing order, got {v}")
         return v
+
+    @field_validator("checkpoints", mode="before")
+    @classmethod
+    def _resolve(cls, v: Any) -> Any:
+        return _checkpoint_refs(v)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "MatchingSection":
+        if self.checkpoints is None and not self.steps:
+            raise ValueError("steps is empty and no checkpoints are named: give RL steps from the warm start (e.g. "
+                             "[0, 8]) or checkpoints")
+        if self.checkpoints is not None:
+            if self.steps:
+                raise ValueError(f"checkpoints and steps {self.steps} are two sources of checkpoints; with checkpoints "
+                                 "set steps: [] (the runs then train nothing)")
+            if not self.checkpoints:
+                raise ValueError("checkpoints is empty; name at least one, or leave it out and give steps")
+            from fp8rl_core.learner.checkpoints import probe_tokens
+
+            names = [c.name for c in self.checkpoints]
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                raise ValueError(f"checkpoints repeat the names {dup}: each checkpoint once")
+            first = probe_tokens(self.checkpoints[0].path)
+            other = next((c.path for c in self.checkpoints[1:] if probe_tokens(c.path) != first), None)
+            if other is not None:
+                raise ValueError(f"checkpoints {self.checkpoints[0].path} and {other} spell the probes in different "
+                                 "vocabularies; measure checkpoints of one tokenizer together")
+        return self
 
     @model_validator(mode="after")
     def _distinct_variants(self) -> "MatchingSection":
@@ -500,9 +596,15 @@ class MatchingSection(BaseModel):
         return [Variant(p) for p in self.presets] + [
             Variant(a.preset, a.engine_dtype, a.learner_forward, a.activation_rule) for a in abl]
 
+    def measured(self) -> int:
+        """How many checkpoints each run measures."""
+        return len(self.checkpoints) if self.checkpoints is not None else len(self.steps)
+
     def id(self) -> str:
-        """12 hex digits of the content hash of this section."""
-        return content_hash(self.model_dump(mode="json"), 12, compact=False)
+        """12 hex digits of the content hash of this section (``checkpoints`` — each one's path, step and weights
+        hash — counted only when set: a section without it has the id it had before the field)."""
+        return content_hash(self.model_dump(mode="json", exclude=set() if self.checkpoints is not None else
+                                            {"checkpoints"}), 12, compact=False)
 
 
 class ResourcesSection(BaseModel):

@@ -7,6 +7,7 @@ differently. Statistics: :mod:`fp8rl_core.metrics.matching`; what each row means
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,9 +165,12 @@ def _design(data: SweepData) -> list[str]:
     per = m.groupby(["model", "checkpoint", "variant", "source"]).size()
     sizes = per.groupby("source").max().to_dict()
     variants = list(dict.fromkeys(m["variant"]))
+    named = sorted({str(c) for c in m["checkpoint"] if not re.fullmatch(r"seed\d+/step\d+", str(c))})
+    where = (f"each seed's warm start and the learner after RL steps {', '.join(map(str, steps))} from it" if not named
+             else f"the named checkpoints {', '.join(f'`{c}`' for c in named)} (matching.checkpoints: Hugging Face "
+             "directories or a verl run's saved steps; the seed draws the probes)")
     lines = ["## Design", "",
-             f"{counts}; each seed's warm start and the learner after RL steps {', '.join(map(str, steps))} from "
-             f"it; {len(variants)} variants ({', '.join(f'`{v}`' for v in variants)}). Each variant "
+             f"{counts}; {where}; {len(variants)} variants ({', '.join(f'`{v}`' for v in variants)}). Each variant "
              "gets each checkpoint's learner weights through the normal sync path (export → sync → W1–W7 at the full "
              "tier), then the exact full-vocabulary KL(sampler‖learner) is measured on "
              f"{sizes.get('held-out', 0)} held-out sequences (the same for every variant) and {sizes.get('sampled', 0)} "

@@ -21,9 +21,11 @@ SOURCES = ("held-out", "sampled")
 
 _WHERE = {
     "run_id": col("str", NONEMPTY, required=False, doc="the matching run's id (added when read back)"),
-    "checkpoint": col("str", NONEMPTY, doc="which weights: seed<k>/step<n>"),
-    "seed": col("int", ge(0, "a seed"), doc="the warm start's seed"),
-    "step": col("int", ge(0, "RL steps from the warm start"), doc="RL steps from the warm start (0: the warm start)"),
+    "checkpoint": col("str", NONEMPTY, doc="which weights: seed<k>/step<n>, or a named checkpoint's name "
+                      "(<verl run folder>/step<n>, an HF directory's name)"),
+    "seed": col("int", ge(0, "a seed"), doc="the warm start's seed (a named checkpoint: the run's, which draws the probes)"),
+    "step": col("int", ge(0, "RL steps from the warm start"), doc="RL steps from the warm start (0: the warm start); a "
+                "named checkpoint's verl global step (0: a plain HF directory)"),
     "variant": col("str", NONEMPTY, doc="the sampler configuration (fp8rl_core.matching.Variant.name)"),
     "preset": col("str", NONEMPTY, doc="its preset"),
     "ablation": col("bool", doc="a switch differs from the preset as runs configure it"),

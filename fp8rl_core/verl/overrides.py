@@ -56,6 +56,9 @@ fp8rl field                    verl keys
 (the sweep / run id)           ``trainer.logger=[console,mlflow]``, project = the sweep, experiment =
                                the run id; verl's MLflow logger attaches to fp8rl's run through
                                ``MLFLOW_RUN_ID`` (passed to every Ray worker via ``runtime_env``)
+``verl.save_checkpoints``       ``trainer.save_freq=1``, ``actor.checkpoint.save_contents=[hf_model]`` (the
+                               actor's HF model only), ``trainer.default_local_dir`` = ``data_dir/checkpoints``,
+                               ``trainer.resume_mode=disable``; off: ``trainer.save_freq=-1`` (nothing saved)
 (the cluster)                  ``ray_kwargs.ray_init.address``: verl's ``main_ppo`` joins the Ray
                                cluster fp8rl checked instead of starting its own
 =============================  ==================================================================
@@ -82,8 +85,8 @@ if TYPE_CHECKING:
     from fp8rl_core.config.schema import RunConfig
     from fp8rl_core.verl.payload import VerlPayload
 
-__all__ = ["EXTENSION", "FIELD", "MAIN_PPO", "MXFP8_SEQ_ALIGN", "Override", "REWARD_FUNCTION", "TE_RECIPES",
-           "WORKER_EXTENSION", "hydra_value", "main_ppo_argv", "user_overrides", "verl_overrides"]
+__all__ = ["CHECKPOINTS_DIR", "EXTENSION", "FIELD", "MAIN_PPO", "MXFP8_SEQ_ALIGN", "Override", "REWARD_FUNCTION",
+           "TE_RECIPES", "WORKER_EXTENSION", "hydra_value", "main_ppo_argv", "user_overrides", "verl_overrides"]
 
 #: the module verl imports in every process (``actor_rollout_ref.model.external_lib``)
 EXTENSION = "fp8rl_core.verl.extension"
@@ -99,6 +102,8 @@ TE_RECIPES = {"blackwell": "mxfp8", "hopper": "blockwise"}
 RAY_CPUS = 8
 #: tokens a packed sequence is padded to under MXFP8 (TE quantizes 1×32 blocks along the sequence too)
 MXFP8_SEQ_ALIGN = 32
+#: where a run's verl checkpoints go in its folder (``verl.save_checkpoints``: ``global_step_N/actor/…``)
+CHECKPOINTS_DIR = "checkpoints"
 
 _AR = "actor_rollout_ref"
 _ACTOR, _ROLLOUT, _MODEL = f"{_AR}.actor", f"{_AR}.rollout", f"{_AR}.model"
@@ -397,7 +402,13 @@ def _fp8rl_overrides(expanded: "Run", payload: "VerlPayload", *, experiment: str
     put("trainer.experiment_name", run_name, "run", why=_WHY_MLFLOW)
     put("trainer.val_before_train", False, "backend", why=None)
     put("trainer.test_freq", -1, "backend", why=None)
-    put("trainer.save_freq", -1, "backend", why=None)
+    if v.save_checkpoints:  # the actor's HF model after every step, in the run's folder; a rerun starts afresh
+        put("trainer.save_freq", 1, "verl.save_checkpoints")
+        put("trainer.default_local_dir", str(data_dir / CHECKPOINTS_DIR), "verl.save_checkpoints")
+        put("trainer.resume_mode", "disable", "verl.save_checkpoints")
+        put(f"{_ACTOR}.checkpoint.save_contents", ["hf_model"], "verl.save_checkpoints")
+    else:
+        put("trainer.save_freq", -1, "backend", why=None)
     if mlflow_run_id:
         put("ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_RUN_ID", mlflow_run_id, "run", append=True, why=_WHY_MLFLOW)
     if tracking_uri:

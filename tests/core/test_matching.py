@@ -6,16 +6,19 @@ that the learner's own logits give for that change, and the ratio to another var
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
 from fp8rl_core import matching
+from fp8rl_core.config.runs import Sweep
 from fp8rl_core.checks.runner import CheckPolicy
 from fp8rl_core.metrics.matching import matching_ratio
 from fp8rl_core.sampler.presets import PRESETS, Variant
 from fp8rl_core.sync.hooks import SyncHooks
 
+from .learner.conftest import save_like_verl
 from .sampler.conftest import ENGINE, TASK, checkpoints  # noqa: F401 — the shared warm-started test models
 
 NORM = "model.norm.weight"
@@ -111,3 +114,69 @@ def test_all_in_fp32_on_both_sides_leaves_almost_no_kl(measured):
         r = matching_ratio(res.rows, "all", "all@engine=float32,learner=fp32", checkpoint=ck, n_boot=200)
         assert r.b_mean < 0.05 * r.a_mean, r  # the residual KL of `all` is the BF16 compute, not the grid
         assert math.isfinite(r.median_ratio)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Checkpoints from elsewhere: a verl run's saved checkpoints
+# ----------------------------------------------------------------------------------------------------------------
+FIXED = Path(__file__).resolve().parents[2] / "configs" / "matching-fixed-weights.yaml"
+
+
+def fixed_weights_from(checkpoint_dir: str | Path, model: str = "qwen3-dense-mini", *overrides: str):
+    """A fixed-weights run of the shipped sweep (configs/matching-fixed-weights.yaml) on the checkpoints
+    ``checkpoint_dir`` names (``matching.checkpoints``: an HF directory, a verl ``global_step_N`` or a verl run's
+    checkpoint folder), at test size: ``model``'s runs, seed 0, every preset of the config, no ablation, 8 held-out
+    and 8 sampled probe sequences — loaded and validated as ``fp8rl run`` loads it, then measured in this process
+    (:func:`fp8rl_core.matching.run_matching`: in-process BF16 engines). Returns (the sweep, its measurement)."""
+    sweep = Sweep.load(FIXED, [f"axes.model=[{model}]", "axes.seed=[0]", "per_model={}", "matching.steps=[]",
+                               f"matching.checkpoints=[{checkpoint_dir}]", "matching.held_out=8", "matching.sampled=8",
+                               "matching.ablations=[]", "matching.ablation_models=null", *overrides])
+    (run,) = sweep.runs
+    return sweep, matching.run_matching(None, run.config, sweep.config.matching)
+
+
+def assert_every_sync_passed(sweep, res) -> None:
+    """Every preset of the sweep got every named checkpoint through the sync path and passed W1–W7 at the full
+    tier; every (checkpoint, preset) measured on every probe sequence with a finite KL."""
+    section = sweep.config.matching
+    names = [c.name for c in section.checkpoints]
+    by = {(c["variant"], c["checkpoint"]): c for c in res.checks}
+    assert set(by) == {(p, n) for p in section.presets for n in names}
+    for c in res.checks:
+        assert c["passed"], c["detail"]
+        assert [c[f"check/W{i}"] for i in range(1, 8)] == [1.0] * 7, c
+    keys = {(r["variant"], r["checkpoint"], r["source"]): 0 for r in res.rows}
+    for r in res.rows:
+        keys[(r["variant"], r["checkpoint"], r["source"])] += 1
+        assert math.isfinite(r["kl"]) and r["kl"] >= 0 and r["positions"] >= 1
+    assert keys == {(p, n, s): 8 for p in section.presets for n in names for s in ("held-out", "sampled")}
+
+
+@pytest.fixture(scope="module")
+def verl_saved(checkpoints, tmp_path_factory):  # noqa: F811
+    """The dense test model (qwen3-dense-mini's shapes) saved by verl's own checkpoint manager as a verl run
+    saves two steps: ``global_step_1`` (the warm start) and ``global_step_2`` (its embedding ×1.01)."""
+    return save_like_verl(checkpoints["dense"], tmp_path_factory.mktemp("verl-run") / "checkpoints", {1: 1.0, 2: 1.01})
+
+
+def test_a_fixed_weights_run_takes_a_checkpoint_saved_by_verl_and_passes_every_sync(verl_saved):
+    assert sorted(p.name for p in (verl_saved / "global_step_1" / "actor" / "huggingface").iterdir()) == [
+        "chat_template.jinja", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+        "tokenizer_config.json"]  # verl's layout: config, tokenizer, the HF model
+    sweep, res = fixed_weights_from(verl_saved / "global_step_2")  # one step: every preset synced into it
+    refs = sweep.config.matching.checkpoints
+    assert [(r.name, r.step) for r in refs] == [("checkpoints/step2", 2)]
+    assert_every_sync_passed(sweep, res)
+    assert {(r["checkpoint"], r["step"]) for r in res.rows} == {("checkpoints/step2", 2)}
+    held = [r for r in res.rows if r["source"] == "held-out"]
+    assert all(r["positions"] == TASK.seq_len - 1 for r in held)  # the task tokenizer spells the task's own ids
+
+
+
+def test_the_measured_weights_are_the_ones_verl_saved(verl_saved, checkpoints):  # noqa: F811
+    warm = matching.warm_checkpoint(checkpoints["dense"], 0).state
+    one, two = (matching.Checkpoint(f"s{n}", 0, n, path=str(verl_saved / f"global_step_{n}" / "actor" / "huggingface"))
+                .weights() for n in (1, 2))
+    assert set(one) == set(warm) and all(torch.equal(one[k], warm[k]) for k in warm)  # fp32 masters, bit for bit
+    emb = "model.embed_tokens.weight"
+    assert torch.equal(two[emb], warm[emb] * 1.01) and all(torch.equal(two[k], warm[k]) for k in warm if k != emb)

@@ -271,3 +271,14 @@ def test_the_docs_verl_recipe_as_an_fp8rl_sweep_composes_and_passes_verls_valida
     assert a.rollout.tensor_model_parallel_size == 2 and a.rollout.gpu_memory_utilization == 0.6
     assert a.model.path == "Qwen/Qwen3-8B" and list(cfg.trainer.logger) == ["console", "mlflow"] and len(items) == 14
     assert cfg.reward.custom_reward_function.path is None and cfg.data.reward_fn_key == "data_source"  # verl's scorer
+
+
+def test_saving_checkpoints_composes_and_passes_verls_validation():
+    """``verl.save_checkpoints``: verl's composed config saves the actor's HF model every step into the run's
+    folder and never resumes from it."""
+    runs = Sweep.load("configs/verl-smoke.yaml", ["axes.preset=[all]", "axes.model=[qwen3-dense-mini]",
+                                                 "verl.save_checkpoints=true"]).runs
+    cfg, printed = check(runs[0], verl_overrides(runs[0], data_dir="/w/r"))
+    assert "All configuration checks passed successfully!" in printed
+    assert (cfg.trainer.save_freq, cfg.trainer.default_local_dir, cfg.trainer.resume_mode) == (1, "/w/r/checkpoints", "disable")
+    assert list(cfg.actor_rollout_ref.actor.checkpoint.save_contents) == ["hf_model"]

@@ -251,3 +251,21 @@ def test_a_dataset_becomes_verls_data_and_reward_keys(tmp_path):
     with pytest.raises(ValueError, match="fp8rl owns reward.custom_reward_function.path — fp8rl sets it from its field "
                                          "data.reward; set data.reward in the fp8rl config"):
         verl_overrides(gpu_run("qwen3-8b", "all", *data, "verl.overrides=[reward.custom_reward_function.path=x.py]"))
+
+
+def test_save_checkpoints_has_verl_write_the_actors_hf_model_after_every_step_in_the_runs_folder():
+    """``verl.save_checkpoints``: the checkpoints the fixed-weights experiment measures (docs/fixed-weights.md);
+    off (the default), verl saves nothing and the run's id is the one it had before the field."""
+    smoke = ["axes.preset=[all]", "axes.model=[qwen3-dense-mini]"]
+    off = Sweep.load("configs/verl-smoke.yaml", smoke).runs[0]
+    on = Sweep.load("configs/verl-smoke.yaml", [*smoke, "verl.save_checkpoints=true"]).runs[0]
+    assert on.id != off.id and off.id == Sweep.load("configs/verl-smoke.yaml", [*smoke, "verl.save_checkpoints=false"]).runs[0].id
+    d_off = as_dict(verl_overrides(off, data_dir="/w/r"))
+    assert d_off["trainer.save_freq"] == -1 and "trainer.default_local_dir" not in d_off
+    ov = verl_overrides(on, data_dir="/w/r")
+    saved = {o.key: (o.value, o.source) for o in ov if o.source == "verl.save_checkpoints"}
+    assert saved == {"trainer.save_freq": (1, "verl.save_checkpoints"),
+                     "trainer.default_local_dir": ("/w/r/checkpoints", "verl.save_checkpoints"),
+                     "trainer.resume_mode": ("disable", "verl.save_checkpoints"),
+                     "actor_rollout_ref.actor.checkpoint.save_contents": (["hf_model"], "verl.save_checkpoints")}
+    assert "actor_rollout_ref.actor.checkpoint.save_contents=[hf_model]" in [o.hydra() for o in ov]

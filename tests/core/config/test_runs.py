@@ -327,3 +327,77 @@ def test_a_field_added_later_keeps_old_ids_at_its_neutral_value_and_changes_them
     off = Sweep.load(CONFIGS / "smoke.yaml", ["checks.alarm=false"]).runs[0]
     same = Sweep.load(CONFIGS / "smoke.yaml", ["checks.alarm=true", "checks.compute_copy=true"]).runs[0]
     assert same.id == base.id != off.id
+
+
+def test_the_shipped_sections_id_is_the_one_it_had_before_named_checkpoints():
+    assert Sweep.load(SHIPPED).config.matching.id() == "e7c9d92c5735"
+
+
+NAMED = ["axes.model=[qwen3-dense-mini]", "axes.seed=[0]", "per_model={}", "matching.steps=[]", "matching.ablations=[]",
+         "matching.ablation_models=null"]
+
+
+@pytest.fixture(scope="module")
+def verl_run_folder(tmp_path_factory):
+    """A verl run's checkpoint folder of qwen3-dense-mini's shape: global_step_1 and global_step_2 (other weights)."""
+    from tests.core.learner.conftest import hf_checkpoint
+
+    spec = load_model_spec(MODELS / "qwen3-dense-mini.yaml")
+    root = tmp_path_factory.mktemp("verl") / "dense-mini-all-s0"
+    for step in (1, 2):
+        hf_checkpoint(root / f"global_step_{step}" / "actor" / "huggingface", spec, seed=step)
+    return root
+
+
+def test_named_checkpoints_are_resolved_identified_and_measured_instead_of_rl_steps(verl_run_folder):
+    sweep = Sweep.load(SHIPPED, [*NAMED, f"matching.checkpoints=[{verl_run_folder}]"])
+    refs = sweep.config.matching.checkpoints
+    assert [(r.name, r.step, r.path) for r in refs] == [
+        (f"dense-mini-all-s0/step{n}", n, str(verl_run_folder / f"global_step_{n}" / "actor" / "huggingface"))
+        for n in (1, 2)]
+    assert len({r.weights for r in refs}) == 2 and sweep.config.matching.measured() == 2
+    (run,) = sweep.runs
+    assert run.name == "dense-mini·fixed-weights·s0" and run.config.loop.steps == 1  # nothing trained: no RL steps
+    one = Sweep.load(SHIPPED, [*NAMED, f"matching.checkpoints=[{verl_run_folder / 'global_step_2'}]"])
+    assert [r.name for r in one.config.matching.checkpoints] == ["dense-mini-all-s0/step2"]
+    assert one.runs[0].id != run.id
+
+
+def test_a_changed_checkpoint_is_a_new_run_and_an_unchanged_one_the_same(verl_run_folder, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    step = shutil.copytree(verl_run_folder / "global_step_1", tmp_path / "global_step_1")
+    over = [*NAMED, f"matching.checkpoints=[{step}]"]
+    first, again = (Sweep.load(SHIPPED, over).runs[0].id for _ in range(2))
+    assert first == again
+    w = step / "actor" / "huggingface" / "model.safetensors"
+    tensors = load_file(w)
+    tensors["model.norm.weight"][3] *= 2
+    save_file(tensors, w, metadata={"format": "pt"})
+    changed = Sweep.load(SHIPPED, over)
+    assert changed.runs[0].id != first
+    recorded = changed.config.matching.checkpoints[0]
+    tensors["model.norm.weight"][3] /= 2
+    save_file(tensors, w, metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="its weight files changed"):  # a recorded identity is checked, not trusted
+        type(recorded).model_validate(recorded.model_dump())
+
+
+@pytest.mark.parametrize("extra, expect", [
+    (["matching.checkpoints=[/nonexistent/ckpt]"], "matching.checkpoints: /nonexistent/ckpt: no such directory"),
+    (["matching.steps=[0, 8]", "matching.checkpoints=[FOLDER]"], "checkpoints and steps [0, 8] are two sources"),
+    (["matching.checkpoints=[FOLDER]", "axes.model=[qwen3-moe-mini]"],
+     "matching.checkpoints.0 (FOLDER/global_step_1/actor/huggingface) is not a checkpoint of the runs' model "
+     "qwen3-moe-mini: kind dense vs moe (checkpoint vs spec)"),
+    (["matching.checkpoints=[FOLDER]", "base.backend=verl", "base.verl={hardware: cpu}"],
+     "the fixed-weights experiment runs on the native backend"),
+    ([], "steps is empty and no checkpoints are named"),
+])
+def test_bad_named_checkpoints_are_refused_in_one_line_naming_the_field(verl_run_folder, extra, expect):
+    extra = [e.replace("FOLDER", str(verl_run_folder)) for e in extra]
+    with pytest.raises(ConfigError) as e:
+        Sweep.load(SHIPPED, [*NAMED, *extra])
+    msg = str(e.value)
+    assert expect.replace("FOLDER", str(verl_run_folder)) in msg and "\n" not in msg, msg

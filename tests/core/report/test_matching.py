@@ -113,3 +113,17 @@ def test_a_moe_model_named_by_its_active_parameters_gets_the_moe_comparisons():
     m = validate("matching", _rows("r0", 0, n=40))
     rows = {r.comparison.b for r in claim_rows(SweepData(sweep="x", runs=runs, matching=m), n_boot=50)}
     assert rows == {"half", "all", "requant", "other-grid"}  # (d) and (e) only on MoE models
+
+
+def test_the_design_names_checkpoints_from_elsewhere(data, tmp_path):
+    """A run on named checkpoints (matching.checkpoints: a verl run's steps) says which, not 'warm start and RL steps'."""
+    rename = {"seed0/step0": "ckpts/step1", "seed0/step8": "ckpts/step2", "seed1/step0": "ckpts/step1",
+              "seed1/step8": "ckpts/step2"}
+    m = data.matching.assign(checkpoint=data.matching["checkpoint"].map(rename), run_id="r0", seed=0)
+    m = m[data.matching["seed"] == 0]
+    c = data.matching_checks[data.matching_checks["seed"] == 0]
+    c = c.assign(checkpoint=c["checkpoint"].map(rename))
+    named = SweepData(sweep="matching-fixed-weights", runs=data.runs[data.runs["seed"] == 0], matching=m, matching_checks=c)
+    design = write_report(named, tmp_path, n_boot=50).read_text().split("## Design")[1].split("##")[0]
+    assert "the named checkpoints `ckpts/step1`, `ckpts/step2` (matching.checkpoints" in design, design
+    assert "warm start" not in design
