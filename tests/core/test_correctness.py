@@ -64,33 +64,37 @@ def _step(pipe, runner, fault=None):
     return report
 
 
-def test_a_negated_expert_copy_after_a_later_sync_is_named_by_w6_and_with_that_check_off_raised_by_the_alarm(engines):
-    """expert-copy-negated (the fp32 copy expert 0 of layer 0 computes with, negated after the reload; bytes and
-    scales intact) planted at the fourth sync of a runner, once with the compute-copy check on and once off."""
+def test_a_negated_expert_copy_after_a_later_sync_is_named_by_w6_and_with_that_check_off_fails_w7_there(engines):
+    """expert-copy-negated (the fp32 copies expert 0 of layer 0 computes with, negated after the reload; bytes and
+    scales intact) planted at the fourth sync of a runner: with the compute-copy check on, W6 names rank, layer
+    and expert at that sync; with it off and that sync at the full tier (as every sync of the correctness series
+    through verl), W7's probe fails there; with it off at a cheap-tier sync nothing sees it there."""
     pipe = engines.get("moe", "all")
     f = fault("expert-copy-negated")
-    for compute_copy in (True, False):
-        runner = CheckRunner(CheckPolicy(full_every=100, compute_copy=compute_copy), probe=PROBE)
+    for compute_copy, full_every in ((True, 100), (False, 1), (False, 100)):
+        runner = CheckRunner(CheckPolicy(full_every=full_every, compute_copy=compute_copy), probe=PROBE)
         runner.start(pipe.samplers)
         clean = [_step(pipe, runner) for _ in range(3)]
         assert [r.failed for r in clean] == [[], [], []], [r.message() for r in clean]  # no false alarm
-        assert [r.full for r in clean] == [True, False, False] and all("W7" in r.results_by for r in clean[1:])
+        assert all("W7" in r.results_by for r in clean)  # the probe (full tier) or the alarm (cheap) ran
         at = _step(pipe, runner, f)
-        after = _step(pipe, runner)  # a clean sync: the first step whose rollouts ran on the negated copy
-        again = _step(pipe, runner)
+        again = [_step(pipe, runner) for _ in range(2)]
         assert at.results_by["W2"].passed and at.results_by["W1"].passed  # the held bytes are the learner's
         if compute_copy:  # W6 names rank, layer and expert at the fault's own sync (then the full tier runs too)
             w6 = at.results_by["W6"]
             assert not w6.passed and at.full and at.why == "cheap tier failed: W6", at.message()
             assert w6.offenders[0].startswith("tp rank 0/1: model.layers.0.mlp.experts.w13_weight expert 0: "
                                               "compute copy ≠ dequantized held bytes at "), w6.offenders
-        else:  # nothing reads the compute copy at that sync: the cheap tier passes, the alarm's numbers are clean
-            assert at.failed == [] and not at.full and "W6" in at.results_by, at.message()
+            assert "W7" in [r.condition for r in at.failed]  # the full tier's probe sees the behaviour too
+        elif full_every == 1:  # nothing structural sees it; W7's probe fails at that very sync
+            assert [r.condition for r in at.failed] == ["W7"] and at.full, at.message()
+            assert at.results_by["W7"].offenders[0].startswith("probe sequence "), at.results_by["W7"].offenders
             assert "compute copy" not in at.results_by["W6"].detail
-        # the alarm at the next sync, on that step's mean |Δ log p| (its rollouts ran on the negated copy)
-        (w7,) = [r for r in after.failed if r.condition == "W7"]
-        assert [r.condition for r in after.failed] == ["W7"], after.message()
-        assert w7.offenders == [o for o in w7.offenders if o.startswith(f"step {after.version}: "
-                                                                        "mismatch/mean_abs_logprob_diff = ")]
-        assert w7.offenders, w7
-        assert again.failed == [], again.message()  # repaired: the reload rebuilt the copy, the alarm is quiet
+        else:  # a cheap-tier sync without the compute-copy check: nothing reads the copy there
+            assert at.failed == [] and not at.full, at.message()
+        # the reload at the next sync rebuilds the copy: every check passes again, but for the alarm on the next
+        # step's numbers (its rollouts ran on the negated copy; on this mini that moves mean |Δ log p| by a few
+        # thousandths, under the alarm's noise floor: docs/correctness.md); then every check passes
+        late = [(r.condition, o) for r in again[0].failed for o in r.offenders]
+        assert all(c == "W7" and o.startswith(f"step {again[0].version}: ") for c, o in late), late
+        assert again[1].failed == [], again[1].message()
