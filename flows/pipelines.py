@@ -412,14 +412,14 @@ def _correctness(sweep: Sweep) -> dict:
         raise ValueError(f"{sweep.source}: no 'correctness' section; nothing to check")
     section = sweep.config.correctness
     wanted = [f for f in FAULTS if section.faults is None or f.name in section.faults]
-    wanted = [f for f in wanted if f.model in runs]
     params = tracking.flatten(section.model_dump(mode="json"))
     stage = section.id()
     mlflow_run = tracking.open_run(sweep.name, stage, f"correctness-{stage}", "correctness", params, _flow_run())
     if any(run.config.backend == "verl" for run in runs.values()):
         from flows.verl_correctness import verl_correctness
 
-        return verl_correctness(sweep, wanted, mlflow_run, _flow_run(), _verl_run)
+        return verl_correctness(sweep, wanted, mlflow_run, _flow_run(), _verl_run)  # it picks each model's faults
+    wanted = [f for f in wanted if f.model in runs]
     try:
         with tracking.ending(mlflow_run):
             with tracking.captured_logs(mlflow_run):

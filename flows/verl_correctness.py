@@ -13,7 +13,7 @@ from prefect import get_run_logger
 from adapters import tracking
 from adapters.tracking import RunRow
 from fp8rl_core.config.runs import Run, Sweep
-from fp8rl_core.verl.checking import failed_results, fault_verdict
+from fp8rl_core.verl.checking import alarm_verdict, failed_results, fault_verdict
 from fp8rl_core.verl.payload import PlantedFault, VerlHooks
 
 __all__ = ["verl_correctness"]
@@ -26,11 +26,14 @@ def verl_correctness(sweep: Sweep, wanted: list, mlflow_run: str, flow_run: str,
     by ``verl_run(run, sweep, sweep_id, flow_run, parent, faults=...)`` (its row and how verl ended).
 
     - The **fault series**: ``clean_syncs`` clean syncs, then each fault of the worker's load (the faults
-      verl's path can carry: ``load`` / ``post-load``) planted at a sync of its own — on one tensor-parallel
+      verl's path can carry: ``load`` / ``post-load``; one declared on the dense mini acts on the linear layers
+      on the grid, which the MoE mini has too) planted at a sync of its own — on one tensor-parallel
       rank where ``fault_ranks`` names one — and a clean sync after each, every sync at the full tier, under
       ``checks.on_failure: warn`` so that verl goes on: each fault must be caught at its sync by its
       condition's check, naming the rank, and repaired at the next; a failed check at a sync without a fault
-      is a false alarm.
+      is a false alarm. Then each fault of ``blind_faults`` once more, with those checks switched off at its
+      sync (``compute_copy``): it must be caught by the behavioural alarm at the next sync, the sync of the
+      first step whose rollouts ran on it (:func:`~fp8rl_core.verl.checking.alarm_verdict`).
     - The **stop run**: the first of those faults from the first sync on, under ``checks.on_failure:
       fail``: verl's trainer must stop at that sync, the run FAILED with the check's line.
 
@@ -53,31 +56,40 @@ def verl_correctness(sweep: Sweep, wanted: list, mlflow_run: str, flow_run: str,
         with tracking.captured_logs(mlflow_run):
             for kind, base in sweep.correctness.items():
                 cfg = base.config
-                mine = [f for f in wanted if f.model == kind]
+                mine = [f for f in wanted if f.model in (kind, "dense")]
+                plants = [(f, ()) for f in mine] + [(f, tuple(section.blind_faults[f.name])) for f in mine
+                                                    if f.name in section.blind_faults]
                 clean = section.clean_syncs[kind]
-                at = {f.name: clean + 2 * i for i, f in enumerate(mine)}  # a clean sync after each
+                at = [clean + 2 * i for i in range(len(plants))]  # a clean sync after each
                 planted = VerlHooks(faults=tuple(PlantedFault(name=f.name, rank=section.fault_ranks.get(f.name),
-                                                              version=at[f.name]) for f in mine))
-                steps = max(1, clean + 2 * len(mine) - 1)
+                                                              version=v, checks_off=off)
+                                                 for (f, off), v in zip(plants, at)))
+                steps = max(1, clean + 2 * len(plants) - 1)
                 series = cfg.model_copy(update={"loop": cfg.loop.model_copy(update={"steps": steps}),
                                                 "checks": cfg.checks.model_copy(update={"on_failure": "warn",
                                                                                         "full_every": 1})})
                 row, reports = one(Run.of(series, base.spec), "faults", planted)
-                fault_at = set(at.values())
+                fault_at = set(at)
                 bad = [f"{kind} sync {r['sync']}: {c['condition']}" for r in reports if r["version"] not in fault_at
                        for c in failed_results(r, after_fault=r["version"] - 1 in fault_at)]
                 if row.failed:
                     bad.append(f"{kind}: the fault series failed ({row.mlflow_run}; its error tag says why)")
                 alarms += bad
                 logger.info("%s: %d syncs through verl, %d faults planted, %d false alarms", kind, len(reports),
-                            len(mine), len(bad))
-                for f in mine:
+                            len(plants), len(bad))
+                for (f, off), version in zip(plants, at):
                     rank = section.fault_ranks.get(f.name)
-                    v = fault_verdict(reports, f.name, f.condition, rank, version=at[f.name])
-                    logger.info("fault %s (%s%s) at sync version %d: caught there: %s; fired: %s; repaired: %s",
-                                f.name, f.condition, "" if rank is None else f", rank {rank}", at[f.name],
-                                v.caught_first, list(v.fired), v.repaired)
-                    rows.append(v.as_row() | {"model": kind, "run": "series", "mlflow_run": row.mlflow_run})
+                    if off:  # its condition's check off at its sync: the alarm at the next sync
+                        v = alarm_verdict(reports, f.name, version, rank)
+                    else:
+                        v = fault_verdict(reports, f.name, f.condition, rank, version=version)
+                    logger.info("fault %s (%s%s%s) at sync version %d: caught %s: %s; fired there: %s; repaired: %s",
+                                f.name, f.condition, "" if rank is None else f", rank {rank}",
+                                f"; {', '.join(off)} off" if off else "", version,
+                                "by the alarm at the next sync" if off else "there", v.caught_first, list(v.fired),
+                                v.repaired)
+                    rows.append(v.as_row() | {"model": kind, "run": "series", "mlflow_run": row.mlflow_run,
+                                              "checks_off": ",".join(off)})
                 if mine:  # the first fault again, from the first sync on: the check must stop verl
                     f, rank = mine[0], section.fault_ranks.get(mine[0].name)
                     stop = cfg.model_copy(update={"checks": cfg.checks.model_copy(update={"on_failure": "fail"})})

@@ -3,7 +3,9 @@
 :func:`clean_series` runs RL steps (rollout → GRPO step → sync → checks) and counts false alarms.
 :func:`inject` runs one clean step (so the engine is known good), then one step whose sync carries the
 fault, records which checks fired at that sync (the first opportunity), and finishes with a clean repair
-sync that must pass again. Its rows make the detection matrix (faults × checks), which
+sync that must pass again. At every sync the engine is also asked for its own weight checksums (vLLM's weight
+checker), compared with the digests of the learner's bytes (:mod:`fp8rl_core.checks.checksum`): a second
+opinion on W2/W4 from code fp8rl did not write (column ``vllm_checksum``; null where it did not run). Its rows make the detection matrix (faults × checks), which
 :func:`fp8rl_core.checks.matrix.summarize` judges and :func:`fp8rl_core.report.plots.detection_matrix`
 draws.
 
@@ -14,29 +16,52 @@ verdicts, so it sits above both; the checks themselves only judge.
 from __future__ import annotations
 
 from fp8rl_core.checks.alarm import alarm_numbers
+from fp8rl_core.checks.basic import CheckResult
+from fp8rl_core.checks.checksum import check_vllm_checksums
 from fp8rl_core.checks.faults import Fault
 from fp8rl_core.checks.runner import CheckReport, CheckRunner
 from fp8rl_core.loop import Pipeline, rollout_and_learn, sync_weights
 from fp8rl_core.sync.hooks import NO_HOOKS
-from fp8rl_core.vocabulary import CONDITIONS, STEP_TIMES
+from fp8rl_core.sync.layout import ModelLayout
+from fp8rl_core.vocabulary import CONDITIONS, ENGINE_CHECKSUM, STEP_TIMES, check_column
 
-__all__ = ["clean_series", "inject", "step"]
+__all__ = ["clean_series", "engine_checksums", "inject", "step"]
 
 
 def _tags(row: dict) -> list[tuple[int, int]]:
     return [(int(row["version"]), int(row["new_version"]) - 1)]
 
 
+def engine_checksums(pipe: Pipeline, report: CheckReport) -> CheckResult | None:
+    """The engines' own weight checksums against the learner's bytes at the sync ``report`` checked (its
+    expectation and snapshots); ``None`` where no engine has a checker or no expectation was derived."""
+    if report.expected is None:
+        return None
+    layout = ModelLayout.from_hf_config(pipe.learner.model.config)
+    return check_vllm_checksums(pipe.samplers, report.expected, report.states, layout)
+
+
+def _failed(report: CheckReport, vck: CheckResult | None) -> bool:
+    return bool(report.failed) or (vck is not None and not vck.passed)
+
+
+def _message(report: CheckReport, vck: CheckResult | None) -> str:
+    extra = [] if vck is None or vck.passed else [f"{ENGINE_CHECKSUM} failed: {vck.count} offenders, e.g. "
+                                                  f"{vck.offenders[:3]} ({vck.detail})"]
+    return "; ".join([m for m in [report.message()] if m] + extra)
+
+
 def step(pipe: Pipeline, runner: CheckRunner, task, index: int, *, prompts_per_step: int, seed: int,
-         fault: Fault | None = None) -> tuple[dict, CheckReport]:
-    """One RL step with its sync (optionally faulty) and the checks after it."""
+         fault: Fault | None = None) -> tuple[dict, CheckReport, CheckResult | None]:
+    """One RL step with its sync (optionally faulty), the checks after it and vLLM's checksums."""
     if fault is not None and fault.captures_pre_step:
         pipe.pre_step_export = pipe.export()
     row, _ = rollout_and_learn(pipe, task, index, prompts_per_step=prompts_per_step, seed=seed)
     row |= sync_weights(pipe, fault or NO_HOOKS)
     report = runner.check(pipe, _tags(row), alarm_numbers(row), step=index)
+    vck = engine_checksums(pipe, report)
     row["checks_s"] = report.seconds
-    return row, report
+    return row, report, vck
 
 
 def clean_series(pipe: Pipeline, runner: CheckRunner, task, syncs: int, *, prompts_per_step: int = 4,
@@ -45,10 +70,12 @@ def clean_series(pipe: Pipeline, runner: CheckRunner, task, syncs: int, *, promp
     rows = []
     first = pipe.learner.version + 1
     for i in range(first, first + syncs):
-        row, report = step(pipe, runner, task, i, prompts_per_step=prompts_per_step, seed=seed)
+        row, report, vck = step(pipe, runner, task, i, prompts_per_step=prompts_per_step, seed=seed)
         out = {"sync": report.sync, "version": report.version, "tier": "full" if report.full else "cheap",
-               "false_alarm": bool(report.failed), "alarms": report.message(), "checks_s": report.seconds,
-               "step_s": sum(row[c] for c in STEP_TIMES), "mean_reward": row["mean_reward"]}
+               "false_alarm": _failed(report, vck), "alarms": _message(report, vck), "checks_s": report.seconds,
+               "step_s": sum(row[c] for c in STEP_TIMES), "mean_reward": row["mean_reward"],
+               check_column(ENGINE_CHECKSUM): None if vck is None else vck.passed,
+               f"{ENGINE_CHECKSUM}_s": None if vck is None else vck.seconds}
         out |= {f"check/{c}": r.passed for c, r in report.results_by.items()}
         rows.append(out)
         if on_sync is not None:
@@ -60,21 +87,24 @@ def inject(pipe: Pipeline, runner: CheckRunner, task, fault: Fault, *, prompts_p
            warmup: bool = True) -> dict:
     """The fault's row of the detection matrix (see the module docstring). ``warmup=False`` for faults
     present from the engine's start (``config``): their first sync is the first opportunity."""
-    pre = None
+    pre = pre_vck = None
     if warmup:
-        _, pre = step(pipe, runner, task, pipe.learner.version + 1, prompts_per_step=prompts_per_step, seed=seed)
-    _, rep = step(pipe, runner, task, pipe.learner.version + 1, prompts_per_step=prompts_per_step, seed=seed,
-                  fault=fault)
+        _, pre, pre_vck = step(pipe, runner, task, pipe.learner.version + 1, prompts_per_step=prompts_per_step,
+                               seed=seed)
+    _, rep, vck = step(pipe, runner, task, pipe.learner.version + 1, prompts_per_step=prompts_per_step, seed=seed,
+                       fault=fault)
     fired = {c: (not rep.results_by[c].passed) if c in rep.results_by else None for c in CONDITIONS}
     declared = rep.results_by.get(fault.condition)
     row = {"fault": fault.name, "condition": fault.condition, "stage": fault.stage, "model": fault.model,
            "what": fault.what, "tier": "full" if rep.full else "cheap", "why": rep.why,
-           "warmup_clean": None if pre is None else not pre.failed,
+           "warmup_clean": None if pre is None else not _failed(pre, pre_vck),
            "caught_first": bool(fired.get(fault.condition)),
            "declared_offenders": "; ".join((declared.offenders if declared else [])[:3])}
     row |= {c: (None if v is None else int(v)) for c, v in fired.items()}
+    row |= {ENGINE_CHECKSUM: None if vck is None else int(not vck.passed),
+            f"{ENGINE_CHECKSUM}_offenders": None if vck is None else "; ".join(vck.offenders[:3])}
     if fault.engine_schemes is None:  # repair: a clean sync of the same version must pass again
         sync_weights(pipe)
         rep2 = runner.check(pipe, [])
-        row["repaired"] = not rep2.failed
+        row["repaired"] = not _failed(rep2, engine_checksums(pipe, rep2))
     return row

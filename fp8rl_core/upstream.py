@@ -124,6 +124,8 @@ INTERNALS: tuple[Internal, ...] = (
              "fp8rl_core.sampler.vllm_compat"),
     Internal(_VL, "vllm.v1.worker.gpu_model_runner:GPUModelRunner.reload_weights", "method", "calls",
              "fp8rl_core.sampler.worker", ("weights_iterator",)),
+    Internal(_VL, "vllm.v1.worker.gpu_worker:Worker.compute_weight_checksums", "method", "calls",
+             "fp8rl_core.sampler.vllm_engine"),
     Internal(_VL, "vllm.distributed:get_tensor_model_parallel_rank", "attribute", "calls", "fp8rl_core.sampler.worker"),
     Internal(_VL, "vllm.distributed:get_tensor_model_parallel_world_size", "attribute", "calls",
              "fp8rl_core.sampler.worker"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 __all__ = [
-    "CONDITIONS", "CONDITION_MEANINGS", "FAULT_STAGES", "FULL_TIER_ONLY", "KL_METRICS", "KL_OPTIONAL_METRICS",
+    "CONDITIONS", "CONDITION_MEANINGS", "ENGINE_CHECKSUM", "FAULT_STAGES", "FULL_TIER_ONLY", "KL_METRICS", "KL_OPTIONAL_METRICS",
     "KL_RUN_METRICS", "LOGPROB_TOL", "MODEL_KINDS", "PRECISIONS", "REQUANT_QUANTITIES", "STEP_STAGES", "STEP_TIMES",
     "TIERS", "TIME_TOL", "TIMING_COLUMNS", "ModelKind", "Precision", "Tier", "check_column", "requant_column",
     "seconds_column",
@@ -29,6 +29,11 @@ CONDITION_MEANINGS: dict[str, str] = {
     "W7": "Behaviour: on a fixed probe batch the sampler's log-probs match the learner's within the declared bound",
 }
 CONDITIONS: tuple[str, ...] = tuple(CONDITION_MEANINGS)
+
+#: the second opinion on W2/W4's held bytes: vLLM's own weight checksums against the learner's bytes (its result's
+#: name, and its verdict column ``check/vllm_checksum`` of the clean-sync table and column of the detection
+#: matrix; fp8rl_core.checks.checksum). Not a condition: it judges the same bytes as W2 and W4 with vLLM's code.
+ENGINE_CHECKSUM = "vllm_checksum"
 
 #: the check tiers: ``cheap`` after every sync, ``full`` on a schedule and on suspicion (fp8rl_core.checks.runner)
 Tier = Literal["cheap", "full"]

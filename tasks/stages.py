@@ -38,7 +38,7 @@ from fp8rl_core.report.plots import detection_matrix, run_figures
 from fp8rl_core.schemas import validate
 from fp8rl_core.schemas.dsl import REQUANT_COLUMNS
 from fp8rl_core.sampler.seam import SamplerDeadError
-from fp8rl_core.vocabulary import KL_RUN_METRICS, TIMING_COLUMNS
+from fp8rl_core.vocabulary import ENGINE_CHECKSUM, KL_RUN_METRICS, TIMING_COLUMNS
 
 from adapters import tracking
 
@@ -330,11 +330,18 @@ def record_matrix(mlflow_run: str, matrix: list[dict], clean: list[dict]) -> dic
     metrics |= {"time/checks_s": sum(checks_s) / len(checks_s), "time/step_s": sum(step_s) / len(step_s),
                 "time/checks_fraction": sum(checks_s) / max(sum(step_s), 1e-9)}
     metrics |= {f"check/{c}/necessary": float(v["necessary"]) for c, v in summary["checks"].items()}
+    second = summary[ENGINE_CHECKSUM]  # vLLM's own checksums: where they ran, disagreed, fired
+    metrics |= {f"{ENGINE_CHECKSUM}/clean_syncs": float(second["clean_syncs_run"]),
+                f"{ENGINE_CHECKSUM}/clean_disagreements": float(second["clean_disagreements"]),
+                f"{ENGINE_CHECKSUM}/faults_fired": float(len(second["fired_on"]))}
+    seconds = [r[f"{ENGINE_CHECKSUM}_s"] for r in clean if r.get(f"{ENGINE_CHECKSUM}_s") is not None]
+    if seconds:
+        metrics[f"time/{ENGINE_CHECKSUM}_s"] = sum(seconds) / len(seconds)
     tracking.log_metrics(mlflow_run, metrics)
     import shutil
 
     shutil.rmtree(out, ignore_errors=True)
-    return metrics | {"checks": summary["checks"]}
+    return metrics | {"checks": summary["checks"], ENGINE_CHECKSUM: second}
 
 
 # ----------------------------------------------------------------------------------------------------

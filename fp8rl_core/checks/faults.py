@@ -249,16 +249,18 @@ def worker_requant_byte_flipped_on_rank1(worker, phase: str) -> None:
 
 @torch.no_grad()
 def worker_expert_copy_negated(worker, phase: str) -> None:
-    """On the last tensor-parallel rank only (rank 1 at tp 2; the only rank at tp 1), the fp32 copy expert 0
-    of the first MoE layer on the learner's grid computes with (``fp8rl_w_w13``) is negated after the reload;
-    its E4M3 bytes and E8M0 scales stay the learner's and its processing is counted as usual — a wrong
-    derived (prepacked, swizzled, repacked) copy that no byte check of the held weights sees."""
+    """On the last tensor-parallel rank only (rank 1 at tp 2; the only rank at tp 1), the fp32 copies expert 0
+    of the first MoE layer on the learner's grid computes with (``fp8rl_w_w13`` and ``fp8rl_w_w2``) are negated
+    after the reload: its output is negated (silu(-g)·(-u) ≈ silu(g)·u where the gate is small, so w13 alone
+    barely moves it); its E4M3 bytes and E8M0 scales stay the learner's and its processing is counted as usual
+    — a wrong derived (prepacked, swizzled, repacked) copy that no byte check of the held weights sees."""
     where = worker.fp8rl_tp_rank()
     if phase != "after" or where["rank"] != where["tp"] - 1:
         return
     for _, module, s in worker._fp8rl_layers():
         if s == "mxfp8" and hasattr(module, "fp8rl_w_w13"):
             module.fp8rl_w_w13[0].neg_()
+            module.fp8rl_w_w2[0].neg_()
             return
 
 

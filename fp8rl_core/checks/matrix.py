@@ -10,6 +10,8 @@ Pure: :func:`summarize` reads the rows that :func:`fp8rl_core.correctness.inject
 
 from __future__ import annotations
 
+from fp8rl_core.vocabulary import ENGINE_CHECKSUM, check_column
+
 from .runner import CONDITIONS
 
 __all__ = ["REDUNDANCY_WHY", "summarize"]
@@ -32,7 +34,8 @@ REDUNDANCY_WHY = {
 
 
 def summarize(matrix: list[dict], clean: list[dict]) -> dict:
-    """Verdicts of the matrix: totals, per-check unique catches, necessity and redundancy."""
+    """Verdicts of the matrix: totals, per-check unique catches, necessity and redundancy; and vLLM's own
+    checksums (``vllm_checksum``: the clean syncs it ran on and disagreed on, the faults it fired on)."""
     unique: dict[str, list[str]] = {c: [] for c in CONDITIONS}
     structural: dict[str, list[str]] = {c: [] for c in CONDITIONS}
     fired_by: dict[str, list[str]] = {c: [] for c in CONDITIONS}
@@ -54,6 +57,11 @@ def summarize(matrix: list[dict], clean: list[dict]) -> dict:
                      "why_redundant": "" if necessary else (
                          f"never fired alone; fired with {', '.join(co) or 'nothing'} — {REDUNDANCY_WHY[c]}"
                          if fired_by[c] else f"fired on no fault — {REDUNDANCY_WHY[c]}")}
+    ran = [r for r in clean if r.get(check_column(ENGINE_CHECKSUM)) is not None]
+    second = {"clean_syncs_run": len(ran), "clean_syncs_not_run": len(clean) - len(ran),
+              "clean_disagreements": sum(not r[check_column(ENGINE_CHECKSUM)] for r in ran),
+              "faults_run": sum(r.get(ENGINE_CHECKSUM) is not None for r in matrix),
+              "fired_on": [r["fault"] for r in matrix if r.get(ENGINE_CHECKSUM)]}
     return {"faults/total": len(matrix), "faults/caught_first": sum(bool(r["caught_first"]) for r in matrix),
             "clean/syncs": len(clean), "clean/false_alarms": sum(bool(r["false_alarm"]) for r in clean),
-            "checks": checks}
+            "checks": checks, ENGINE_CHECKSUM: second}

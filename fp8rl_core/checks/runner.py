@@ -61,6 +61,10 @@ class CheckReport:
     results: list[CheckResult]
     seconds: float
     results_by: dict[str, CheckResult] = field(default_factory=dict)
+    #: the expectation derived from the learner at this sync and the engines' snapshots the checks read
+    #: (:func:`fp8rl_core.checks.checksum.check_vllm_checksums` reuses them)
+    expected: Expected | None = field(default=None, repr=False)
+    states: list[dict] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         self.results_by = {r.condition: r for r in self.results}
@@ -223,7 +227,7 @@ class CheckRunner:
             self.seen.add(st["instance"])
         self.force_full = ""
         return CheckReport(exp.version, self.syncs, bool(why), why or "cadence: cheap", results,
-                           time.perf_counter() - t_all)
+                           time.perf_counter() - t_all, expected=exp, states=states)
 
     def _full(self, pipe, sampler, exp: Expected, parts: dict[str, list[CheckResult]], sharded: bool = False) -> None:
         learner = pipe.learner

@@ -405,6 +405,9 @@ class CorrectnessSection(BaseModel):
     faults: list[str] | None = Field(None, description="fault names (None: the whole catalogue)")
     fault_ranks: dict[str, int] = Field(default_factory=dict, description="backend verl: fault name → the one "
                                         "tensor-parallel rank it is planted on (absent: every rank)")
+    blind_faults: dict[str, tuple[Literal["compute_copy"], ...]] = Field(
+        default_factory=dict, description="backend verl: fault name → check switches turned off at a second plant "
+        "of it (after the others, at a sync of its own): left to the behavioural alarm at the next sync")
 
     @field_validator("faults")
     @classmethod
@@ -416,6 +419,17 @@ class CorrectnessSection(BaseModel):
             bad = [x for x in v if x not in known]
             if bad:
                 raise ValueError(f"unknown faults {bad}; valid: {', '.join(known)}")
+        return v
+
+    @field_validator("blind_faults")
+    @classmethod
+    def _known_blind(cls, v: dict) -> dict:
+        from fp8rl_core.checks.faults import FAULTS
+
+        known = [f.name for f in FAULTS]
+        bad = [x for x in v if x not in known]
+        if bad:
+            raise ValueError(f"unknown faults {bad}; valid: {', '.join(known)}")
         return v
 
     @field_validator("clean_syncs")
@@ -435,10 +449,10 @@ class CorrectnessSection(BaseModel):
         return out
 
     def id(self) -> str:
-        """The correctness stage's id: 12 hex digits of the content hash of this section (``fault_ranks``
-        counted only when set: a native section's id is that of its other settings)."""
-        return content_hash(self.model_dump(mode="json", exclude=set() if self.fault_ranks else {"fault_ranks"}),
-                            12, compact=False)
+        """The correctness stage's id: 12 hex digits of the content hash of this section (``fault_ranks`` and
+        ``blind_faults`` counted only when set: a native section's id is that of its other settings)."""
+        unset = {k for k in ("fault_ranks", "blind_faults") if not getattr(self, k)}
+        return content_hash(self.model_dump(mode="json", exclude=unset), 12, compact=False)
 
 
 class AblationSpec(BaseModel):

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from fp8rl_core.metrics import CostModel
-from fp8rl_core.vocabulary import CONDITIONS, STEP_STAGES, seconds_column
+from fp8rl_core.vocabulary import CONDITIONS, ENGINE_CHECKSUM, STEP_STAGES, seconds_column
 
 from .data import CANONICAL_PRESETS, PROBE_METRICS, SweepData, interval_table, preset_order, with_run_columns
 
@@ -503,14 +503,17 @@ def detection_matrix_figure(rows: list[dict], title: str = "fp8rl detection matr
 
     ``rows``: the detection matrix, one row per fault as :func:`fp8rl_core.correctness.inject` writes it
     (``fault``, ``condition``, ``caught_first`` and one column per condition W1–W7: 1 fired, 0 passed,
-    None not run). Returns the figure unsaved."""
+    None not run; and, where the rows have it, vLLM's own checksums, ``vllm_checksum``, the last column).
+    Returns the figure unsaved."""
     plt = _pyplot()
     from matplotlib.colors import ListedColormap
 
+    cols = [*CONDITIONS, *([ENGINE_CHECKSUM] if any(ENGINE_CHECKSUM in r for r in rows) else [])]
+    labels = [c if c != ENGINE_CHECKSUM else "vLLM\nSHA-256" for c in cols]
     codes = []
     for r in rows:
         row = []
-        for c in CONDITIONS:
+        for c in cols:
             v = r.get(c)
             if v is None:
                 row.append(0)
@@ -520,19 +523,19 @@ def detection_matrix_figure(rows: list[dict], title: str = "fp8rl detection matr
                 row.append(2 if v else 1)
         codes.append(row)
     cmap = ListedColormap(["#d9d9d9", "#ffffff", "#a1d99b", "#238b45", "#de2d26"])
-    fig, ax = plt.subplots(figsize=(7.5, 0.42 * len(rows) + 1.6))
+    fig, ax = plt.subplots(figsize=(7.5 + 0.8 * (len(cols) - len(CONDITIONS)), 0.42 * len(rows) + 1.6))
     ax.imshow(codes, cmap=cmap, vmin=0, vmax=4, aspect="auto")
-    ax.set_xticks(range(len(CONDITIONS)), CONDITIONS)
+    ax.set_xticks(range(len(cols)), labels)
     ax.set_yticks(range(len(rows)), [f"{r['fault']} ({r['condition']})" for r in rows])
     ax.set_xlabel("check that fired at the fault's first sync")
     ax.xaxis.set_label_position("top")
     ax.xaxis.tick_top()
     for i, r in enumerate(rows):
-        for j, c in enumerate(CONDITIONS):
+        for j, c in enumerate(cols):
             v = r.get(c)
             ax.text(j, i, "–" if v is None else ("✓" if v else ""), ha="center", va="center", fontsize=9,
                     color="white" if codes[i][j] in (3, 4) else "black")
-    ax.set_xticks([x - 0.5 for x in range(1, len(CONDITIONS))], minor=True)
+    ax.set_xticks([x - 0.5 for x in range(1, len(cols))], minor=True)
     ax.set_yticks([y - 0.5 for y in range(1, len(rows))], minor=True)
     ax.grid(which="minor", color="#bbbbbb", linewidth=0.5)
     caught = sum(bool(r["caught_first"]) for r in rows)

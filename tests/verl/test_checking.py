@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from fp8rl_core.verl.checking import failed_results, fault_verdict, read_reports
+from fp8rl_core.verl.checking import alarm_verdict, failed_results, fault_verdict, read_reports
 
 
 def _report(sync: int, *results: dict) -> dict:
@@ -64,3 +64,18 @@ def test_the_alarm_on_the_faulted_versions_rollouts_at_the_next_sync_is_the_faul
     assert failed_results(series[1], after_fault=True) == [] and failed_results(series[1]) == [alarm]
     series[1] = _report(2, _result("W2", True), probe)
     assert fault_verdict(series, "f", "W2", rank=1, version=0).repaired is False
+
+
+def test_a_fault_left_to_the_alarm_is_caught_at_the_next_sync_by_the_alarm_on_that_steps_numbers():
+    """A plant at version 1 with the compute-copy check off there: the alarm at the sync of version 2 (its step
+    2 rolled out on the fault) catches it; the plant's own sync fired nothing; the alarm cannot name a rank."""
+    alarm = _result("W7", False, ["step 2: rollout_corr/k3_kl = 0.41 above its bound 0.05"])
+    series = [_report(1, _result("W6", True)), _report(2, _result("W6", True)), _report(3, _result("W6", True), alarm)]
+    v = alarm_verdict(series, "expert-copy-negated", 1, rank=1)
+    assert (v.caught_first, v.fired, v.named_rank, v.repaired, v.condition) == (True, (), False, True, "W7")
+    assert v.offenders == ("step 2: rollout_corr/k3_kl = 0.41 above its bound 0.05",)
+    series[2] = _report(3, _result("W6", True), _result("W7", False, ["step 1: late"]))  # not this step's numbers
+    assert not alarm_verdict(series, "f", 1).caught_first
+    series[2] = _report(3, _result("W6", False, ["x"]), alarm)  # caught, but something else failed there
+    assert alarm_verdict(series, "f", 1).repaired is False
+    assert alarm_verdict(series, "f", 2).repaired is None and not alarm_verdict(series, "f", 2).caught_first

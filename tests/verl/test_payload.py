@@ -34,7 +34,8 @@ def test_the_payload_carries_the_runs_own_sections_and_reads_back_equal(run, tmp
     assert set(p.rollout_schemes.values()) == {"mxfp8"} and p.mx_grid == "mxfp8-e4m3-rceil"
     path = p.write(tmp_path / "payload.json")
     assert VerlPayload.read(path) == p
-    assert json.loads(path.read_text())["hooks"] == {"faults": [{"name": "post-load-twice", "rank": 1, "version": 3}]}
+    assert json.loads(path.read_text())["hooks"] == {"faults": [{"name": "post-load-twice", "rank": 1, "version": 3,
+                                                                "checks_off": []}]}
 
 
 def test_another_schema_version_an_unknown_field_or_a_bad_value_is_refused_in_one_line(run, tmp_path):
@@ -82,6 +83,12 @@ def test_a_planted_fault_acts_on_its_rank_at_its_version():
     assert hooks.at(0, 3) is hooks.at(1, 3) is twice and hooks.at(1, 0) is stale
     assert hooks.at(1, 1).worker_hook() == "fp8rl_core.checks.faults:worker_requantize_floor"
     assert hooks.names() == ["sampler-requantizes-floor", "post-load-twice", "derived-copy-stale"]
+    assert hooks.checks_off(1) == set()  # production and these plants: every check on
+    blind = VerlHooks(faults=(PlantedFault(name="expert-copy-negated", rank=1, version=7),
+                              PlantedFault(name="expert-copy-negated", rank=1, version=9, checks_off=("compute_copy",))))
+    assert blind.checks_off(9) == {"compute_copy"} and blind.checks_off(7) == blind.checks_off(10) == set()
+    with pytest.raises(ValueError, match="checks_off"):
+        PlantedFault(name="post-load-twice", checks_off=("alarm_and_more",))
     with pytest.raises(ValueError, match="dropped-bucket.*only worker faults"):
         PlantedFault(name="dropped-bucket")
     with pytest.raises(ValueError, match="unknown fault 'nope'"):

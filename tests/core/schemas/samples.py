@@ -83,15 +83,19 @@ def check_table() -> list[dict]:
 
 def clean_rows() -> list[dict]:
     base = {"sync": 1, "version": 1, "tier": "full", "false_alarm": False, "alarms": "", "checks_s": 0.05,
-            "step_s": 1.0, "mean_reward": 0.5, **{f"check/W{i}": True for i in range(1, 8)}, "model": "dense"}
-    cheap = base | {"sync": 2, "version": 2, "tier": "cheap", "check/W3": None, "check/W7": None}
+            "step_s": 1.0, "mean_reward": 0.5, **{f"check/W{i}": True for i in range(1, 8)}, "model": "dense",
+            "check/vllm_checksum": True, "vllm_checksum_s": 0.005}
+    cheap = base | {"sync": 2, "version": 2, "tier": "cheap", "check/W3": None, "check/W7": None,
+                    "check/vllm_checksum": None, "vllm_checksum_s": None}
     return [base, cheap, base | {"model": "moe"}]
 
 
 MATRIX_ROW = {"fault": "dropped-bucket", "condition": "W1", "stage": "transport", "model": "dense",
               "what": "one bucket is lost", "tier": "full", "why": "cheap tier failed: W1", "warmup_clean": True,
               "caught_first": True, "declared_offenders": "layers.0.q_proj.weight", "W1": 1, "W2": 1, "W3": 0,
-              "W4": 0, "W5": 0, "W6": 0, "W7": 1, "repaired": True}
+              "W4": 0, "W5": 0, "W6": 0, "W7": 1, "vllm_checksum": 1,
+              "vllm_checksum_offenders": "tp rank 0/1: model.layers.0.self_attn.q_proj.weight: vLLM's SHA-256 …",
+              "repaired": True}
 
 
 def matrix_rows() -> list[dict]:

@@ -56,7 +56,7 @@ def _fake_step(monkeypatch, faulty: tuple[str, ...] = ()):
         full = fault is not None or syncs["n"] == 1
         rep = report(pipe.learner.version, syncs["n"], full, failed=faulty if fault is not None else ())
         row["checks_s"] = rep.seconds
-        return row, rep
+        return row, rep, None  # no engine: vLLM's checksums not run
 
     monkeypatch.setattr(fault_matrix, "step", step)
 
@@ -116,6 +116,8 @@ CASES = [
     ("clean_syncs", set_(2, model="big"), "model", [2], "'dense', 'moe'"),
     ("clean_syncs", set_(2, mean_reward=2.0), "mean_reward", [2], "must lie in [0, 1]"),
     ("clean_syncs", set_(0, **{"check/W5": 1}), "check/W5", [0], "True/False or null"),
+    ("clean_syncs", set_(0, **{"check/vllm_checksum": False}), "false_alarm", [0], "(or 'check/vllm_checksum')"),
+    ("clean_syncs", set_(1, vllm_checksum_s=-1.0), "vllm_checksum_s", [1], "a duration"),
     # detection_matrix
     ("detection_matrix", set_(0, condition="W9"), "condition", [0], "must be one of"),
     ("detection_matrix", set_(0, stage="network"), "stage", [0], "'post-load'"),
@@ -125,6 +127,7 @@ CASES = [
     ("detection_matrix", set_(0, declared_offenders=""), "declared_offenders", [0], "names what failed"),
     ("detection_matrix", set_(1, W3=0), "W3", [1], "cheap-tier rows"),
     ("detection_matrix", set_(2, W2=2), "W2", [2], "1 fired, 0 passed"),
+    ("detection_matrix", set_(0, vllm_checksum=2), "vllm_checksum", [0], "1 disagreed, 0 agreed"),
     ("detection_matrix", set_(1, fault="dropped-bucket"), "fault", [0, 1], "one row per fault"),
     ("detection_matrix", set_(1, tier="x"), "tier", [1], "'cheap', 'full'"),
     ("detection_matrix", set_(1, caught_first=None), "caught_first", [1], "True/False"),
