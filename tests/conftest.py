@@ -210,3 +210,15 @@ def _temporary_prefect_server_stops_inside_the_session():
     if server is not None:
         for instance in list(server.SubprocessASGIServer._instances.values()):
             instance.stop()
+
+
+def run_wide_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A folder every xdist worker of this pytest run shares (the run's base temp folder is per worker:
+    its parent is the run's), else the session's own: for caches whose writers publish atomically, such as
+    warm starts (``fp8rl_core.learner.warmstart``: trained into a temporary folder, renamed when complete, a
+    second writer's copy dropped), so a warm start one worker trained is loaded by the other."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    path = root / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path

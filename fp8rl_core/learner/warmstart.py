@@ -305,7 +305,13 @@ def _publish(tmp: Path, final: Path) -> bool:
         stale = Path(tempfile.mkdtemp(prefix=f".{final.name}.stale-", dir=final.parent))
         os.rename(final, stale / "old")
         shutil.rmtree(stale)
-    os.rename(tmp, final)
+    try:
+        os.rename(tmp, final)
+    except OSError:  # another writer published between the check above and here
+        if not is_complete(final):
+            raise
+        shutil.rmtree(tmp)
+        return False
     return True
 
 

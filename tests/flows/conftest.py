@@ -9,13 +9,15 @@ from pathlib import Path
 import pytest
 
 from tests.adapters.conftest import servers  # noqa: F401 — a fixture: test_scale_out.py's tracking store
+from tests.conftest import run_wide_dir
 
 
 @pytest.fixture(scope="session")
 def warmstart_cache(tmp_path_factory) -> Path:
     """The session's warm-start cache: the first sweep that needs a checkpoint trains it, later sweeps of
-    the same model and warm-start config load it (as a rerun of ``make run`` loads ``.cache/warmstart``)."""
-    return tmp_path_factory.mktemp("warmstart")
+    the same model and warm-start config load it (as a rerun of ``make run`` loads ``.cache/warmstart``), on
+    either xdist worker."""
+    return run_wide_dir(tmp_path_factory, "flows-warmstart")
 
 
 @pytest.fixture(scope="module")

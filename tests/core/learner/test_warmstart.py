@@ -258,3 +258,26 @@ def test_load_policy_names_both_shapes_when_checkpoint_and_config_disagree(tmp_p
     msg = str(e.value)
     assert str(res.path) in msg and "model.safetensors disagrees with config.json" in msg
     assert f"{tensor}: checkpoint {ckpt} vs config {cfg}" in msg
+
+
+def test_a_writer_that_publishes_second_in_a_race_keeps_the_first_ones_checkpoint(tmp_path):
+    """Two workers training the same warm start into one cache (xdist workers, Ray workers): the one whose
+    rename comes second — after its own check found no checkpoint — drops its copy instead of failing."""
+    from fp8rl_core.learner import warmstart
+
+    final, tmp = tmp_path / "ws-abc", tmp_path / ".ws-abc.tmp-1"
+
+    def complete(d: Path, text: str) -> None:
+        d.mkdir()
+        for f in warmstart._REQUIRED:
+            (d / f).write_text(text)
+
+    class RacedPath(type(final)):  # the other writer's rename lands between this writer's check and its rename
+        def exists(self) -> bool:
+            found = super().exists()
+            complete(final, "first")
+            return found
+
+    complete(tmp, "second")
+    assert warmstart._publish(tmp, RacedPath(final)) is False
+    assert not tmp.exists() and all((final / f).read_text() == "first" for f in warmstart._REQUIRED)

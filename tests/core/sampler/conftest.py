@@ -43,7 +43,7 @@ SPAWNED = ENGINE.model_copy(update={"process": "spawn"})
 
 @pytest.fixture(scope="session")
 def checkpoints(tmp_path_factory):
-    root = tmp_path_factory.mktemp("sampler-warmstart")
+    root = run_wide_dir(tmp_path_factory, "sampler-warmstart")  # trained once for both xdist workers
     return {kind: warm_start(spec, WARM, root).path for kind, spec in SPECS.items()}
 
 
