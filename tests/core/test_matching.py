@@ -18,7 +18,6 @@ from fp8rl_core.metrics.matching import matching_ratio
 from fp8rl_core.sampler.presets import PRESETS, Variant
 from fp8rl_core.sync.hooks import SyncHooks
 
-from .learner.conftest import save_like_verl
 from .sampler.conftest import ENGINE, TASK, checkpoints  # noqa: F401 — the shared warm-started test models
 
 NORM = "model.norm.weight"
@@ -150,33 +149,3 @@ def assert_every_sync_passed(sweep, res) -> None:
         keys[(r["variant"], r["checkpoint"], r["source"])] += 1
         assert math.isfinite(r["kl"]) and r["kl"] >= 0 and r["positions"] >= 1
     assert keys == {(p, n, s): 8 for p in section.presets for n in names for s in ("held-out", "sampled")}
-
-
-@pytest.fixture(scope="module")
-def verl_saved(checkpoints, tmp_path_factory):  # noqa: F811
-    """The dense test model (qwen3-dense-mini's shapes) saved by verl's own checkpoint manager as a verl run
-    saves two steps: ``global_step_1`` (the warm start) and ``global_step_2`` (its embedding ×1.01)."""
-    return save_like_verl(checkpoints["dense"], tmp_path_factory.mktemp("verl-run") / "checkpoints", {1: 1.0, 2: 1.01})
-
-
-def test_a_fixed_weights_run_takes_a_checkpoint_saved_by_verl_and_passes_every_sync(verl_saved):
-    assert sorted(p.name for p in (verl_saved / "global_step_1" / "actor" / "huggingface").iterdir()) == [
-        "chat_template.jinja", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-        "tokenizer_config.json"]  # verl's layout: config, tokenizer, the HF model
-    sweep, res = fixed_weights_from(verl_saved / "global_step_2")  # one step: every preset synced into it
-    refs = sweep.config.matching.checkpoints
-    assert [(r.name, r.step) for r in refs] == [("checkpoints/step2", 2)]
-    assert_every_sync_passed(sweep, res)
-    assert {(r["checkpoint"], r["step"]) for r in res.rows} == {("checkpoints/step2", 2)}
-    held = [r for r in res.rows if r["source"] == "held-out"]
-    assert all(r["positions"] == TASK.seq_len - 1 for r in held)  # the task tokenizer spells the task's own ids
-
-
-
-def test_the_measured_weights_are_the_ones_verl_saved(verl_saved, checkpoints):  # noqa: F811
-    warm = matching.warm_checkpoint(checkpoints["dense"], 0).state
-    one, two = (matching.Checkpoint(f"s{n}", 0, n, path=str(verl_saved / f"global_step_{n}" / "actor" / "huggingface"))
-                .weights() for n in (1, 2))
-    assert set(one) == set(warm) and all(torch.equal(one[k], warm[k]) for k in warm)  # fp32 masters, bit for bit
-    emb = "model.embed_tokens.weight"
-    assert torch.equal(two[emb], warm[emb] * 1.01) and all(torch.equal(two[k], warm[k]) for k in warm if k != emb)

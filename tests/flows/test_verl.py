@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from omegaconf import OmegaConf
 
 from adapters import tracking
 
@@ -35,7 +36,10 @@ def test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_c
     sweep pays for one verl run, not two."""
     from flows.pipelines import mxfp8_sweep
 
-    args = ["axes.preset=[all]", "axes.model=[qwen3-dense-mini]", SHORT, *TP2]
+    # verl.overrides: a setting of verl's own (an entropy bonus in the actor's loss) applied after fp8rl's;
+    # verl.save_checkpoints: the actor's HF model after every step, what the fixed-weights experiment below measures
+    args = ["axes.preset=[all]", "axes.model=[qwen3-dense-mini]", SHORT, *TP2, "verl.save_checkpoints=true",
+            "verl.overrides=[actor_rollout_ref.actor.entropy_coeff=0.001]"]
     rows = mxfp8_sweep(VERL_SMOKE, args)
     assert [(r.name, r.status) for r in rows] == [("dense-mini·all·s0", "FINISHED")]
     c = tracking.client()
@@ -77,10 +81,29 @@ def test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_c
         assert len(w6) == 3 and all("on 2 ranks" in t["detail"] for t in w6), w6
         files = {f.path for f in c.list_artifacts(row.mlflow_run, "verl")}
         retried = "verl.retried" in run.data.tags  # a start that lost a port race is started once more, its log kept
-        assert files == ({"verl/main_ppo.args", "verl/main_ppo.log", "verl/payload.json"}
+        assert files == ({"verl/main_ppo.args", "verl/main_ppo.log", "verl/payload.json", "verl/config.yaml"}
                          | ({"verl/main_ppo.attempt1.log"} if retried else set()))
         args_file = Path(c.download_artifacts(row.mlflow_run, "verl/main_ppo.args", str(env["root"]))).read_text()
         assert "model_engine=dp" in args_file and "trainer.use_v1" not in args_file  # verl's default trainer
+        # the user's override changed what verl ran: the config verl composed (Hydra's) has it, fp8rl's own beside it
+        composed = OmegaConf.load(c.download_artifacts(row.mlflow_run, "verl/config.yaml", str(env["root"])))
+        assert composed.actor_rollout_ref.actor.entropy_coeff == 0.001 and composed.trainer.save_freq == 1
+        assert args_file.strip().splitlines()[-1] == "actor_rollout_ref.actor.entropy_coeff=0.001"  # applied last
+    # the paper's fixed-weights protocol on a checkpoint verl saved in this run (its last step, verl's own layout):
+    # every preset synced into it, W1–W7 passing at the full tier (tests/core/test_matching.py's measurement)
+    from fp8rl_core.sampler.pool import release_all
+    from tests.core.test_matching import assert_every_sync_passed, fixed_weights_from
+
+    saved = sorted((env["root"] / "verl" / "verl-smoke").glob("*/checkpoints/global_step_*"),
+                   key=lambda d: int(d.name.rsplit("_", 1)[1]))
+    assert [d.name for d in saved] == ["global_step_1", "global_step_2"]
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {f.name for f in (saved[-1] / "actor" / "huggingface").iterdir()}
+    try:
+        sweep, res = fixed_weights_from(saved[-1])
+        assert [(r.name, r.step) for r in sweep.config.matching.checkpoints] == [("checkpoints/step2", 2)]
+        assert_every_sync_passed(sweep, res)
+    finally:
+        release_all()
     # the report: the verl runs' tokens tables read like native runs' (no "(c) only" note); one preset per
     # model here, so the KL claims are not tested by this sweep and the report says so
     summary = (env["root"] / "reports" / "verl-smoke" / "summary.md").read_text()

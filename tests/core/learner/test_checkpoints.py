@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 import shutil
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -15,7 +17,9 @@ from fp8rl_core.learner.checkpoints import (FP8RL_TOKENS, check_checkpoint, prob
 from fp8rl_core.learner.spec import load_model_spec
 from fp8rl_core.learner.task import EOS, PAD, TASK_VOCAB_SIZE, AdditionTask, decode
 
-from .conftest import ROOT, hf_checkpoint
+from .conftest import hf_checkpoint
+
+ROOT = Path(__file__).resolve().parents[3]
 
 DENSE = load_model_spec(ROOT / "configs" / "models" / "qwen3-dense-mini.yaml")
 MOE = load_model_spec(ROOT / "configs" / "models" / "qwen3-moe-mini.yaml")
