@@ -9,7 +9,6 @@ sync the checks run three ways on the same engine state, each timed separately:
 * ``full``    — the full tier (read-back of every tensor, layout by content, probe batch for W7),
 * ``cadence`` — what the run pays at ``checks.full_every`` from the config: full at the first sync and
   every N-th, cheap otherwise (the mean over the steps).
-
 Also the parts of the cheap tier: the learner-side expectation (forward weights, on-grid bytes, BF16
 views, their fingerprints), the engine snapshot (one engine-core call: the worker's ``fp8rl_state``
 fingerprinting every tensor + the cache counters), the same without fingerprints, and a bare RPC (the

@@ -5,27 +5,8 @@ against the actor's recomputed ones, ``training/rollout_probs_diff_*``), the rew
 native run's summary metrics (``kl/k3``, ``reward/final``, ``time/warm_step_s`` …) are what the headline
 columns and the report read, so :func:`summary` gives a verl run the same names where verl measures the
 same quantity (verl's estimators are fp8rl's, docs/metrics.md; pooled per step here, per run there), and
-keeps verl's own under ``verl/`` where fp8rl has none:
-
-=========================  ===============================================================================
-summary metric             from verl's per-step metrics
-=========================  ===============================================================================
-``kl/k3``                  mean over steps of ``rollout_corr/k3_kl`` (the k3 estimator of KL(rollout‖train)
-                           over the step's response tokens)
-``kl/k1``                  mean over steps of ``rollout_corr/kl`` (the k1 estimator, can be negative)
-``reward/final``           ``critic/score/mean`` at the last step
-``reward/first``           ``critic/score/mean`` at the first step
-``time/warm_step_s``       mean ``timing_s/step`` over the steps after the first
-``time/first_step_s``      ``timing_s/step`` of the first step
-``kl/mean_abs_prob_diff``  mean over steps of ``training/rollout_probs_diff_mean`` (mean |p_train − p_rollout|
-                           per token: a probability difference, not ``kl/mean_abs_logprob_diff``)
-``kl/max_abs_prob_diff``   max over steps of ``training/rollout_probs_diff_max``
-``verl/k3_kl`` (``/kl``)   the same means as ``kl/k3``, ``kl/k1``, kept under verl's name: where the run's
-                           tokens were captured, ``kl/*`` are fp8rl's from its tokens table instead
-                           (``tasks.verl_run.token_metrics``) and these stay beside them
-``verl/update_weights_s``  mean ``timing_s/update_weights`` (the sync)
-``verl/steps``             RL steps verl logged
-=========================  ===============================================================================
+keeps verl's own under ``verl/`` where fp8rl has none; the table of which metric comes from which is in
+docs/metrics.md (verl runs).
 
 No verl metric is the exact full-vocabulary KL on a probe batch (``kl/full_kl``): a verl run has no such
 summary metric. The token-level ones (``kl/mean_abs_logprob_diff`` and every other estimator, with intervals)

@@ -6,62 +6,7 @@ appends a key verl's YAML does not declare, e.g. inside ``override_transformer_c
 remembers the fp8rl field it comes from, so an error verl raises about a key can be shown as the fp8rl
 field the user has to change (:mod:`fp8rl_core.verl.compose`).
 
-What fp8rl sets, and why (fields of :class:`fp8rl_core.config.schema.RunConfig` on the left):
-
-=============================  ==================================================================
-fp8rl field                    verl keys
-=============================  ==================================================================
-``backend``                    ``model_engine=megatron`` (Megatron + Transformer Engine learner on the
-                               default Megatron-Bridge path), ``algorithm.adv_estimator=grpo`` (no
-                               critic), ``model.external_lib`` = fp8rl's extension module, imported by
-                               verl's ``HFModelConfig`` in every process that builds a model config
-``preset`` + ``verl.hardware`` TE FP8: ``override_transformer_config.fp8`` and ``fp8_recipe`` —
-                               ``mxfp8`` on Blackwell (1×32 E8M0 blocks, the learner's grid),
-                               ``blockwise`` on Hopper (no MXFP8 tensor cores); the optimizer's
-                               ``fp8_recipe`` likewise. BF16 presets set neither.
-``learner.grad``               ``fp8``: ``e4m3`` (E4M3 gradients) or ``hybrid`` (E5M2 gradients)
-``preset`` (sampler layers)    vLLM: ``engine_kwargs.vllm.quantization=fp8rl`` and
-                               ``hf_overrides.quantization_config`` = the same per-layer schemes the CPU
-                               engine gets (:func:`fp8rl_core.sampler.presets.sampler_schemes`), so vLLM
-                               loads with fp8rl's quantization method; ``worker_extension_cls`` = fp8rl's.
-                               ``requant``: the same method, its layers receive BF16 and requantize it
-                               to MXFP8 with vLLM's online rule. ``other-grid`` = verl's own FP8 rollout
-                               (``rollout.quantization=fp8``: 128×128 blocks requantized in the vLLM
-                               worker). SGLang: its MXFP8 method (``requant`` refused: RunConfig).
-``learner.*``, ``loop.*``      lr, clip ratio, grad clip, GRPO group size (``rollout.n``), prompts per
-                               step (``data.train_batch_size``, one optimizer step per RL step), steps,
-                               token-budget micro-batches (``use_dynamic_bsz`` + ``ppo_max_token_len_per_gpu``)
-``learner.old_logprobs``       ``sampler`` → ``rollout_correction.bypass_mode`` (verl's PPO ratio against
-                               the rollout's log-probs)
-``sampler.*``                  rollout dtype, max_model_len, max_num_seqs, memory fraction, temperature,
-                               prefix caching; ``calculate_log_probs=True`` so verl logs
-                               ``rollout_corr/*`` and ``training/rollout_probs_diff_*`` (the rollout
-                               correction section stays metrics-only: ``rollout_is`` null)
-``verl.*``                     nodes, GPUs, Megatron TP/EP, rollout TP/EP, fixed micro-batches
-``seed``                       Megatron, rollout and data seeds
-``warmstart.task``             the dataset (:mod:`fp8rl_core.verl.data`): ``data.train_files`` /
-                               ``val_files`` in ``data_dir``, read in order (``data.shuffle=false``: batch s
-                               is the native loop's step s), prompt/response lengths of the task;
-                               ``reward.custom_reward_function`` = fp8rl's task reward
-                               (:func:`fp8rl_core.verl.reward.compute_score`)
-``data``                       a dataset instead of the task: its files, ``data.prompt_key``, its lengths;
-                               ``data.reward`` → ``reward.custom_reward_function`` (unset: ``path=null``,
-                               verl's ``default_compute_score`` by each row's ``data_source``)
-``verl.overrides``             last, as written; one of a key fp8rl owns is refused (below)
-(the payload)                  what fp8rl's pieces in verl's processes read (:mod:`fp8rl_core.verl.payload`:
-                               the ``learner``, ``sampler`` and ``checks`` sections, the preset, the spec,
-                               the rollout's schemes, the hooks of the syncs): the file ``payload.json`` in
-                               ``data_dir``, named by :data:`~fp8rl_core.verl.payload.PAYLOAD_ENV` in
-                               every Ray worker's environment
-(the sweep / run id)           ``trainer.logger=[console,mlflow]``, project = the sweep, experiment =
-                               the run id; verl's MLflow logger attaches to fp8rl's run through
-                               ``MLFLOW_RUN_ID`` (passed to every Ray worker via ``runtime_env``)
-``verl.save_checkpoints``       ``trainer.save_freq=1``, ``actor.checkpoint.save_contents=[hf_model]`` (the
-                               actor's HF model only), ``trainer.default_local_dir`` = ``data_dir/checkpoints``,
-                               ``trainer.resume_mode=disable``; off: ``trainer.save_freq=-1`` (nothing saved)
-(the cluster)                  ``ray_kwargs.ray_init.address``: verl's ``main_ppo`` joins the Ray
-                               cluster fp8rl checked instead of starting its own
-=============================  ==================================================================
+What fp8rl sets for each field, and why: the table in docs/gpu.md ("The generated verl config").
 
 Every override fp8rl sets carries ``why`` — the reason fp8rl owns the key (set from one of its fields, or one of
 the rollout's quantization method, worker extension, ``external_lib``, checkpoint engine and rollout mode,
