@@ -20,6 +20,7 @@ from fp8rl_core.loop import Pipeline, start_pipeline
 from fp8rl_core.sampler.config import SamplerConfig
 from fp8rl_core.sampler.pool import release_all
 from fp8rl_core.sampler.presets import PRESETS
+from tests.conftest import run_wide_dir
 
 SPECS = {
     "dense": ModelSpec(
