@@ -95,4 +95,4 @@ def test_a_run_verl_refuses_ends_with_verls_status_and_its_own_message(store):
     train = pd.read_parquet(work / "train.parquet")
     assert len(train) == run.config.loop.steps * run.config.loop.prompts_per_step and len(pd.read_parquet(work / "val.parquet")) == 64
     files = {f.path for f in tracking.client().list_artifacts(mlflow_run, "verl")}
-    assert files == {"verl/main_ppo.args", "verl/main_ppo.log", "verl/payload.json"}
+    assert files == {"verl/main_ppo.args", "verl/main_ppo.log", "verl/payload.json", "verl/config.yaml"}  # Hydra composed it
