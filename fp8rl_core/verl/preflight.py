@@ -55,7 +55,8 @@ def check_scorers(run: "Run") -> None:
 
 def preflight(runs: Iterable["Run"]) -> None:
     """:func:`check_scorers` of every run with a dataset, and verl's composition and validation of every run
-    with ``verl.overrides`` (once per distinct dataset / override list). Raises ``ValueError`` (a
+    with ``verl.overrides`` (the scorers once per distinct dataset; the composition per run, since a run's
+    preset and sizes enter verl's config beside its overrides). Raises ``ValueError`` (a
     :class:`~fp8rl_core.verl.compose.VerlConfigError` from verl's checks)."""
     scored: set[tuple] = set()
     for run in runs:
