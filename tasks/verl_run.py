@@ -43,12 +43,12 @@ from fp8rl_core.metrics.summary import run_kl_summary
 from fp8rl_core.schemas import validate
 from fp8rl_core.learner.warmstart import warm_start
 from fp8rl_core.verl.capture import read_tokens
-from fp8rl_core.verl.checking import read_reports
+from fp8rl_core.verl.checking import read_reports, sync_results
 from fp8rl_core.verl.data import write_dataset, write_model_dir
 from fp8rl_core.verl.metrics import VERL_METRICS, summary
 from fp8rl_core.verl.overrides import Override, main_ppo_argv, verl_overrides
 from fp8rl_core.verl.payload import NO_VERL_HOOKS, PAYLOAD_FILE, TOKENS_DIR, VerlHooks, VerlPayload
-from fp8rl_core.vocabulary import KL_RUN_METRICS
+from fp8rl_core.vocabulary import ENGINE_CHECKSUM, KL_RUN_METRICS
 
 from adapters import tracking
 
@@ -127,9 +127,10 @@ def record(mlflow_run: str, reports: list[dict], run: Run | None = None, tokens:
     from fp8rl_core.checks import check_rows
 
     for rep in reports:
-        passed = {f"check/{r['condition']}": float(r["passed"]) for r in rep["results"]}
-        tracking.log_metrics(mlflow_run, passed | {"checks_s": rep["seconds"], "checks_full": float(rep["tier"] == "full")},
-                             step=int(rep["version"]))
+        passed = {f"check/{r['condition']}": float(r["passed"]) for r in sync_results(rep)}
+        vck = rep.get(ENGINE_CHECKSUM)
+        tracking.log_metrics(mlflow_run, passed | {"checks_s": rep["seconds"], "checks_full": float(rep["tier"] == "full")}
+                             | ({"time/vllm_checksum_s": vck["seconds"]} if vck else {}), step=int(rep["version"]))
     if reports:
         tracking.log_json(mlflow_run, "checks.json", reports)
         tracking.log_table(mlflow_run, "checks", check_rows(reports))
@@ -139,7 +140,7 @@ def record(mlflow_run: str, reports: list[dict], run: Run | None = None, tokens:
     if tokens and run is not None:
         out |= token_metrics(mlflow_run, run, list(tokens), history.get("rollout_corr/k3_kl", []))
     out["checks/syncs"] = float(len(reports))
-    out["checks/failed"] = float(sum(not r["passed"] for rep in reports for r in rep["results"]))
+    out["checks/failed"] = float(sum(not r["passed"] for rep in reports for r in sync_results(rep)))
     tracking.log_metrics(mlflow_run, out | tracking.headline_metrics(out))
     return out
 

@@ -41,7 +41,7 @@ __all__ = ["Run", "Sweep", "correctness_runs", "expand", "matching_runs", "run_d
 #: runs of an unchanged config keep their ids (a finished sweep is still skipped); section → field → value (a
 #: section left empty is left out)
 ID_NEUTRAL: dict[str, dict[str, object]] = {
-    "checks": {"compute_copy": True, "alarm": True, "alarm_jump": CheckPolicy().alarm_jump},
+    "checks": {"compute_copy": True, "alarm": True, "alarm_jump": CheckPolicy().alarm_jump, "engine_checksums": False},
     "verl": {"token_sequences": None, "overrides": [], "save_checkpoints": False},
     "data": {"prompt_key": "prompt", "train": None, "val": None, "max_prompt_length": None, "max_response_length": None,
              "reward": None, "sha256": None},

@@ -115,6 +115,9 @@ class ChecksSection(BaseModel):
     alarm: bool = Field(_POLICY.alarm, description="W7: the behavioural alarm on the run's per-step mismatch numbers")
     alarm_jump: float = Field(_POLICY.alarm_jump, gt=1, description="the alarm fires at this factor over the run's "
                               "median of earlier clean steps (its absolute bounds: docs/correctness.md)")
+    engine_checksums: bool = Field(False, description="backend verl: at every sync also the engine's own weight "
+                                   "checksums (vLLM's weight checker) against the learner's bytes, a second opinion on "
+                                   "W2/W4 (SHA-256 of every parameter; the native correctness stage always asks)")
 
     def w7_bounds(self, dtype: str, preset: str) -> tuple[float, float]:
         """The run's declared W7 bound: float32 engines run the learner's arithmetic (tight: measured mean

@@ -13,9 +13,11 @@ conditions; docs/correctness.md), with its two sides built from what a verl run 
 
 The adapter of rollout rank 0 of each replica runs them after every sync (:class:`SyncChecks`; the sync of
 step k also feeds step k's train–rollout numbers, captured in the trainer, to the behavioural alarm) with the
-run's ``checks`` section from its payload (:mod:`fp8rl_core.verl.payload`), appends each report to the
-JSON-lines file the payload names (the launcher logs them to the run's MLflow record) and, under ``checks.on_failure: fail``, raises :class:`CheckFailedError` naming the condition,
-the rank and the layer — verl's trainer stops and the run ends FAILED with that line.
+run's ``checks`` section from its payload (:mod:`fp8rl_core.verl.payload`) — with ``checks.engine_checksums``
+also vLLM's own weight checksums against the learner's bytes — appends each report to the JSON-lines file the
+payload names (the launcher logs them to the run's MLflow record) and, under ``checks.on_failure: fail``,
+raises :class:`CheckFailedError` naming the condition, the rank and the layer — verl's trainer stops and the
+run ends FAILED with that line.
 """
 
 from __future__ import annotations
@@ -37,13 +39,14 @@ from fp8rl_core.sampler.seam import Rollout, Sampler, SyncTiming, engine_config
 from fp8rl_core.sampler.vllm_engine import VllmWorkers
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 from fp8rl_core.sync.ranks import RankCheck
+from fp8rl_core.vocabulary import ENGINE_CHECKSUM
 
 if TYPE_CHECKING:
     from fp8rl_core.learner.config import LearnerConfig
     from fp8rl_core.verl.payload import VerlPayload
 
-__all__ = ["CheckFailedError", "FaultVerdict", "ServerSampler", "SyncChecks", "alarm_verdict", "failed_results", "fault_verdict",
-           "read_reports", "synced_learner"]
+__all__ = ["CheckFailedError", "FaultVerdict", "ServerSampler", "SyncChecks", "alarm_verdict", "failed_results",
+           "fault_verdict", "read_reports", "sync_results", "synced_learner"]
 
 
 class CheckFailedError(RuntimeError):
@@ -195,14 +198,30 @@ class SyncChecks:
             report = self.runner.check(pipe, mismatch=numbers, step=int(version))
         finally:
             self.runner.policy = policy
+        vck = self.engine_checksums(pipe, report)
         if self.reports is not None:
             self.reports.parent.mkdir(parents=True, exist_ok=True)
             with open(self.reports, "a") as f:
-                f.write(json.dumps(report.as_dict()) + "\n")
-        if report.failed and self.payload.checks.on_failure == "fail":
+                f.write(json.dumps(report.as_dict() | {ENGINE_CHECKSUM: None if vck is None else vck.as_dict()}) + "\n")
+        failed = [r.condition for r in report.failed] + ([ENGINE_CHECKSUM] if vck is not None and not vck.passed else [])
+        if failed and (self.payload.hooks.on_failure(int(version)) or self.payload.checks.on_failure) == "fail":
+            extra = [] if vck is None or vck.passed else [f"{ENGINE_CHECKSUM} failed: {vck.count} offenders, e.g. "
+                                                          f"{vck.offenders[:3]} ({vck.detail})"]
             raise CheckFailedError(f"fp8rl checks failed at weight sync {report.sync} (version {report.version}): "
-                                   f"{report.message()}")
+                                   + "; ".join([m for m in [report.message()] if m] + extra))
         return report
+
+    def engine_checksums(self, pipe, report):
+        """With ``checks.engine_checksums``: vLLM's own weight checksums of every rank against the digests of the
+        learner's bytes at this sync (:func:`fp8rl_core.checks.checksum.check_vllm_checksums`); else, or where no
+        expectation was derived, ``None`` (not run)."""
+        if not self.payload.checks.engine_checksums or report.expected is None:
+            return None
+        from fp8rl_core.checks.checksum import check_vllm_checksums
+        from fp8rl_core.sync.layout import ModelLayout
+
+        layout = ModelLayout.from_hf_config(pipe.learner.model.config)
+        return check_vllm_checksums(pipe.samplers, report.expected, report.states, layout)
 
 
 def read_reports(path: str | Path) -> list[dict]:
@@ -213,6 +232,11 @@ def read_reports(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def sync_results(report: dict) -> list[dict]:
+    """One sync's check ``report``'s results: the conditions' and, where it ran, the engine's checksums'."""
+    return report["results"] + [r for r in [report.get(ENGINE_CHECKSUM)] if r]
+
+
 def failed_results(report: dict, after_fault: bool = False) -> list[dict]:
     """The failed results of one sync's check ``report``. ``after_fault``: the sync after one with a planted
     fault, whose rollouts ran on the faulted weights — the behavioural alarm's verdict on them (W7 offenders
@@ -221,7 +245,7 @@ def failed_results(report: dict, after_fault: bool = False) -> list[dict]:
     def alarm_only(r: dict) -> bool:
         return r["condition"] == "W7" and all(str(o).startswith("step ") for o in r.get("offenders", []))
 
-    return [r for r in report["results"] if not r["passed"] and not (after_fault and alarm_only(r))]
+    return [r for r in sync_results(report) if not r["passed"] and not (after_fault and alarm_only(r))]
 
 
 @dataclass(frozen=True)
@@ -254,7 +278,7 @@ def fault_verdict(reports: list[dict], fault: str, condition: str, rank: int | N
     of the next sync passes (the alarm on the faulted version's rollouts aside: :func:`failed_results`)."""
     at = 0 if version is None else next((i for i, r in enumerate(reports) if r["version"] == version), len(reports))
     first = reports[at] if at < len(reports) else {"results": []}
-    failed = [r for r in first["results"] if not r["passed"]]
+    failed = [r for r in sync_results(first) if not r["passed"]]
     fired = tuple(sorted({r["condition"] for r in failed}))
     offenders = tuple(o for r in failed if r["condition"] == condition for o in r.get("offenders", []))
     named = rank is None or any(rank in r.get("failing_ranks", ()) for r in failed if r["condition"] == condition)
@@ -274,7 +298,7 @@ def alarm_verdict(reports: list[dict], fault: str, version: int, rank: int | Non
     at = next((i for i, r in enumerate(reports) if r["version"] == version), len(reports))
     plant = reports[at] if at < len(reports) else {"results": []}
     after = reports[at + 1] if at + 1 < len(reports) else None
-    fired = tuple(sorted({r["condition"] for r in plant["results"] if not r["passed"]}))
+    fired = tuple(sorted({r["condition"] for r in sync_results(plant) if not r["passed"]}))
     alarm = tuple(str(o) for r in (after or {"results": []})["results"] if r["condition"] == "W7" and not r["passed"]
                   for o in r.get("offenders", []) if str(o).startswith(f"step {version + 1}: "))
     repaired = None if after is None else not failed_results(after, after_fault=True)

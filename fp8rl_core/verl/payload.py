@@ -12,7 +12,8 @@ Fault injection: the payload's ``hooks`` (:class:`VerlHooks`, empty in productio
 a verl run's syncs — for a rank's sync of a version it gives the :class:`~fp8rl_core.sync.hooks.SyncHooks`
 the worker's load runs (:meth:`VerlHooks.at`): a catalogue fault planted there, else the no-op hooks; and the
 check switches a plant turns off at its sync (:meth:`VerlHooks.checks_off`), so a test can leave a fault to the
-behavioural alarm.
+behavioural alarm, and the ``checks.on_failure`` its sync is judged under (:meth:`VerlHooks.on_failure`), so one
+run can go on past some plants and stop at another.
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ class PlantedFault(BaseModel):
     #: check switches (:class:`~fp8rl_core.checks.runner.CheckPolicy` fields) off at this plant's sync: the fault
     #: is then left to what else can see it (``compute_copy`` off: the behavioural alarm at the next sync)
     checks_off: tuple[Literal["compute_copy"], ...] = ()
+    #: what a failed check does at this plant's sync (None: the run's ``checks.on_failure``): ``fail`` stops
+    #: verl's trainer there, ``warn`` lets it go on
+    on_failure: Literal["warn", "fail"] | None = None
 
     @field_validator("name")
     @classmethod
@@ -103,6 +107,10 @@ class VerlHooks(BaseModel):
     def checks_off(self, version: int) -> set[str]:
         """The check switches a plant at the sync of ``version`` turns off (on every rank's checks)."""
         return {c for p in self.faults if p.version in (None, version) for c in p.checks_off}
+
+    def on_failure(self, version: int) -> str | None:
+        """What a failed check does at the sync of ``version`` by a plant there (None: the run's setting)."""
+        return next((p.on_failure for p in self.faults if p.version in (None, version) and p.on_failure), None)
 
     def names(self) -> list[str]:
         return [p.name for p in self.faults]

@@ -31,7 +31,7 @@ def _history(run: str, key: str) -> dict[int, float]:
 
 
 def test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_check_passing_on_both_ranks(env):
-    """The dense mini's run here; the MoE mini's verl runs at tp 2 are the fault series' and stop run's below
+    """The dense mini's run here; the MoE mini's verl run at tp 2 is the fault series below
     (clean syncs, tokens, the alarm and the checks on both ranks, experts included, in the same records), so the
     sweep pays for one verl run, not two."""
     from flows.pipelines import mxfp8_sweep
@@ -114,58 +114,67 @@ def test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_c
 
 
 def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_next_and_one_stops_verl(env):
-    """Two verl runs of the MoE mini: the fault series (a clean sync, then each fault at a sync of its own with a
-    clean one after it, under ``checks.on_failure: warn``; the expert fault last once more with the compute-copy
-    check off at its sync) and the stop run (the first fault from the first sync on: the check stops verl's
-    trainer)."""
+    """One verl run of the MoE mini, the fault series under ``checks.on_failure: warn``: two clean syncs; the
+    expert fault with the compute-copy check off at its sync, left to the behavioural alarm; each fault at a
+    sync of its own with a clean one after it; last, the first fault once more at a sync under ``on_failure:
+    fail``, where the check stops verl's trainer. vLLM's own checksums at every sync. The warm start has 300
+    steps: on the 100-step one (accuracy 0) the negated expert moved the rollouts' k3 by ~1e-5–5e-4, inside
+    what the alarm can tell from a clean step."""
     from flows.pipelines import nightly_correctness
 
-    out = nightly_correctness(NIGHTLY_VERL, ["correctness.base.warmstart.steps=100", "correctness.clean_syncs.moe=1"],
+    out = nightly_correctness(NIGHTLY_VERL, ["correctness.base.warmstart.steps=300", "correctness.clean_syncs.moe=2"],
                               stages_to_run=["correctness"])["correctness"]
     rows = {(r["fault"], r["checks_off"]): r for r in out["faults"]}
     assert set(rows) == {("sampler-requantizes-floor", ""), ("post-load-twice", ""), ("derived-copy-stale", ""),
                          ("expert-copy-negated", ""), ("expert-copy-negated", "compute_copy")}
-    # each at its own sync (versions 1, 3, 5, 7, 9 after the clean initial sync), caught, repaired at the next
-    assert sorted(r["version"] for r in rows.values()) == [1, 3, 5, 7, 9]
+    # each at its own sync (versions 2, 4, …, 10 after two clean syncs), caught, repaired at the next
+    assert sorted(r["version"] for r in rows.values()) == [2, 4, 6, 8, 10]
     assert all(r["caught_first"] and r["repaired"] for r in rows.values()), rows
+    # one expert's compute copy negated on rank 1 with the compute-copy check off at its sync: nothing that
+    # reads the weights fires there (W7's probe may: it compares outputs), and the behavioural alarm fails the
+    # next sync, on the numbers of the first step whose rollouts ran on it
+    blind = rows[("expert-copy-negated", "compute_copy")]
+    assert (blind["version"], blind["condition"]) == (2, "W7") and not {"W1", "W2", "W6"} & set(blind["fired"].split(","))
+    assert blind["offenders"].startswith("step 3: ") and blind["caught_first"], blind
+    # a requantized rank's bytes: fp8rl's W2 and vLLM's own checksums both disagree there, naming rank 1
     floor = rows[("sampler-requantizes-floor", "")]
-    assert floor["rank"] == 1 and floor["fired"] == "W2" and floor["named_rank"] and "tp rank 1/2" in floor["offenders"]
+    assert (floor["version"], floor["rank"], floor["fired"]) == (4, 1, "W2,vllm_checksum") and floor["named_rank"], floor
+    assert "tp rank 1/2" in floor["offenders"], floor
     assert rows[("post-load-twice", "")]["fired"].split(",")[0] == "W6" and "W6" in rows[("derived-copy-stale", "")]["fired"]
-    # one expert's compute copy negated on rank 1 after a later sync (bytes and scales intact): the compute-copy
-    # check (W6) names rank, layer and expert at that sync
+    # the same expert fault with every check on: the compute-copy check (W6) names rank, layer and expert
     expert = rows[("expert-copy-negated", "")]
-    assert (expert["version"], expert["rank"], expert["condition"]) == (7, 1, "W6") and expert["named_rank"], expert
-    assert "W2" not in expert["fired"].split(","), expert
+    assert (expert["version"], expert["rank"], expert["condition"]) == (10, 1, "W6") and expert["named_rank"], expert
+    assert not {"W2", "vllm_checksum"} & set(expert["fired"].split(",")), expert  # its bytes are intact
     assert "tp rank 1/2: model.layers.0.mlp.experts.w13_weight expert 0: compute copy ≠ dequantized held bytes" \
         in expert["offenders"], expert
-    # the same fault with that check switched off at its sync: nothing structural fires there, and the
-    # behavioural alarm fails the next sync, on the numbers of the first step whose rollouts ran on it
-    blind = rows[("expert-copy-negated", "compute_copy")]
-    assert (blind["version"], blind["condition"]) == (9, "W7") and not {"W1", "W2", "W6"} & set(blind["fired"].split(","))
-    assert blind["offenders"].startswith("step 10: ") and blind["caught_first"], blind
-    assert out["false_alarms"] == []  # the clean syncs: the initial one and one after each fault
+    assert out["false_alarms"] == []  # the clean syncs: the first two and one after each fault
     c = tracking.client()
     assert c.get_run(out["mlflow_run"]).info.status == "FINISHED"
     (series,) = {r["mlflow_run"] for r in rows.values()}
-    run = c.get_run(series)
-    assert run.info.status == "FINISHED" and run.data.tags["mlflow.parentRunId"] == out["mlflow_run"]
     # the plants reached verl's workers as the hooks of the run's payload (fp8rl_core.verl.payload)
     from fp8rl_core.verl.payload import VerlPayload
 
     payload = VerlPayload.read(c.download_artifacts(series, "verl/payload.json", str(env["root"])))
-    assert [(p.name, p.rank, p.version, p.checks_off) for p in payload.hooks.faults] == [
-        ("sampler-requantizes-floor", 1, 1, ()), ("post-load-twice", None, 3, ()), ("derived-copy-stale", None, 5, ()),
-        ("expert-copy-negated", 1, 7, ()), ("expert-copy-negated", 1, 9, ("compute_copy",))]
-    w2, w6, w7 = (_history(series, f"check/{c}") for c in ("W2", "W6", "W7"))
-    assert sorted(w2) == sorted(w6) == list(range(11)) and w2[1] == w6[3] == w6[5] == w6[7] == 0.0
-    assert w6[9] == 1.0 and w7[10] == 0.0  # the compute-copy check off at 9; the alarm at 10
-    assert all(w2[v] == w6[v] == 1.0 for v in (0, 2, 4, 6, 8, 10))  # clean before, and again after each fault
-    # the stop run: the first fault from the first sync on stops verl there, FAILED with the check's line
+    assert [(p.name, p.rank, p.version, p.checks_off, p.on_failure) for p in payload.hooks.faults] == [
+        ("expert-copy-negated", 1, 2, ("compute_copy",), None), ("sampler-requantizes-floor", 1, 4, (), None),
+        ("post-load-twice", None, 6, (), None), ("derived-copy-stale", None, 8, (), None),
+        ("expert-copy-negated", 1, 10, (), None), ("sampler-requantizes-floor", 1, 12, (), "fail")]
+    w2, w6, w7, vck = (_history(series, f"check/{c}") for c in ("W2", "W6", "W7", "vllm_checksum"))
+    assert sorted(w2) == sorted(w6) == sorted(vck) == list(range(13))
+    assert w2[4] == w6[6] == w6[8] == w6[10] == w2[12] == 0.0 and w6[2] == 1.0 and w7[3] == 0.0
+    assert all(w2[v] == w6[v] == 1.0 for v in (0, 1, 3, 5, 7, 9, 11))  # clean before, and again after each fault
+    # vLLM's checksums: they disagree where a fault changed the held bytes (the requantizing rank) and agree
+    # where only a compute copy is wrong
+    assert vck[4] == vck[12] == 0.0 and all(vck[v] == 1.0 for v in (0, 1, 2, 3, 5, 7, 9, 10, 11)), vck
+    # the stop: the first fault once more, its sync under on_failure: fail; verl's trainer stops there, the
+    # run FAILED with the check's line and every earlier sync's record kept
     (stop,) = out["stops"]
-    assert stop["fault"] == "sampler-requantizes-floor" and stop["caught_first"] and stop["stopped"] and stop["named_rank"]
-    run = c.get_run(stop["mlflow_run"])
+    assert (stop["fault"], stop["version"], stop["mlflow_run"]) == ("sampler-requantizes-floor", 12, series)
+    assert stop["caught_first"] and stop["stopped"] and stop["named_rank"], stop
+    run = c.get_run(series)
     assert run.info.status == "FAILED" and run.data.tags["mlflow.parentRunId"] == out["mlflow_run"]
-    assert "W2 failed" in run.data.tags["error"] and "CheckFailedError" in run.data.tags["error"]
+    error = run.data.tags["error"]
+    assert "CheckFailedError" in error and "(version 12): W2 failed" in error and "tp rank 1/2" in error, error
 
 
 def test_a_pre_flight_refusal_prints_only_its_message(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from fp8rl_core.verl.checking import alarm_verdict, failed_results, fault_verdict, read_reports
+from fp8rl_core.verl.checking import alarm_verdict, failed_results, fault_verdict, read_reports, sync_results
 
 
 def _report(sync: int, *results: dict) -> dict:
@@ -79,3 +79,16 @@ def test_a_fault_left_to_the_alarm_is_caught_at_the_next_sync_by_the_alarm_on_th
     series[2] = _report(3, _result("W6", False, ["x"]), alarm)  # caught, but something else failed there
     assert alarm_verdict(series, "f", 1).repaired is False
     assert alarm_verdict(series, "f", 2).repaired is None and not alarm_verdict(series, "f", 2).caught_first
+
+
+def test_the_engines_own_checksums_count_with_the_conditions_where_they_ran():
+    """A report's ``vllm_checksum`` (vLLM's weight checker, ``checks.engine_checksums``) is one more result: it
+    fires with the condition at a fault that changed the bytes, and a disagreement at a clean sync is a false
+    alarm; a report without it (not run) has the conditions' results only."""
+    vck = _result("vllm_checksum", False, ["tp rank 1/2: model.layers.0.mlp.down_proj.weight: vLLM's SHA-256 …"], [1])
+    plant = _report(1, _result("W2", False, ["tp rank 1/2, layer x"], [1])) | {"vllm_checksum": vck}
+    clean = _report(2, _result("W2", True)) | {"vllm_checksum": _result("vllm_checksum", True)}
+    assert sync_results(plant)[-1] is vck and sync_results(_report(3, _result("W2", True))) == [_result("W2", True)]
+    v = fault_verdict([plant, clean], "sampler-requantizes-floor", "W2", rank=1, version=0)
+    assert v.caught_first and v.fired == ("W2", "vllm_checksum") and v.repaired
+    assert failed_results(_report(2, _result("W2", True)) | {"vllm_checksum": vck}, after_fault=True) == [vck]

@@ -35,7 +35,7 @@ def test_the_payload_carries_the_runs_own_sections_and_reads_back_equal(run, tmp
     path = p.write(tmp_path / "payload.json")
     assert VerlPayload.read(path) == p
     assert json.loads(path.read_text())["hooks"] == {"faults": [{"name": "post-load-twice", "rank": 1, "version": 3,
-                                                                "checks_off": []}]}
+                                                                "checks_off": [], "on_failure": None}]}
 
 
 def test_another_schema_version_an_unknown_field_or_a_bad_value_is_refused_in_one_line(run, tmp_path):
@@ -89,6 +89,12 @@ def test_a_planted_fault_acts_on_its_rank_at_its_version():
     assert blind.checks_off(9) == {"compute_copy"} and blind.checks_off(7) == blind.checks_off(10) == set()
     with pytest.raises(ValueError, match="checks_off"):
         PlantedFault(name="post-load-twice", checks_off=("alarm_and_more",))
+    # a series that goes on past its plants (the run's on_failure) and stops at its last one
+    stop = VerlHooks(faults=(PlantedFault(name="post-load-twice", version=3),
+                             PlantedFault(name="sampler-requantizes-floor", rank=1, version=5, on_failure="fail")))
+    assert [stop.on_failure(v) for v in (3, 4, 5)] == [None, None, "fail"] and hooks.on_failure(3) is None
+    with pytest.raises(ValueError, match="on_failure"):
+        PlantedFault(name="post-load-twice", on_failure="ignore")
     with pytest.raises(ValueError, match="dropped-bucket.*only worker faults"):
         PlantedFault(name="dropped-bucket")
     with pytest.raises(ValueError, match="unknown fault 'nope'"):
