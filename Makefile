@@ -46,7 +46,8 @@ SGLANG_VENV  ?= .venv-sglang
 SGLANG_STAMP := $(SGLANG_VENV)/.installed
 SGLANG_INSTALL = $(call uv_install,$(SGLANG_VENV))
 SGLANG_DEPS  := numpy transformers pydantic pyyaml safetensors orjson psutil pybase64 requests triton pillow \
-	starlette ipython aiohttp pyzmq openai partial-json-parser dill sentencepiece einops compressed-tensors gguf msgspec
+	starlette ipython aiohttp pyzmq openai partial-json-parser dill sentencepiece einops compressed-tensors gguf msgspec \
+	uvloop fastapi uvicorn setproctitle prometheus-client python-multipart jsonschema soundfile
 
 setup-sglang: $(SGLANG_STAMP)
 
