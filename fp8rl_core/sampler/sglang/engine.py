@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from fp8rl_core.sampler.config import MX_GRID, SamplerConfig, engine_key
+from fp8rl_core.sampler.config import MX_GRID, SamplerConfig, engine_key, sglang_refusal
 from fp8rl_core.sampler.seam import Rollout, Sampler, SamplerDeadError, SamplerError, SyncTiming, engine_config
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 from fp8rl_core.sync.layout import ModelLayout
@@ -48,16 +48,9 @@ LOG_LINES = 40
 
 
 def mxfp8_refusal(schemes: Mapping[str, str]) -> str | None:
-    """Why an SGLang engine cannot serve ``schemes`` here (one line), or None: only BF16 layers run on it."""
-    quantized = sorted({s for s in schemes.values() if s != "bf16"})
-    if not quantized:
-        return None
-    if torch.cuda.is_available():
-        return (f"the SGLang engine runs BF16 layers only: schemes {quantized} are not wired to SGLang's "
-                "quantized methods yet; use sampler.engine: vllm or a BF16-sampler preset")
-    return (f"the SGLang engine cannot run schemes {quantized} on this CPU: SGLang 0.5.12's MXFP8 methods "
-            "(Fp8LinearMethod, Fp8MoEMethod) need AMX on CPU; use sampler.engine: vllm or a BF16-sampler preset "
-            "(bf16-e2e, bf16-sampler)")
+    """Why an SGLang engine cannot serve ``schemes`` here (one line), or None: only BF16 layers run on it
+    (:func:`fp8rl_core.sampler.config.sglang_refusal`)."""
+    return sglang_refusal([s for s in schemes.values() if s != "bf16"], gpu=torch.cuda.is_available())
 
 
 def _port() -> int:
