@@ -8,7 +8,8 @@ and starts SGLang's own HTTP server. SGLang spawns its scheduler processes, whic
 custom weight loader every request of fp8rl goes through: SGLang 0.5.12 offers no per-rank call that returns
 a value, so fp8rl's per-rank operations (:mod:`.worker`) travel as ``update_weights_from_tensor`` requests
 whose one tensor name is the JSON call and whose answer each rank writes to a file. Long form: docs/gpu.md,
-"SGLang on CPU".
+"Tensor-parallel ranks and SGLang" (The SGLang engine) and docs/design.md (Engines). Importing this module in
+the caller's process imports nothing of SGLang (:func:`rpc_payload` is all the caller uses).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import sys
 import types
 from pathlib import Path
 
-__all__ = ["RPC", "SGLANG_VERSION", "WORKAROUNDS", "install", "rpc"]
+__all__ = ["RPC", "SGLANG_VERSION", "WORKAROUNDS", "install", "rpc", "rpc_payload"]
 
 #: the SGLang version every workaround below is written for (constraints-sglang.txt pins it)
 SGLANG_VERSION = "0.5.12"
@@ -130,6 +131,18 @@ def install() -> None:
     _torchvision_ops()
     _kernel_placeholder()
     _logits_without_pinning()
+
+
+def rpc_payload(request: str) -> str:
+    """One rank's ``serialized_named_tensors`` entry for :func:`rpc`: SGLang 0.5.12's format (base64 of a pickled
+    list of (name, tensor), read by its ``SafeUnpickler``, each tensor then moved with ``.to(device)``), holding
+    one empty tensor named ``request``. Built without SGLang (the caller's venv has none)."""
+    import base64
+    import pickle
+
+    import torch
+
+    return base64.b64encode(pickle.dumps([(request, torch.empty(0))])).decode()
 
 
 def rpc(model, named_tensors) -> None:

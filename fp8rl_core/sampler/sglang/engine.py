@@ -5,17 +5,17 @@ with fp8rl's workarounds, :mod:`.compat`) with the SGLang venv's interpreter, an
 (no SGLang import in this process). Weights cross as files (:mod:`fp8rl_core.sync.transport`), loaded in place
 on every rank by fp8rl's SGLang loader; per-rank operations (:mod:`.worker`) answer through files. Every call
 watches the server process: its death raises :class:`~fp8rl_core.sampler.seam.SamplerDeadError` with its last
-log lines, and no call waits past its deadline. Described in docs/design.md (Engines) and docs/gpu.md (SGLang).
+log lines, and no call waits past its deadline. Described in docs/design.md (Engines) and docs/gpu.md
+(Tensor-parallel ranks and SGLang).
 """
 
 from __future__ import annotations
 
-import base64
 import concurrent.futures
 import json
 import math
 import os
-import pickle
+import random
 import shutil
 import signal
 import socket
@@ -32,6 +32,7 @@ import torch
 from safetensors.torch import load_file
 
 from fp8rl_core.sampler.config import MX_GRID, SamplerConfig, engine_key, sglang_refusal
+from fp8rl_core.sampler.sglang.compat import RPC, rpc_payload
 from fp8rl_core.sampler.seam import Rollout, Sampler, SamplerDeadError, SamplerError, SyncTiming, engine_config
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 from fp8rl_core.sync.layout import ModelLayout
@@ -43,7 +44,6 @@ __all__ = ["PYTHON_ENV", "SglangSampler", "mxfp8_refusal"]
 #: the environment variable naming the SGLang venv's interpreter (``make setup-sglang``: .venv-sglang/bin/python)
 PYTHON_ENV = "FP8RL_SGLANG_PYTHON"
 ENTRY = "fp8rl_core.sampler.sglang.compat"
-RPC = "fp8rl_core.sampler.sglang.compat.rpc"  # .compat.RPC (not imported here: it belongs to the server side)
 LOG_LINES = 40
 
 
@@ -54,9 +54,16 @@ def mxfp8_refusal(schemes: Mapping[str, str]) -> str | None:
 
 
 def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free local port below 55536: SGLang 0.5.12 derives a gRPC port ``--port`` + 10000 and refuses to start
+    when that exceeds 65535 (even with gRPC off), so the OS's choice (up to 60999) will not do."""
+    for port in random.Random().sample(range(20000, 55536), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise SamplerError("no free local port in 20000-55535 for the SGLang server")
 
 
 class SglangSampler(Sampler):
@@ -213,8 +220,7 @@ class SglangSampler(Sampler):
         try:
             payloads = []
             for op, args in calls:
-                request = json.dumps({"op": op, "args": args, "out": str(out)})
-                payloads.append(base64.b64encode(pickle.dumps([(request, torch.empty(0))])).decode())
+                payloads.append(rpc_payload(json.dumps({"op": op, "args": args, "out": str(out)})))
             self.update_request(payloads, flush_cache=flush_cache, what=calls[0][0])
             answers = []
             for rank in range(len(calls)):
