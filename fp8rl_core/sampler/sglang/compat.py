@@ -167,12 +167,30 @@ def rpc(model, named_tensors) -> None:
     tmp.replace(out / f"rank{rank}.json")
 
 
+def _exit_with_parent(parent: int) -> None:
+    """End this server (its whole process tree) once the process that started it is gone: the server runs in a
+    session of its own, so nothing else would stop it if its caller died without closing it."""
+    import threading
+    import time
+
+    from sglang.srt.utils import kill_process_tree
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        kill_process_tree(os.getpid(), include_parent=True)
+
+    threading.Thread(target=watch, name="fp8rl-parent-watch", daemon=True).start()
+
+
 def main(argv: list[str]) -> None:
-    """SGLang's ``launch_server`` with the workarounds installed."""
+    """SGLang's ``launch_server`` with the workarounds installed (and ended with its caller: ``FP8RL_SGLANG_PARENT``)."""
     from sglang.launch_server import run_server
     from sglang.srt.server_args import prepare_server_args
     from sglang.srt.utils import kill_process_tree
 
+    if parent := os.environ.get("FP8RL_SGLANG_PARENT"):
+        _exit_with_parent(int(parent))
     server_args = prepare_server_args(argv)
     try:
         run_server(server_args)

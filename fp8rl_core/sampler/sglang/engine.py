@@ -24,6 +24,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import weakref
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -64,6 +65,16 @@ def _port() -> int:
                 continue
             return port
     raise SamplerError("no free local port in 20000-55535 for the SGLang server")
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """Stop the server's whole process group (its schedulers and detokenizer too): SIGTERM, then SIGKILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=15)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
 
 
 class SglangSampler(Sampler):
@@ -117,7 +128,7 @@ class SglangSampler(Sampler):
         per = max(1, cores // tp)
         bind = "|".join(f"{(r * per) % cores}-{(r * per) % cores + per - 1}" if per > 1 else str(r % cores)
                         for r in range(tp))
-        env = dict(os.environ, FP8RL_SGLANG_SERVER="1", SGLANG_USE_CPU_ENGINE="1", SGLANG_CPU_OMP_THREADS_BIND=bind,
+        env = dict(os.environ, FP8RL_SGLANG_SERVER="1", FP8RL_SGLANG_PARENT=str(os.getpid()), SGLANG_USE_CPU_ENGINE="1", SGLANG_CPU_OMP_THREADS_BIND=bind,
                    SGLANG_RETURN_ORIGINAL_LOGPROB="1", PYTHONUNBUFFERED="1",
                    PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[3]),
                                                *filter(None, [os.environ.get("PYTHONPATH")])]))
@@ -135,6 +146,7 @@ class SglangSampler(Sampler):
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen([str(python), "-m", ENTRY, *args], env=env, cwd=self.dir, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
+        self._finalizer = weakref.finalize(self, _stop_group, self.proc)  # an engine dropped unclosed stops too
         deadline = time.monotonic() + self.timeout_s
         while True:
             self._check_process("start")
@@ -403,14 +415,9 @@ class SglangSampler(Sampler):
 
     # -- lifetime -------------------------------------------------------------------------------------
     def close(self) -> None:
-        proc, self.proc = getattr(self, "proc", None), None
-        if proc is not None:  # the server's whole process group: its schedulers and detokenizer too
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                try:
-                    os.killpg(proc.pid, sig)
-                    proc.wait(timeout=15)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    pass
+        self.proc = None
+        if (finalizer := getattr(self, "_finalizer", None)) is not None:
+            finalizer()  # the server's whole process group (_stop_group)
         if (pool := getattr(self, "_pool", None)) is not None:
             pool.shutdown(wait=False, cancel_futures=True)
         if getattr(self, "dir", None) is not None:
