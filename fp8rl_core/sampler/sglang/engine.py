@@ -78,7 +78,8 @@ def _stop_group(proc: subprocess.Popen) -> None:
 
 
 class SglangSampler(Sampler):
-    """One live SGLang server for one model with BF16 (or FP32) layers, ``tensor_parallel`` ranks.
+    """One live SGLang server for one model with BF16 (or FP32) layers, ``tensor_parallel`` ranks, on CPU
+    (``--device cpu``, the ``torch_native`` attention backend; a GPU engine is not wired yet).
 
     ``python``: the SGLang venv's interpreter (default: ``$FP8RL_SGLANG_PYTHON``); ``timeout_s``: the most
     any one call (and the start) may take. ``SamplerConfig.threads`` sets each scheduler's OpenMP threads.
@@ -115,9 +116,13 @@ class SglangSampler(Sampler):
         self.url = f"http://127.0.0.1:{self.port}"
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="fp8rl-sglang")
         t0 = time.perf_counter()
-        self._start(python, seed)
-        self.startup_s = time.perf_counter() - t0
-        self.version = self._one("set_version", version=version, names=sorted(initial))
+        try:
+            self._start(python, seed)
+            self.startup_s = time.perf_counter() - t0
+            self.version = self._one("set_version", version=version, names=sorted(initial))
+        except BaseException:
+            self.close()
+            raise
         self.syncs, self.cache_resets = 0, 0
         self.instance = f"{self.key}-{self.proc.pid}-{id(self):x}-{time.monotonic_ns()}"
 
@@ -128,8 +133,9 @@ class SglangSampler(Sampler):
         per = max(1, cores // tp)
         bind = "|".join(f"{(r * per) % cores}-{(r * per) % cores + per - 1}" if per > 1 else str(r % cores)
                         for r in range(tp))
-        env = dict(os.environ, FP8RL_SGLANG_SERVER="1", FP8RL_SGLANG_PARENT=str(os.getpid()), SGLANG_USE_CPU_ENGINE="1", SGLANG_CPU_OMP_THREADS_BIND=bind,
-                   SGLANG_RETURN_ORIGINAL_LOGPROB="1", PYTHONUNBUFFERED="1",
+        env = dict(os.environ, FP8RL_SGLANG_SERVER="1", FP8RL_SGLANG_PARENT=str(os.getpid()),
+                   SGLANG_USE_CPU_ENGINE="1", SGLANG_CPU_OMP_THREADS_BIND=bind, SGLANG_RETURN_ORIGINAL_LOGPROB="1",
+                   PYTHONUNBUFFERED="1",
                    PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[3]),
                                                *filter(None, [os.environ.get("PYTHONPATH")])]))
         if cfg.threads is not None:
@@ -157,7 +163,6 @@ class SglangSampler(Sampler):
             except (urllib.error.URLError, OSError):
                 pass
             if time.monotonic() > deadline:
-                self.close()
                 raise SamplerError(f"the SGLang server did not answer within {self.timeout_s:.0f} s; its log ends:\n"
                                    + self.log_tail())
             time.sleep(0.5)
