@@ -39,14 +39,16 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 # SGLang's Python code on the CPU torch, in a venv of its own (its pins clash with .venv's: transformers 5.6,
-# torch 2.11 in its metadata): what tests/core/sampler/sglang/test_models.py runs SGLang's own model classes in. sglang
-# and torchvision without their dependencies (CUDA-only packages SGLang's model code does not import; the
-# torch they pin); the rest is what SGLang's model, layer and quantization modules import (constraints-sglang.txt)
+# torch 2.11 in its metadata): what tests/core/sampler/sglang/test_models.py runs SGLang's own model classes in, and
+# the SGLang engine's server (`sampler.engine: sglang`, fp8rl_core/sampler/sglang/engine.py). sglang and torchvision
+# without their dependencies (CUDA-only packages SGLang's model code does not import; the torch they pin); the rest
+# is what SGLang's model, layer and quantization modules and its HTTP server import (constraints-sglang.txt)
 SGLANG_VENV  ?= .venv-sglang
 SGLANG_STAMP := $(SGLANG_VENV)/.installed
 SGLANG_INSTALL = $(call uv_install,$(SGLANG_VENV))
 SGLANG_DEPS  := numpy transformers pydantic pyyaml safetensors orjson psutil pybase64 requests triton pillow \
-	starlette ipython aiohttp pyzmq openai partial-json-parser dill sentencepiece einops compressed-tensors gguf msgspec
+	starlette ipython aiohttp pyzmq openai partial-json-parser dill sentencepiece einops compressed-tensors gguf msgspec \
+	uvloop fastapi uvicorn setproctitle prometheus-client python-multipart jsonschema soundfile
 
 setup-sglang: $(SGLANG_STAMP)
 

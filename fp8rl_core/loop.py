@@ -33,7 +33,7 @@ from fp8rl_core.learner.patterns import gemm_layers
 from fp8rl_core.learner.task import EOS, PAD, AdditionTask
 from fp8rl_core.learner.warmstart import load_policy
 from fp8rl_core.sampler.config import SamplerConfig
-from fp8rl_core.sampler.engines import DEFAULT_ENGINE, start_sampler
+from fp8rl_core.sampler.engines import start_sampler
 from fp8rl_core.sampler.pool import acquire
 from fp8rl_core.sampler.presets import PRESETS, Preset, sampler_schemes
 from fp8rl_core.sampler.seam import Sampler
@@ -80,7 +80,6 @@ def start_pipeline(
     work_root: str | Path | None = None,
     replicas: int = 1,
     hooks: SyncHooks = NO_HOOKS,
-    engine: str = DEFAULT_ENGINE,
 ) -> Pipeline:
     """Learner + live sampler for ``preset`` on the warm-start ``checkpoint`` (both at version 0).
 
@@ -90,8 +89,8 @@ def start_pipeline(
     :meth:`Pipeline.close_replicas`); every sync lands in all of them. ``hooks``
     (:class:`~fp8rl_core.sync.hooks.SyncHooks`) may map the configured per-layer schemes to the ones the
     engine and the exporter use instead (only fault injection does, to model a sampler configured off
-    the run's grid); the checks keep expecting the configured schemes. ``engine``: the sampler engine by
-    name (:mod:`fp8rl_core.sampler.engines`)."""
+    the run's grid); the checks keep expecting the configured schemes. The engine is ``sampler_cfg.engine``
+    (:mod:`fp8rl_core.sampler.engines`)."""
     if isinstance(preset, str):
         if preset not in PRESETS:
             raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
@@ -108,10 +107,10 @@ def start_pipeline(
     tensors = export_weights(model, policy.forward_weights(), schemes)
     grid = cfg.recipe.fwd_grid
     sampler, resync = acquire(checkpoint, schemes, tensors, sampler_cfg, version=policy.version, mx_grid=grid,
-                              work_root=work_root, engine=engine)
+                              work_root=work_root)
     # further replicas are further engines: spawned, since a process holds one in-process engine (vllm_compat, 3)
     replica_cfg = sampler_cfg.model_copy(update={"process": "spawn"})
-    extra = [start_sampler(engine, checkpoint, schemes, tensors, replica_cfg, version=policy.version, mx_grid=grid,
+    extra = [start_sampler(checkpoint, schemes, tensors, replica_cfg, version=policy.version, mx_grid=grid,
                            work_root=work_root) for _ in range(replicas - 1)]
     return Pipeline(preset, policy, sampler, schemes, reused=resync is not None, configured=configured,
                     replicas=extra)

@@ -197,4 +197,14 @@ INTERNALS: tuple[Internal, ...] = (
              "calls", "fp8rl_core.sampler.sglang.loader"),
     Internal(_SG, "sglang.srt.server_args:ServerArgs.custom_weight_loader", "attribute", "reads",
              "fp8rl_core.verl.overrides"),
+    # the SGLang engine's workarounds and server entry (fp8rl_core.sampler.sglang.compat: WORKAROUNDS)
+    Internal(_SG, "sglang.srt.layers.logits_processor", "module", "patches", "fp8rl_core.sampler.sglang.compat"),
+    Internal(_SG, "sglang.srt.mem_cache.memory_pool_host", "module", "imports", "fp8rl_core.sampler.sglang.compat"),
+    Internal(_SG, "sglang.launch_server:run_server", "function", "calls", "fp8rl_core.sampler.sglang.compat",
+             ("server_args",)),
+    Internal(_SG, "sglang.srt.server_args:prepare_server_args", "function", "calls",
+             "fp8rl_core.sampler.sglang.compat"),
+    Internal(_SG, "sglang.srt.utils:kill_process_tree", "attribute", "calls", "fp8rl_core.sampler.sglang.compat"),
+    Internal(_SG, "sglang.srt.model_executor.model_runner:ModelRunner.update_weights_from_tensor", "method", "calls",
+             "fp8rl_core.sampler.sglang.compat", ("named_tensors", "load_format")),
 )

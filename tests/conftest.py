@@ -3,7 +3,7 @@
 Tiers. Every test gets its markers here, from where it lives and what it uses — never by hand in the
 test file, so a new test lands in the right tier by itself:
 
-``engine``  starts real vLLM engines: every test under ``tests/core/sampler/``, and any test elsewhere that
+``engine``  starts real vLLM or SGLang engines: every test under ``tests/core/sampler/``, and any test elsewhere that
             uses the engine fixtures of ``tests/core/sampler/conftest.py``.
 ``flow``    runs Prefect flows with real engines and MLflow stores: every test under ``tests/flows/``,
             and the tracking server's (``tests/adapters/test_tracking_server.py``).
@@ -15,7 +15,8 @@ test file, so a new test lands in the right tier by itself:
 
 A file in :data:`EXCEPT` does not get its folder's marker (it starts no engine, runs no flow). ``pytest --fast`` (``make test-fast``) runs the
 tests in none of the tiers without importing the files wholly in one; a test that constructs a
-:class:`~fp8rl_core.sampler.vllm_engine.VllmSampler` without being marked ``engine`` or ``flow`` fails, naming this file.
+:class:`~fp8rl_core.sampler.vllm_engine.VllmSampler` or starts an SGLang server without being marked ``engine`` or
+``flow`` fails, naming this file.
 
 Two workers. ``make test`` runs two pytest-xdist workers (``-n 2 --dist loadfile``), each test file one unit,
 the files of :data:`HEAVY` handed out first, slowest first; each worker's processes compute with one OpenMP
@@ -91,9 +92,9 @@ SLOW_FIXTURES = frozenset({"trained"})  # tests/core/learner/test_warmstart.py: 
 #: the slowest files, slowest first (their tests' seconds in two workers, tests/BUDGET.md): handed to the xdist
 #: workers before every other file
 HEAVY = ("flows/test_verl.py", "flows/test_pipelines.py", "flows/test_scale_out.py", "flows/test_deployment.py",
-         "core/sampler/test_engine.py", "flows/test_correctness.py", "verl/test_platform.py", "core/grids/test_mx.py",
-         "verl/test_rollout_engine.py", "flows/test_mlflow_ui.py", "adapters/test_tracking_server.py",
-         "core/learner/test_warmstart.py")
+         "core/sampler/test_engine.py", "core/sampler/sglang/test_engine.py", "flows/test_correctness.py",
+         "verl/test_platform.py", "core/grids/test_mx.py", "verl/test_rollout_engine.py", "flows/test_mlflow_ui.py",
+         "adapters/test_tracking_server.py", "core/learner/test_warmstart.py")
 
 
 def _order(path: str) -> int:
@@ -168,26 +169,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def _engines_only_in_engine_tiers(request: pytest.FixtureRequest):
-    """Fail a test that starts a vLLM engine but is in neither the ``engine`` nor the ``flow`` tier."""
+    """Fail a test that starts a vLLM or SGLang engine but is in neither the ``engine`` nor the ``flow`` tier
+    (an SGLang engine counts once its server process starts: a refusal before that starts nothing)."""
     if any(request.node.get_closest_marker(m) for m in ("engine", "flow")):
         yield
         return
+    from fp8rl_core.sampler.sglang.engine import SglangSampler
     from fp8rl_core.sampler.vllm_engine import VllmSampler
 
     started: list[int] = []
-    original = VllmSampler.__init__
+    originals = [(VllmSampler, "__init__", VllmSampler.__init__), (SglangSampler, "_start", SglangSampler._start)]
 
-    def counted(self, *args, **kwargs):
-        started.append(1)
-        original(self, *args, **kwargs)
+    def counting(original):
+        def counted(self, *args, **kwargs):
+            started.append(1)
+            return original(self, *args, **kwargs)
+        return counted
 
-    VllmSampler.__init__ = counted
+    for cls, name, original in originals:
+        setattr(cls, name, counting(original))
     try:
         yield
     finally:
-        VllmSampler.__init__ = original
+        for cls, name, original in originals:
+            setattr(cls, name, original)
     if started:
-        pytest.fail(f"{request.node.nodeid} started {len(started)} vLLM engine(s) but is not in the engine tier: "
+        pytest.fail(f"{request.node.nodeid} started {len(started)} engine(s) but is not in the engine tier: "
                     "use the engine fixtures of tests/core/sampler/conftest.py or list it in tests/conftest.py",
                     pytrace=False)
 

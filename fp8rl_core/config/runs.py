@@ -43,6 +43,7 @@ __all__ = ["Run", "Sweep", "correctness_runs", "expand", "matching_runs", "run_d
 ID_NEUTRAL: dict[str, dict[str, object]] = {
     "checks": {"compute_copy": True, "alarm": True, "alarm_jump": CheckPolicy().alarm_jump, "engine_checksums": False},
     "verl": {"token_sequences": None, "overrides": [], "save_checkpoints": False},
+    "sampler": {"engine": "vllm"},
     "data": {"prompt_key": "prompt", "train": None, "val": None, "max_prompt_length": None, "max_response_length": None,
              "reward": None, "sha256": None},
 }

@@ -24,7 +24,7 @@ from fp8rl_core.identity import content_hash
 from fp8rl_core.learner.config import GRAD_FORMATS, RULES, GRPOConfig, LearnerConfig, Recipe, WarmStartConfig
 from fp8rl_core.learner.spec import ModelSpec, load_model_spec
 from fp8rl_core.metrics.summary import BOOTSTRAP_RESAMPLES, CI_LEVEL
-from fp8rl_core.sampler.config import SamplerConfig
+from fp8rl_core.sampler.config import SamplerConfig, sglang_refusal
 from fp8rl_core.sampler.presets import PRESETS, Preset, Variant
 
 __all__ = [
@@ -338,6 +338,12 @@ class RunConfig(BaseModel):
         if (self.backend == "verl") != (self.verl is not None):
             raise ValueError(f"backend = {self.backend!r} {'needs a' if self.verl is None else 'takes no'} 'verl' section "
                              "(model_path, hardware, gpus_per_node, tensor_parallel, ...; fields: fp8rl_core/config/schema.py VerlSection)")
+        if self.sampler.engine == "sglang":  # the SGLang engine runs through the seam, not yet in runs (issue 41)
+            holds = PRESETS[self.preset].sampler_holds
+            why = sglang_refusal([] if holds == "bf16" else [holds], gpu=False)
+            raise ValueError(why or "sampler.engine: sglang is not wired into runs yet (the SGLang engine is started "
+                             "through fp8rl_core.sampler.engines.start_sampler; docs/design.md, Engines); use "
+                             "sampler.engine: vllm")
         spec = self.spec((info.context or {}).get("specs"))  # validated with a sweep's expansion: its specs
         task = self.warmstart.task
         if self.sampler.max_model_len < task.seq_len:

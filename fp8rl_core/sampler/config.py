@@ -1,12 +1,14 @@
-"""How the sampler's vLLM engine is built and samples (:class:`SamplerConfig`), in a light module:
-pydantic only — the experiment config (:mod:`fp8rl_core.config.schema`) validates it without importing vLLM.
-The engine itself is :class:`fp8rl_core.sampler.vllm_engine.VllmSampler`; :func:`engine_key` says which of these
-fields make an engine's identity (the pool, :mod:`fp8rl_core.sampler.pool`, reuses engines by it).
+"""How the sampler's engine is built and samples (:class:`SamplerConfig`), in a light module: pydantic only —
+the experiment config (:mod:`fp8rl_core.config.schema`) validates it without importing vLLM or SGLang.
+``engine`` names the engine (:mod:`fp8rl_core.sampler.engines`: vLLM's
+:class:`~fp8rl_core.sampler.vllm_engine.VllmSampler` by default, or SGLang's
+:class:`~fp8rl_core.sampler.sglang.engine.SglangSampler`); :func:`engine_key` says which of these fields make an
+engine's identity (the pool, :mod:`fp8rl_core.sampler.pool`, reuses engines by it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -14,9 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fp8rl_core.identity import content_hash
 
-__all__ = ["ENGINE_PROCESSES", "KV_CACHE_DTYPES", "MX_GRID", "REQUANT_GRID", "SamplerConfig", "cpu_fp8_kv_support", "engine_key"]
+__all__ = ["ENGINE_PROCESSES", "KV_CACHE_DTYPES", "SAMPLER_ENGINES", "MX_GRID", "REQUANT_GRID", "SamplerConfig", "cpu_fp8_kv_support", "engine_key",
+           "sglang_refusal"]
 
 KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2")
+#: the engines a sampler can run on (:data:`fp8rl_core.sampler.engines.ENGINES`), the default first
+SAMPLER_ENGINES = ("vllm", "sglang")
 #: where vLLM's engine core and its worker run (see :class:`SamplerConfig`.process)
 ENGINE_PROCESSES = ("spawn", "in-process")
 #: the MXFP8 grid of the sampler's on-grid layers unless the run names another (the learner's default rule)
@@ -28,9 +33,13 @@ REQUANT_GRID = "mxfp8-e4m3-rceil"
 
 
 class SamplerConfig(BaseModel):
-    """How the vLLM engine is built (engine identity) and how it samples."""
+    """Which engine, how it is built (engine identity) and how it samples."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    engine: Literal[SAMPLER_ENGINES] = Field(
+        "vllm", description="vllm: vLLM (every preset); sglang: SGLang's HTTP server in .venv-sglang (BF16 layers "
+        "only on CPU; not yet in runs: docs/design.md, Engines)")
 
     dtype: Literal["bfloat16", "float32"] = Field(
         "bfloat16", description="engine compute dtype; float32 is the exact probe mode (W7)")
@@ -54,9 +63,11 @@ class SamplerConfig(BaseModel):
         "20 s less per engine start on 2 cores; an engine crash takes the calling process with it)")
 
     def engine_settings(self) -> dict:
-        """The settings vLLM builds the engine with at its start: all but ``temperature`` (per request) and
-        ``bucket_mb`` (per sync) — two engines with equal settings (and model) are interchangeable."""
-        return self.model_dump(exclude={"temperature", "bucket_mb"})
+        """The settings the engine is built with at its start: all but ``temperature`` (per request) and
+        ``bucket_mb`` (per sync) — two engines with equal settings (and model) are interchangeable. ``engine``
+        is among them unless it is the default (vLLM engines keep the keys they had before the field)."""
+        exclude = {"temperature", "bucket_mb"} | ({"engine"} if self.engine == SAMPLER_ENGINES[0] else set())
+        return self.model_dump(exclude=exclude)
 
     @field_validator("block_size")
     @classmethod
@@ -85,3 +96,16 @@ def engine_key(model_cfg: Mapping, cfg: SamplerConfig) -> str:
     """What makes two engines interchangeable: model config (incl. schemes) and the engine settings vLLM
     builds at start (:meth:`SamplerConfig.engine_settings`)."""
     return content_hash({"model": model_cfg, "engine": cfg.engine_settings()}, 16, compact=False)
+
+
+def sglang_refusal(quantized: Sequence[str], *, gpu: bool) -> str | None:
+    """Why the SGLang engine cannot serve layers on the schemes ``quantized`` (one line), or None when there
+    are none: on CPU SGLang 0.5.12's MXFP8 methods need AMX; on a GPU they are not wired to fp8rl's loader yet."""
+    if not quantized:
+        return None
+    if gpu:
+        return (f"the SGLang engine runs BF16 layers only: schemes {sorted(set(quantized))} are not wired to SGLang's "
+                "quantized methods yet; use sampler.engine: vllm or a BF16-sampler preset (bf16-e2e, bf16-sampler)")
+    return (f"the SGLang engine cannot run schemes {sorted(set(quantized))} on CPU: SGLang 0.5.12's MXFP8 methods "
+            "(Fp8LinearMethod, Fp8MoEMethod) need AMX; use sampler.engine: vllm or a BF16-sampler preset "
+            "(bf16-e2e, bf16-sampler)")

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from fp8rl_core.sampler.config import MX_GRID, SamplerConfig, engine_key
-from fp8rl_core.sampler.engines import DEFAULT_ENGINE, start_sampler
+from fp8rl_core.sampler.engines import start_sampler
 from fp8rl_core.sampler.seam import Sampler, SyncTiming, engine_config
 
 __all__ = ["acquire", "closing", "release_all"]
@@ -54,9 +54,8 @@ def closing() -> tuple[Sampler, ...]:
 
 def acquire(checkpoint: str | Path, schemes: Mapping[str, str], tensors: Mapping[str, torch.Tensor],
             cfg: SamplerConfig = SamplerConfig(), *, version: int = 0, mx_grid: str = MX_GRID,
-            work_root: str | Path | None = None, max_live: int = 2,
-            engine: str = DEFAULT_ENGINE) -> tuple[Sampler, SyncTiming | None]:
-    """A live ``engine`` (:mod:`.engines`) for (checkpoint config, schemes, cfg) loaded with ``tensors`` at
+            work_root: str | Path | None = None, max_live: int = 2) -> tuple[Sampler, SyncTiming | None]:
+    """A live engine of ``cfg.engine`` (:mod:`.engines`) for (checkpoint config, schemes, cfg) loaded with ``tensors`` at
     ``version``: the running one when its key matches (then the weights are synced in — no second startup), else a
     new one, after shutting down the least recently used engines beyond ``max_live - 1`` (each holds its KV cache
     and worker processes). Returns the sampler and the sync timing (None for a fresh start).
@@ -81,7 +80,7 @@ def acquire(checkpoint: str | Path, schemes: Mapping[str, str], tensors: Mapping
     engine's parallel groups and worker extension process-wide, at most one in-process engine stays live
     (:func:`acquire` closes the live one before it starts another in-process engine).
     """
-    key = (engine, engine_key(engine_config(checkpoint, schemes, mx_grid), cfg))
+    key = (cfg.engine, engine_key(engine_config(checkpoint, schemes, mx_grid), cfg))
     live = _ENGINES.pop(key, None)
     if live is not None and not live.alive:  # died (or closed): its weights are gone, start afresh
         _close_in_background(live)
@@ -95,7 +94,7 @@ def acquire(checkpoint: str | Path, schemes: Mapping[str, str], tensors: Mapping
             _ENGINES.pop(k).close()
     while len(_ENGINES) >= max(1, max_live):
         _close_in_background(_ENGINES.pop(next(iter(_ENGINES))))
-    sampler = start_sampler(engine, checkpoint, schemes, tensors, cfg, version=version, mx_grid=mx_grid,
+    sampler = start_sampler(checkpoint, schemes, tensors, cfg, version=version, mx_grid=mx_grid,
                             work_root=work_root)
     _ENGINES[key] = sampler
     return sampler, None

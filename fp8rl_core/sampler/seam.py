@@ -3,7 +3,8 @@
 Rule: the loop, the sync, the checks and the experiments type their engine as :class:`Sampler` and call
 only its operations; each engine implements all of them (vLLM in this process's control:
 :class:`fp8rl_core.sampler.vllm_engine.VllmSampler`; verl's vLLM server:
-:class:`fp8rl_core.verl.checking.ServerSampler`) and :mod:`.engines` starts one by name. The pieces every
+:class:`fp8rl_core.verl.checking.ServerSampler`; SGLang's server: :class:`fp8rl_core.sampler.sglang.engine.SglangSampler`)
+and :mod:`.engines` starts the one a config names. The pieces every
 engine shares (results, sync timing, errors, the model config an engine is identified by) live here.
 Described in docs/design.md (Engines) and docs/library.md (The sampler and the weight sync).
 """
@@ -154,7 +155,8 @@ class Sampler(ABC):
     def engine_checksums(self) -> dict[str, str] | None:
         """The engine's own per-parameter digests, computed by the engine's code (vLLM: its weight checker's
         SHA-256 of each parameter's raw bytes, keyed ``dp:pp:pcp:tp:name``, every rank); ``None`` where the
-        engine has no such checker."""
+        engine has no such checker or it cannot run here (SGLang 0.5.12's ``/weights_checker`` checksum is
+        CUDA-only): the check is then not run, never passed."""
 
     @abstractmethod
     def check_ranks(self, expected: Mapping[str, torch.Tensor], *, full: bool = False) -> list[RankCheck]:

@@ -10,9 +10,13 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
-from fp8rl_core.sampler.engines import DEFAULT_ENGINE, ENGINES, engine_class
+from fp8rl_core.config.schema import RunConfig
+from fp8rl_core.sampler.config import SamplerConfig
+from fp8rl_core.sampler.engines import DEFAULT_ENGINE, ENGINES, engine_class, start_sampler
 from fp8rl_core.sampler.seam import Sampler, SamplerError
+from fp8rl_core.sampler.sglang.engine import SglangSampler
 from fp8rl_core.sampler.vllm_engine import VllmChannel, VllmSampler
 from fp8rl_core.verl.checking import ServerSampler
 
@@ -22,7 +26,8 @@ OPERATIONS = {"alive", "engine_version", "layers", "prefix_cache_blocks", "reset
               "read_back", "compute_check", "engine_checksums", "check_ranks", "generate", "prompt_logprobs", "close"}
 #: what every engine sets (the seam's annotations)
 ATTRIBUTES = {"cfg", "schemes", "mx_grid", "key", "instance", "version", "syncs", "startup_s", "in_process"}
-IMPLEMENTATIONS = [VllmSampler, ServerSampler]
+VLLM_IMPLEMENTATIONS = [VllmSampler, ServerSampler]
+IMPLEMENTATIONS = [*VLLM_IMPLEMENTATIONS, SglangSampler]
 
 
 def test_the_seam_names_the_operations_and_attributes():
@@ -44,7 +49,7 @@ def test_each_engine_implements_every_operation_with_the_seams_signature(cls):
         assert inspect.signature(own) == inspect.signature(seam), f"{cls.__name__}.{op}"
 
 
-@pytest.mark.parametrize("cls", IMPLEMENTATIONS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", VLLM_IMPLEMENTATIONS, ids=lambda c: c.__name__)
 def test_both_vllm_engines_are_the_channel_of_their_vllm_operations(cls):
     """Each vLLM engine gives the shared operations (VllmWorkers) the four calls of VllmChannel itself;
     neither overrides another engine's methods (each derives from the seam alone)."""
@@ -57,9 +62,35 @@ def test_both_vllm_engines_are_the_channel_of_their_vllm_operations(cls):
 
 
 def test_engines_are_chosen_by_name():
-    assert DEFAULT_ENGINE in ENGINES and engine_class("vllm") is VllmSampler
-    with pytest.raises(SamplerError, match=r"unknown sampler engine 'vlm'; known engines: vllm"):
+    assert DEFAULT_ENGINE == SamplerConfig().engine == "vllm" and set(ENGINES) == {"vllm", "sglang"}
+    assert engine_class("vllm") is VllmSampler and engine_class("sglang") is SglangSampler
+    with pytest.raises(SamplerError, match=r"unknown sampler engine 'vlm'; known engines: sglang, vllm"):
         engine_class("vlm")
+
+
+def test_an_mxfp8_sglang_engine_is_refused_in_one_line_before_anything_runs(tmp_path):
+    """SGLang's MXFP8 methods need AMX on CPU: the engine refuses such schemes before it writes or starts
+    anything, and a run naming sampler.engine: sglang is refused at validation (not yet wired into runs)."""
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 1024, "hidden_size": 32}))
+    cfg = SamplerConfig(engine="sglang")
+    with pytest.raises(SamplerError) as e:
+        start_sampler(tmp_path, {"model.layers.0.mlp.down_proj": "mxfp8"}, {}, cfg, work_root=tmp_path / "work",
+                      python="/nonexistent")
+    if not torch.cuda.is_available():
+        assert "need AMX" in str(e.value) and "mxfp8" in str(e.value)
+    assert "\n" not in str(e.value) and not (tmp_path / "work").exists()
+    with pytest.raises(ValueError, match="need AMX"):
+        RunConfig(preset="all", sampler={"engine": "sglang"}, models_dir=str(ROOT / "configs" / "models"))
+    with pytest.raises(ValueError, match="not wired into runs yet"):
+        RunConfig(preset="bf16-sampler", sampler={"engine": "sglang"}, models_dir=str(ROOT / "configs" / "models"))
+
+
+def test_the_sglang_engine_does_not_change_vllm_engines_keys_or_run_ids():
+    from fp8rl_core.sampler.config import engine_key
+
+    model = {"vocab_size": 1024}
+    assert "engine" not in SamplerConfig().engine_settings()
+    assert engine_key(model, SamplerConfig()) != engine_key(model, SamplerConfig(engine="sglang"))
 
 
 def test_the_server_sampler_starts_nothing(tmp_path):
