@@ -1,17 +1,16 @@
 """One ``backend: verl`` run: write its dataset and config, then run verl's trainer on the Ray cluster.
 
-How verl is started, and why: ``python -m verl.trainer.main_ppo <overrides>`` as a **subprocess of the
-process running the sweep** (the head node, or any host connected to the cluster), not as a Ray task or a
-Ray job:
+How verl is started, and why: ``python -m verl.trainer.main_ppo <overrides>`` — a Ray *driver*: it calls
+``ray.init`` itself and places its trainer and workers on the cluster through placement groups, so it is never
+run inside a Ray task:
 
-- ``main_ppo`` is a Ray *driver*: it calls ``ray.init`` itself and places its trainer and workers on the
-  cluster through placement groups. Run inside a Ray task it would be a driver nested in a worker; as a
-  subprocess it joins the cluster fp8rl checked with ``ray_kwargs.ray_init.address`` (or ``RAY_ADDRESS``,
-  or starts a local Ray without either — the same rule as ``fp8rl run --ray-address``).
-- The exit status and the output are right here: the MLflow run ends FINISHED or FAILED with verl's
-  status and last error lines, and the whole output is the run's ``main_ppo.log`` artifact. A Ray job
-  would add the job server (the dashboard) as a dependency for the same information.
-- A signal that stops the sweep stops verl: the subprocess is terminated with it.
+- in a sweep, as a **Ray job** (:mod:`adapters.ray_jobs`) on the sweep's cluster, in the run's work folder: it
+  joins that cluster (``ray_kwargs.ray_init.address=auto``), its output is re-logged into the MLflow run while
+  it runs, its exit status (or Ray's word: stopped, node lost) ends the run; several run side by side
+  (flows.pipelines, docs/deploy.md "verl sweeps on Ray");
+- otherwise (the correctness stage's one run) as a **subprocess** of the flow's process, joining the cluster
+  with ``ray_kwargs.ray_init.address`` (or ``RAY_ADDRESS``, or starting a local Ray without either) and
+  terminated with it.
 
 The run's work folder (``FP8RL_VERL_WORK``, default ``.cache/verl``, then ``<sweep>/<run id>``) holds
 ``train.parquet``/``val.parquet`` (:mod:`fp8rl_core.verl.data`; a run with a ``data`` section's files reads them
@@ -55,9 +54,9 @@ from fp8rl_core.vocabulary import ENGINE_CHECKSUM, KL_RUN_METRICS
 from adapters import tracking
 
 if TYPE_CHECKING:
-    from adapters.ray_jobs import RayJobs
+    from adapters.ray_jobs import JobEnd, RayJobs
 
-__all__ = ["VerlOutcome", "composed_config", "failure_reason", "launch_overrides", "launch_payload", "model_dir", "payload_path", "plain_lines",
+__all__ = ["VerlOutcome", "composed_config", "failure_reason", "job_failure", "launch_overrides", "launch_payload", "model_dir", "payload_path", "plain_lines",
            "port_race", "prepare_model", "record", "run_verl", "token_metrics", "work_dir"]
 
 #: lines of verl's output that name an error (a Python exception line, Ray's and Hydra's error lines)
@@ -301,15 +300,22 @@ def _job(jobs: "RayJobs", name: str, argv: list[str], env: dict[str, str], work:
 
     end = jobs.run(_job_name(name), f"cd {shlex.quote(str(work))} && exec {shlex.join(argv)}", env, log, on_log)
     tracking.set_tag(mlflow_run, "verl.job", end.submission_id)
+    return end.returncode, job_failure(end)
+
+
+def job_failure(end: "JobEnd") -> str | None:
+    """None for a job that succeeded; :func:`failure_reason` of its exit status and output for one whose
+    entrypoint exited by itself; else one line with Ray's word — ``verl's Ray job <id> ended STOPPED (stopped):
+    <Ray's message> | last lines: <verl's last error lines>`` (``node lost`` where its node died)."""
     if end.status == "SUCCEEDED":
-        return end.returncode or 0, None
+        return None
     if end.returncode is not None and end.cause is None:
-        return end.returncode, failure_reason(end.returncode, end.output)
-    cause = end.cause or "no exit status"
-    tail = failure_reason(end.returncode if end.returncode else 1, end.output) or ""
-    tail = tail.split(": ", 1)[1] if ": " in tail else tail
-    return end.returncode, f"verl's Ray job {end.submission_id} ended {end.status} ({cause}): {end.message}" + (
-        f" | last lines: {tail}" if end.output.strip() else "")
+        return failure_reason(end.returncode, end.output)
+    head = f"verl's Ray job {end.submission_id} ended {end.status} ({end.cause or 'no exit status'}): {end.message}"
+    if not end.output.strip():
+        return head
+    tail = failure_reason(1, end.output) or ""
+    return f"{head} | last lines: {tail.split(': ', 1)[1]}"
 
 
 def _job_name(name: str) -> str:
