@@ -11,11 +11,17 @@ with ``--include-dashboard=false`` has none and is refused). Specified in docs/d
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,9 +175,51 @@ def _alive(node_id: str) -> bool:
 
 
 @contextmanager
+def _local_head(resources: Mapping[str, float] | None) -> Iterator[str]:
+    """A local Ray head, ``ray start --head --block`` in a process of its own, its dashboard (the job server),
+    dashboard agent, GCS and Ray Client server on free ports — so it runs beside other local Rays (``ray.init``
+    gives a local Ray's dashboard agent the fixed port 52365: a second one on the machine has no job server) —
+    with ``resources`` (``num_cpus``, ``num_gpus``; none: what the machine has); yields its address; stopped,
+    with every process it started, after the block."""
+    from adapters.tracking_server import free_port
+
+    sessions = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))  # short: Ray's socket paths stay < 108 bytes
+    port = free_port()
+    sized = [f"--{k.replace('_', '-')}={int(v)}" for k, v in (resources or {}).items()]
+    argv = [str(Path(sys.executable).with_name("ray")), "start", "--head", f"--port={port}", "--include-dashboard=true",
+            "--dashboard-host=127.0.0.1", f"--dashboard-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
+            f"--ray-client-server-port={free_port()}", f"--object-store-memory={256 * 2**20}", f"--temp-dir={sessions}",
+            *sized, "--block", "--disable-usage-stats"]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    log = sessions / "head.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + _AGENT_WAIT_S
+        while "Ray runtime started" not in log.read_text(errors="replace"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise cluster.ClusterError(f"a local Ray did not start (`{' '.join(argv)}`): "
+                                           f"{log.read_text(errors='replace')[-1500:]}")
+            time.sleep(0.5)
+        yield f"127.0.0.1:{port}"
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # `ray start --block` stops its node's processes on SIGTERM
+            try:
+                proc.wait(timeout=_STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of it
+        except ProcessLookupError:
+            pass
+        shutil.rmtree(sessions, ignore_errors=True)
+
+
+@contextmanager
 def job_server(address: str | None, local: Mapping[str, float] | None = None) -> Iterator[RayJobs]:
     """Connected to Ray for the length of the block — ``address`` as :func:`adapters.dispatch.target`: a
-    cluster, else a local Ray on this machine started with its dashboard and ``local``'s resources (``num_cpus``,
+    cluster, else a local Ray on this machine (:func:`_local_head`, with ``local``'s resources: ``num_cpus``,
     ``num_gpus``; none: what the machine has) — yielding its job server. A cluster without a dashboard is a
     :class:`adapters.cluster.ClusterError`."""
     import ray
@@ -180,16 +228,13 @@ def job_server(address: str | None, local: Mapping[str, float] | None = None) ->
     from adapters.dispatch import target
 
     is_local, where = target(address)
-    kwargs: dict = {"log_to_driver": False, "logging_level": logging.WARNING}
-    if is_local:
-        kwargs |= {"include_dashboard": True, "dashboard_host": "127.0.0.1", "object_store_memory": 256 * 2**20,
-                   **dict(local or {})}
-    ctx = ray.init(address=address, **kwargs)
-    try:
+    with ExitStack() as stack:
+        if is_local:
+            address = stack.enter_context(_local_head(local))
+        ctx = ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        stack.callback(ray.shutdown)
         url = getattr(ctx, "dashboard_url", None)
         if not url:
             raise cluster.ClusterError(f"{where} runs no dashboard, where Ray's job server lives: start its head "
                                        "with it (ray start --head, the default, with ray[default]). Nothing was run.")
         yield RayJobs(JobSubmissionClient(url if "://" in url else f"http://{url}"), where)
-    finally:
-        ray.shutdown()
