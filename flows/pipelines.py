@@ -235,9 +235,10 @@ def _raise_if_failed(rows: list[RunRow], what: str = "runs") -> None:
 def _verl_sweep(sweep: Sweep, resume: bool, report: bool, ray_address: str | None) -> list[RunRow]:
     """A ``backend: verl`` sweep: check the cluster, then each run as verl's trainer in a Ray job
     (:func:`tasks.verl_run.run_verl` on :func:`adapters.ray_jobs.job_server` — the cluster at ``ray_address``,
-    else a local Ray; for ``verl.hardware: cpu`` runs, one whose "GPU" slots are CPU workers, as many runs' worth
-    as the cores allow: :func:`adapters.cluster.verl_local_ray`), as many side by side as the cluster's GPUs hold
-    (:func:`adapters.cluster.verl_fits`), the next started as one ends — each a ``verl-run`` task run, the
+    else a local Ray; for ``verl.hardware: cpu`` runs, one whose "GPU" slots are CPU workers:
+    :func:`adapters.cluster.verl_local_ray`), as many side by side as the cluster's GPUs and verl hold
+    (:func:`adapters.cluster.verl_fits`: one today, :data:`adapters.cluster.VERL_RUNS_AT_ONCE`), the next started
+    as one ends — each a ``verl-run`` task run, the
     sweep's progress bar advancing as each ends. Nothing is opened in MLflow when the cluster cannot host the
     runs (:class:`adapters.cluster.ClusterError`: too few GPUs per node, a tracking store other nodes cannot
     share). The runs are nested under the sweep's parent run, as a native sweep's; each ends FINISHED, or FAILED

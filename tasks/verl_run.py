@@ -6,7 +6,7 @@ run inside a Ray task:
 
 - in a sweep, as a **Ray job** (:mod:`adapters.ray_jobs`) on the sweep's cluster, in the run's work folder: it
   joins that cluster (``ray_kwargs.ray_init.address=auto``), its output is re-logged into the MLflow run while
-  it runs, its exit status (or Ray's word: stopped, node lost) ends the run; several run side by side
+  it runs, its exit status (or Ray's word: stopped, node lost) ends the run; the sweep starts the next as one ends
   (flows.pipelines, docs/deploy.md "verl sweeps on Ray");
 - otherwise (the correctness stage's one run) as a **subprocess** of the flow's process, joining the cluster
   with ``ray_kwargs.ray_init.address`` (or ``RAY_ADDRESS``, or starting a local Ray without either) and
