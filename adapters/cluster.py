@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 from .tracking import is_loopback, require_shared_store, this_host_ips
 
 __all__ = ["ClusterError", "Node", "capacity", "fit_problem", "loopback_problem", "nodes", "preflight", "verl_fit_problem",
-           "VERL_RUNS_AT_ONCE", "verl_fits", "verl_local_ray", "where"]
+           "where"]
 
 GIB = 2**30
 
@@ -107,42 +107,6 @@ def verl_fit_problem(nnodes: int, gpus_per_node: int, cluster: Sequence[Node], w
     return (f"backend verl needs {gpus_per_node} GPUs per node on {nnodes} node{plural} (verl.gpus_per_node, "
             f"verl.nnodes); {where} has {total:g} GPUs, {len(enough)} node(s) with {gpus_per_node}: {have}. "
             "Run on the GPU cluster (--ray-address, or from its head node). Nothing was run.")
-
-
-#: verl runs one Ray cluster hosts at once. verl 0.9.1's default trainer starts TransferQueue's controller as the
-#: cluster-wide named actor ``TransferQueueController`` (namespace ``transfer_queue``, fixed in the
-#: ``transfer_queue`` package): a second run on the cluster joins the first's controller instead of starting its
-#: own, and loses it when the first run ends (measured: two verl-smoke runs side by side on one local Ray, the
-#: second's storage unit timed out right after the first finished). docs/deploy.md, "verl sweeps on Ray".
-VERL_RUNS_AT_ONCE = 1
-
-
-def verl_fits(asks: Sequence[tuple[int, int]], cluster: Sequence[Node], at_once: int = VERL_RUNS_AT_ONCE) -> bool:
-    """Whether verl runs asking ``asks`` — (``verl.nnodes``, ``verl.gpus_per_node``) each — can all run on the
-    cluster at once: no more than ``at_once`` of them, and all of their GPUs free together — each run's nodes
-    distinct, placed in order on the nodes with the most GPUs still free. A verl sweep starts its next run when
-    this holds with it beside the running ones (verl's trainer refuses to start when its GPUs are not free)."""
-    if len(asks) > at_once:
-        return False
-    free = {n.node_id: n.gpus for n in cluster}
-    for nnodes, per_node in asks:
-        hosts = sorted((k for k, g in free.items() if g >= per_node), key=lambda k: -free[k])[:nnodes]
-        if len(hosts) < nnodes:
-            return False
-        for k in hosts:
-            free[k] -= per_node
-    return True
-
-
-def verl_local_ray(asks: Sequence[tuple[int, int]], cores: int, cpus_per_run: int,
-                   at_once: int = VERL_RUNS_AT_ONCE) -> dict[str, float]:
-    """The resources of the local Ray a verl sweep of ``verl.hardware: cpu`` runs starts (its "GPU" slots are CPU
-    workers): room for as many of the largest run side by side as ``cores`` has ``cpus_per_run`` cores for (one
-    at least, ``at_once`` at most) — its slots, ``cpus_per_run`` logical CPUs and one for its job's entrypoint
-    each."""
-    side_by_side = max(1, min(at_once, cores // cpus_per_run))
-    slots = max((n * g for n, g in asks), default=1)
-    return {"num_gpus": float(side_by_side * slots), "num_cpus": float(side_by_side * (cpus_per_run + 1))}
 
 
 def loopback_problem(what: str, url: str, cluster: Sequence[Node], local_ips: Iterable[str]) -> str | None:

@@ -19,7 +19,7 @@ from adapters.signals import on_signals
 from adapters.tracking import RunRow
 from fp8rl_core.schedule import next_run
 
-__all__ = ["Job", "RayCluster", "interrupts_raise", "on_ray", "target"]
+__all__ = ["Job", "RayCluster", "connected", "on_ray", "target"]
 
 
 def target(address: str | None) -> tuple[bool, str]:
@@ -49,6 +49,21 @@ class Job:
     mlflow_run: str
     group: str
     params: Mapping
+
+
+@contextmanager
+def connected(address: str | None) -> Iterator[tuple[str, list[cluster.Node]]]:
+    """Connected to Ray (``address`` as :func:`target`) for the length of the block; yields how messages
+    name the cluster and its alive nodes. For a pre-flight whose runs something else starts (verl's
+    trainer joins the cluster itself)."""
+    import ray
+
+    local, where = target(address)
+    ray.init(address=address, **_init_kwargs(local))
+    try:
+        yield where, cluster.nodes()
+    finally:
+        ray.shutdown()
 
 
 def _prefect_api_url() -> str:
@@ -102,7 +117,7 @@ class RayCluster:
         rows: list[RunRow] = []
         got: dict[str, str] = {}
         try:
-            with interrupts_raise() as got:
+            with _interrupts_raise() as got:
                 while futures:  # a timeout, so a signal is handled within a second
                     ready, _ = ray.wait(list(futures), num_returns=1, timeout=1.0)
                     for ref in ready:
@@ -176,7 +191,7 @@ def _collect(f, job: Job) -> RunRow:
 
 
 @contextmanager
-def interrupts_raise():
+def _interrupts_raise():
     """SIGTERM (and SIGINT) raise KeyboardInterrupt in the driver's main thread while it waits on Ray; the
     yielded dict gets the signal's name (Ray's wait re-raises the interrupt without its message)."""
     got: dict[str, str] = {}

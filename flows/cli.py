@@ -116,8 +116,7 @@ def verl_config(
                                                           show_default=False)] = None,
     index: Annotated[int, typer.Option("--run", help="which run of the sweep (0-based, in expansion order)")] = 0,
     mlflow_run: Annotated[str | None, typer.Option(help="the MLflow run id verl's logger attaches to (as `fp8rl run` passes it)")] = None,
-    ray_address: Annotated[str | None, typer.Option(help="the Ray cluster verl joins: `auto` (as in a sweep: its Ray "
-                                                         "job joins the job's cluster) or an address")] = "auto",
+    ray_address: Annotated[str | None, typer.Option(help="the Ray cluster verl joins (as `fp8rl run --ray-address`)")] = None,
 ) -> None:
     """Print verl's Hydra overrides for one run as `fp8rl run` launches it (each with the fp8rl field behind
     it), the payload its processes read (as comment lines), then verl's own ppo_trainer config composed from

@@ -233,121 +233,64 @@ def _raise_if_failed(rows: list[RunRow], what: str = "runs") -> None:
 
 
 def _verl_sweep(sweep: Sweep, resume: bool, report: bool, ray_address: str | None) -> list[RunRow]:
-    """A ``backend: verl`` sweep: check the cluster, then each run as verl's trainer in a Ray job
-    (:func:`tasks.verl_run.run_verl` on :func:`adapters.ray_jobs.job_server` — the cluster at ``ray_address``,
-    else a local Ray; for ``verl.hardware: cpu`` runs, one whose "GPU" slots are CPU workers:
-    :func:`adapters.cluster.verl_local_ray`), as many side by side as the cluster's GPUs and verl hold
-    (:func:`adapters.cluster.verl_fits`: one today, :data:`adapters.cluster.VERL_RUNS_AT_ONCE`), the next started
-    as one ends — each a ``verl-run`` task run, the
-    sweep's progress bar advancing as each ends. Nothing is opened in MLflow when the cluster cannot host the
-    runs (:class:`adapters.cluster.ClusterError`: too few GPUs per node, a tracking store other nodes cannot
-    share). The runs are nested under the sweep's parent run, as a native sweep's; each ends FINISHED, or FAILED
-    with verl's exit status and its error line (a failed check's line names condition, rank and layer), with
-    Ray's word when its job was stopped or its node lost, or with the exception that stopped its launch (the
-    others run all the same; KILLED, their jobs stopped, on a signal); runs already FINISHED are skipped when
-    ``resume``; then the sweep's report."""
-    from adapters.ray_jobs import job_server
-    from fp8rl_core.verl.overrides import RAY_CPUS
-
+    """A ``backend: verl`` sweep: check the cluster, then each run as verl's trainer
+    (:func:`tasks.verl_run.run_verl`), one after another — each takes ``verl.nnodes × verl.gpus_per_node``
+    GPUs (on CPU, ``verl.hardware: cpu``, without a cluster address: that many slots of the local Ray verl
+    starts itself). Nothing is opened in MLflow when the cluster cannot host the runs
+    (:class:`adapters.cluster.ClusterError`: too few GPUs per node, a tracking store other nodes cannot share).
+    The runs are nested under the sweep's parent run, as a native sweep's; each ends FINISHED, or FAILED
+    with verl's exit status and its error line (a failed check's line names condition, rank and layer), or
+    with the exception that stopped its launch (the next run starts all the same; KILLED on a signal); runs
+    already FINISHED are skipped when ``resume``; then the sweep's report."""
     runs = sweep.runs
     if any(r.config.backend != "verl" for r in runs):
         raise ValueError(f"{sweep.source}: a sweep runs all its runs on one backend; this one mixes native and verl")
-
-    def ask(run: Run) -> tuple[int, int]:
-        return run.config.verl.nnodes, run.config.verl.gpus_per_node
-
-    local = None
-    if dispatch.target(ray_address)[0] and all(r.config.verl.hardware == "cpu" for r in runs):
-        local = cluster.verl_local_ray([ask(r) for r in runs], os.cpu_count() or 1, RAY_CPUS)
-    with job_server(ray_address, local) as jobs:
-        nodes = jobs.nodes
-        cluster.preflight(nodes, [cluster.verl_fit_problem(*ask(r), nodes, jobs.where) for r in runs])
-        flow_run = _flow_run()
-        rows, pending = _skip_finished(sweep, resume)
-        parent = _ParentRun(sweep)
-        try:
-            with console.progress(sweep.name, len(pending)) as done:
-                rows |= _verl_side_by_side(sweep, pending, jobs, flow_run, parent, ask, done)
-        except BaseException as e:  # interrupted, or the sweep itself broke: its parent run says so
-            parent.end(list(rows.values()), interrupted=e)
-            raise
+    own_ray = ray_address is None and not os.environ.get("RAY_ADDRESS")
+    on_cluster = [r for r in runs if not (own_ray and r.config.verl.hardware == "cpu")]
+    if on_cluster:  # verl's main_ppo joins this cluster (or, locally, starts the same Ray) after the pre-flight
+        with dispatch.connected(ray_address) as (where, found):
+            cluster.preflight(found, [cluster.verl_fit_problem(r.config.verl.nnodes, r.config.verl.gpus_per_node,
+                                                               found, where) for r in on_cluster])
+    else:  # each run's verl starts its own local Ray with the slots the run asks for
+        cluster.preflight([], [])
+    flow_run = _flow_run()
+    rows, pending = _skip_finished(sweep, resume)
+    parent = _ParentRun(sweep)
+    try:
+        for run in pending:
+            mlflow_run = _open(run, sweep.name, sweep.id, flow_run, parent.get())
+            try:
+                rows[run.id], _ = _verl_run(run, sweep.name, sweep.id, flow_run, parent.get(), ray_address,
+                                            mlflow_run=mlflow_run)
+            except Exception as e:  # noqa: BLE001 — its MLflow run ended FAILED with the error; the next one runs
+                get_run_logger().error("run %s failed: %s: %s", run.name, type(e).__name__, tracking.plain_text(str(e)))
+                rows[run.id] = RunRow(run.id, mlflow_run, run.name, f"FAILED: {type(e).__name__}")
+    except BaseException as e:  # interrupted, or the sweep itself broke: its parent run says so
+        parent.end(list(rows.values()), interrupted=e)
+        raise
     return _finish(sweep, [rows[r.id] for r in runs], parent, report, "verl runs")
 
 
-def _verl_side_by_side(sweep: Sweep, pending: list[Run], jobs, flow_run: str, parent: "_ParentRun", ask,
-                       done) -> dict[str, RunRow]:
-    """``pending``'s runs as Ray jobs, each watched in a thread of its own (:func:`_verl_run`): in sweep order,
-    every run that fits beside the running ones (:func:`adapters.cluster.verl_fits` on the alive nodes) started,
-    again each time one ends; its row handed to ``done`` as it ends. On an interrupt the running runs end
-    KILLED and their jobs are stopped."""
-    import contextvars
-    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-
-    logger = get_run_logger()
-    queue = list(pending)
-    running: dict = {}  # future → (run, its MLflow run)
-    rows: dict[str, RunRow] = {}
-    got: dict[str, str] = {}
-    pool = ThreadPoolExecutor(max_workers=max(1, len(pending)), thread_name_prefix="verl-run")
-    try:
-        with dispatch.interrupts_raise() as got:
-            while queue or running:
-                if queue:
-                    nodes = jobs.nodes
-                    for run in list(queue):
-                        if cluster.verl_fits([ask(r) for r, _ in running.values()] + [ask(run)], nodes):
-                            queue.remove(run)
-                            mlflow_run = _open(run, sweep.name, sweep.id, flow_run, parent.get())
-                            future = pool.submit(contextvars.copy_context().run, _verl_run, run, sweep.name, sweep.id,
-                                                 flow_run, parent.get(), mlflow_run=mlflow_run, jobs=jobs)
-                            running[future] = (run, mlflow_run)
-                    if not running:  # the cluster lost the nodes the next run needs
-                        problem = cluster.verl_fit_problem(*ask(queue[0]), nodes, jobs.where)
-                        raise cluster.ClusterError(problem or f"run {queue[0].name} does not fit {jobs.where}")
-                finished, _ = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    run, mlflow_run = running.pop(future)
-                    try:
-                        rows[run.id], _ = future.result()
-                    except Exception as e:  # noqa: BLE001 — its MLflow run ended FAILED with the error; the others run
-                        logger.error("run %s failed: %s: %s", run.name, type(e).__name__, tracking.plain_text(str(e)))
-                        rows[run.id] = RunRow(run.id, mlflow_run, run.name, f"FAILED: {type(e).__name__}")
-                    done(rows[run.id])
-    except BaseException as e:  # interrupted: the running jobs stopped, their runs KILLED
-        why = f"signal {got['signal']}" if "signal" in got else f"{type(e).__name__}: {e}"
-        for run, mlflow_run in running.values():
-            tracking.end_unfinished(mlflow_run, "KILLED", f"the sweep was interrupted ({why}) before this run finished")
-        jobs.stop_all()
-        wait(running, timeout=120)
-        raise
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-    return rows
-
-
 def _verl_run(run: Run, sweep: str, sweep_id: str, flow_run: str, parent: str, ray_address: str | None = None,
-              hooks: VerlHooks = NO_VERL_HOOKS, mlflow_run: str | None = None, jobs=None):
-    """One run as verl's trainer (:func:`tasks.verl_run.run_verl`: a Ray job on ``jobs``, else a subprocess
-    joining ``ray_address``) in an MLflow run nested under ``parent`` (``mlflow_run``: the one opened for it,
-    else a new one), ended FINISHED or FAILED with verl's reason; returns its row and how verl ended.
-    ``hooks``: the hooks of its syncs (no-op but in the correctness stage)."""
+              hooks: VerlHooks = NO_VERL_HOOKS, mlflow_run: str | None = None):
+    """One run as verl's trainer (:func:`tasks.verl_run.run_verl`) in an MLflow run nested under ``parent``
+    (``mlflow_run``: the one opened for it, else a new one), ended FINISHED or FAILED with verl's reason;
+    returns its row and how verl ended. ``hooks``: the hooks of its syncs (no-op but in the correctness stage)."""
     from tasks.verl_run import run_verl
 
     faults = hooks.names()
 
     if mlflow_run is None:
         mlflow_run = _open(run, sweep, sweep_id, flow_run, parent)
-    tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run,
-                                                  "verl.launch": "ray-job" if jobs is not None else "subprocess"}
+    tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run, "verl.launch": "subprocess"}
                    | ({"fp8rl.fault": ", ".join(faults)} if faults else {}))
     with tracking.ending(mlflow_run) as end:  # verl's own MLflow logger may end the run too: fp8rl's is the last word
-        out = run_verl(run, sweep, mlflow_run, ray_address, WARMSTART_CACHE, hooks, jobs)
+        out = run_verl(run, sweep, mlflow_run, ray_address, WARMSTART_CACHE, hooks)
         if out.reason:
             end.fail(out.reason)
     get_run_logger().log(logging.ERROR if out.reason and not faults else logging.INFO, "run %s: %s (log: %s)",
                          run.name, out.reason or "verl's trainer finished", out.log)
-    status = "FINISHED" if not out.reason else (f"FAILED: verl exit status {out.returncode}"
-                                                if out.returncode is not None else "FAILED: verl's Ray job ended")
+    status = "FAILED: verl exit status " + str(out.returncode) if out.reason else "FINISHED"
     return RunRow(run.id, mlflow_run, run.name, status, tracking.headline_metrics(out.summary)), out
 
 

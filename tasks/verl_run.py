@@ -1,16 +1,17 @@
 """One ``backend: verl`` run: write its dataset and config, then run verl's trainer on the Ray cluster.
 
-How verl is started, and why: ``python -m verl.trainer.main_ppo <overrides>`` — a Ray *driver*: it calls
-``ray.init`` itself and places its trainer and workers on the cluster through placement groups, so it is never
-run inside a Ray task:
+How verl is started, and why: ``python -m verl.trainer.main_ppo <overrides>`` as a **subprocess of the
+process running the sweep** (the head node, or any host connected to the cluster), not as a Ray task or a
+Ray job:
 
-- in a sweep, as a **Ray job** (:mod:`adapters.ray_jobs`) on the sweep's cluster, in the run's work folder: it
-  joins that cluster (``ray_kwargs.ray_init.address=auto``), its output is re-logged into the MLflow run while
-  it runs, its exit status (or Ray's word: stopped, node lost) ends the run; the sweep starts the next as one ends
-  (flows.pipelines, docs/deploy.md "verl sweeps on Ray");
-- otherwise (the correctness stage's one run) as a **subprocess** of the flow's process, joining the cluster
-  with ``ray_kwargs.ray_init.address`` (or ``RAY_ADDRESS``, or starting a local Ray without either) and
-  terminated with it.
+- ``main_ppo`` is a Ray *driver*: it calls ``ray.init`` itself and places its trainer and workers on the
+  cluster through placement groups. Run inside a Ray task it would be a driver nested in a worker; as a
+  subprocess it joins the cluster fp8rl checked with ``ray_kwargs.ray_init.address`` (or ``RAY_ADDRESS``,
+  or starts a local Ray without either — the same rule as ``fp8rl run --ray-address``).
+- The exit status and the output are right here: the MLflow run ends FINISHED or FAILED with verl's
+  status and last error lines, and the whole output is the run's ``main_ppo.log`` artifact. A Ray job
+  would add the job server (the dashboard) as a dependency for the same information.
+- A signal that stops the sweep stops verl: the subprocess is terminated with it.
 
 The run's work folder (``FP8RL_VERL_WORK``, default ``.cache/verl``, then ``<sweep>/<run id>``) holds
 ``train.parquet``/``val.parquet`` (:mod:`fp8rl_core.verl.data`; a run with a ``data`` section's files reads them
@@ -27,14 +28,12 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -53,10 +52,7 @@ from fp8rl_core.vocabulary import ENGINE_CHECKSUM, KL_RUN_METRICS
 
 from adapters import tracking
 
-if TYPE_CHECKING:
-    from adapters.ray_jobs import JobEnd, RayJobs
-
-__all__ = ["VerlOutcome", "composed_config", "failure_reason", "job_failure", "launch_overrides", "launch_payload", "model_dir", "payload_path", "plain_lines",
+__all__ = ["VerlOutcome", "composed_config", "failure_reason", "launch_overrides", "launch_payload", "model_dir", "payload_path", "plain_lines",
            "port_race", "prepare_model", "record", "run_verl", "token_metrics", "work_dir"]
 
 #: lines of verl's output that name an error (a Python exception line, Ray's and Hydra's error lines)
@@ -178,10 +174,9 @@ def token_metrics(mlflow_run: str, run: Run, tokens: list[dict], verl_k3: list[t
 
 @dataclass(frozen=True)
 class VerlOutcome:
-    """How verl's trainer ended: its exit status (None: its Ray job ended without one — stopped, its node lost),
-    the reason when it failed (None: it succeeded), its log."""
+    """How verl's trainer ended: its exit status, the reason when it failed (None: it succeeded), its log."""
 
-    returncode: int | None
+    returncode: int
     reason: str | None
     log: Path
     summary: dict[str, float] = field(default_factory=dict)
@@ -218,10 +213,10 @@ def failure_reason(returncode: int, output: str, lines: int = 3) -> str | None:
     return f"verl's main_ppo exited with {status}: {tail}"
 
 
-def port_race(returncode: int | None, output: str, reports: list[dict]) -> str | None:
+def port_race(returncode: int, output: str, reports: list[dict]) -> str | None:
     """The line of verl's output that shows the run lost a port race before its first weight sync (a failed
     exit, no check report, a c10d "address taken" line), else None: such a run is worth one more start."""
-    if returncode in (0, None) or reports:
+    if returncode == 0 or reports:
         return None
     hit = next((x.strip() for x in output.splitlines() if _PORT_RACE.search(x)), None)
     return hit[:_LINE] if hit else None
@@ -229,14 +224,12 @@ def port_race(returncode: int | None, output: str, reports: list[dict]) -> str |
 
 @task(name="verl-run", cache_policy=NO_CACHE)
 def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = None,
-             cache_root: str = ".cache/warmstart", hooks: VerlHooks = NO_VERL_HOOKS,
-             jobs: "RayJobs | None" = None) -> VerlOutcome:
+             cache_root: str = ".cache/warmstart", hooks: VerlHooks = NO_VERL_HOOKS) -> VerlOutcome:
     """Write the run's dataset (the addition task's; a ``data`` section's files are read where they are), model
     directory (a CPU run's warm start), payload (``hooks``: the hooks of its syncs, no-op but in the correctness
-    stage) and overrides, then run ``python -m verl.trainer.main_ppo`` with them, its MLflow logger inside
-    ``mlflow_run`` — as a Ray job on ``jobs``' cluster (its output re-logged as ``verl/main_ppo.log`` while it
-    runs, the nodes it ran on the ``verl.nodes`` tag), else as a subprocess — wait for it, then :func:`record`
-    the checks and summary metrics. Returns how it ended (the caller ends the MLflow run)."""
+    stage) and overrides, then run ``python -m verl.trainer.main_ppo``
+    with them, its MLflow logger inside ``mlflow_run``; wait for it, then :func:`record` the checks and
+    summary metrics. Returns how it ended (the caller ends the MLflow run)."""
     work = work_dir(sweep, run)
     work.mkdir(parents=True, exist_ok=True)
     if run.config.data.is_task:
@@ -246,81 +239,28 @@ def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = No
     prepare_model(run, sweep, cache_root)
     payload = launch_payload(run, sweep, hooks)
     payload.write(payload_path(sweep, run))
-    if jobs is not None:  # inside a Ray job, RAY_ADDRESS names the job's cluster: "auto" joins it
-        ray_address = "auto"
     argv = main_ppo_argv(launch_overrides(run, sweep, payload, mlflow_run_id=mlflow_run, ray_address=ray_address),
                          sys.executable)
     (work / "main_ppo.args").write_text("\n".join(argv[3:]) + "\n")
     tracking.log_file(mlflow_run, work / "main_ppo.args", "verl")
     tracking.log_file(mlflow_run, payload_path(sweep, run), "verl")
-    env = {"MLFLOW_RUN_ID": mlflow_run, "MLFLOW_TRACKING_URI": tracking.tracking_uri()}
+    env = os.environ | {"MLFLOW_RUN_ID": mlflow_run, "MLFLOW_TRACKING_URI": tracking.tracking_uri()}
     log = work / "main_ppo.log"
-
-    def launch() -> tuple[int | None, str | None]:
-        if jobs is None:
-            code = _main_ppo(argv, os.environ | env, work, log)
-            return code, failure_reason(code, log.read_text(errors="replace"))
-        return _job(jobs, f"{sweep}-{run.id}", argv, env, work, log, mlflow_run)
-
-    returncode, reason = launch()
+    returncode = _main_ppo(argv, env, work, log)
     reports = read_reports(work / "checks.jsonl")
     race = port_race(returncode, log.read_text(errors="replace"), reports)
     if race:  # once: the first attempt's log kept beside the second's, the retry tagged with its reason
         first = log.rename(work / "main_ppo.attempt1.log")
         tracking.log_file(mlflow_run, first, "verl")
         tracking.set_tag(mlflow_run, "verl.retried", f"the first start lost a port race before its first sync: {race}")
-        returncode, reason = launch()
+        returncode = _main_ppo(argv, env, work, log)
         reports = read_reports(work / "checks.jsonl")
     tracking.log_file(mlflow_run, log, "verl")
     resolved = composed_config(work)
     if resolved is not None:
         tracking.log_file(mlflow_run, resolved, "verl")
-    return VerlOutcome(returncode, reason, log, record(mlflow_run, reports, run, read_tokens(work / TOKENS_DIR)),
-                       tuple(reports))
-
-
-def _job(jobs: "RayJobs", name: str, argv: list[str], env: dict[str, str], work: Path, log: Path,
-         mlflow_run: str) -> tuple[int | None, str | None]:
-    """verl's trainer as a Ray job (:meth:`adapters.ray_jobs.RayJobs.run`) started in ``work`` with ``env`` (and
-    this checkout importable), its output logged to ``mlflow_run`` as it comes, the nodes it ran on tagged;
-    its exit status (None: it has none) and why it failed (None: it did not) — :func:`failure_reason` of its
-    output, or Ray's word when it was stopped or its node was lost."""
-    root = str(Path(__file__).resolve().parents[1])
-    env = env | {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
-                 # verl's ray.init names env vars of its own beside the job's: both apply, its own win
-                 "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
-    tagged: list[tuple[str, ...]] = []
-
-    def on_log(nodes: tuple[str, ...]) -> None:
-        if log.exists():
-            tracking.log_file(mlflow_run, log, "verl")
-        if nodes and nodes not in tagged:
-            tracking.set_tag(mlflow_run, "verl.nodes", ", ".join(nodes))
-            tagged.append(nodes)
-
-    end = jobs.run(_job_name(name), f"cd {shlex.quote(str(work))} && exec {shlex.join(argv)}", env, log, on_log)
-    tracking.set_tag(mlflow_run, "verl.job", end.submission_id)
-    return end.returncode, job_failure(end)
-
-
-def job_failure(end: "JobEnd") -> str | None:
-    """None for a job that succeeded; :func:`failure_reason` of its exit status and output for one whose
-    entrypoint exited by itself; else one line with Ray's word — ``verl's Ray job <id> ended STOPPED (stopped):
-    <Ray's message> | last lines: <verl's last error lines>`` (``node lost`` where its node died)."""
-    if end.status == "SUCCEEDED":
-        return None
-    if end.returncode is not None and end.cause is None:
-        return failure_reason(end.returncode, end.output)
-    head = f"verl's Ray job {end.submission_id} ended {end.status} ({end.cause or 'no exit status'}): {end.message}"
-    if not end.output.strip():
-        return head
-    tail = failure_reason(1, end.output) or ""
-    return f"{head} | last lines: {tail.split(': ', 1)[1]}"
-
-
-def _job_name(name: str) -> str:
-    """A submission id prefix Ray accepts (letters, digits, ``-`` and ``_``)."""
-    return re.sub(r"[^A-Za-z0-9_-]", "-", name)[:80]
+    return VerlOutcome(returncode, failure_reason(returncode, log.read_text(errors="replace")), log,
+                       record(mlflow_run, reports, run, read_tokens(work / TOKENS_DIR)), tuple(reports))
 
 
 def composed_config(work: Path) -> Path | None:

@@ -56,7 +56,6 @@ SLOW = frozenset({
     "tasks/test_verl_run.py",  # a fresh MLflow SQLite store per test (~10 s), a verl process
     "adapters/test_tracking.py",  # a fresh MLflow SQLite store per test (~10 s each)
     "adapters/test_cluster.py",  # a fresh MLflow SQLite store per test
-    "adapters/test_ray_jobs.py",  # a local Ray with its dashboard (~12-16 s) and five Ray jobs (~37-40 s in all, loaded)
     "core/learner/test_learner.py",  # warm-start fixture + five GRPO steps per preset (~2 min each)
     "core/learner/test_mxfp8.py::test_model_with_all_layers_on_grid_trains",  # 4 × ~5 s
     "core/learner/test_mxfp8.py::test_experts_on_grid_equal_hf_experts_when_operands_are_on_the_grid",  # 8 × 1-6 s

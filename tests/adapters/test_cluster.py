@@ -116,29 +116,3 @@ def test_capacity_counts_the_runs_each_node_fits_at_once():
     assert capacity({"num_cpus": 1, "num_gpus": 0, "memory": 10 * 2**30}, two) == 2 + 16
     assert capacity({"num_cpus": 1, "num_gpus": 0, "memory": 100 * 2**30}, two) == 5
     assert capacity({"num_cpus": 1}, []) == 0
-
-
-def test_verl_runs_fit_side_by_side_while_their_gpus_per_node_are_free_on_distinct_nodes():
-    from adapters.cluster import verl_fits
-
-    four = [Node(c * 56, f"10.0.0.{i}", cpus=32, gpus=4, memory_gb=900.0) for i, c in ((5, "d"), (6, "e"))]
-    assert verl_fits([(1, 4), (1, 4)], four, at_once=8) and not verl_fits([(1, 4), (1, 4), (1, 2)], four, at_once=8)
-    assert verl_fits([(1, 2)] * 4, four, at_once=8) and not verl_fits([(1, 2)] * 5, four, at_once=8)
-    assert verl_fits([(2, 4)], four) and not verl_fits([(2, 4), (1, 1)], four, at_once=8)
-    assert not verl_fits([(1, 8)], four) and verl_fits([(1, 8)], [GPU_NODE]) and not verl_fits([(1, 8), (1, 1)], [GPU_NODE])
-    assert verl_fits([], []) and not verl_fits([(1, 1)], [CPU_NODE])
-
-
-def test_one_verl_run_at_a_time_on_a_cluster_while_verls_transferqueue_controller_is_cluster_wide():
-    from adapters.cluster import VERL_RUNS_AT_ONCE, verl_fits
-
-    four = [Node(c * 56, f"10.0.0.{i}", cpus=32, gpus=4, memory_gb=900.0) for i, c in ((5, "d"), (6, "e"))]
-    assert VERL_RUNS_AT_ONCE == 1 and verl_fits([(1, 4)], four) and not verl_fits([(1, 4), (1, 4)], four)
-
-
-def test_a_local_ray_for_cpu_verl_runs_has_room_for_as_many_as_the_cores_allow():
-    from adapters.cluster import verl_local_ray
-
-    assert verl_local_ray([(1, 2), (1, 1)], cores=2, cpus_per_run=8, at_once=4) == {"num_gpus": 2.0, "num_cpus": 9.0}
-    assert verl_local_ray([(1, 2)], cores=16, cpus_per_run=8, at_once=4) == {"num_gpus": 4.0, "num_cpus": 18.0}
-    assert verl_local_ray([(1, 2)], cores=16, cpus_per_run=8) == {"num_gpus": 2.0, "num_cpus": 9.0}  # one at a time

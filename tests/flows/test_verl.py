@@ -30,18 +30,6 @@ def _history(run: str, key: str) -> dict[int, float]:
     return {m.step: m.value for m in tracking.client().get_metric_history(run, key)}
 
 
-def _task_runs(flow_run: str, name: str) -> list[str]:
-    """The states of the flow run's task runs named ``name`` (Prefect's ``name-xyz``)."""
-    from uuid import UUID
-
-    from prefect import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-
-    with get_client(sync_client=True) as pc:
-        found = pc.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[UUID(flow_run)])))
-    return [t.state_type.value for t in found if t.name.startswith(f"{name}-")]
-
-
 def test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_check_passing_on_both_ranks(env):
     """The dense mini's run here; the MoE mini's verl run at tp 2 is the fault series below
     (clean syncs, tokens, the alarm and the checks on both ranks, experts included, in the same records), so the
@@ -91,11 +79,6 @@ def test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_c
         assert len(w2) == 3 and all("2 tensor-parallel ranks" in t["detail"] for t in w2)  # per-rank, both ranks
         w6 = [t for t in table if t["condition"] == "W6"]  # the compute copy on both ranks
         assert len(w6) == 3 and all("on 2 ranks" in t["detail"] for t in w6), w6
-        # verl's trainer ran as a Ray job of the sweep's local Ray, on this machine's node, as a verl-run task run
-        tags = run.data.tags
-        assert tags["verl.launch"] == "ray-job" and tags["verl.job"].startswith("verl-smoke-")
-        assert tags["verl.nodes"] and all(ip.count(".") == 3 for ip in tags["verl.nodes"].split(", ")), tags["verl.nodes"]
-        assert _task_runs(tags["prefect.flow_run_id"], "verl-run") == ["COMPLETED"]
         files = {f.path for f in c.list_artifacts(row.mlflow_run, "verl")}
         retried = "verl.retried" in run.data.tags  # a start that lost a port race is started once more, its log kept
         assert files == ({"verl/main_ppo.args", "verl/main_ppo.log", "verl/payload.json", "verl/config.yaml"}

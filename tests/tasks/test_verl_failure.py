@@ -79,19 +79,3 @@ def test_a_run_verl_refuses_is_its_exception_line():
 def test_a_tag_is_plain_text():
     assert plain_text(f"RayTaskError(CheckFailedError): {E}[36mray::WorkerDict.actor_rollout_update_weights(){E}[39m "
                       "(pid=29515)") == "RayTaskError(CheckFailedError): ray::WorkerDict.actor_rollout_update_weights() (pid=29515)"
-
-
-def test_a_verl_ray_job_is_told_by_its_exit_status_or_by_rays_word_when_it_has_none():
-    from adapters.ray_jobs import JobEnd
-    from tasks.verl_run import job_failure
-
-    ended = dict(submission_id="verl-smoke-abc-1234", message="", nodes=("192.0.2.2",), output=STOPPED)
-    assert job_failure(JobEnd(status="SUCCEEDED", returncode=0, cause=None, **ended)) is None
-    assert job_failure(JobEnd(status="FAILED", returncode=1, cause=None, **ended)) == failure_reason(1, STOPPED)
-    stopped = job_failure(JobEnd(**ended | {"message": "Job was intentionally stopped."}, status="STOPPED",
-                                 returncode=None, cause="stopped"))
-    assert stopped.startswith("verl's Ray job verl-smoke-abc-1234 ended STOPPED (stopped): Job was intentionally "
-                              "stopped. | last lines: fp8rl_core.verl.checking.CheckFailedError: fp8rl checks failed")
-    lost = job_failure(JobEnd(**ended | {"message": "Job supervisor actor died", "output": ""}, status="FAILED",
-                              returncode=None, cause="node lost"))
-    assert lost == "verl's Ray job verl-smoke-abc-1234 ended FAILED (node lost): Job supervisor actor died"
