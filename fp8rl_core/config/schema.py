@@ -338,7 +338,7 @@ class RunConfig(BaseModel):
         if (self.backend == "verl") != (self.verl is not None):
             raise ValueError(f"backend = {self.backend!r} {'needs a' if self.verl is None else 'takes no'} 'verl' section "
                              "(model_path, hardware, gpus_per_node, tensor_parallel, ...; fields: fp8rl_core/config/schema.py VerlSection)")
-        if self.sampler.engine == "sglang":  # the SGLang engine runs through the seam, not yet in runs (issue 41)
+        if self.sampler.engine == "sglang":  # started only through the seam, never by a run
             holds = PRESETS[self.preset].sampler_holds
             why = sglang_refusal([] if holds == "bf16" else [holds], gpu=False)
             raise ValueError(why or "sampler.engine: sglang is not wired into runs yet (the SGLang engine is started "

@@ -39,7 +39,7 @@ class SamplerConfig(BaseModel):
 
     engine: Literal[SAMPLER_ENGINES] = Field(
         "vllm", description="vllm: vLLM (every preset); sglang: SGLang's HTTP server in .venv-sglang (BF16 layers "
-        "only on CPU; not yet in runs: docs/design.md, Engines)")
+        "only on CPU; runs refuse it: docs/design.md, Engines)")
 
     dtype: Literal["bfloat16", "float32"] = Field(
         "bfloat16", description="engine compute dtype; float32 is the exact probe mode (W7)")

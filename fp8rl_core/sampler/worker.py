@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 
 from fp8rl_core.sync.fingerprint import fingerprints
 from fp8rl_core.sync.layout import ModelLayout, sync_name, to_checkpoint
-from fp8rl_core.sync.ranks import RankCheck, RankSlice, fingerprint_offenders, shard_offenders, slice_for_rank
+from fp8rl_core.sync.ranks import check_rank_tensors
 from fp8rl_core.sync.transport import read_manifest, read_sync
 
 __all__ = ["Fp8rlWorkerExtension"]
@@ -300,29 +300,8 @@ class Fp8rlWorkerExtension:
         rank cuts its own slice). Only the verdict crosses back (:class:`~fp8rl_core.sync.ranks.RankCheck` as a
         dict), one per rank.
         """
-        if (fingerprints_by_rank is None) == (manifest_path is None):
-            raise ValueError("fp8rl_check_rank takes either fingerprints_by_rank (cheap tier) or manifest_path "
-                             "(full tier), exactly one")
-        t0 = time.perf_counter()
         where = self.fp8rl_tp_rank()
-        rank, tp = where["rank"], where["tp"]
-        if manifest_path is not None:
-            layout = ModelLayout.from_hf_config(self.model_runner.model_config.hf_config)
-            want = slice_for_rank(dict(read_sync(manifest_path)), layout, rank, tp,
-                                  expert_parallel=where["expert_parallel"])
-            # only the slice's tensors are read (coverage of every name is W1's check)
-            held = {n: t for n, t in self._fp8rl_tensors() if n in want.tensors}
-            offenders, differing = shard_offenders(want, held)
-            tier, count = "bytes", len(want.tensors)
-        else:
-            expected = fingerprints_by_rank.get(str(rank))
-            if expected is None:
-                offenders, differing, count = [f"tp rank {rank}/{tp}: no expected fingerprints sent for this rank"], 1, 0
-            else:
-                want = RankSlice(rank, tp, {}, dict(expected))
-                held = fingerprints([(n, t) for n, t in self._fp8rl_tensors() if n in expected])
-                offenders = fingerprint_offenders(want, held)
-                differing, count = len(offenders), len(expected)
-            tier = "fingerprints"
-        return RankCheck(rank, tp, tier, not offenders, tuple(offenders), differing, count,
-                         time.perf_counter() - t0).as_dict()
+        layout = ModelLayout.from_hf_config(self.model_runner.model_config.hf_config)
+        return check_rank_tensors(self._fp8rl_tensors(), layout, where["rank"], where["tp"],
+                                  fingerprints_by_rank=fingerprints_by_rank, manifest=manifest_path,
+                                  expert_parallel=where["expert_parallel"]).as_dict()

@@ -14,16 +14,18 @@ comparison on its own shards and only a :class:`RankCheck` crosses back. Describ
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
 import torch
 
 from fp8rl_core.sync.fingerprint import fingerprints
 from fp8rl_core.sync.layout import ModelLayout
+from fp8rl_core.sync.transport import read_sync
 
-__all__ = ["BLOCK", "VOCAB_PADDING", "RankCheck", "RankSlice", "ShardError", "fingerprint_offenders", "first_difference",
-           "shard_kind", "shard_offenders", "shard_tensor", "slice_for_rank"]
+__all__ = ["BLOCK", "VOCAB_PADDING", "RankCheck", "RankSlice", "ShardError", "check_rank_tensors", "fingerprint_offenders",
+           "first_difference", "shard_kind", "shard_offenders", "shard_tensor", "slice_for_rank"]
 
 #: the MXFP8 block along K (1×32)
 BLOCK = 32
@@ -350,3 +352,32 @@ class RankCheck:
     def from_dict(cls, d: Mapping) -> "RankCheck":
         return cls(int(d["rank"]), int(d["tp"]), str(d["tier"]), bool(d["passed"]), tuple(d["offenders"]),
                    int(d["differing"]), int(d["tensors"]), float(d["seconds"]))
+
+
+def check_rank_tensors(tensors: Iterable[tuple[str, torch.Tensor]], layout: ModelLayout, rank: int, tp: int, *,
+                       fingerprints_by_rank: Mapping[str, Mapping[str, str]] | None = None,
+                       manifest: str | None = None, expert_parallel: bool = False) -> RankCheck:
+    """One engine rank's check of its live ``tensors`` (sync name, tensor; read once) against its slice of the
+    sync: by the fingerprints the caller cut for every rank (cheap tier), or byte for byte against the full
+    expected tensors of the sync at ``manifest``, cut here (full tier; only the slice's tensors are read —
+    coverage of every name is W1's check). Exactly one of the two is given. What each engine's worker runs
+    for ``check_ranks`` (vLLM: :mod:`fp8rl_core.sampler.worker`; SGLang: :mod:`fp8rl_core.sampler.sglang.worker`)."""
+    if (fingerprints_by_rank is None) == (manifest is None):
+        raise ValueError("a rank check takes either fingerprints_by_rank (cheap tier) or a manifest (full tier), "
+                         "exactly one")
+    t0 = time.perf_counter()
+    if manifest is not None:
+        want = slice_for_rank(dict(read_sync(manifest)), layout, rank, tp, expert_parallel=expert_parallel)
+        held = {n: t for n, t in tensors if n in want.tensors}
+        offenders, differing = shard_offenders(want, held)
+        tier, count = "bytes", len(want.tensors)
+    else:
+        expected = fingerprints_by_rank.get(str(rank))
+        if expected is None:
+            offenders, differing, count = [f"tp rank {rank}/{tp}: no expected fingerprints sent for this rank"], 1, 0
+        else:
+            held = fingerprints([(n, t) for n, t in tensors if n in expected])
+            offenders = fingerprint_offenders(RankSlice(rank, tp, {}, dict(expected)), held)
+            differing, count = len(offenders), len(expected)
+        tier = "fingerprints"
+    return RankCheck(rank, tp, tier, not offenders, tuple(offenders), differing, count, time.perf_counter() - t0)

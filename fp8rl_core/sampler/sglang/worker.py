@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 from fp8rl_core.sampler.sglang.loader import fp8rl_name, load_into
 from fp8rl_core.sync.fingerprint import fingerprints
 from fp8rl_core.sync.layout import ModelLayout
-from fp8rl_core.sync.ranks import RankCheck, RankSlice, fingerprint_offenders, shard_offenders, slice_for_rank
+from fp8rl_core.sync.ranks import check_rank_tensors
 from fp8rl_core.sync.transport import read_manifest, read_sync
 
 __all__ = ["OPS", "call"]
@@ -104,25 +104,8 @@ def check_rank(model, rank: int, tp: int, fingerprints_by_rank: dict | None = No
                manifest: str | None = None) -> dict:
     """This rank's live tensors against its slice of the sync: by the fingerprints the caller cut for every
     rank, or (``manifest``) byte for byte against the full expected tensors cut here."""
-    if (fingerprints_by_rank is None) == (manifest is None):
-        raise ValueError("check_rank takes either fingerprints_by_rank or manifest, exactly one")
-    t0 = time.perf_counter()
-    if manifest is not None:
-        want = slice_for_rank(dict(read_sync(manifest)), _layout(model), rank, tp)
-        held = {n: t for n, t in _tensors(model) if n in want.tensors}
-        offenders, differing = shard_offenders(want, held)
-        tier, count = "bytes", len(want.tensors)
-    else:
-        expected = fingerprints_by_rank.get(str(rank))
-        if expected is None:
-            offenders, differing, count = [f"tp rank {rank}/{tp}: no expected fingerprints sent for this rank"], 1, 0
-        else:
-            held = fingerprints([(n, t) for n, t in _tensors(model) if n in expected])
-            offenders = fingerprint_offenders(RankSlice(rank, tp, {}, dict(expected)), held)
-            differing, count = len(offenders), len(expected)
-        tier = "fingerprints"
-    return RankCheck(rank, tp, tier, not offenders, tuple(offenders), differing, count,
-                     time.perf_counter() - t0).as_dict()
+    return check_rank_tensors(_tensors(model), _layout(model), rank, tp, fingerprints_by_rank=fingerprints_by_rank,
+                              manifest=manifest).as_dict()
 
 
 #: the operations a request may name

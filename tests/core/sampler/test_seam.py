@@ -70,7 +70,7 @@ def test_engines_are_chosen_by_name():
 
 def test_an_mxfp8_sglang_engine_is_refused_in_one_line_before_anything_runs(tmp_path):
     """SGLang's MXFP8 methods need AMX on CPU: the engine refuses such schemes before it writes or starts
-    anything, and a run naming sampler.engine: sglang is refused at validation (not yet wired into runs)."""
+    anything, and a run naming sampler.engine: sglang is refused at validation (runs do not start it)."""
     (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 1024, "hidden_size": 32}))
     cfg = SamplerConfig(engine="sglang")
     with pytest.raises(SamplerError) as e:
