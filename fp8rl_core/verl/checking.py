@@ -213,15 +213,14 @@ class SyncChecks:
 
     def engine_checksums(self, pipe, report):
         """With ``checks.engine_checksums``: vLLM's own weight checksums of every rank against the digests of the
-        learner's bytes at this sync (:func:`fp8rl_core.checks.checksum.check_vllm_checksums`); else, or where no
-        expectation was derived, ``None`` (not run)."""
-        if not self.payload.checks.engine_checksums or report.expected is None:
+        learner's bytes at this sync, as the native correctness stage asks them
+        (:func:`fp8rl_core.correctness.engine_checksums`); else, or where no expectation was derived, ``None``
+        (not run)."""
+        if not self.payload.checks.engine_checksums:
             return None
-        from fp8rl_core.checks.checksum import check_vllm_checksums
-        from fp8rl_core.sync.layout import ModelLayout
+        from fp8rl_core.correctness import engine_checksums
 
-        layout = ModelLayout.from_hf_config(pipe.learner.model.config)
-        return check_vllm_checksums(pipe.samplers, report.expected, report.states, layout)
+        return engine_checksums(pipe, report)
 
 
 def read_reports(path: str | Path) -> list[dict]:
