@@ -147,12 +147,14 @@ def rollout_and_learn(pipe: Pipeline, task: AdditionTask, step: int, *, prompts_
         microbatches.extend(res.microbatches)
     mask = roll.completion_mask.bool()
     d = (roll.sampler_logprobs - res.learner_logprobs)[mask]
+    log_r = -d.double()  # log(learner / sampler) per sampled token
     row = {
         "step": step, "version": roll.version, "new_version": learner.version,
         "sequences": int(mask.shape[0]), "tokens": int(mask.sum()), "cached_tokens": roll.cached_tokens,
         "mean_reward": float(rewards.mean()), "loss": res.loss, "grad_norm": res.grad_norm,
         "clip_fraction": res.clip_fraction, "mean_abs_logprob_diff": float(d.abs().mean()),
-        "max_abs_logprob_diff": float(d.abs().max()), "generate_s": roll.seconds, "learner_s": learner_s,
+        "max_abs_logprob_diff": float(d.abs().max()), "k3": float((torch.expm1(log_r) - log_r).mean()),
+        "generate_s": roll.seconds, "learner_s": learner_s,
         "microbatches": len(res.microbatches),
     }
     tokens = []

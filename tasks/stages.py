@@ -199,7 +199,7 @@ def extract_kl_timing(key: str) -> dict:
 STEP_METRICS = {
     "mean_reward": "reward/mean", "loss": "loss", "grad_norm": "grad_norm", "clip_fraction": "clip_fraction",
     "tokens": "tokens", "mean_abs_logprob_diff": "mismatch/mean_abs_logprob_diff",
-    "max_abs_logprob_diff": "mismatch/max_abs_logprob_diff", "generate_s": "time/generate_s",
+    "max_abs_logprob_diff": "mismatch/max_abs_logprob_diff", "k3": "mismatch/k3", "generate_s": "time/generate_s",
     "learner_s": "time/learner_s", "export_s": "time/export_s", "transport_s": "time/transport_s",
     "load_s": "time/load_s", "reset_s": "time/reset_s", "checks_s": "time/checks_s", "total_s": "time/step_s",
     "sync_bytes": "sync/bytes", "new_version": "version", "checks_full": "check/full_tier",

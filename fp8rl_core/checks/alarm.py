@@ -3,7 +3,7 @@
 Rule (the form of NeMo-RL's nightly ``gen_kl_error`` gates): a step's number fails when it is above its
 absolute bound, or — once ``warmup`` clean steps are known — above ``jump`` × the median of the run's earlier
 clean steps while also above the metric's noise floor. A failing step's value does not join the history.
-The numbers: fp8rl's per-step mean |Δ log p| over the sampled tokens (native runs), verl's
+The numbers: fp8rl's per-step mean |Δ log p| and k3 over the sampled tokens (native runs), verl's
 ``rollout_corr/k3_kl`` and ``training/rollout_probs_diff_mean`` (verl runs). Thresholds and the clean runs
 they were chosen from: docs/correctness.md (The behavioural alarm).
 """
@@ -32,6 +32,7 @@ class AlarmBound:
 #: the watched numbers and their bounds (docs/correctness.md, The behavioural alarm)
 ALARM_BOUNDS: tuple[AlarmBound, ...] = (
     AlarmBound("mismatch/mean_abs_logprob_diff", absolute=0.5, floor=0.02),
+    AlarmBound("mismatch/k3", absolute=0.05, floor=0.01),
     AlarmBound("rollout_corr/k3_kl", absolute=0.05, floor=1e-3),
     AlarmBound("training/rollout_probs_diff_mean", absolute=0.1, floor=5e-3),
 )
@@ -70,8 +71,11 @@ class MismatchAlarm:
         return CheckResult("W7", not offenders, ratio, 1.0, offenders, len(offenders), time.perf_counter() - t0, detail)
 
 
+#: a native step row's column → the alarm's name for it
+NATIVE_NUMBERS = {"mean_abs_logprob_diff": "mismatch/mean_abs_logprob_diff", "k3": "mismatch/k3"}
+
+
 def alarm_numbers(row: Mapping) -> dict[str, float]:
     """The alarm's numbers of a native step row (:func:`fp8rl_core.loop.rollout_and_learn`): its mean
-    |Δ log p| over the step's sampled tokens."""
-    v = row.get("mean_abs_logprob_diff")
-    return {} if v is None else {"mismatch/mean_abs_logprob_diff": float(v)}
+    |Δ log p| and its k3 over the step's sampled tokens."""
+    return {name: float(row[col]) for col, name in NATIVE_NUMBERS.items() if row.get(col) is not None}

@@ -46,11 +46,13 @@ def test_jumps_need_the_warmup_and_the_noise_floor():
     assert not r.passed and "jumped 44.4×" in r.offenders[0]
 
 
-def test_no_watched_number_means_not_run_and_native_rows_give_mean_abs_logprob_diff():
+def test_no_watched_number_means_not_run_and_native_rows_give_mean_abs_logprob_diff_and_k3():
     assert MismatchAlarm().observe(1, {"reward": 1.0}) is None
     assert alarm_numbers({"mean_abs_logprob_diff": 0.02, "max_abs_logprob_diff": 0.5}) == {M: 0.02}
+    assert alarm_numbers({"mean_abs_logprob_diff": 0.02, "k3": 3e-5, "step": 4}) == {M: 0.02, "mismatch/k3": 3e-5}
     assert alarm_numbers({}) == {}
-    assert {b.metric for b in ALARM_BOUNDS} == {M, "rollout_corr/k3_kl", "training/rollout_probs_diff_mean"}
+    assert {b.metric for b in ALARM_BOUNDS} == {M, "mismatch/k3", "rollout_corr/k3_kl",
+                                                "training/rollout_probs_diff_mean"}
     with pytest.raises(ValueError, match="jump must be > 1"):
         MismatchAlarm(jump=1.0)
     p = CheckPolicy()

@@ -70,7 +70,7 @@ def step_rows(preset: str, model: str, seed: int, steps: int = 2) -> list[dict]:
                  "reset_s": 0.01}
         rows.append({"step": step, "version": step - 1, "new_version": step, "sequences": 8, "tokens": 48,
                      "cached_tokens": 0, "mean_reward": 0.5, "loss": 0.1, "grad_norm": 1.0, "clip_fraction": 0.0,
-                     "mean_abs_logprob_diff": 0.05, "max_abs_logprob_diff": 0.2, **parts,
+                     "mean_abs_logprob_diff": 0.05, "max_abs_logprob_diff": 0.2, "k3": 0.0012, **parts,
                      "total_s": step_s + 0.1, "checks_s": 0.1, "microbatches": 2, "sync_bytes": 1000,
                      "sync_buckets": 1, "check/W2": 1.0})
     return rows
