@@ -239,6 +239,7 @@ def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = No
     prepare_model(run, sweep, cache_root)
     payload = launch_payload(run, sweep, hooks)
     payload.write(payload_path(sweep, run))
+    tracking.set_tag(mlflow_run, "probe", run.config.probe_source())  # W7's probe batch: data.val or the task's
     argv = main_ppo_argv(launch_overrides(run, sweep, payload, mlflow_run_id=mlflow_run, ray_address=ray_address),
                          sys.executable)
     (work / "main_ppo.args").write_text("\n".join(argv[3:]) + "\n")

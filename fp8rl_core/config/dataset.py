@@ -8,7 +8,7 @@ messages (a list of ``{role, content}``), ``data_source`` (the scorer of the row
 line naming the file, the column and what would be valid; :func:`file_sha256` is the file's content hash (part
 of a run's id: a changed file is a new run); :func:`longest_prompt` counts the longest prompt's tokens with a
 tokenizer's ``tokenizer.json`` — the messages' contents only, a lower bound of what verl feeds (its chat
-template adds tokens; :func:`tokenizer_file` finds the file without a download); :func:`parse_reward`
+template adds tokens; :func:`tokenizer_file` finds the file without a download); draws W7's probe batch from the validation file (:func:`probe_batch`, the same tokenization); :func:`parse_reward`
 resolves a user's scoring function (``path/to/file.py:function`` or ``module:function``) and checks it takes
 verl's arguments. Results are memoized by file, size and modification time. docs/configs.md, "The data".
 """
@@ -19,7 +19,7 @@ import functools
 import hashlib
 from pathlib import Path
 
-__all__ = ["REQUIRED", "REWARD_ARGS", "check_file", "file_sha256", "longest_prompt", "parse_reward",
+__all__ = ["REQUIRED", "REWARD_ARGS", "check_file", "file_sha256", "longest_prompt", "parse_reward", "probe_batch",
            "reward_target", "tokenizer_file"]
 
 #: the columns every row needs besides the prompt column: verl's reward manager reads them
@@ -111,15 +111,31 @@ def longest_prompt(path: str, prompt_key: str, tokenizer_json: str) -> tuple[int
 
 @functools.lru_cache(maxsize=64)
 def _longest(path: str, size: int, mtime: int, prompt_key: str, tok: str, tok_size: int, tok_mtime: int) -> tuple[int, int]:
+    lengths = [len(r) for r in _prompt_ids(path, prompt_key, tok)]
+    row = max(range(len(lengths)), key=lengths.__getitem__)
+    return lengths[row], row
+
+
+def _prompt_ids(path: str, prompt_key: str, tok: str) -> list[list[int]]:
+    """Every prompt of the file as token ids: its messages' contents back to back, tokenized by the tokenizer in
+    ``tok`` without special tokens or chat template."""
     import pyarrow.parquet as pq
     from tokenizers import Tokenizer
 
     rows = pq.read_table(path, columns=[prompt_key]).column(prompt_key).to_pylist()
     texts = ["".join(str(m.get("content") or "") for m in (msgs or [])) for msgs in rows]
-    tokenizer = Tokenizer.from_file(tok)
-    lengths = [len(e.ids) for e in tokenizer.encode_batch(texts, add_special_tokens=False)]
-    row = max(range(len(lengths)), key=lengths.__getitem__)
-    return lengths[row], row
+    return [e.ids for e in Tokenizer.from_file(tok).encode_batch(texts, add_special_tokens=False)]
+
+
+def probe_batch(path: str, prompt_key: str, tokenizer_json: str, n: int, max_len: int) -> tuple[tuple[int, ...], ...]:
+    """W7's probe batch from a validation file: its first ``n`` prompts of at least 2 tokens, tokenized as
+    :func:`longest_prompt` does, each cut to the shortest one's length and to ``max_len`` (one [n, T] batch of
+    real prompts in the checkpoint's vocabulary)."""
+    ids = [r for r in _prompt_ids(path, prompt_key, tokenizer_json) if len(r) >= 2][:n]
+    if not ids:
+        raise ValueError(f"{path}: no prompt of at least 2 tokens ({tokenizer_json}) for the W7 probe batch")
+    t = min(min(len(r) for r in ids), max_len)
+    return tuple(tuple(r[:t]) for r in ids)
 
 
 #: the keyword arguments verl's reward manager calls a scoring function with

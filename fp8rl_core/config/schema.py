@@ -309,8 +309,29 @@ class RunConfig(BaseModel):
         return self.warmstart.task.prompts(self.checks.probe_sequences, seed=self.seed + 90_001, split="eval")
 
     def check_probe(self):
-        """The W7 probe batch: :meth:`check_prompts` as sequences (a [B, T] tensor of the task's ids)."""
-        return self.check_prompts().sequences
+        """The W7 probe batch, a [B, T] tensor of token ids: a dataset run's validation prompts tokenized by its
+        checkpoint's tokenizer where that is on this machine (:func:`.dataset.probe_batch`), otherwise
+        :meth:`check_prompts` as sequences (the task's ids); :meth:`probe_source` says which."""
+        import torch
+
+        from fp8rl_core.config.dataset import probe_batch
+
+        tok = self._probe_tokenizer()
+        if tok is None:
+            return self.check_prompts().sequences
+        return torch.tensor(probe_batch(self.data.val, self.data.prompt_key, str(tok), self.checks.probe_sequences,
+                                        self.sampler.max_model_len), dtype=torch.long)
+
+    def probe_source(self) -> str:
+        """Where :meth:`check_probe` draws from: ``data.val`` or ``task``."""
+        return "task" if self._probe_tokenizer() is None else "data.val"
+
+    def _probe_tokenizer(self) -> Path | None:
+        from fp8rl_core.config.dataset import tokenizer_file
+
+        if self.data.val is None or self.verl is None or self.verl.model_path is None:
+            return None
+        return tokenizer_file(self.verl.model_path)
 
     def spec_path(self) -> Path:
         p = Path(self.model)

@@ -182,3 +182,24 @@ def test_the_tokenizer_is_found_in_the_checkpoint_or_the_local_hub_cache_never_d
     assert tokenizer_file("acme/tiny-gsm8k", str(cache)) == snap / "tokenizer.json"
     assert tokenizer_file("acme/not-cached", str(cache)) is None
     assert tokenizer_file(str(tmp_path), str(cache)) is None  # a directory without one
+
+
+def test_the_w7_probe_of_a_dataset_run_is_its_validation_prompts_in_the_checkpoints_vocabulary(tmp_path, model_dir,
+                                                                                                data):
+    from tokenizers import Tokenizer
+
+    run = Sweep.load(sweep_file(tmp_path, model_dir, *data), ["checks.probe_sequences=4"]).runs[0].config
+    probe = run.check_probe()
+    assert run.probe_source() == "data.val" and probe.shape[0] == 4
+    # the first four validation prompts, tokenized by the checkpoint's own tokenizer, cut to the shortest one
+    texts = ["".join(m["content"] for m in msgs) for msgs in pd.read_parquet(data[1])["prompt"][:4]]
+    ids = [e.ids for e in Tokenizer.from_file(str(model_dir / "tokenizer.json")).encode_batch(texts, add_special_tokens=False)]
+    t = min(len(r) for r in ids)
+    assert probe.shape[1] == t > 8 and probe.tolist() == [r[:t] for r in ids]
+    assert int(probe.max()) < Tokenizer.from_file(str(model_dir / "tokenizer.json")).get_vocab_size()
+    # no tokenizer on this machine (a hub id not cached): the task's sequences, and the run says so
+    hub = run.model_copy(update={"verl": run.verl.model_copy(update={"model_path": "acme/not-cached"})})
+    assert hub.probe_source() == "task" and hub.check_probe().tolist() == run.check_prompts().sequences.tolist()
+    # the addition task's runs keep their probe
+    task = RunConfig(model="qwen3-dense-mini", models_dir=str(MODELS))
+    assert task.probe_source() == "task" and task.check_probe().tolist() == task.check_prompts().sequences.tolist()
