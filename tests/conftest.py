@@ -229,3 +229,17 @@ def run_wide_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
     path = root / name
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@pytest.fixture()
+def gsm8k_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``$HOME`` holding ``~/data/gsm8k/{train,test}.parquet`` as verl's gsm8k preprocessing writes them (the
+    test's own problems, the same bytes every time: tests.gsm8k_data.write_gsm8k_home) — the files
+    configs/gpu/*.yaml read; a subprocess gets it through ``os.environ``."""
+    from tests import gsm8k_data
+
+    home = tmp_path_factory.getbasetemp() / "gsm8k-home"
+    if not (home / "data" / "gsm8k" / "test.parquet").is_file():
+        gsm8k_data.write_gsm8k_home(home)
+    monkeypatch.setenv("HOME", str(home))
+    return home

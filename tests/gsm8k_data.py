@@ -105,3 +105,12 @@ def train_tokenizer(texts: list[str], directory: str | Path, vocab_size: int = 5
         "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
         "bos_token": None, "unk_token": None, "model_max_length": 4096, "chat_template": CHAT_TEMPLATE}, indent=1))
     return directory
+
+
+def write_gsm8k_home(home: str | Path, n_train: int = 64, n_test: int = 16) -> Path:
+    """``home/data/gsm8k/{train,test}.parquet``, where verl's ``examples/data_preprocess/gsm8k.py`` saves by
+    default (``~/data/gsm8k``) and what configs/gpu/*.yaml read: fresh problems (deterministic); returns
+    ``home``."""
+    train, val = write_dataset(Path(home) / "data" / "gsm8k", n_train, n_test)
+    val.rename(val.with_name("test.parquet"))
+    return Path(home)

@@ -30,9 +30,9 @@ def test_the_smoke_sweeps_run_ids_and_sweep_id_are_pinned():
     assert spec_hash(runs[-1].spec) == "8b6ca1b7405ea787bdfa59b2e86f550b8eb6c1c0c7cea2c681e7ade3734af6b8"
 
 
-def test_gpu_and_correctness_ids_are_pinned():
-    runs = Sweep.load(CONFIGS / "gpu" / "qwen3-8b.yaml").runs
-    assert [r.id for r in runs][:2] == ["cb032811e209", "a403f7c77e79"]
+def test_gpu_and_correctness_ids_are_pinned(gsm8k_home):
+    runs = Sweep.load(CONFIGS / "gpu" / "qwen3-8b.yaml").runs  # on the test's GSM8K files (their hash is in the ids)
+    assert [r.id for r in runs][:2] == ["3f88ac8290e4", "bed6cb11ef64"]
     sweep = Sweep.load(CONFIGS / "nightly.yaml")
     assert sweep.config.correctness.id() == "c926af75bff6"
     assert {k: run_id(v.config) for k, v in sweep.correctness.items()} == {"dense": "9281b16108b4", "moe": "51366ebb7bb5"}
@@ -44,8 +44,8 @@ def test_gpu_and_correctness_ids_are_pinned():
 SHIPPED = {
     "dense-matching-small.yaml": ("dense-matching-small", 16, "c75b042b2610", "8a93e55b6fe8", None, {}),
     "dense-matching.yaml": ("dense-matching", 12, "a1d1cde3b7ca", "ea5688a9d92b", None, {}),
-    "gpu/qwen3-30b-a3b.yaml": ("gpu-qwen3-30b-a3b", 18, "daa5f6d33453", "ea1184506ced", None, {}),
-    "gpu/qwen3-8b.yaml": ("gpu-qwen3-8b", 18, "cb032811e209", "2d2ee503c7c4", None, {}),
+    "gpu/qwen3-30b-a3b.yaml": ("gpu-qwen3-30b-a3b", 18, "4170d60d62db", "a0734642aeb0", None, {}),  # gsm8k_home's files
+    "gpu/qwen3-8b.yaml": ("gpu-qwen3-8b", 18, "3f88ac8290e4", "ee1a4f3d776f", None, {}),
     "matching-fixed-weights.yaml": ("matching-fixed-weights", 6, "42c7f7d38631", "28dd5d45d196", None, {}),
     "microbatch-sweep.yaml": ("microbatch-sweep", 30, "5c62214447bf", "723807d0b15b", None, {}),
     "moe-grids-small.yaml": ("moe-grids-small", 32, "4a4681421fb5", "ed7d3f96ad06", None, {}),
@@ -58,7 +58,7 @@ SHIPPED = {
 }
 
 
-def test_every_shipped_sweeps_run_ids_are_pinned():
+def test_every_shipped_sweeps_run_ids_are_pinned(gsm8k_home):
     """A sweep of configs/ finished before a change to the config code is skipped after it: its expansion
     gives the same run ids in the same order (the sweep id hashes them all) and correctness ids."""
     found = sorted(p.relative_to(CONFIGS).as_posix() for p in CONFIGS.rglob("*.yaml") if "models" not in p.parts)

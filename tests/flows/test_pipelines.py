@@ -267,7 +267,7 @@ def test_a_sweep_asking_for_gpus_the_cluster_lacks_stops_before_anything_runs(en
     assert len(_runs("smoke")) == before  # no MLflow run was opened
 
 
-def test_a_verl_backend_sweep_on_a_cluster_without_gpus_stops_before_anything_runs(env):
+def test_a_verl_backend_sweep_on_a_cluster_without_gpus_stops_before_anything_runs(env, gsm8k_home):
     """``backend: verl`` runs go to verl's trainer, never to the native CPU path; on a Ray without GPUs the
     pre-flight says what verl needs and what the cluster has, before any MLflow run is opened."""
     from adapters.cluster import ClusterError

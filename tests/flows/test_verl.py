@@ -177,7 +177,7 @@ def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_ne
     assert "CheckFailedError" in error and "(version 12): W2 failed" in error and "tp rank 1/2" in error, error
 
 
-def test_a_pre_flight_refusal_prints_only_its_message(tmp_path):
+def test_a_pre_flight_refusal_prints_only_its_message(tmp_path, gsm8k_home):
     """``fp8rl run`` of a GPU config on a machine without GPUs: the refusal in one line, no traceback on the
     terminal (Prefect's flow engine logs it with one: that record stays in the sweep's log file)."""
     import os

@@ -16,6 +16,12 @@ from fp8rl_core.config.runs import Sweep
 from fp8rl_core.verl.payload import VerlPayload
 from tasks.verl_run import launch_overrides, launch_payload, payload_path, port_race, run_verl, work_dir
 
+
+@pytest.fixture(autouse=True)
+def _gsm8k_files(gsm8k_home):
+    """configs/gpu/*.yaml read ~/data/gsm8k: the test's GSM8K files there."""
+
+
 ROOT = Path(__file__).resolve().parents[2]
 GPU8B = str(ROOT / "configs" / "gpu" / "qwen3-8b.yaml")
 

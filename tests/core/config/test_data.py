@@ -203,3 +203,20 @@ def test_the_w7_probe_of_a_dataset_run_is_its_validation_prompts_in_the_checkpoi
     # the addition task's runs keep their probe
     task = RunConfig(model="qwen3-dense-mini", models_dir=str(MODELS))
     assert task.probe_source() == "task" and task.check_probe().tolist() == task.check_prompts().sequences.tolist()
+
+
+def test_the_gpu_configs_read_gsm8k_where_verls_preprocessing_saves_it_and_refuse_it_missing(tmp_path, monkeypatch,
+                                                                                             gsm8k_home):
+    root = Path(__file__).resolve().parents[3]
+    run = Sweep.load(root / "configs" / "gpu" / "qwen3-8b.yaml", ["axes.seed=[0]"]).runs[0].config
+    d = run.data
+    assert (d.train, d.val, d.max_prompt_length, d.max_response_length, d.reward) == (
+        "~/data/gsm8k/train.parquet", "~/data/gsm8k/test.parquet", 512, 1024, None)  # verl's gsm8k scorer by data_source
+    assert set(pd.read_parquet(gsm8k_home / "data" / "gsm8k" / "train.parquet")["data_source"]) == {"openai/gsm8k"}
+    monkeypatch.setenv("HOME", str(tmp_path))  # no data there
+    with pytest.raises(ConfigError) as e:
+        Sweep.load(root / "configs" / "gpu" / "qwen3-30b-a3b.yaml")
+    lines = str(e.value).splitlines()  # one line per missing file, then the run it was found in
+    assert [ln.split(": ")[1:3] for ln in lines[:2]] == [["base.data.train", "~/data/gsm8k/train.parquet"],
+                                                         ["base.data.val", "~/data/gsm8k/test.parquet"]], lines
+    assert all("no such file" in ln for ln in lines[:2]) and lines[2].strip().startswith("(in the run "), lines

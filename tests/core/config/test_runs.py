@@ -21,6 +21,12 @@ from fp8rl_core.learner.spec import load_model_spec, spec_hash
 from fp8rl_core.sampler.presets import PRESETS
 from tests.core.config.files import CONFIGS, FIXED_BASE, GOOD_BASE, MODELS, ROOT, configs, run_ids, write, write_beside_models
 
+
+@pytest.fixture(autouse=True)
+def _gsm8k_files(gsm8k_home):
+    """configs/gpu/*.yaml read ~/data/gsm8k: the test's GSM8K files there."""
+
+
 #: every sweep shipped under configs/ and its number of runs (a new config must be added here)
 EXPECTED_RUNS = {
     "smoke.yaml": 30,
@@ -79,7 +85,7 @@ def test_shipped_config_loads_and_expands(name):
             body[section] = {k: v for k, v in body[section].items() if neutral.get(k, object()) != v}
             if not body[section]:  # a section wholly at its neutral values (data: the addition task) is left out
                 del body[section]
-    assert "data" not in body
+    assert ("data" in body) == name.startswith("gpu/")  # the GPU configs train on GSM8K, the others the task
     assert body["checks"] == {"full_every": 10, "on_failure": "fail", "probe_sequences": 8, "w7_mean": None,
                               "w7_max": None} or name.startswith(("nightly", "matching"))
     canon = json.dumps(body, sort_keys=True, separators=(",", ":"))
