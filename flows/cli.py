@@ -142,7 +142,8 @@ def verl_config(
     from omegaconf import OmegaConf
 
     typer.echo(f"# run {index} of {len(runs)}: {run.config.model}, preset {run.config.preset}, seed {run.config.seed}")
-    typer.echo(f"# fp8rl run writes the dataset and the payload into {work_dir(sweep.name, run)} and runs: "
+    what = "the dataset and the payload" if run.config.data.is_task else "the payload"  # a data section's files stay
+    typer.echo(f"# fp8rl run writes {what} into {work_dir(sweep.name, run)} and runs: "
                f"python -m {MAIN_PPO} \\")
     typer.echo("\n".join(f"{o.hydra()}    # {o.source}" for o in ov))
     typer.echo(f"# --- the payload verl's processes read ({PAYLOAD_ENV}={payload_path(sweep.name, run)}) ---")

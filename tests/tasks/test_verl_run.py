@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -49,7 +48,7 @@ def test_a_run_that_lost_a_port_race_before_its_first_sync_is_named_for_one_more
     assert port_race(1, "fp8rl_core.verl.checking.CheckFailedError: W2 failed", []) is None  # any other failure
 
 
-def test_verl_config_prints_exactly_the_launchers_overrides(store):
+def test_verl_config_prints_exactly_the_launchers_overrides(store, gsm8k_home):
     from flows.cli import app
 
     args = [GPU8B, "axes.seed=[1]", "axes.preset=[half]"]
@@ -62,14 +61,14 @@ def test_verl_config_prints_exactly_the_launchers_overrides(store):
     payload = launch_payload(run, sweep.sweep)
     launched = launch_overrides(run, sweep.sweep, payload, mlflow_run_id="0123abcd", ray_address="10.0.0.1:6379")
     assert printed == [o.hydra() for o in launched]
-    assert (f"writes the dataset and the payload into {work_dir(sweep.sweep, run)} and runs: "
+    assert (f"writes the payload into {work_dir(sweep.sweep, run)} and runs: "  # the GSM8K files stay where they are
             "python -m verl.trainer.main_ppo") in res.output
     # the payload, as comment lines after the overrides: where it is and what it holds
     lines = res.output.splitlines()
     at = lines.index(f"# --- the payload verl's processes read (FP8RL_VERL_PAYLOAD={payload_path(sweep.sweep, run)}) ---")
     shown = "\n".join(x[2:] for x in lines[at + 1:lines.index("# --- verl's ppo_trainer composed with them ---")])
     assert VerlPayload.model_validate_json(shown) == payload
-    assert f"data.train_files={work_dir(sweep.sweep, run)}/train.parquet" in printed
+    assert f"data.train_files={(Path(gsm8k_home) / 'data' / 'gsm8k' / 'train.parquet').resolve()}" in printed
     assert "+ray_kwargs.ray_init.address='10.0.0.1:6379'" in printed
     assert "+ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_RUN_ID='0123abcd'" in printed
     assert f"+ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_TRACKING_URI='{tracking.tracking_uri()}'" in printed
@@ -92,13 +91,12 @@ def test_a_run_verl_refuses_ends_with_verls_status_and_its_own_message(store):
     assert "Traceback" not in out.reason  # its exception line alone (tests/tasks/test_verl_failure.py)
     work = work_dir(sweep.sweep, run)
     assert out.log == work / "main_ppo.log"
-    # it ran with the launcher's overrides and payload (what `fp8rl verl-config --mlflow-run` prints), on the data
-    # it wrote
+    # it ran with the launcher's overrides and payload (what `fp8rl verl-config --mlflow-run` prints), on the GSM8K
+    # files where they are (nothing written beside the payload)
     payload = launch_payload(run, sweep.sweep)
     expect = [o.hydra() for o in launch_overrides(run, sweep.sweep, payload, mlflow_run_id=mlflow_run)]
     assert (work / "main_ppo.args").read_text().splitlines() == expect
     assert VerlPayload.read(work / "payload.json") == payload
-    train = pd.read_parquet(work / "train.parquet")
-    assert len(train) == run.config.loop.steps * run.config.loop.prompts_per_step and len(pd.read_parquet(work / "val.parquet")) == 64
+    assert not (work / "train.parquet").exists() and f"data.train_files={Path(run.config.data.train).expanduser().resolve()}" in expect
     files = {f.path for f in tracking.client().list_artifacts(mlflow_run, "verl")}
     assert files == {"verl/main_ppo.args", "verl/main_ppo.log", "verl/payload.json", "verl/config.yaml"}  # Hydra composed it
