@@ -40,8 +40,9 @@ $(STAMP): pyproject.toml constraints.txt
 
 # SGLang's Python code on the CPU torch, in a venv of its own (its pins clash with .venv's: transformers 5.6,
 # torch 2.11 in its metadata): what tests/core/sampler/sglang/test_models.py runs SGLang's own model classes in, and
-# the SGLang engine's server (`sampler.engine: sglang`, fp8rl_core/sampler/sglang/engine.py). sglang and torchvision
-# without their dependencies (CUDA-only packages SGLang's model code does not import; the torch they pin); the rest
+# the SGLang engine's server (`sampler.engine: sglang`, fp8rl_core/sampler/sglang/engine.py; `fp8rl run` and the
+# flows find it as .venv-sglang unless FP8RL_SGLANG_PYTHON names another interpreter: adapters/engines.py). sglang
+# and torchvision without their dependencies (CUDA-only packages SGLang's model code does not import; the torch they pin); the rest
 # is what SGLang's model, layer and quantization modules and its HTTP server import (constraints-sglang.txt)
 SGLANG_VENV  ?= .venv-sglang
 SGLANG_STAMP := $(SGLANG_VENV)/.installed
@@ -103,7 +104,8 @@ results-small: setup
 # every test (what CI runs) in two pytest-xdist workers (each test file one unit, the slowest handed out first:
 # tests/conftest.py), then every test phase of 5 s or more, slowest first — compare them with tests/BUDGET.md,
 # which lists the slow tests' measured seconds; each test's time also in test-artifacts/junit.xml; the SGLang
-# venv for tests/core/sampler/sglang/test_models.py. TEST_SELECT narrows it: TEST_SELECT='-m "not verl"' is the suite
+# venv for the tests that start SGLang (tests/core/sampler/sglang/, tests/flows/test_sglang.py: they find it as
+# .venv-sglang). TEST_SELECT narrows it: TEST_SELECT='-m "not verl"' is the suite
 # without the tests that start verl's trainer
 TEST_SELECT ?=
 test: setup setup-sglang

@@ -70,6 +70,7 @@ def run(
     ./mlflow.db).
 
     Runs already FINISHED in MLflow (same run id) are skipped; failed ones run again."""
+    from adapters import engines
     from fp8rl_core.config.loading import ConfigError
     from fp8rl_core.config.runs import Sweep
     from fp8rl_core.verl.preflight import preflight
@@ -77,6 +78,7 @@ def run(
     try:  # read, expanded and checked once, before Prefect and MLflow start: a bad config fails with only its message
         sweep = Sweep.load(config, overrides or [])
         preflight(sweep.runs)  # a verl run's dataset scorers and verl.overrides, by the installed verl
+        engines.sglang_python(sweep.runs)  # a run on SGLang: its venv's interpreter, or the one line saying how
     except (ConfigError, ValueError) as e:
         raise _fail(str(e)) from None
     typer.echo(f"sweep {sweep.name}: {len(sweep.runs)} runs from {config}")

@@ -24,7 +24,7 @@ from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.runtime import flow_run as runtime_flow_run  # noqa: E402
 
-from adapters import cluster, dispatch, tracking  # noqa: E402
+from adapters import cluster, dispatch, engines, tracking  # noqa: E402
 from adapters.tracking import RunRow  # noqa: E402
 from flows import console  # noqa: E402
 from fp8rl_core.config.runs import Run, Sweep  # noqa: E402
@@ -133,11 +133,14 @@ def run_experiment(run: Run, sweep: str, sweep_id: str, mlflow_run: str, cwd: st
 
 def _worker_env() -> dict[str, str]:
     """What a Ray worker needs to run an experiment as the driver would: the tracking store, the artifact
-    root and the warm-start cache (absolute), and — when a deployment loaded this file as the script
-    module ``pipelines`` — its folder on ``PYTHONPATH`` (the flow in the task runs' context is pickled by
-    reference to that module, so the workers must import it under that name too)."""
+    root and the warm-start cache (absolute), the SGLang venv's interpreter where the sweep runs SGLang
+    (:mod:`adapters.engines`), and — when a deployment loaded this file as the script module ``pipelines`` —
+    its folder on ``PYTHONPATH`` (the flow in the task runs' context is pickled by reference to that module, so
+    the workers must import it under that name too)."""
     env = {"MLFLOW_TRACKING_URI": tracking.tracking_uri(), "FP8RL_ARTIFACTS": str(tracking.artifact_root().resolve()),
            "FP8RL_CACHE": str(Path(WARMSTART_CACHE).resolve())}
+    if os.environ.get(engines.SGLANG_PYTHON):  # set by _load for a sweep that runs SGLang (adapters.engines)
+        env[engines.SGLANG_PYTHON] = os.environ[engines.SGLANG_PYTHON]
     if __name__ != "flows.pipelines":
         here = str(Path(__file__).resolve().parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
@@ -322,11 +325,13 @@ def _load(config: str | Sweep, overrides: list[str] | None) -> Sweep:
         if overrides:
             raise ValueError(f"overrides {overrides} given with the expanded sweep {config.name} ({config.source}), "
                              "which carries its own; apply them when loading it")
+        engines.sglang_python(config.runs)  # the SGLang venv's interpreter, for this process and the Ray workers
         return config
     from fp8rl_core.verl.preflight import preflight
 
     sweep = Sweep.load(config, overrides or [])
     preflight(sweep.runs)  # a dataset's scorers, verl.overrides composed by verl (as `fp8rl run` does)
+    engines.sglang_python(sweep.runs)
     return sweep
 
 

@@ -359,12 +359,8 @@ class RunConfig(BaseModel):
         if (self.backend == "verl") != (self.verl is not None):
             raise ValueError(f"backend = {self.backend!r} {'needs a' if self.verl is None else 'takes no'} 'verl' section "
                              "(model_path, hardware, gpus_per_node, tensor_parallel, ...; fields: fp8rl_core/config/schema.py VerlSection)")
-        if self.sampler.engine == "sglang":  # started only through the seam, never by a run
-            holds = PRESETS[self.preset].sampler_holds
-            why = sglang_refusal([] if holds == "bf16" else [holds], gpu=False)
-            raise ValueError(why or "sampler.engine: sglang is not wired into runs yet (the SGLang engine is started "
-                             "through fp8rl_core.sampler.engines.start_sampler; docs/design.md, Engines); use "
-                             "sampler.engine: vllm")
+        if self.sampler.engine == "sglang":
+            self._sglang_fits()
         spec = self.spec((info.context or {}).get("specs"))  # validated with a sweep's expansion: its specs
         task = self.warmstart.task
         if self.sampler.max_model_len < task.seq_len:
@@ -385,6 +381,21 @@ class RunConfig(BaseModel):
                              "the learner's bytes and has no SGLang layer that requantizes BF16 itself; use "
                              "verl.rollout: vllm (fp8rl's vLLM method requantizes), or preset 'all'")
         return self
+
+    def _sglang_fits(self) -> None:
+        """``sampler.engine: sglang`` (docs/configs.md, "The sampler engine"): the native loop with a sampler
+        that holds BF16 layers (``bf16-e2e``, ``bf16-sampler``) in ``sampler.dtype`` BF16 or FP32, the KV cache
+        in that dtype; verl's rollout engine is ``verl.rollout``."""
+        if self.backend == "verl":
+            raise ValueError("sampler.engine: sglang with backend: verl: verl's rollout engine is verl.rollout "
+                             "(sampler.engine is the native loop's); set verl.rollout: sglang and leave sampler.engine")
+        holds = PRESETS[self.preset].sampler_holds
+        why = sglang_refusal([] if holds == "bf16" else [holds], gpu=False)
+        if why is not None:
+            raise ValueError(why)
+        if self.sampler.kv_cache_dtype != "auto":
+            raise ValueError(f"sampler.kv_cache_dtype = {self.sampler.kv_cache_dtype!r} with sampler.engine: sglang: "
+                             "the SGLang engine keeps its KV cache in sampler.dtype; use kv_cache_dtype: auto")
 
     def _data_fits(self) -> None:
         """A dataset (``data.train``): trained by verl only, on a checkpoint with its own tokenizer, its lengths
@@ -476,6 +487,9 @@ class CorrectnessSection(BaseModel):
         for kind, model in self.models.items():
             data = json.loads(json.dumps(self.base)) | {"model": model, "preset": self.preset, "models_dir": models_dir}
             out[kind] = RunConfig.model_validate(data, context={"specs": specs})
+            if out[kind].sampler.engine != "vllm":
+                raise ValueError(f"sampler.engine: {out[kind].sampler.engine} in the correctness stage: its faults are "
+                                 "planted in vLLM's engine and its workers; use sampler.engine: vllm there")
         return out
 
     def id(self) -> str:

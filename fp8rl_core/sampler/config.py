@@ -38,8 +38,8 @@ class SamplerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     engine: Literal[SAMPLER_ENGINES] = Field(
-        "vllm", description="vllm: vLLM (every preset); sglang: SGLang's HTTP server in .venv-sglang (BF16 layers "
-        "only on CPU; runs refuse it: docs/design.md, Engines)")
+        "vllm", description="vllm: vLLM (every preset); sglang: SGLang's HTTP server in .venv-sglang (native runs "
+        "whose sampler holds BF16 layers: bf16-e2e, bf16-sampler; docs/configs.md, The sampler engine)")
 
     dtype: Literal["bfloat16", "float32"] = Field(
         "bfloat16", description="engine compute dtype; float32 is the exact probe mode (W7)")

@@ -123,6 +123,15 @@ def test_bad_overrides_fail_with_a_message(override, expect):
                      " verl: {hardware: cpu, rollout: sglang}}\n",
                      ["preset 'requant' with verl.rollout = 'sglang'", "use verl.rollout: vllm"],
                      id="requant-on-sglang"),
+        pytest.param("sweep: t\nbase: {models_dir: MODELS, model: qwen3-dense-mini, preset: all, sampler: {engine: sglang}}\n",
+                     ["the SGLang engine cannot run schemes ['learner'] on CPU", "need AMX",
+                      "use sampler.engine: vllm or a BF16-sampler preset"], id="mxfp8-on-sglang"),
+        pytest.param("sweep: t\nbase: {models_dir: MODELS, model: qwen3-dense-mini, preset: bf16-e2e,"
+                     " sampler: {engine: sglang, kv_cache_dtype: fp8_e4m3}}\n", ["kv_cache_dtype = 'fp8_e4m3' with sampler.engine: sglang",
+                                                "use kv_cache_dtype: auto"], id="fp8-kv-on-sglang"),
+        pytest.param("sweep: t\nbase: {models_dir: MODELS, model: qwen3-dense-mini, preset: bf16-e2e, backend: verl,"
+                     " sampler: {engine: sglang}, verl: {hardware: cpu}}\n",
+                     ["sampler.engine: sglang with backend: verl", "set verl.rollout: sglang"], id="sglang-engine-on-verl"),
         pytest.param(f"sweep: t\nbase:{GOOD_BASE}axes: {{seed: []}}\n", ["axes", "['seed'] have no values"],
                      id="empty-axis"),
         pytest.param(f"sweep: t\nbase:{GOOD_BASE}axes: {{seed: [0, 1, 0]}}\n",
@@ -150,6 +159,23 @@ def test_bad_config_fails_fast_naming_file_and_field(tmp_path, body, expect):
     for part in expect:
         assert part in msg, f"{part!r} not in:\n{msg}"
     assert "Traceback" not in msg
+
+
+def test_native_runs_on_sglang_load_for_bf16_samplers_and_the_correctness_stage_refuses_sglang(tmp_path):
+    """sampler.engine: sglang with a sampler holding BF16 layers (bf16-e2e, bf16-sampler), BF16 or FP32: valid
+    runs; the correctness stage (faults planted in vLLM's engine and workers) refuses it in one line."""
+    body = ("sweep: t\nbase: {model: qwen3-dense-mini, sampler: {engine: sglang}}\n"
+            "axes: {preset: [bf16-e2e, bf16-sampler], sampler.dtype: [bfloat16, float32]}\n")
+    runs = Sweep.load(write_beside_models(tmp_path, body)).runs
+    assert sorted((r.config.preset, r.config.sampler.dtype) for r in runs) == [
+        ("bf16-e2e", "bfloat16"), ("bf16-e2e", "float32"), ("bf16-sampler", "bfloat16"), ("bf16-sampler", "float32")]
+    assert {r.config.sampler.engine for r in runs} == {"sglang"}
+    path = tmp_path / "fw.yaml"
+    path.write_text(body + "correctness: {preset: bf16-e2e, base: {sampler: {engine: sglang}}}\n")
+    with pytest.raises(ConfigError) as e:
+        Sweep.load(path)
+    assert str(e.value) == (f"{path}: correctness: sampler.engine: sglang in the correctness stage: its faults are "
+                            "planted in vLLM's engine and its workers; use sampler.engine: vllm there")
 
 
 def test_missing_file(tmp_path):
