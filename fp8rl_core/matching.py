@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -33,7 +33,7 @@ from fp8rl_core.learner.task import EOS, PAD, AdditionTask
 from fp8rl_core.learner.warmstart import load_policy
 from fp8rl_core.loop import Pipeline, run_rl, start_pipeline
 from fp8rl_core.metrics.mismatch import full_vocab_divergence
-from fp8rl_core.sampler.config import SamplerConfig
+from fp8rl_core.sampler.config import SAMPLER_ENGINES, SamplerConfig
 from fp8rl_core.sampler.pool import acquire
 from fp8rl_core.sampler.presets import PRESETS, Variant, sampler_schemes
 from fp8rl_core.sync.export import export_weights
@@ -150,11 +150,15 @@ class MatchingMeasurement:
     """Every variant at every checkpoint: ``rows`` one per (checkpoint, variant, probe sequence) with the
     sums over its counted positions of KL(sampler‖learner), KL(learner‖sampler) and JS (nats), and its
     position count — the (num, den) units the statistics pair by (checkpoint, source, sequence); ``checks``
-    one per (checkpoint, variant) sync with W1–W7's verdicts; ``engines`` the engine starts it took."""
+    one per (checkpoint, variant) sync with W1–W7's verdicts; ``engines`` the engine starts it took;
+    ``engine_rows`` one per (checkpoint, variant on another engine, probe sequence) where its twin on vLLM
+    (the same variant, ``engine`` vllm) was measured too: the sums of KL(variant‖twin), KL(twin‖variant) and
+    JS between the two engines' distributions on the same sequences (:func:`measure`)."""
 
     rows: list[dict]
     checks: list[dict]
     engines: int
+    engine_rows: list[dict] = field(default_factory=list)
 
 
 class _Learners:
@@ -209,6 +213,52 @@ def _sampled_sequences(prompts: torch.Tensor, completions: torch.Tensor, cmask: 
     return seqs, mask
 
 
+def _twins(variants: Sequence[Variant]) -> dict[str, str]:
+    """Variant name → its partner's, for each variant on an engine other than vLLM whose twin on vLLM (the
+    same variant, ``engine`` vllm) is measured too, both ways."""
+    names = {v.name for v in variants}
+    out: dict[str, str] = {}
+    for v in variants:
+        twin = replace(v, engine=SAMPLER_ENGINES[0]).name
+        if v.engine != SAMPLER_ENGINES[0] and twin in names:
+            out[v.name], out[twin] = twin, v.name
+    return out
+
+
+@dataclass(frozen=True)
+class _EngineSide:
+    """What one engine of a twin pair gave at a checkpoint: its full log-probs on the held-out sequences and on
+    its own rollouts (``seqs``, ``mask``), kept until its partner is measured there."""
+
+    variant: Variant
+    held: torch.Tensor
+    seqs: torch.Tensor
+    mask: torch.Tensor
+    sampled: torch.Tensor
+
+
+def _engine_rows(ck: Checkpoint, first: _EngineSide, second: _EngineSide, on_first_rollouts: torch.Tensor,
+                 held_mask: torch.Tensor) -> list[dict]:
+    """The engine-vs-engine rows of a twin pair at ``ck``: ``second``'s engine measured after ``first``'s, its
+    log-probs on ``first``'s rollouts ``on_first_rollouts``; KL(other engine ‖ vLLM) on the held-out sequences
+    and on the rollouts of the one measured first."""
+    other, ref = (first, second) if first.variant.engine != SAMPLER_ENGINES[0] else (second, first)
+    on_other = first.sampled if other is first else on_first_rollouts
+    on_ref = on_first_rollouts if other is first else first.sampled
+    meta = {"checkpoint": ck.name, "seed": ck.seed, "step": ck.step, "variant": other.variant.name,
+            "reference": ref.variant.name, "preset": other.variant.preset, "engine": other.variant.engine,
+            "reference_engine": ref.variant.engine, "rollouts": first.variant.name}
+    out = []
+    for source, sums in (("held-out", _sums(other.held, ref.held, held_mask)),
+                         ("sampled", _sums(on_other, on_ref, first.mask))):
+        for i, (pos, kl, kl_rev, js) in enumerate(sums):
+            if not math.isfinite(kl):
+                raise RuntimeError(f"{other.variant.name} vs {ref.variant.name} at {ck.name}: infinite KL on {source} "
+                                   f"sequence {i} (one engine puts mass on a token the other cannot emit)")
+            out.append(meta | {"source": source, "sequence": i, "positions": pos, "kl": kl, "kl_rev": kl_rev, "js": js})
+    return out
+
+
 def measure(checkpoint: str | Path, checkpoints: Sequence[Checkpoint], variants: Sequence[Variant],
             probe: ProbeSet, *, learner: LearnerConfig, sampler_cfg: SamplerConfig,
             policy: Callable[[str, str], CheckPolicy], w7_probe: torch.Tensor,
@@ -222,7 +272,13 @@ def measure(checkpoint: str | Path, checkpoints: Sequence[Checkpoint], variants:
     with every checkpoint in turn; a failed check of a non-ablation variant raises (its KL would be of
     weights the learner does not hold) unless ``on_failure`` is ``record``. ``hooks``: variant name →
     :class:`~fp8rl_core.sync.hooks.SyncHooks` whose ``on_export`` may perturb what that variant's engine is
-    sent (a planted mismatch: what the experiment's own test measures a known KL with)."""
+    sent (a planted mismatch: what the experiment's own test measures a known KL with).
+
+    Each variant runs on its ``engine`` (``sampler_cfg``'s other settings kept). A variant on another engine
+    than vLLM whose twin on vLLM is measured too is also compared with it at each checkpoint
+    (:attr:`MatchingMeasurement.engine_rows`): on the held-out sequences, and on the rollouts of the one of the
+    two measured first (the other engine scores them too); the first one's full log-probs are kept in memory
+    (host, [N, T, V] per source) until its partner is measured at that checkpoint."""
     if not checkpoints or not variants:
         raise ValueError("measure needs at least one checkpoint and one variant")
     names = [v.name for v in variants]
@@ -232,6 +288,9 @@ def measure(checkpoint: str | Path, checkpoints: Sequence[Checkpoint], variants:
         raise ValueError(f"the measuring learner must be MXFP8 on every layer (the presets' learner), got "
                          f"{learner.precision} on {learner.layers!r}")
     learners = _Learners(checkpoint, learner)
+    twins = _twins(variants)
+    kept: dict[tuple[str, str], _EngineSide] = {}
+    engine_rows: list[dict] = []
     rows: list[dict] = []
     checks: list[dict] = []
     version = 0
@@ -241,7 +300,7 @@ def measure(checkpoint: str | Path, checkpoints: Sequence[Checkpoint], variants:
     for variant in variants:
         preset = PRESETS[variant.preset]
         precision = preset.learner_precision
-        cfg = sampler_cfg.model_copy(update={"dtype": variant.engine_dtype})
+        cfg = sampler_cfg.model_copy(update={"dtype": variant.engine_dtype, "engine": variant.engine})
         grid = learner.recipe.fwd_grid
         if variant.activation_rule:
             fmt, _ = grid.rsplit("-", 1)
@@ -291,6 +350,15 @@ def measure(checkpoint: str | Path, checkpoints: Sequence[Checkpoint], variants:
                                            "(one side puts mass on a token the other cannot emit)")
                     rows.append(meta | {"source": source, "sequence": i, "positions": pos, "kl": kl,
                                         "kl_rev": kl_rev, "js": js})
+            partner = twins.get(variant.name)
+            if partner is not None:
+                mine = _EngineSide(variant, held_s, seqs, mask, samp_s)
+                first = kept.pop((ck.name, partner), None)
+                if first is None:
+                    kept[(ck.name, variant.name)] = mine
+                else:
+                    engine_rows += _engine_rows(ck, first, mine, sampler.prompt_logprobs(first.seqs, full=True),
+                                                held_mask)
             if on_sync is not None:
                 on_sync(checks[-1])
-    return MatchingMeasurement(rows, checks, engines)
+    return MatchingMeasurement(rows, checks, engines, engine_rows)

@@ -377,15 +377,20 @@ def fixed_weights(key: str, cfg: RunConfig, section: MatchingSection, checkpoint
 
 @task(name="record-fixed-weights", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
 def record_fixed_weights(key: str, mlflow_run: str) -> dict[str, float]:
-    """Log the run's ``matching`` and ``matching_checks`` tables (validated first; the checks also as CSV) and
-    its summary metrics: per variant the mean KL over its probe sequences at all checkpoints
-    (``fixed/<variant>/kl_micronats``), the syncs and how many passed every check, the engines started."""
+    """Log the run's ``matching`` and ``matching_checks`` tables (validated first; the checks also as CSV), its
+    ``matching_engines`` table when a variant ran on another engine beside its vLLM twin, and its summary
+    metrics: per variant the mean KL over its probe sequences at all checkpoints
+    (``fixed/<variant>/kl_micronats``; a variant on another engine also against its vLLM twin,
+    ``fixed/<variant>/vs_vllm_kl_micronats``), the syncs and how many passed every check, the engines started."""
     res = MEASURED.pop(key)
     validate("matching", res.rows)
     validate("matching_checks", res.checks)
     tracking.log_table(mlflow_run, "matching", res.rows)
     tracking.log_table(mlflow_run, "matching_checks", res.checks)
     tracking.log_csv(mlflow_run, "matching_checks", res.checks)
+    if res.engine_rows:
+        validate("matching_engines", res.engine_rows)
+        tracking.log_table(mlflow_run, "matching_engines", res.engine_rows)
     sums: dict[str, list[float]] = {}
     for r in res.rows:
         acc = sums.setdefault(r["variant"], [0.0, 0.0])
@@ -394,6 +399,12 @@ def record_fixed_weights(key: str, mlflow_run: str) -> dict[str, float]:
     # MLflow's metric names take no '@', '=' or ',': all@engine=float32,learner=fp32 → all/engine-float32_learner-fp32
     name = lambda v: v.replace("@", "/").replace("=", "-").replace(",", "_")  # noqa: E731
     metrics = {f"fixed/{name(v)}/kl_micronats": 1e6 * kl / pos for v, (kl, pos) in sums.items()}
+    between: dict[str, list[float]] = {}
+    for r in res.engine_rows:  # a variant on another engine against its vLLM twin: fixed/<variant>/vs_vllm_kl_micronats
+        acc = between.setdefault(f"fixed/{name(r['variant'])}/vs_{r['reference_engine']}_kl_micronats", [0.0, 0.0])
+        acc[0] += r["kl"]
+        acc[1] += r["positions"]
+    metrics |= {k: 1e6 * kl / pos for k, (kl, pos) in between.items()}
     metrics |= {"fixed/syncs": float(len(res.checks)), "fixed/syncs_passed": float(sum(c["passed"] for c in res.checks)),
                 "fixed/engines": float(res.engines)}
     tracking.log_metrics(mlflow_run, metrics)

@@ -24,7 +24,8 @@ def find_finished(sweep: str, run_id: str) -> str | None:
 
 
 #: the tables every finished run logs under ``tables/`` (tasks.stages.record_run)
-RUN_TABLES = ("steps", "tokens", "microbatches", "kl_summary", "probe", "checks", "matching", "matching_checks")
+RUN_TABLES = ("steps", "tokens", "microbatches", "kl_summary", "probe", "checks", "matching", "matching_checks",
+              "matching_engines")
 
 
 def sweep_tables(sweep: str, dest: str | Path, sweep_id: str | None = "latest") -> dict:
@@ -67,7 +68,7 @@ def sweep_tables(sweep: str, dest: str | Path, sweep_id: str | None = "latest") 
             if t not in have:
                 continue
             rows = pq.read_table(c.download_artifacts(r.info.run_id, f"tables/{t}.parquet", str(folder))).to_pylist()
-            if t in ("steps", "tokens", "checks", "matching", "matching_checks"):  # the others carry their run id already
+            if t in ("steps", "tokens", "checks", "matching", "matching_checks", "matching_engines"):  # the others carry their run id already
                 rows = [row | {"run_id": rid} for row in rows]
             tables[t].extend(rows)
     return {"sweep": sweep, "experiment_id": exp.experiment_id, "sweep_id": sweep_id,

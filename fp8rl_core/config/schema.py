@@ -511,11 +511,27 @@ class AblationSpec(BaseModel):
         "training", description="training: the learner's BF16-autocast forward; fp32: its fp32 function of the synced weights")
     activation_rule: Literal[MX_RULES] | None = Field(
         None, description="the E8M0 rule the sampler's on-grid layers quantize activations with (None: the learner's)")
+    engine: Literal["vllm", "sglang"] = Field(
+        "vllm", description="the engine serving the sampler: vllm, or sglang (SGLang's server, .venv-sglang; the "
+        "presets whose sampler layers are all BF16: bf16-e2e, bf16-sampler)")
 
     @field_validator("preset")
     @classmethod
     def _known_preset(cls, v: str) -> str:
         return known_preset(v)
+
+    @model_validator(mode="after")
+    def _engine_serves_it(self) -> "AblationSpec":
+        if self.engine != "vllm":
+            holds = PRESETS[self.preset].sampler_holds
+            why = sglang_refusal([] if holds == "bf16" else [holds], gpu=False)
+            if why is not None:
+                raise ValueError(f"preset {self.preset!r} with engine {self.engine!r}: {why}")
+        return self
+
+    def variant(self) -> Variant:
+        """The variant this ablation measures."""
+        return Variant(self.preset, self.engine_dtype, self.learner_forward, self.activation_rule, self.engine)
 
 
 class CheckpointRef(BaseModel):
@@ -651,8 +667,7 @@ class MatchingSection(BaseModel):
         """The variants measured on ``model`` in measuring order: the presets, then the ablations (where
         ``ablation_models`` lets them run on it; None: every variant)."""
         abl = self.ablations if model is None or self.ablation_models is None or model in self.ablation_models else []
-        return [Variant(p) for p in self.presets] + [
-            Variant(a.preset, a.engine_dtype, a.learner_forward, a.activation_rule) for a in abl]
+        return [Variant(p) for p in self.presets] + [a.variant() for a in abl]
 
     def measured(self) -> int:
         """How many checkpoints each run measures."""
@@ -660,9 +675,11 @@ class MatchingSection(BaseModel):
 
     def id(self) -> str:
         """12 hex digits of the content hash of this section (``checkpoints`` — each one's path, step and weights
-        hash — counted only when set: a section without it has the id it had before the field)."""
-        return content_hash(self.model_dump(mode="json", exclude=set() if self.checkpoints is not None else
-                                            {"checkpoints"}), 12, compact=False)
+        hash — counted only when set, an ablation's ``engine`` only when not vLLM: a section without them has the
+        id it had before the fields)."""
+        dump = self.model_dump(mode="json", exclude=set() if self.checkpoints is not None else {"checkpoints"})
+        dump["ablations"] = [{k: v for k, v in a.items() if (k, v) != ("engine", "vllm")} for a in dump["ablations"]]
+        return content_hash(dump, 12, compact=False)
 
 
 class ResourcesSection(BaseModel):

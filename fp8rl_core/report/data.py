@@ -106,9 +106,10 @@ class SweepData:
         optionally ``preset``, ``model``, ``seed`` (the run's own values are taken from ``runs``).
         Empty: the report uses the sampled-token estimators only, exactly as without this field. See
         the module docstring ("Probe units") and :func:`probe_units`.
-    matching, matching_checks
-        A fixed-weights sweep's tables (:data:`fp8rl_core.schemas.SCHEMAS` ``matching``, ``matching_checks``) of
-        every run, with ``run_id``; not empty: the report is the fixed-weights report
+    matching, matching_checks, matching_engines
+        A fixed-weights sweep's tables (:data:`fp8rl_core.schemas.SCHEMAS` ``matching``, ``matching_checks``,
+        ``matching_engines``: its variants on another engine against their vLLM twins, where measured) of every
+        run, with ``run_id``; ``matching`` not empty: the report is the fixed-weights report
         (:func:`fp8rl_core.report.matching.write_matching_report`).
 
     Missing tables are empty DataFrames; the report leaves out what they would have fed.
@@ -127,10 +128,11 @@ class SweepData:
     probe: pd.DataFrame = field(default_factory=_empty)
     matching: pd.DataFrame = field(default_factory=_empty)
     matching_checks: pd.DataFrame = field(default_factory=_empty)
+    matching_engines: pd.DataFrame = field(default_factory=_empty)
 
     def __post_init__(self) -> None:
         for name in ("runs", "tokens", "steps", "microbatches", "kl_summary", "checks", "probe", "matching",
-                     "matching_checks"):
+                     "matching_checks", "matching_engines"):
             value = getattr(self, name)
             if value is None:
                 setattr(self, name, _empty())

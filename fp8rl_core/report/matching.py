@@ -1,7 +1,7 @@
 """The fixed-weights matching report: the paper's matching claims measured as the paper measured them (one
 checkpoint, the sampler's layers switched, KL on the same sequences), per checkpoint and across checkpoints,
-with the tails, the power of the design and the ablation of what the ``all`` sampler still computes
-differently. Statistics: :mod:`fp8rl_core.metrics.matching`; what each row means: docs/fixed-weights.md.
+with the tails, the power of the design, the ablation of what the ``all`` sampler still computes
+differently and, where a variant ran on SGLang beside vLLM, the two engines against the learner and each other. Statistics: :mod:`fp8rl_core.metrics.matching`; what each row means: docs/fixed-weights.md.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ import pandas as pd
 
 from fp8rl_core.model_kind import is_moe
 from fp8rl_core.metrics.matching import MatchingPower, MatchingRatio, matching_power, matching_ratio
+from fp8rl_core.metrics.stats import Interval, cluster_bootstrap
+from fp8rl_core.sampler.config import SAMPLER_ENGINES
 
 from .data import SweepData
 
-__all__ = ["COMPARISONS", "ClaimAtFixedWeights", "Comparison", "claim_rows", "forest", "matching_frame",
-           "write_matching_report"]
+__all__ = ["COMPARISONS", "ClaimAtFixedWeights", "Comparison", "EngineComparison", "claim_rows", "engine_rows",
+           "engines_figure", "forest", "matching_frame", "write_matching_report"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,8 @@ COMPARISONS: tuple[Comparison, ...] = (
     Comparison("(d) another FP8 grid (128×128 blocks) vs the learner's", "all", "other-grid", 2.0, "≈2×", "higher",
                "moe"),
     Comparison("(e) all on the learner's grid vs BF16 end to end", "bf16-e2e", "all", 2.5, "2.5–10×", "higher", "moe"),
+    Comparison("the BF16 sampler on SGLang vs on vLLM", "bf16-sampler", "bf16-sampler@sglang", None, "—", ""),
+    Comparison("BF16 end to end on SGLang vs on vLLM", "bf16-e2e", "bf16-e2e@sglang", None, "—", ""),
 )
 
 
@@ -294,9 +298,14 @@ SWITCHES = {
 }
 
 
+def _on_other_engine(variant: str) -> bool:
+    """Whether ``variant`` (a :attr:`fp8rl_core.matching.Variant.name`) runs on another engine than vLLM."""
+    return "@" in variant and variant.split("@", 1)[1].split(",")[0] in SAMPLER_ENGINES[1:]
+
+
 def _ablation(data: SweepData, n_boot: int, seed: int) -> list[str]:
     m = matching_frame(data)
-    abl = m[m["ablation"].astype(bool)]
+    abl = m[m["ablation"].astype(bool) & ~m["variant"].astype(str).map(_on_other_engine)]
     if abl.empty:
         return []
     lines = ["## Ablation: what the `all` sampler still computes differently", "",
@@ -309,7 +318,7 @@ def _ablation(data: SweepData, n_boot: int, seed: int) -> list[str]:
         rows = m[m["model"].astype(str) == model].to_dict("records")
         variants = list(dict.fromkeys(r["variant"] for r in rows))
         for v in variants:
-            if "@" not in v:
+            if "@" not in v or _on_other_engine(v):  # the engines have their own section
                 continue
             preset, switches = v.split("@", 1)
             if preset not in variants:
@@ -369,6 +378,107 @@ def _requant(data: SweepData, rows: list[ClaimAtFixedWeights]) -> list[str]:
     return lines + [""]
 
 
+@dataclass(frozen=True)
+class EngineComparison:
+    """One variant on another engine against its vLLM twin on one model: each one's mean KL to the learner
+    (nats per position, over every checkpoint and probe source, with its interval), b/a of the two
+    (``ratio``, paired by sequence), and the two engines' divergence from each other on the same sequences
+    (``between``: KL(variant's engine‖vLLM); ``between_by_source``: on the held-out sequences alone and on the
+    rollouts of the one measured first alone)."""
+
+    model: str
+    variant: str
+    reference: str
+    engine: str
+    reference_kl: Interval
+    variant_kl: Interval
+    ratio: MatchingRatio
+    between: Interval
+    between_by_source: dict[str, Interval]
+    rollouts: str
+
+
+def _mean(rows: pd.DataFrame, n_boot: int, seed: int) -> Interval:
+    groups = rows["checkpoint"].astype(str).to_numpy() if rows["checkpoint"].nunique() > 1 else None
+    return cluster_bootstrap(rows["kl"].to_numpy(float), rows["positions"].to_numpy(float), groups=groups,
+                             n_boot=n_boot, seed=seed)
+
+
+def engine_rows(data: SweepData, *, n_boot: int = 2000, seed: int = 0) -> list[EngineComparison]:
+    """Every variant of ``data.matching_engines`` against its vLLM twin, per model (none without that table)."""
+    e = matching_frame(data, "matching_engines")
+    if e.empty:
+        return []
+    m = matching_frame(data)
+    out = []
+    for (model, variant), g in e.groupby(["model", "variant"], sort=False):
+        ref = str(g["reference"].iloc[0])
+        mm = m[m["model"].astype(str) == str(model)]
+        pick = lambda v: mm[mm["variant"] == v]  # noqa: E731
+        by_source = {str(src): _mean(part, n_boot, seed) for src, part in g.groupby("source", sort=False)}
+        out.append(EngineComparison(str(model), str(variant), ref, str(g["engine"].iloc[0]),
+                                    _mean(pick(ref), n_boot, seed), _mean(pick(variant), n_boot, seed),
+                                    matching_ratio(mm.to_dict("records"), ref, str(variant), n_boot=n_boot, seed=seed),
+                                    _mean(g, n_boot, seed), by_source, str(g["rollouts"].iloc[0])))
+    return out
+
+
+def _micro(x: Interval) -> str:
+    return f"{1e6 * x.estimate:.4g} ({1e6 * x.lo:.4g} … {1e6 * x.hi:.4g})"
+
+
+def _engines(rows: list[EngineComparison]) -> list[str]:
+    if not rows:
+        return []
+    lines = ["## Engines: the same variant on SGLang and on vLLM", "",
+             "One variant served by two engines at the same weights (each synced through the normal path and checked): "
+             "each engine's exact KL(engine‖learner) in µnats per position over every checkpoint and probe source "
+             "(95% CI; checkpoints, then sequences resampled), their ratio paired by sequence, and the two engines' "
+             "KL(other engine‖vLLM) on the same sequences — the held-out ones, and the rollouts of the one measured "
+             "first, which the other engine scores too. The engines' difference to each other, set beside each one's "
+             "difference to the learner, says how much of the train–rollout mismatch is the serving engine's own "
+             "(kernels, attention backend, BF16 rounding order) rather than the sampler's precision.", ""]
+    body = [[r.model, f"`{r.variant}` vs `{r.reference}`", _micro(r.reference_kl), _micro(r.variant_kl), _ratio(r.ratio),
+             _micro(r.between), *(_micro(r.between_by_source[s]) if s in r.between_by_source else "—"
+                                  for s in ("held-out", "sampled")), f"`{r.rollouts}`"] for r in rows]
+    lines += _table(["model", "variant vs vLLM twin", "vLLM ‖ learner µnats", "other engine ‖ learner µnats",
+                     "ratio other / vLLM (CI)", "other engine ‖ vLLM µnats", "on held-out", "on rollouts",
+                     "rollouts of"], body)
+    lines += ["", "![Each engine's KL to the learner and the two engines' KL to each other](engines.png)", ""]
+    return lines
+
+
+def engines_figure(rows: list[EngineComparison], path: str | Path) -> Path:
+    """Per model and variant: vLLM ‖ learner, the other engine ‖ learner and the other engine ‖ vLLM, µnats
+    per position with their CIs (horizontal bars)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 0.6 + 0.9 * len(rows)))
+    ticks, labels, y = [], [], 0
+    for r in rows:
+        for label, x, col in ((f"vLLM ‖ learner ({r.reference})", r.reference_kl, "C0"),
+                              (f"{r.engine} ‖ learner ({r.variant})", r.variant_kl, "C1"),
+                              (f"{r.engine} ‖ vLLM", r.between, "C2")):
+            ax.barh(y, 1e6 * x.estimate, color=col, gid=f"engines-{r.model}-{r.variant}-{label.split(' ')[0]}")
+            ax.errorbar([1e6 * x.estimate], [y], xerr=[[1e6 * (x.estimate - x.lo)], [1e6 * (x.hi - x.estimate)]],
+                        fmt="none", color="k", capsize=2)
+            ticks.append(y)
+            labels.append(f"{r.model}: {label}")
+            y += 1
+        y += 0.5
+    ax.set_yticks(ticks, labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("exact KL, µnats per position (95% CI)")
+    ax.set_title("the same weights in two engines", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
 def forest(rows: list[ClaimAtFixedWeights], path: str | Path) -> Path:
     """Per-checkpoint ratios with their CIs, one panel per model, one colour per comparison, the paper's ratio
     marked; log x axis."""
@@ -413,7 +523,8 @@ def forest(rows: list[ClaimAtFixedWeights], path: str | Path) -> Path:
 
 def write_matching_report(data: SweepData, out_dir: str | Path, *, n_boot: int = 2000, seed: int = 0,
                           generated: str | None = None) -> Path:
-    """Write ``summary.md`` and ``matching_ratios.png`` of a fixed-weights sweep into ``out_dir``."""
+    """Write ``summary.md``, ``matching_ratios.png`` and (with a variant on SGLang beside vLLM) ``engines.png``
+    of a fixed-weights sweep into ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = claim_rows(data, n_boot=n_boot, seed=seed)
@@ -424,7 +535,10 @@ def write_matching_report(data: SweepData, out_dir: str | Path, *, n_boot: int =
     if rows:
         forest(rows, out / "matching_ratios.png")
         lines += ["![Per-checkpoint KL ratios with 95% CIs, and pooled](matching_ratios.png)", ""]
-    lines += _requant(data, rows) + _ablation(data, n_boot, seed)
+    engines = engine_rows(data, n_boot=n_boot, seed=seed)
+    if engines:
+        engines_figure(engines, out / "engines.png")
+    lines += _requant(data, rows) + _ablation(data, n_boot, seed) + _engines(engines)
     lines += _per_checkpoint(rows) + _sources(rows) + _tails(data) + _power(rows)
     path = out / "summary.md"
     path.write_text("\n".join(lines).rstrip() + "\n")

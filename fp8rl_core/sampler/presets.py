@@ -14,6 +14,7 @@ from typing import Literal
 
 from fp8rl_core.learner.config import LearnerConfig
 from fp8rl_core.learner.patterns import resolve_names
+from fp8rl_core.sampler.config import SAMPLER_ENGINES, sglang_refusal
 from fp8rl_core.sync.layout import sampler_layer
 
 __all__ = ["ENGINE_DTYPES", "LEARNER_FORWARDS", "PRESETS", "Preset", "Variant", "sampler_schemes"]
@@ -69,13 +70,16 @@ class Variant:
     dtype: BF16 activations, attention, norms and KV cache, or float32), ``learner_forward`` (``training``:
     the learner's training forward under BF16 autocast, what RL's log-probs come from; ``fp32``: the learner's
     function of exactly the synced weights in fp32, :meth:`Learner.probe_logprobs`), ``activation_rule``
-    (the E8M0 rule the sampler's on-grid layers quantize activations with; None: the learner's).
-    A variant with every switch at its default is the preset as a run configures it."""
+    (the E8M0 rule the sampler's on-grid layers quantize activations with; None: the learner's), ``engine``
+    (the engine that serves the sampler, :data:`~fp8rl_core.sampler.config.SAMPLER_ENGINES`: vLLM, or SGLang
+    for the presets whose sampler layers are all BF16). A variant with every switch at its default is the preset
+    as a run configures it."""
 
     preset: str
     engine_dtype: Literal[ENGINE_DTYPES] = "bfloat16"
     learner_forward: Literal[LEARNER_FORWARDS] = "training"
     activation_rule: str | None = None
+    engine: Literal[SAMPLER_ENGINES] = SAMPLER_ENGINES[0]
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -84,15 +88,25 @@ class Variant:
             raise ValueError(f"engine_dtype must be one of {ENGINE_DTYPES}, got {self.engine_dtype!r}")
         if self.learner_forward not in LEARNER_FORWARDS:
             raise ValueError(f"learner_forward must be one of {LEARNER_FORWARDS}, got {self.learner_forward!r}")
+        if self.engine not in SAMPLER_ENGINES:
+            raise ValueError(f"engine must be one of {SAMPLER_ENGINES}, got {self.engine!r}")
+        if self.engine == "sglang":
+            holds = PRESETS[self.preset].sampler_holds
+            why = sglang_refusal([] if holds == "bf16" else [holds], gpu=False)
+            if why is not None:
+                raise ValueError(f"preset {self.preset!r} on engine sglang: {why}")
 
     @property
     def ablation(self) -> bool:
-        return (self.engine_dtype, self.learner_forward, self.activation_rule) != ("bfloat16", "training", None)
+        return (self.engine_dtype, self.learner_forward, self.activation_rule, self.engine) != (
+            "bfloat16", "training", None, SAMPLER_ENGINES[0])
 
     @property
     def name(self) -> str:
-        """The preset's name, with the switches that differ from a run's: ``all@engine=float32,learner=fp32``."""
-        parts = [f"engine={self.engine_dtype}"] if self.engine_dtype != "bfloat16" else []
+        """The preset's name, with the switches that differ from a run's: ``all@engine=float32,learner=fp32``;
+        an engine other than vLLM first, by its name: ``bf16-sampler@sglang``, ``bf16-sampler@sglang,engine=float32``."""
+        parts = [self.engine] if self.engine != SAMPLER_ENGINES[0] else []
+        parts += [f"engine={self.engine_dtype}"] if self.engine_dtype != "bfloat16" else []
         parts += [f"learner={self.learner_forward}"] if self.learner_forward != "training" else []
         parts += [f"activations={self.activation_rule}"] if self.activation_rule else []
         return f"{self.preset}@{','.join(parts)}" if parts else self.preset

@@ -3,17 +3,20 @@
 ``matching``: one row per (checkpoint, variant, probe source, sequence), the sums over the sequence's counted
 positions of the exact KL both ways and JS (:func:`fp8rl_core.matching.measure`). ``matching_checks``: one row
 per (checkpoint, variant) sync with W1–W7's verdicts (``check/W…``: 1 passed, 0 failed) and a requant
-sampler's measured byte fractions.
+sampler's measured byte fractions. ``matching_engines``: one row per (checkpoint, variant on another engine than
+vLLM, probe source, sequence) the same sums between that engine's and its vLLM twin's distributions.
 """
 
 from __future__ import annotations
 
 import math
 
+from fp8rl_core.sampler.config import SAMPLER_ENGINES
+
 from .dsl import (CHECK_COLUMNS, FINITE, NONEMPTY, REQUANT_COLUMNS, Table, between, col, constant_per, ge, isin, num,
                   pattern, rule, unique)
 
-__all__ = ["MATCHING", "MATCHING_CHECKS", "SOURCES"]
+__all__ = ["MATCHING", "MATCHING_CHECKS", "MATCHING_ENGINES", "SOURCES"]
 
 #: where a probe sequence comes from: the task's held-out split (shared by every variant) or the variant's
 #: own engine (one completion per probe prompt, one sampling seed)
@@ -63,3 +66,25 @@ MATCHING_CHECKS = Table("matching_checks", {
     rule("passed ⇔ nothing failed", "'passed' must be True exactly when 'failed' is empty", ("passed", "failed"),
          lambda d: d["passed"].astype(bool) != (d["failed"].fillna("").astype(str).str.len() == 0)),
 ), "W1–W7 of every fixed-weights sync (matching.measure)")
+
+MATCHING_ENGINES = Table("matching_engines", {
+    **{k: v for k, v in _WHERE.items() if k != "ablation"},
+    "variant": col("str", NONEMPTY, doc="the variant on another engine (fp8rl_core.matching.Variant.name: bf16-sampler@sglang)"),
+    "reference": col("str", NONEMPTY, doc="its twin on vLLM: the same variant, engine vllm"),
+    "engine": col("str", isin(SAMPLER_ENGINES[1:]), doc="the variant's engine"),
+    "reference_engine": col("str", isin(SAMPLER_ENGINES[:1]), doc="the twin's engine"),
+    "rollouts": col("str", NONEMPTY, doc="whose rollouts the sampled rows score: the one of the two measured first"),
+    "source": col("str", isin(SOURCES), doc="held-out task sequence or the rollouts of 'rollouts'"),
+    "sequence": col("int", ge(0, "a row index"), doc="row of the probe set (of its source)"),
+    "positions": col("int", ge(1, "a probe sequence scores at least one next token"), doc="counted positions"),
+    "kl": col("float", ge(0, "an exact KL divergence (a sum of them)"), FINITE, doc="Σ of KL(variant's engine‖vLLM)"),
+    "kl_rev": col("float", ge(0, "an exact KL divergence (a sum of them)"), doc="Σ of KL(vLLM‖variant's engine)"),
+    "js": col("float", ge(0, "a Jensen–Shannon divergence (a sum of them)"), FINITE, doc="Σ of JS"),
+}, (
+    unique("checkpoint", "variant", "source", "sequence", optional=("run_id",), what="one row per sequence"),
+    rule("js ≤ ln 2 per position", "'js' must be ≤ ln 2 × 'positions' (JS is bounded by ln 2 nats per position)",
+         ("js", "positions"), lambda d: num(d, "js") > math.log(2) * num(d, "positions") + 1e-9),
+    constant_per(["variant"], "reference", "a variant has one vLLM twin"),
+    constant_per(["checkpoint"], "step", "a checkpoint has one step"),
+), "exact full-vocabulary divergences between two engines serving one variant, per probe sequence and checkpoint "
+   "(matching.measure)")

@@ -47,6 +47,7 @@ SHIPPED = {
     "gpu/qwen3-30b-a3b.yaml": ("gpu-qwen3-30b-a3b", 18, "4170d60d62db", "a0734642aeb0", None, {}),  # gsm8k_home's files
     "gpu/qwen3-8b.yaml": ("gpu-qwen3-8b", 18, "3f88ac8290e4", "ee1a4f3d776f", None, {}),
     "matching-fixed-weights.yaml": ("matching-fixed-weights", 6, "42c7f7d38631", "28dd5d45d196", None, {}),
+    "matching-engines.yaml": ("matching-engines", 3, "6afb97ce3665", "a3e84406911b", None, {}),
     "microbatch-sweep.yaml": ("microbatch-sweep", 30, "5c62214447bf", "723807d0b15b", None, {}),
     "moe-grids-small.yaml": ("moe-grids-small", 32, "4a4681421fb5", "ed7d3f96ad06", None, {}),
     "moe-grids.yaml": ("moe-grids", 12, "5c41f1ec8fbb", "f41b38947f60", None, {}),

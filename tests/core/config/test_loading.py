@@ -220,6 +220,8 @@ def test_bad_model_spec_names_the_spec_file_and_field(tmp_path, field, value, ex
     ("{ablations: [{preset: all, engine_dtype: float16}]}", "matching.ablations.0.engine_dtype"),
     ("{ablations: [{preset: all, activation_rule: up}]}", "matching.ablations.0.activation_rule"),
     ("{ablations: [{preset: x, learner_forward: fp32}]}", "unknown preset 'x'"),
+    ("{ablations: [{preset: half, engine: sglang}]}", "preset 'half' with engine 'sglang': the SGLang engine cannot run"),
+    ("{ablations: [{preset: bf16-sampler, engine: trt}]}", "matching.ablations.0.engine"),
     ("{ablation_models: [qwen3-moe-tiny]}", "matching.ablation_models names ['qwen3-moe-tiny'], which no run"),
     ("{held_outs: 3}", "matching.held_outs"),
 ])

@@ -36,6 +36,7 @@ EXPECTED_RUNS = {
     "dense-matching-small.yaml": 16,
     "moe-grids-small.yaml": 32,
     "matching-fixed-weights.yaml": 6,
+    "matching-engines.yaml": 3,
     "nightly.yaml": 12,
     "verl-smoke.yaml": 8,
     "nightly-verl.yaml": 2,

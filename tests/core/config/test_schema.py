@@ -98,3 +98,23 @@ def test_the_defaults_measure_every_preset_from_the_warm_start_and_after_eight_s
     m = MatchingSection()
     assert m.presets == list(PRESETS) and m.steps == [0, 8] and m.ablations == []
     assert [v.name for v in m.variants()] == list(PRESETS)
+
+
+def test_an_ablation_on_sglang_is_a_variant_of_its_own_and_the_id_of_a_section_without_one_is_kept():
+    """``engine: sglang`` makes a variant (``bf16-sampler@sglang``: measured on SGLang, compared with its vLLM
+    twin); MXFP8 sampler layers are refused on it in one line; ``engine: vllm`` written out is the section
+    without it (the same id as before the field)."""
+    m = MatchingSection(presets=["bf16-sampler"], ablations=[{"preset": "bf16-sampler", "engine": "sglang"},
+                                                             {"preset": "bf16-e2e", "engine": "sglang",
+                                                              "engine_dtype": "float32"}])
+    assert [(v.name, v.engine, v.ablation) for v in m.variants()] == [
+        ("bf16-sampler", "vllm", False), ("bf16-sampler@sglang", "sglang", True),
+        ("bf16-e2e@sglang,engine=float32", "sglang", True)]
+    plain = MatchingSection(ablations=[{"preset": "all", "engine_dtype": "float32"}])
+    written = MatchingSection(ablations=[{"preset": "all", "engine_dtype": "float32", "engine": "vllm"}])
+    assert written.id() == plain.id() != MatchingSection(ablations=[{"preset": "bf16-sampler", "engine": "sglang"}]).id()
+    with pytest.raises(ValueError, match=r"preset 'all' with engine 'sglang': the SGLang engine cannot run schemes "
+                                         r"\['learner'\] on CPU"):
+        MatchingSection(ablations=[{"preset": "all", "engine": "sglang"}])
+    with pytest.raises(ValueError, match="ablations repeat a variant"):
+        MatchingSection(ablations=[{"preset": "bf16-sampler", "engine": "sglang"}] * 2)

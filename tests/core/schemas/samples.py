@@ -128,10 +128,19 @@ def matching_check_rows() -> list[dict]:
                      "requant/scale_bytes_differ/mlp": 0.004}]
 
 
+def matching_engine_rows() -> list[dict]:
+    where = {"checkpoint": "seed0/step0", "seed": 0, "step": 0, "variant": "bf16-sampler@sglang",
+             "reference": "bf16-sampler", "preset": "bf16-sampler", "engine": "sglang", "reference_engine": "vllm",
+             "rollouts": "bf16-sampler"}
+    return [where | {"source": src, "sequence": i, "positions": 10 if src == "held-out" else 4,
+                     "kl": 2e-4 * (i + 1), "kl_rev": 2.1e-4 * (i + 1), "js": 5e-5 * (i + 1)}
+            for src in ("held-out", "sampled") for i in range(2)]
+
+
 #: a valid table per schema
 BASES = {"steps": step_rows, "tokens": token_rows, "microbatches": microbatch_table, "kl_summary": kl_rows,
          "probe": probe_rows, "checks": check_table, "clean_syncs": clean_rows, "detection_matrix": matrix_rows,
-         "matching": matching_rows, "matching_checks": matching_check_rows}
+         "matching": matching_rows, "matching_checks": matching_check_rows, "matching_engines": matching_engine_rows}
 
 
 # -- mutations of a valid table ---------------------------------------------------------------------------

@@ -23,6 +23,11 @@ CASES = [
     ("matching_checks", set_(0, **{"check/W3": 2.0}), "check/W3", [0], "a verdict"),
     ("matching_checks", set_(1, variant="all"), "checkpoint", [0, 1], "one sync per checkpoint and variant"),
     ("matching_checks", set_(0, version=0), "version", [0], "a weight version"),
+    ("matching_engines", set_(1, kl=-1e-5), "kl", [1], "an exact KL divergence"),
+    ("matching_engines", set_(0, engine="vllm"), "engine", [0], "sglang"),
+    ("matching_engines", set_(0, reference_engine="sglang"), "reference_engine", [0], "vllm"),
+    ("matching_engines", set_(2, reference="all"), "reference", [2], "a variant has one vLLM twin"),
+    ("matching_engines", dup(0, 1), "checkpoint", [0, 1], "one row per sequence"),
 ]
 
 

@@ -20,7 +20,8 @@ def test_hand_made_tables_pass(name):
 
 def test_schemas_cover_every_table():
     assert set(SCHEMAS) == set(TABLES) == {"steps", "tokens", "microbatches", "kl_summary", "probe", "checks",
-                                           "clean_syncs", "detection_matrix", "matching", "matching_checks"}
+                                           "clean_syncs", "detection_matrix", "matching", "matching_checks",
+                                           "matching_engines"}
     assert all(s.strict is True for s in SCHEMAS.values())
     assert all(SCHEMAS[n].name == n and SCHEMAS[n].description == TABLES[n].doc for n in SCHEMAS)
 
