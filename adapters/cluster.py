@@ -66,7 +66,7 @@ def _asked(request: Mapping[str, float]) -> tuple[float, float, float]:
 
 def fit_problem(request: Mapping[str, float], cluster: Sequence[Node], where: str) -> str | None:
     """None when some node can host one run asking ``request`` (``num_cpus``, ``num_gpus``, ``memory`` in
-    bytes — :meth:`fp8rl_core.config.schema.ResourcesSection.ray_options`), else the message: what the run asks
+    bytes — :meth:`fp8rl_core.config.sweep.ResourcesSection.ray_options`), else the message: what the run asks
     for and what every node of ``where`` (e.g. "the Ray cluster at host:6379") has. A run must fit on *one* node (its engine and learner share a process)."""
     cpus, gpus, mem = _asked(request)
     for n in cluster:

@@ -28,7 +28,7 @@ from adapters import cluster, dispatch, engines, tracking  # noqa: E402
 from adapters.tracking import RunRow  # noqa: E402
 from flows import console  # noqa: E402
 from fp8rl_core.config.runs import Run, Sweep  # noqa: E402
-from fp8rl_core.config.schema import MatchingSection  # noqa: E402
+from fp8rl_core.config.sweep import MatchingSection  # noqa: E402
 from fp8rl_core.schedule import dispatch_order, engine_group  # noqa: E402
 from fp8rl_core.sampler.pool import release_all  # noqa: E402
 from fp8rl_core.verl.payload import NO_VERL_HOOKS, VerlHooks  # noqa: E402

@@ -24,7 +24,8 @@ from typing import Literal
 import torch
 
 from fp8rl_core.checks.runner import CheckPolicy, CheckRunner
-from fp8rl_core.config.schema import CheckpointRef, MatchingSection, RunConfig
+from fp8rl_core.config.schema import RunConfig
+from fp8rl_core.config.sweep import CheckpointRef, MatchingSection
 from fp8rl_core.learner.checkpoints import FP8RL_TOKENS, ProbeTokens, probe_tokens
 from fp8rl_core.learner.config import LearnerConfig
 from fp8rl_core.learner.learner import Learner

@@ -22,7 +22,7 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from fp8rl_core.config.schema import SweepConfig
+from fp8rl_core.config.sweep import SweepConfig
 from fp8rl_core.report import SweepData, interval_table, write_report
 from fp8rl_core.sampler.presets import PRESETS
 from fp8rl_core.schemas import validate

@@ -25,7 +25,8 @@ from fp8rl_core.checks import CheckRunner, check_rows
 from fp8rl_core.checks import matrix as fault_matrix
 from fp8rl_core.checks.alarm import alarm_numbers
 from fp8rl_core.checks.faults import fault as lookup_fault
-from fp8rl_core.config.schema import MatchingSection, RunConfig
+from fp8rl_core.config.schema import RunConfig
+from fp8rl_core.config.sweep import MatchingSection
 from fp8rl_core.learner.config import WarmStartConfig
 from fp8rl_core.learner.grpo import microbatch_rows
 from fp8rl_core.learner.spec import ModelSpec

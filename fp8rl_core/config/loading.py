@@ -1,5 +1,5 @@
 """Reading a sweep file: YAML (a key repeated in one mapping is an error), ``key=value`` overrides (the
-value parsed as YAML), validation into :class:`~fp8rl_core.config.schema.SweepConfig`; every error a
+value parsed as YAML), validation into :class:`~fp8rl_core.config.sweep.SweepConfig`; every error a
 :class:`ConfigError` that names the file, the dotted field and what would be valid.
 
 Overrides address the file: ``base.loop.steps=2``, ``axes.seed=[0]``; a key without ``base.``/``axes.``
@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from fp8rl_core.config.schema import SweepConfig
+from fp8rl_core.config.sweep import SweepConfig
 from fp8rl_core.errors import format_errors
 
 __all__ = ["ConfigError", "apply_overrides", "read_sweep", "set_dotted"]

@@ -1,4 +1,4 @@
-"""A sweep's runs: the expansion of a :class:`~fp8rl_core.config.schema.SweepConfig` into runs
+"""A sweep's runs: the expansion of a :class:`~fp8rl_core.config.sweep.SweepConfig` into runs
 (``base`` × the cartesian product of the ``axes`` in file order, ``per_model`` settings merged over
 ``base``), each a :class:`Run` with its stable id, name and tags, and the :class:`Sweep` that holds them.
 
@@ -26,7 +26,8 @@ from pydantic import ValidationError
 
 from fp8rl_core.config.loading import ConfigError, read_sweep, set_dotted
 from fp8rl_core.checks.runner import CheckPolicy
-from fp8rl_core.config.schema import RunConfig, SweepConfig
+from fp8rl_core.config.schema import RunConfig
+from fp8rl_core.config.sweep import SweepConfig
 from fp8rl_core.errors import format_errors
 from fp8rl_core.identity import content_hash, digest
 from fp8rl_core.learner.checkpoints import spec_problems

@@ -1,5 +1,5 @@
 """The learner layer's configs, in one light module (no torch model code, no transformers): what the
-experiment config (:mod:`fp8rl_core.config.schema`) builds, and the single home of their defaults.
+experiment config (:mod:`fp8rl_core.config.sections`) builds, and the single home of their defaults.
 
 * :class:`Recipe` — TE's MXFP8 recipe the MXFP8 layers run (:mod:`.mxfp8`),
 * :class:`GRPOConfig` — one GRPO update (:mod:`.grpo`),
@@ -7,7 +7,7 @@ experiment config (:mod:`fp8rl_core.config.schema`) builds, and the single home 
 * :class:`WarmStartConfig` — the supervised warm start (:mod:`.warmstart`).
 
 Defaults are declared here once; the experiment config's ``learner`` section takes its defaults from
-these classes (see :class:`fp8rl_core.config.schema.LearnerSection`).
+these classes (see :class:`fp8rl_core.config.sections.LearnerSection`).
 """
 
 from __future__ import annotations

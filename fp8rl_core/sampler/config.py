@@ -1,5 +1,5 @@
 """How the sampler's engine is built and samples (:class:`SamplerConfig`), in a light module: pydantic only —
-the experiment config (:mod:`fp8rl_core.config.schema`) validates it without importing vLLM or SGLang.
+the experiment config (:mod:`fp8rl_core.config.schema`, :class:`~fp8rl_core.config.schema.RunConfig`) validates it without importing vLLM or SGLang.
 ``engine`` names the engine (:mod:`fp8rl_core.sampler.engines`: vLLM's
 :class:`~fp8rl_core.sampler.vllm_engine.VllmSampler` by default, or SGLang's
 :class:`~fp8rl_core.sampler.sglang.engine.SglangSampler`); :func:`engine_key` says which of these fields make an

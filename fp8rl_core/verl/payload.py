@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from fp8rl_core.config.schema import ChecksSection, LearnerSection, known_preset
+from fp8rl_core.config.sections import ChecksSection, LearnerSection, known_preset
 from fp8rl_core.learner.spec import ModelSpec
 from fp8rl_core.sampler.config import SamplerConfig
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks

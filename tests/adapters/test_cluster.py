@@ -8,7 +8,7 @@ import os
 import pytest
 
 from adapters.cluster import ClusterError, Node, capacity, fit_problem, loopback_problem, preflight, verl_fit_problem, where
-from fp8rl_core.config.schema import ResourcesSection
+from fp8rl_core.config.sweep import ResourcesSection
 
 CPU_NODE = Node("a" * 56, "10.0.0.1", cpus=2, gpus=0, memory_gb=20.0)
 GPU_NODE = Node("b" * 56, "10.0.0.2", cpus=32, gpus=8, memory_gb=900.0)

@@ -114,7 +114,7 @@ def test_the_figures_follow_the_preset_axis_the_sweep_carried_or_logged_not_a_co
     """``fp8rl report`` takes the preset axis from the ``sweep.json`` of the reported expansion's parent
     run, the flow from the sweep config it holds; a ``configs/<sweep>.yaml`` in the working directory (here
     one with another axis) is not read."""
-    from fp8rl_core.config.schema import SweepConfig
+    from fp8rl_core.config.sweep import SweepConfig
 
     sweep = "dense-matching"
     monkeypatch.chdir(store)

@@ -11,7 +11,8 @@ import pytest
 
 from fp8rl_core.config.loading import ConfigError
 from fp8rl_core.config.runs import Sweep, run_id
-from fp8rl_core.config.schema import DataSection, RunConfig
+from fp8rl_core.config.schema import RunConfig
+from fp8rl_core.config.sections import DataSection
 from tests import gsm8k_data
 from tests.core.config.files import MODELS
 

@@ -15,7 +15,7 @@ import pytest
 
 from fp8rl_core.config.loading import ConfigError
 from fp8rl_core.config.runs import ID_NEUTRAL, Run, Sweep, run_id, run_name, run_tags, sweep_id
-from fp8rl_core.config.schema import LearnerSection
+from fp8rl_core.config.sections import LearnerSection
 from fp8rl_core.identity import digest
 from fp8rl_core.learner.spec import load_model_spec, spec_hash
 from fp8rl_core.sampler.presets import PRESETS

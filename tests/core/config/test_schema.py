@@ -8,7 +8,9 @@ import os
 import pytest
 
 from fp8rl_core.config.runs import run_id
-from fp8rl_core.config.schema import LearnerSection, MatchingSection, RunConfig
+from fp8rl_core.config.schema import RunConfig
+from fp8rl_core.config.sections import LearnerSection
+from fp8rl_core.config.sweep import MatchingSection
 from fp8rl_core.sampler.presets import PRESETS
 from tests.core.config.files import CONFIGS, ROOT, configs
 

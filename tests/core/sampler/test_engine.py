@@ -19,7 +19,7 @@ from fp8rl_core.learner.task import EOS
 from fp8rl_core.learner.warmstart import load_policy
 from fp8rl_core.loop import Pipeline, run_rl
 from fp8rl_core.checks.faults import Fault, fault
-from fp8rl_core.config.schema import ChecksSection
+from fp8rl_core.config.sections import ChecksSection
 from fp8rl_core.sampler.config import SamplerConfig, cpu_fp8_kv_support
 from fp8rl_core.sampler import pool
 from fp8rl_core.sampler.seam import SamplerError
