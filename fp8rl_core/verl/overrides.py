@@ -379,7 +379,7 @@ def _rollout_quantization(run: "RunConfig", payload: "VerlPayload") -> list[Over
     from fp8rl_core.sampler.presets import PRESETS
     from fp8rl_core.verl.payload import uses_fp8rl_method
 
-    v, preset = run.verl, PRESETS[run.preset]
+    preset = PRESETS[run.preset]
     if uses_fp8rl_method(run):
         qc = {"quant_method": "fp8rl", "layers": dict(sorted(payload.rollout_schemes.items())), "mx_grid": payload.mx_grid}
         kw = f"{_ROLLOUT}.engine_kwargs.vllm"
@@ -388,11 +388,12 @@ def _rollout_quantization(run: "RunConfig", payload: "VerlPayload") -> list[Over
             _o(f"{kw}.hf_overrides", {"quantization_config": qc}, "preset", append=True, why=_WHY_METHOD),
             _o(f"{kw}.worker_extension_cls", WORKER_EXTENSION, "backend", append=True, why=_WHY_EXTENSION),
         ]
-    if preset.sampler_layers == "none" and v.hardware != "cpu":
-        return []  # (on CPU a BF16 rollout loads with fp8rl's method too, every layer bf16, as the native sampler)
-    if preset.sampler_grid == "block128" and v.hardware != "cpu":
-        # verl's own FP8 rollout: BF16 sent, 128×128 requantized in the worker (Triton: GPUs only; on CPU fp8rl's
-        # method requantizes the BF16 views to the same blocks, as the native sampler does)
+    # (a vLLM rollout on CPU loads with fp8rl's method above for every preset: a BF16 one with every layer bf16,
+    # block FP8 requantized from the BF16 views by that method, as the native sampler does)
+    if preset.sampler_layers == "none":
+        return []
+    if preset.sampler_grid == "block128":
+        # verl's own FP8 rollout: BF16 sent, 128×128 requantized in the worker (Triton: GPUs only)
         return [_o(f"{_ROLLOUT}.quantization", "fp8", "preset", why=_WHY_METHOD)]
     # SGLang's MXFP8 method, loaded with fp8rl's bytes by fp8rl's loader (sampler.sglang)
     from fp8rl_core.sampler.sglang.loader import LOADER

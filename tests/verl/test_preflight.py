@@ -37,3 +37,26 @@ def test_fp8rl_run_refuses_an_owned_override_before_prefect_and_mlflow_start(tmp
     res = CliRunner().invoke(app, ["run", "configs/verl-smoke.yaml", *bad])
     assert res.exit_code == 1 and res.output.strip() == f"error: {REFUSED}"
     assert not (tmp_path / "mlflow.db").exists()
+
+
+SGLANG_CPU = ["axes.model=[qwen3-dense-mini]", "axes.preset=[bf16-sampler]", "verl.rollout=sglang"]
+
+
+def test_fp8rl_run_refuses_the_sglang_rollout_on_cpu_in_one_line_before_prefect_and_mlflow_start(tmp_path, monkeypatch):
+    import pytest
+
+    from flows.cli import app
+    from fp8rl_core.verl.preflight import SGLANG_CPU_STOP, check_rollout, preflight
+
+    with pytest.raises(ValueError) as e:
+        preflight(Sweep.load("configs/verl-smoke.yaml", SGLANG_CPU).runs)
+    assert str(e.value) == SGLANG_CPU_STOP and "\n" not in SGLANG_CPU_STOP
+    for run in Sweep.load("configs/verl-smoke.yaml", ["axes.model=[qwen3-dense-mini]"]).runs:  # vLLM on CPU: passes
+        check_rollout(run)
+    gpu = ["axes.seed=[0]", "axes.preset=[bf16-e2e,all]", "verl.rollout=sglang"]
+    for run in Sweep.load("configs/gpu/qwen3-8b.yaml", gpu).runs:  # on GPUs: passes
+        check_rollout(run)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    res = CliRunner().invoke(app, ["run", "configs/verl-smoke.yaml", *SGLANG_CPU])
+    assert res.exit_code == 1 and res.output.strip() == f"error: {SGLANG_CPU_STOP}"
+    assert not (tmp_path / "mlflow.db").exists()
