@@ -44,7 +44,8 @@ def test_fp8rl_run_refuses_an_owned_override_before_prefect_and_mlflow_start(tmp
 SGLANG_CPU = ["axes.model=[qwen3-dense-mini]", "axes.preset=[bf16-sampler]", "verl.rollout=sglang"]
 
 
-def test_fp8rl_run_refuses_the_sglang_rollout_on_cpu_in_one_line_before_prefect_and_mlflow_start(tmp_path, monkeypatch):
+def test_fp8rl_run_refuses_the_sglang_rollout_on_cpu_in_one_line_before_prefect_and_mlflow_start(tmp_path, monkeypatch,
+                                                                                               gsm8k_home):
     from flows.cli import app
     from fp8rl_core.verl.preflight import SGLANG_CPU_STOP, check_rollout, preflight
 
