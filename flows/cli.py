@@ -122,13 +122,14 @@ def verl_config(
 ) -> None:
     """Print verl's Hydra overrides for one run as `fp8rl run` launches it (each with the fp8rl field behind
     it), the payload its processes read (as comment lines), then verl's own ppo_trainer config composed from
-    the overrides and checked by verl's validation (docs/gpu.md)."""
+    the overrides and checked by verl's validation (docs/gpu.md); a run `fp8rl run` refuses (verl's SGLang
+    rollout on CPU) is shown too, with the refusal as a comment line."""
     from fp8rl_core.config.loading import ConfigError
     from fp8rl_core.config.runs import Sweep
     from fp8rl_core.verl.compose import VerlConfigError, check
     from fp8rl_core.verl.overrides import MAIN_PPO
     from fp8rl_core.verl.payload import PAYLOAD_ENV
-    from fp8rl_core.verl.preflight import check_scorers
+    from fp8rl_core.verl.preflight import check_rollout, check_scorers
     from tasks.verl_run import launch_overrides, launch_payload, payload_path, work_dir
 
     try:
@@ -144,6 +145,10 @@ def verl_config(
     from omegaconf import OmegaConf
 
     typer.echo(f"# run {index} of {len(runs)}: {run.config.model}, preset {run.config.preset}, seed {run.config.seed}")
+    try:  # a run verl cannot run here is still shown, as far as verl composes and validates it
+        check_rollout(run)
+    except ValueError as e:
+        typer.echo(f"# fp8rl run refuses this run before anything starts: {e}")
     what = "the dataset and the payload" if run.config.data.is_task else "the payload"  # a data section's files stay
     typer.echo(f"# fp8rl run writes {what} into {work_dir(sweep.name, run)} and runs: "
                f"python -m {MAIN_PPO} \\")

@@ -81,6 +81,9 @@ SLOW = frozenset({
     "verl/test_rollout.py",  # imports verl's vLLM rollout (vLLM itself), a fresh verl process (~2 min in all)
     "verl/test_platform.py",  # a fresh verl process per check, tiny Qwen3s on the grid (~85 s in all, loaded)
     "core/sampler/sglang/test_models.py",  # SGLang's model classes in .venv-sglang, a process per rank (~1-3 min in all)
+    "verl/test_preflight.py::test_verls_actor_worker_stops_where_the_refusal_says_importing_sglang",  # verl (~27 s)
+    "verl/test_preflight.py::test_sglang_does_not_import_beside_the_transformers_of_verls_venv",  # verl+SGLang (~22 s)
+    "verl/test_preflight.py::test_verls_weight_sync_of_cpu_tensors_stops_in_sglangs_serializer",  # SGLang (~22 s)
 })
 #: the tests that start verl's trainer (each a verl run or more, tests/BUDGET.md): the ``verl`` tier
 VERL = frozenset({

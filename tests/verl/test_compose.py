@@ -288,3 +288,30 @@ def test_saving_checkpoints_composes_and_passes_verls_validation():
     assert "All configuration checks passed successfully!" in printed
     assert (cfg.trainer.save_freq, cfg.trainer.default_local_dir, cfg.trainer.resume_mode) == (1, "/w/r/checkpoints", "disable")
     assert list(cfg.actor_rollout_ref.actor.checkpoint.save_contents) == ["hf_model"]
+
+
+def test_the_cpu_sglang_rollout_config_composes_and_passes_verls_validation_as_verl_config_shows_it():
+    """``verl.rollout: sglang`` on ``verl.hardware: cpu``: as far as verl's SGLang path goes here (fp8rl run refuses
+    it: fp8rl_core.verl.preflight.SGLANG_CPU_STOP) — verl composes and validates the config fp8rl generates, a BF16
+    preset's SGLang rollout with no quantization, and ``fp8rl verl-config`` shows it with the refusal."""
+    from flows.cli import app
+    from fp8rl_core.verl.overrides import SGLANG_CPU_SERVER
+    from fp8rl_core.verl.preflight import SGLANG_CPU_STOP
+
+    res = CliRunner().invoke(app, ["verl-config", "configs/verl-smoke.yaml", "axes.model=[qwen3-dense-mini]",
+                                   "axes.preset=[bf16-sampler]", "verl.rollout=sglang"])
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert f"# fp8rl run refuses this run before anything starts: {SGLANG_CPU_STOP}" in out.splitlines()
+    assert "actor_rollout_ref.rollout.name=sglang    # verl.rollout" in out and "trainer.device=cpu    # verl.hardware" in out
+    assert "engine_kwargs.sglang.quantization" not in out and "engine_kwargs.vllm" not in out  # BF16: SGLang's own
+    assert "+actor_rollout_ref.rollout.engine_kwargs.sglang.attention_backend=torch_native    # verl.hardware" in out
+    assert "VLLM_CPU" not in out
+    assert out.rstrip().endswith("All configuration checks passed successfully!")
+    run = Sweep.load("configs/verl-smoke.yaml", ["axes.model=[qwen3-dense-mini]", "axes.preset=[all]",
+                                                 "verl.rollout=sglang"]).runs[0]
+    cfg, _ = check(run, verl_overrides(run, data_dir="/w/r"))  # MXFP8: SGLang's method loaded by fp8rl's loader
+    kw = cfg.actor_rollout_ref.rollout.engine_kwargs.sglang
+    assert kw.quantization == "mxfp8" and list(kw.custom_weight_loader) == ["fp8rl_core.sampler.sglang.loader.load_weights"]
+    assert {k: kw[k] for k in SGLANG_CPU_SERVER} == SGLANG_CPU_SERVER and kw.max_total_tokens == 64 * 64
+    assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.SGLANG_USE_CPU_ENGINE == "1"

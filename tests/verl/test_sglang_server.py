@@ -1,0 +1,58 @@
+"""verl's SGLang rollout on CPU as far as it runs (fp8rl run refuses the whole: fp8rl_core.verl.preflight): verl
+0.9.1's own ``SGLangHttpServer`` launched with the rollout config fp8rl generates for ``verl.rollout: sglang`` on
+``verl.hardware: cpu``, in .venv-sglang's interpreter with verl's venv after it (tests/verl/sglang_server.py),
+generates through verl's ``generate``. An engine test (the ``checkpoints`` fixture); skipped without
+.venv-sglang. docs/gpu.md, verl on CPU."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from fp8rl_core.config.runs import Sweep
+from fp8rl_core.verl import verl_overrides
+from fp8rl_core.verl.compose import check
+from fp8rl_core.verl.data import write_model_dir
+
+from ..core.sampler.conftest import SPECS, checkpoints  # noqa: F401 (the fixture)
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = ROOT / ".venv-sglang" / "bin" / "python"
+
+pytestmark = pytest.mark.skipif(not PYTHON.exists(), reason=(
+    f"{PYTHON.relative_to(ROOT)} is absent: `make setup-sglang` builds the SGLang venv (`make test` builds it)"))
+
+
+def test_verls_sglang_server_starts_on_cpu_from_fp8rls_config_and_generates_with_verls_dummy_weights(
+        checkpoints, tmp_path):  # noqa: F811
+    model = write_model_dir(checkpoints["dense"], tmp_path / "model", SPECS["dense"].vocab_size)
+    run = Sweep.load("configs/verl-smoke.yaml", ["axes.model=[qwen3-dense-mini]", "axes.preset=[bf16-sampler]",
+                                                 "verl.rollout=sglang"]).runs[0]
+    cfg, _ = check(run, verl_overrides(run, data_dir=tmp_path, model_path=model))
+    OmegaConf.save(cfg.actor_rollout_ref.rollout, tmp_path / "rollout.yaml", resolve=True)
+    OmegaConf.save(cfg.actor_rollout_ref.model, tmp_path / "model.yaml", resolve=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "SGLANG_USE_CPU_ENGINE": "1"}
+    out = subprocess.run([str(PYTHON), str(Path(__file__).with_name("sglang_server.py")), sysconfig.get_paths()["purelib"],
+                          str(tmp_path / "rollout.yaml"), str(tmp_path / "model.yaml")],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=400)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["transformers"] == "5.6.0"  # .venv-sglang's, ahead of verl's venv's 5.19
+    assert res["server_args"] == {"device": "cpu", "attention_backend": "torch_native", "load_format": "dummy",
+                                  "enable_memory_saver": False}
+    assert len(res["token_ids"]) == 4 and res["stop_reason"] == "length"
+    assert all(0 <= t < SPECS["dense"].vocab_size for t in res["token_ids"])
+    # verl's hybrid rollout starts on dummy weights (its first sync brings the learner's: the stop of
+    # test_preflight.py::test_verls_weight_sync_of_cpu_tensors_stops_in_sglangs_serializer): near-zero logits, every
+    # sampled token at -ln(vocabulary)
+    for lp in res["log_probs"]:
+        assert lp == pytest.approx(-math.log(SPECS["dense"].vocab_size), abs=1e-3)
+    print(f"verl's SGLang server started in {res['start_s']:.1f} s", file=sys.stderr)
