@@ -2,7 +2,8 @@
 FP32 SGLang engine (SGLang 0.5.12's server in .venv-sglang, found by the flows' default and passed to the Ray
 worker), two RL steps, every check at every sync on the live engine — W7's probe against the learner's FP32
 function within 1e-4 (as tight as the engine tests' FP32 bound), the sampled tokens' log-probs too — the MLflow
-run FINISHED, a resume skipping it. Skipped where .venv-sglang is absent (`make setup-sglang`; `make test`
+run FINISHED, a resume skipping it; and a run whose sync kills SGLang's scheduler ending FAILED with the
+scheduler's log. Skipped where .venv-sglang is absent (`make setup-sglang`; `make test`
 builds it)."""
 
 from __future__ import annotations
@@ -95,3 +96,37 @@ def test_a_native_run_on_sglang_passes_every_check_at_every_sync_and_a_resume_sk
 
     again = mxfp8_sweep(SMOKE, RUN, report=False)
     assert [r.status for r in again] == ["SKIPPED (done)"] and again[0].mlflow_run == rows[0].mlflow_run
+
+
+def test_a_payload_that_kills_sglangs_scheduler_mid_run_ends_the_run_failed_with_the_schedulers_log(env, monkeypatch):
+    """The run's second training sync carries a planted payload (not a pickle) into SGLang's weight update: SGLang's
+    scheduler dies on it and nothing reaches the caller from SGLang itself; the engine's watch fails the sync,
+    and the run ends FAILED, promptly, with the scheduler's last log lines in its error and its last good
+    version (in-process, so the plant reaches the engine)."""
+    import base64
+    import time
+
+    from flows.pipelines import mxfp8_sweep
+    from fp8rl_core.sampler.sglang.engine import SglangSampler
+
+    original = SglangSampler.update_request
+
+    def planted(self, payloads, *, flush_cache, what):
+        if what == "load" and self.version == 1:  # the sync to version 2
+            payloads = [base64.b64encode(b"not a pickle").decode()] * len(payloads)
+        return original(self, payloads, flush_cache=flush_cache, what=what)
+
+    monkeypatch.setattr(SglangSampler, "update_request", planted)
+    args = ["axes.seed=[1]", *RUN[1:], "loop.steps=3"]  # another run than the test above's
+    t0 = time.time()
+    with pytest.raises(RuntimeError, match="1 of 1 runs failed: dense-mini·bf16-e2e·s1"):
+        mxfp8_sweep(SMOKE, args, inline=True, report=False)
+    assert time.time() - t0 < 300  # no call waited on the dead engine
+    c = tracking.client()
+    (run,) = [r for r in c.search_runs([c.get_experiment_by_name("smoke").experiment_id])
+              if r.info.run_name == "dense-mini·bf16-e2e·s1"]
+    assert run.info.status == "FAILED"
+    error = run.data.tags["error"]
+    assert error.startswith("SamplerDeadError: the SGLang engine exited with code ") and " during load " in error, error
+    assert "Scheduler hit an exception" in error, error  # the scheduler's own log lines
+    assert run.data.tags["last_good_version"] == "1"  # step 1's sync passed its checks; step 2's never landed
