@@ -48,27 +48,17 @@ class CorrectnessSection(BaseModel):
         default_factory=dict, description="backend verl: fault name → check switches turned off at a second plant "
         "of it (after the others, at a sync of its own): left to the behavioural alarm at the next sync")
 
-    @field_validator("faults")
+    @field_validator("faults", "blind_faults")
     @classmethod
-    def _known_faults(cls, v: list[str] | None) -> list[str] | None:
-        if v is not None:
+    def _known_faults(cls, v: list[str] | dict | None) -> list[str] | dict | None:
+        """Every fault named (the list's items, the mapping's keys) is in the catalogue."""
+        if v:
             from fp8rl_core.checks.faults import FAULTS
 
             known = [f.name for f in FAULTS]
             bad = [x for x in v if x not in known]
             if bad:
                 raise ValueError(f"unknown faults {bad}; valid: {', '.join(known)}")
-        return v
-
-    @field_validator("blind_faults")
-    @classmethod
-    def _known_blind(cls, v: dict) -> dict:
-        from fp8rl_core.checks.faults import FAULTS
-
-        known = [f.name for f in FAULTS]
-        bad = [x for x in v if x not in known]
-        if bad:
-            raise ValueError(f"unknown faults {bad}; valid: {', '.join(known)}")
         return v
 
     @field_validator("clean_syncs")

@@ -34,21 +34,34 @@ _WHERE = {
     "ablation": col("bool", doc="a switch differs from the preset as runs configure it"),
 }
 
+
+def _divergences(p: str, q: str) -> dict:
+    """A probe sequence's columns: its row, counted positions, and the sums over them of KL(p‖q), KL(q‖p), JS."""
+    return {
+        "sequence": col("int", ge(0, "a row index"), doc="row of the probe set (of its source)"),
+        "positions": col("int", ge(1, "a probe sequence scores at least one next token"), doc="counted positions"),
+        "kl": col("float", ge(0, "an exact KL divergence (a sum of them)"), FINITE, doc=f"Σ of KL({p}‖{q})"),
+        "kl_rev": col("float", ge(0, "an exact KL divergence (a sum of them)"), doc=f"Σ of KL({q}‖{p})"),
+        "js": col("float", ge(0, "a Jensen–Shannon divergence (a sum of them)"), FINITE, doc="Σ of JS"),
+    }
+
+
+#: the rules of a table of per-sequence divergences
+_PER_SEQUENCE = (
+    unique("checkpoint", "variant", "source", "sequence", optional=("run_id",), what="one row per sequence"),
+    rule("js ≤ ln 2 per position", "'js' must be ≤ ln 2 × 'positions' (JS is bounded by ln 2 nats per position)",
+         ("js", "positions"), lambda d: num(d, "js") > math.log(2) * num(d, "positions") + 1e-9),
+)
+
 MATCHING = Table("matching", {
     **_WHERE,
     "engine_dtype": col("str", isin(("bfloat16", "float32")), doc="the engine's compute dtype"),
     "learner_forward": col("str", isin(("training", "fp32")), doc="the learner side: training forward or fp32"),
     "activation_rule": col("str", doc="the sampler's activation E8M0 rule ('': the learner's)"),
     "source": col("str", isin(SOURCES), doc="held-out task sequence or the variant's own rollout"),
-    "sequence": col("int", ge(0, "a row index"), doc="row of the probe set (of its source)"),
-    "positions": col("int", ge(1, "a probe sequence scores at least one next token"), doc="counted positions"),
-    "kl": col("float", ge(0, "an exact KL divergence (a sum of them)"), FINITE, doc="Σ of KL(sampler‖learner)"),
-    "kl_rev": col("float", ge(0, "an exact KL divergence (a sum of them)"), doc="Σ of KL(learner‖sampler)"),
-    "js": col("float", ge(0, "a Jensen–Shannon divergence (a sum of them)"), FINITE, doc="Σ of JS"),
+    **_divergences("sampler", "learner"),
 }, (
-    unique("checkpoint", "variant", "source", "sequence", optional=("run_id",), what="one row per sequence"),
-    rule("js ≤ ln 2 per position", "'js' must be ≤ ln 2 × 'positions' (JS is bounded by ln 2 nats per position)",
-         ("js", "positions"), lambda d: num(d, "js") > math.log(2) * num(d, "positions") + 1e-9),
+    *_PER_SEQUENCE,
     constant_per(["variant"], "preset", "a variant has one preset"),
     constant_per(["checkpoint"], "step", "a checkpoint has one step"),
 ), "exact full-vocabulary divergences per probe sequence, variant and checkpoint (matching.measure)")
@@ -75,15 +88,9 @@ MATCHING_ENGINES = Table("matching_engines", {
     "reference_engine": col("str", isin(SAMPLER_ENGINES[:1]), doc="the twin's engine"),
     "rollouts": col("str", NONEMPTY, doc="whose rollouts the sampled rows score: the one of the two measured first"),
     "source": col("str", isin(SOURCES), doc="held-out task sequence or the rollouts of 'rollouts'"),
-    "sequence": col("int", ge(0, "a row index"), doc="row of the probe set (of its source)"),
-    "positions": col("int", ge(1, "a probe sequence scores at least one next token"), doc="counted positions"),
-    "kl": col("float", ge(0, "an exact KL divergence (a sum of them)"), FINITE, doc="Σ of KL(variant's engine‖vLLM)"),
-    "kl_rev": col("float", ge(0, "an exact KL divergence (a sum of them)"), doc="Σ of KL(vLLM‖variant's engine)"),
-    "js": col("float", ge(0, "a Jensen–Shannon divergence (a sum of them)"), FINITE, doc="Σ of JS"),
+    **_divergences("variant's engine", "vLLM"),
 }, (
-    unique("checkpoint", "variant", "source", "sequence", optional=("run_id",), what="one row per sequence"),
-    rule("js ≤ ln 2 per position", "'js' must be ≤ ln 2 × 'positions' (JS is bounded by ln 2 nats per position)",
-         ("js", "positions"), lambda d: num(d, "js") > math.log(2) * num(d, "positions") + 1e-9),
+    *_PER_SEQUENCE,
     constant_per(["variant"], "reference", "a variant has one vLLM twin"),
     constant_per(["checkpoint"], "step", "a checkpoint has one step"),
 ), "exact full-vocabulary divergences between two engines serving one variant, per probe sequence and checkpoint "
