@@ -150,7 +150,7 @@ def compare_presets(data: SweepData, baseline: str, candidate: str, *, metric: s
     cmp = compare_matched(m, n_boot=n_boot, level=level, seed=seed)
     if m.paired:
         by = "held-out probe sequence" if probe else "prompt"
-        how = f"paired by {by} over {m.n_units} sequences, {m.n_seeds} seeds"
+        how = f"paired by {by} over {m.n_units} sequences, {m.n_seeds} seed{'s' * (m.n_seeds != 1)}"
     else:
         differ = "seeds or probe batch size" if probe else "seeds, steps or batch shape"
         how = (f"unpaired ({baseline} and {candidate} differ in {differ}): "

@@ -31,17 +31,18 @@ def _history(run: str, key: str) -> dict[int, float]:
 
 
 def test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_check_passing_on_both_ranks(env):
-    """The dense mini's run here; the MoE mini's verl run at tp 2 is the fault series below
-    (clean syncs, tokens, the alarm and the checks on both ranks, experts included, in the same records), so the
-    sweep pays for one verl run, not two."""
+    """The dense mini's runs of claim (b)'s two presets here (`bf16-sampler`, `all`), so the report judges (b) from
+    verl's tokens and (c) over the on-grid syncs only; the MoE mini's verl run at tp 2 is the fault series below
+    (clean syncs, tokens, the alarm and the checks on both ranks, experts included, in the same records)."""
     from flows.pipelines import mxfp8_sweep
 
     # verl.overrides: a setting of verl's own (an entropy bonus in the actor's loss) applied after fp8rl's;
     # verl.save_checkpoints: the actor's HF model after every step, what the fixed-weights experiment below measures
-    args = ["axes.preset=[all]", "axes.model=[qwen3-dense-mini]", SHORT, *TP2, "verl.save_checkpoints=true",
+    args = ["axes.preset=[bf16-sampler, all]", "axes.model=[qwen3-dense-mini]", SHORT, *TP2, "verl.save_checkpoints=true",
             "verl.overrides=[actor_rollout_ref.actor.entropy_coeff=0.001]"]
     rows = mxfp8_sweep(VERL_SMOKE, args)
-    assert [(r.name, r.status) for r in rows] == [("dense-mini·all·s0", "FINISHED")]
+    assert [(r.name, r.status) for r in rows] == [("dense-mini·bf16-sampler·s0", "FINISHED"),
+                                                  ("dense-mini·all·s0", "FINISHED")]
     c = tracking.client()
     exp = c.get_experiment_by_name("verl-smoke")
     found = c.search_runs([exp.experiment_id])
@@ -50,7 +51,8 @@ def test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_c
     for row in rows:
         run = c.get_run(row.mlflow_run)
         assert run.info.status == "FINISHED" and run.data.tags["mlflow.parentRunId"] == parent.info.run_id
-        assert run.data.tags["backend"] == "verl" and run.data.tags["preset"] == "all"
+        preset = row.name.split("·")[1]
+        assert run.data.tags["backend"] == "verl" and run.data.tags["preset"] == preset
         # verl's own metrics, logged by verl's MLflow logger into fp8rl's run: two GRPO steps
         verl_k3 = _history(row.mlflow_run, "rollout_corr/k3_kl")
         assert sorted(verl_k3) == [1, 2] and sorted(_history(row.mlflow_run, "timing_s/update_weights")) == [1, 2]
@@ -76,9 +78,9 @@ def test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_c
         assert m["headline/kl_k3_micronats"] == pytest.approx(m["kl/k3"] * 1e6, rel=1e-3)
         table = pq.read_table(c.download_artifacts(row.mlflow_run, "tables/checks.parquet", str(env["root"]))).to_pylist()
         w2 = [t for t in table if t["condition"] == "W2"]
-        assert len(w2) == 3 and all("2 tensor-parallel ranks" in t["detail"] for t in w2)  # per-rank, both ranks
-        w6 = [t for t in table if t["condition"] == "W6"]  # the compute copy on both ranks
-        assert len(w6) == 3 and all("on 2 ranks" in t["detail"] for t in w6), w6
+        assert len(w2) == 3 and all("2 tensor-parallel ranks" in t["detail"] for t in w2), w2  # per-rank, both ranks
+        w6 = [t for t in table if t["condition"] == "W6"]  # the compute copy on both ranks (the on-grid layers)
+        assert len(w6) == 3 and all("on 2 ranks" in t["detail"] for t in w6 if preset == "all"), w6
         files = {f.path for f in c.list_artifacts(row.mlflow_run, "verl")}
         retried = "verl.retried" in run.data.tags  # a start that lost a port race is started once more, its log kept
         assert files == ({"verl/main_ppo.args", "verl/main_ppo.log", "verl/payload.json", "verl/config.yaml"}
@@ -94,7 +96,7 @@ def test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_c
     from fp8rl_core.sampler.pool import release_all
     from tests.core.test_matching import assert_every_sync_passed, fixed_weights_from
 
-    saved = sorted((env["root"] / "verl" / "verl-smoke").glob("*/checkpoints/global_step_*"),
+    saved = sorted((env["root"] / "verl" / "verl-smoke" / rows[1].run_id).glob("checkpoints/global_step_*"),
                    key=lambda d: int(d.name.rsplit("_", 1)[1]))
     assert [d.name for d in saved] == ["global_step_1", "global_step_2"]
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {f.name for f in (saved[-1] / "actor" / "huggingface").iterdir()}
@@ -104,13 +106,21 @@ def test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_c
         assert_every_sync_passed(sweep, res)
     finally:
         release_all()
-    # the report: the verl runs' tokens tables read like native runs' (no "(c) only" note); one preset per
-    # model here, so the KL claims are not tested by this sweep and the report says so
+    # the report: the verl runs' tokens tables read like native runs' (no "(c) only" note); claim (b) (`all`
+    # against `bf16-sampler`) from them, with its CI and sample size; claim (c) over `all`'s syncs only, the
+    # BF16 sampler's stated apart
     summary = (env["root"] / "reports" / "verl-smoke" / "summary.md").read_text()
     assert "(c)" in summary and "without a tokens table" not in summary
+    claims = [ln for ln in summary.splitlines() if ln.startswith("| (")]
+    (b,) = [ln for ln in claims if ln.startswith("| (b)") and "qwen3-dense-mini" in ln]
+    assert "| k3 all " in b and " vs bf16-sampler " in b and "(95% CI " in b, b
+    assert "paired by prompt over 32 sequences, 1 seed |" in b, b  # the sample size behind the ratio
+    (c,) = [ln for ln in claims if ln.startswith("| (c)")]
+    assert "| 3/3 W2 checks passed at the 3 syncs of 1 run on the learner's grid (all);" in c, c
+    assert "not counted in (c): BF16 sampler (bf16-sampler): 3 syncs of 1 run" in c, c
     # resume: FINISHED, skipped
     again = mxfp8_sweep(VERL_SMOKE, args, report=False)
-    assert [r.status for r in again] == ["SKIPPED (done)"]
+    assert [r.status for r in again] == ["SKIPPED (done)", "SKIPPED (done)"]
 
 
 def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_next_and_one_stops_verl(env):
