@@ -27,8 +27,9 @@ def verl_correctness(sweep: Sweep, wanted: list, mlflow_run: str, flow_run: str,
     **fault series**:
 
     - ``clean_syncs`` clean syncs, then each fault of ``blind_faults`` with the checks it names switched off
-      at its sync (``compute_copy``): it must be caught by the behavioural alarm at the next sync, the sync of
-      the first step whose rollouts ran on it (:func:`~fp8rl_core.verl.checking.alarm_verdict`); first, on
+      at its sync (``compute_copy``): it must be caught by W7 — its probe at that (full-tier) sync, or the
+      behavioural alarm at the next, the sync of the first step whose rollouts ran on it
+      (:func:`~fp8rl_core.verl.checking.alarm_verdict`); first, on
       the policy the warm start made, before the other plants' rollouts train it on faulted weights.
     - Then each fault of the worker's load (the faults verl's path can carry: ``load`` / ``post-load``; one
       declared on the dense mini acts on the linear layers on the grid, which the MoE mini has too) — on one
@@ -95,7 +96,7 @@ def verl_correctness(sweep: Sweep, wanted: list, mlflow_run: str, flow_run: str,
                     logger.info("fault %s (%s%s%s) at sync version %d: caught %s: %s; fired there: %s; repaired: %s",
                                 f.name, f.condition, "" if rank is None else f", rank {rank}",
                                 f"; {', '.join(off)} off" if off else "", version,
-                                "by the alarm at the next sync" if off else "there", v.caught_first, list(v.fired),
+                                "by W7 (its probe there or the alarm at the next sync)" if off else "there", v.caught_first, list(v.fired),
                                 v.repaired)
                     rows.append(v.as_row() | {"model": kind, "run": "series", "mlflow_run": row.mlflow_run,
                                               "checks_off": ",".join(off)})

@@ -5,7 +5,7 @@ fp8rl's checks, the tokens table captured in verl's trainer and its KL summary i
 report; resume) and the nightly correctness flow (worker faults planted through
 verl on the MoE mini, two on rank 1 only — a requantizing sampler, one expert's negated compute copy —, each
 caught at its sync and repaired at the next; the expert fault again with the compute-copy check off at its
-sync, caught by the behavioural alarm at the next; one fault stopping verl's trainer)."""
+sync, caught by W7 (its probe there, or the behavioural alarm at the next); one fault stopping verl's trainer)."""
 
 from __future__ import annotations
 
@@ -141,11 +141,12 @@ def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_ne
     assert sorted(r["version"] for r in rows.values()) == [2, 4, 6, 8, 10]
     assert all(r["caught_first"] and r["repaired"] for r in rows.values()), rows
     # one expert's compute copy negated on rank 1 with the compute-copy check off at its sync: nothing that
-    # reads the weights fires there (W7's probe may: it compares outputs), and the behavioural alarm fails the
-    # next sync, on the numbers of the first step whose rollouts ran on it
+    # reads the weights fires there
     blind = rows[("expert-copy-negated", "compute_copy")]
     assert (blind["version"], blind["condition"]) == (2, "W7") and not {"W1", "W2", "W6"} & set(blind["fired"].split(","))
-    assert blind["offenders"].startswith("step 3: ") and blind["caught_first"], blind
+    # W7 sees it: its probe at that full-tier sync, or the alarm on step 3's rollouts — the fault's k3 there
+    # varied from 0.003 to 1.56 between runs (how many sampled tokens the router sends to the negated expert)
+    assert blind["caught_first"] and blind["offenders"].startswith(("step 3: ", "probe ")), blind
     # a requantized rank's bytes: fp8rl's W2 and vLLM's own checksums both disagree there, naming rank 1
     floor = rows[("sampler-requantizes-floor", "")]
     assert (floor["version"], floor["rank"], floor["fired"]) == (4, 1, "W2,vllm_checksum") and floor["named_rank"], floor
