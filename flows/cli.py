@@ -77,7 +77,7 @@ def run(
 
     try:  # read, expanded and checked once, before Prefect and MLflow start: a bad config fails with only its message
         sweep = Sweep.load(config, overrides or [])
-        preflight(sweep.runs)  # a verl run's dataset scorers and verl.overrides, by the installed verl
+        preflight(sweep.runs)  # a dataset's scorers (either backend), verl.overrides: by the installed verl
         engines.sglang_python(sweep.runs)  # a run on SGLang: its venv's interpreter, or the one line saying how
     except (ConfigError, ValueError) as e:
         raise _fail(str(e)) from None

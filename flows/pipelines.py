@@ -53,7 +53,7 @@ def _flow_run() -> str:
 
 @flow(name="experiment", log_prints=True)
 def experiment(run: Run, sweep: str = "adhoc", sweep_id: str = "adhoc", mlflow_run: str | None = None) -> RunRow:
-    """One run (as :meth:`fp8rl_core.config.runs.Sweep.load` expanded it): warm start → sampler-grid setup →
+    """One run (as :meth:`fp8rl_core.config.runs.Sweep.load` expanded it): warm start (or ``model_path``) → sampler-grid setup →
     (train step → weight sync → checks) × steps → KL and timing extraction → record. Returns the run's row
     with its summary metrics. ``mlflow_run``: the MLflow run the sweep opened for it (SCHEDULED; on Ray the
     sweep opens runs before dispatch), else a new one."""
@@ -64,9 +64,9 @@ def experiment(run: Run, sweep: str = "adhoc", sweep_id: str = "adhoc", mlflow_r
     tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run})
     try:
         with tracking.ending(mlflow_run), tracking.captured_logs(mlflow_run):
-            ckpt = stages.warm_start_checkpoint(run.spec.model_dump(mode="json"),
-                                                cfg.warmstart.model_dump(mode="json"), WARMSTART_CACHE)
-            setup = stages.setup_sampler_grid(key, cfg, ckpt)
+            ckpt = cfg.model_path or stages.warm_start_checkpoint(run.spec.model_dump(mode="json"),
+                                                                  cfg.warmstart.model_dump(mode="json"), WARMSTART_CACHE)
+            setup = stages.setup_sampler_grid(key, cfg, str(Path(ckpt).expanduser().resolve()))
             tracking.log_json(mlflow_run, "layers.json", {k: setup[k] for k in ("learner_layers", "sampler_schemes")})
             tracking.log_json(mlflow_run, "config.json", cfg.model_dump(mode="json"))
             tracking.log_metrics(mlflow_run, {"time/setup_s": setup["setup_s"],
@@ -96,8 +96,8 @@ def experiment(run: Run, sweep: str = "adhoc", sweep_id: str = "adhoc", mlflow_r
 @flow(name="fixed-weights", log_prints=True)
 def fixed_weights(run: Run, matching: MatchingSection, sweep: str = "adhoc", sweep_id: str = "adhoc",
                   mlflow_run: str | None = None) -> RunRow:
-    """One fixed-weights matching run (a sweep with a ``matching`` section): warm start → the checkpoints
-    (the warm start, the learner after each of ``matching.steps`` RL steps; or the ``matching.checkpoints``
+    """One fixed-weights matching run (a sweep with a ``matching`` section): warm start (or ``model_path``) →
+    the checkpoints (it, the learner after each of ``matching.steps`` RL steps; or the ``matching.checkpoints``
     named, without a warm start) → every variant synced in at each, W1–W7, exact KL on the paired probe set →
     record. Returns the run's row with its summary metrics."""
     cfg, key = run.config, run.id
@@ -106,7 +106,7 @@ def fixed_weights(run: Run, matching: MatchingSection, sweep: str = "adhoc", swe
         mlflow_run = _open(run, sweep, sweep_id, flow_run)
     tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run})
     with tracking.ending(mlflow_run), tracking.captured_logs(mlflow_run):
-        ckpt = None if matching.checkpoints is not None else stages.warm_start_checkpoint(
+        ckpt = None if matching.checkpoints is not None else cfg.model_path or stages.warm_start_checkpoint(
             run.spec.model_dump(mode="json"), cfg.warmstart.model_dump(mode="json"), WARMSTART_CACHE)
         for i, ref in enumerate(matching.checkpoints or ()):  # what the run id hashes: the path and its weights
             tracking.set_tag(mlflow_run, f"checkpoint.{i}", f"{ref.name}: {ref.path} (weights {ref.weights})")

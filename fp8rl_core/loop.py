@@ -30,7 +30,8 @@ from fp8rl_core.learner.config import LearnerConfig
 from fp8rl_core.learner.grpo import RolloutBatch
 from fp8rl_core.learner.learner import Learner
 from fp8rl_core.learner.patterns import gemm_layers
-from fp8rl_core.learner.task import EOS, PAD, AdditionTask
+from fp8rl_core.learner.dataset import DatasetTask
+from fp8rl_core.learner.task import AdditionTask
 from fp8rl_core.learner.warmstart import load_policy
 from fp8rl_core.sampler.config import SamplerConfig
 from fp8rl_core.sampler.engines import start_sampler
@@ -39,6 +40,9 @@ from fp8rl_core.sampler.presets import PRESETS, Preset, sampler_schemes
 from fp8rl_core.sampler.seam import Sampler
 from fp8rl_core.sync.export import SyncError, export_weights
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
+
+#: what the loop trains on: fp8rl's addition task or a user's dataset (prompts, reward, EOS and pad ids)
+Task = AdditionTask | DatasetTask
 
 __all__ = ["LoopResult", "Pipeline", "rollout_and_learn", "run_rl", "start_pipeline", "sync_weights"]
 
@@ -122,7 +126,7 @@ class LoopResult:
     tokens: list[dict] = field(default_factory=list)
 
 
-def rollout_and_learn(pipe: Pipeline, task: AdditionTask, step: int, *, prompts_per_step: int, seed: int = 0,
+def rollout_and_learn(pipe: Pipeline, task: Task, step: int, *, prompts_per_step: int, seed: int = 0,
                       max_new_tokens: int | None = None, microbatches: list | None = None) -> tuple[dict, list[dict]]:
     """One rollout on the sampler and one learner step on it: (the step's row so far, its token rows).
     ``microbatches``: when given, the step's per-micro-batch timings
@@ -134,12 +138,14 @@ def rollout_and_learn(pipe: Pipeline, task: AdditionTask, step: int, *, prompts_
             f"{learner.version}; a rollout must run on the learner's current weights (W5)"
         )
     g = learner.cfg.grpo.group_size
-    max_new = max_new_tokens or task.answer_len + 1
+    max_new = max_new_tokens or task.max_new_tokens
     prompts = task.prompts(prompts_per_step, seed=seed * 1_000_003 + step, split="train")
-    roll = sampler.generate(prompts.prompt_ids, g, max_new, seed=seed * 7919 + step * 104729, eos_id=EOS, pad_id=PAD)
-    rewards = task.reward(prompts.repeat_interleave(g), roll.completion_ids * roll.completion_mask)
+    roll = sampler.generate(prompts.prompt_ids, g, max_new, seed=seed * 7919 + step * 104729, eos_id=task.eos_id,
+                            pad_id=task.pad_id, prompt_mask=prompts.prompt_mask)
+    group = prompts.repeat_interleave(g)
+    rewards = task.reward(group, torch.where(roll.completion_mask.bool(), roll.completion_ids, task.pad_id))
     batch = RolloutBatch(roll.prompt_ids, roll.completion_ids, roll.completion_mask, rewards,
-                         roll.sampler_logprobs, version=roll.version)
+                         roll.sampler_logprobs, version=roll.version, prompt_mask=group.prompt_mask)
     t0 = time.perf_counter()
     res = learner.step(batch)
     learner_s = time.perf_counter() - t0
@@ -190,7 +196,7 @@ def sync_weights(pipe: Pipeline, hooks: SyncHooks = NO_HOOKS) -> dict:
 
 def run_rl(
     pipe: Pipeline,
-    task: AdditionTask,
+    task: Task,
     steps: int,
     *,
     prompts_per_step: int,

@@ -31,7 +31,7 @@ from fp8rl_core.learner.config import WarmStartConfig
 from fp8rl_core.learner.grpo import microbatch_rows
 from fp8rl_core.learner.spec import ModelSpec
 from fp8rl_core.learner.warmstart import is_complete, warm_start, warmstart_key
-from fp8rl_core.loop import Pipeline, rollout_and_learn, start_pipeline, sync_weights
+from fp8rl_core.loop import Pipeline, Task, rollout_and_learn, start_pipeline, sync_weights
 from fp8rl_core.metrics import summarize_steps
 from fp8rl_core.metrics.probe import probe_divergence, probe_interval
 from fp8rl_core.metrics.summary import run_kl_summary
@@ -44,13 +44,14 @@ from fp8rl_core.vocabulary import ENGINE_CHECKSUM, KL_RUN_METRICS, TIMING_COLUMN
 from adapters import tracking
 
 __all__ = ["LIVE", "MEASURED", "extract_kl_timing", "fixed_weights", "invariant_checks", "record_fixed_weights",
-           "record_run", "record_step", "setup_sampler_grid", "train_step", "warm_start_checkpoint", "weight_sync"]
+           "record_run", "record_step", "run_task", "setup_sampler_grid", "train_step", "warm_start_checkpoint", "weight_sync"]
 
 
 @dataclass
 class LiveRun:
     cfg: RunConfig
     pipe: Pipeline
+    task: Task | None = None  # what the run trains on (run_task); None: the warm start's addition task
     steps: list[dict] = field(default_factory=list)
     tokens: list[dict] = field(default_factory=list)
     checks: list[dict] = field(default_factory=list)
@@ -93,13 +94,23 @@ def warm_start_checkpoint(spec: dict, warmstart: dict, cache_root: str) -> str:
     return str(res.path)
 
 
+def run_task(cfg: RunConfig) -> Task:
+    """What the run trains on: the addition task (``warmstart.task``), or its ``data`` files from the
+    checkpoint's tokenizer, scored as a verl run of the config scores (:func:`fp8rl_core.verl.reward.scorer`)."""
+    if cfg.data.is_task:
+        return cfg.warmstart.task
+    from fp8rl_core.verl.reward import scorer
+
+    return cfg.dataset_task(scorer(cfg.data.reward))
+
+
 def _start_live(key: str, cfg: RunConfig, checkpoint: str, **pipeline_args) -> Pipeline:
     """Start the run's pipeline (learner + engine) and its check runner; register them in LIVE."""
     pipe = start_pipeline(checkpoint, cfg.preset, learner=cfg.learner_config(), sampler_cfg=cfg.sampler,
                           **pipeline_args)
     runner = check_runner(cfg)
     runner.start(pipe.samplers)
-    LIVE[key] = LiveRun(cfg, pipe, runner=runner)
+    LIVE[key] = LiveRun(cfg, pipe, task=run_task(cfg), runner=runner)
     return pipe
 
 
@@ -118,7 +129,7 @@ def train_step(key: str, step: int) -> dict:
     live = _live(key)
     t0 = time.perf_counter()
     timings: list = []
-    row, tokens = rollout_and_learn(live.pipe, live.cfg.warmstart.task, step,
+    row, tokens = rollout_and_learn(live.pipe, live.task or live.cfg.warmstart.task, step,
                                     prompts_per_step=live.cfg.loop.prompts_per_step, seed=live.cfg.seed,
                                     microbatches=timings)
     live.tokens.extend(tokens)
@@ -180,7 +191,8 @@ def extract_kl_timing(key: str) -> dict:
     run_row = live.kl_summary[-1]
     kl = {f"kl/{m}": float(run_row[m]) for m in KL_RUN_METRICS}
     kl |= {f"kl/{k}": float(v) for k, v in run_row.items() if k.endswith(("_lo", "_hi"))}
-    probe = cfg.warmstart.task.prompts(cfg.metrics.probe_sequences, seed=cfg.seed + 70_001, split="eval").sequences
+    probe = (cfg.warmstart.task.prompts(cfg.metrics.probe_sequences, seed=cfg.seed + 70_001, split="eval").sequences
+             if cfg.data.is_task else cfg.check_probe(cfg.metrics.probe_sequences))  # a dataset: its val prompts
     div = probe_divergence(live.pipe.sampler, live.pipe.learner, probe)
     meta = {"run_id": key, "preset": cfg.preset, "model": cfg.model, "seed": cfg.seed}
     per_sequence = div.pop("per_sequence")
@@ -355,7 +367,8 @@ MEASURED: dict[str, matching.MatchingMeasurement] = {}
 @task(name="fixed-weights", cache_policy=NO_CACHE)
 def fixed_weights(key: str, cfg: RunConfig, section: MatchingSection, checkpoint: str | None) -> dict:
     """The run's checkpoints and every variant measured at each (:func:`fp8rl_core.matching.run_matching`;
-    ``checkpoint``: the warm start, None where the section names its checkpoints), with a log line per RL step
+    ``checkpoint``: the warm start or ``model_path``, None where the section names its checkpoints; a run with a
+    dataset trains and probes on it), with a log line per RL step
     and per sync; the measurement stays in :data:`MEASURED`. Returns its size."""
     logger = get_run_logger()
     total = len(section.variants(cfg.model)) * section.measured()
@@ -371,7 +384,8 @@ def fixed_weights(key: str, cfg: RunConfig, section: MatchingSection, checkpoint
         logger.info("%d/%d %s at %s: checks %s (%.0f s)", len(done), total, row["variant"], row["checkpoint"],
                     "passed" if row["passed"] else f"FAILED {row['failed']}", time.perf_counter() - t0)
 
-    res = matching.run_matching(checkpoint, cfg, section, on_step=step, on_sync=synced)
+    res = matching.run_matching(checkpoint, cfg, section, on_step=step, on_sync=synced,
+                                task=None if cfg.data.is_task else run_task(cfg))
     MEASURED[key] = res
     return {"rows": len(res.rows), "syncs": len(res.checks), "engines": res.engines, "seconds": time.perf_counter() - t0}
 

@@ -81,9 +81,9 @@ def work_dir(sweep: str, run: Run) -> Path:
 
 
 def model_dir(sweep: str, run: Run) -> Path | None:
-    """verl's ``model.path`` for a run without ``verl.model_path`` (its warm start with the task tokenizer,
-    written by :func:`prepare_model`); None where ``verl.model_path`` names the checkpoint."""
-    return work_dir(sweep, run) / "model" if run.config.verl.model_path is None else None
+    """verl's ``model.path`` for a run without ``model_path`` (its warm start with the task tokenizer,
+    written by :func:`prepare_model`); None where ``model_path`` names the checkpoint."""
+    return work_dir(sweep, run) / "model" if run.config.model_path is None else None
 
 
 def payload_path(sweep: str, run: Run) -> Path:
@@ -109,7 +109,7 @@ def launch_overrides(run: Run, sweep: str, payload: VerlPayload, *, mlflow_run_i
 
 def prepare_model(run: Run, sweep: str, cache_root: str | Path) -> Path | None:
     """The run's warm start (trained once, then reused from ``cache_root``) as verl's model directory, for
-    a run without ``verl.model_path``; None otherwise."""
+    a run without ``model_path``; None otherwise."""
     target = model_dir(sweep, run)
     if target is None:
         return None

@@ -4,7 +4,7 @@ Tiers. Every test gets its markers here, from where it lives and what it uses â€
 test file, so a new test lands in the right tier by itself:
 
 ``engine``  starts real vLLM or SGLang engines: every test under ``tests/core/sampler/``, and any test elsewhere that
-            uses the engine fixtures of ``tests/core/sampler/conftest.py``.
+            uses the engine fixtures of ``tests/core/sampler/conftest.py`` or is listed in :data:`ENGINE_TESTS`.
 ``flow``    runs Prefect flows with real engines and MLflow stores: every test under ``tests/flows/``,
             and the tracking server's (``tests/adapters/test_tracking_server.py``).
 ``verl``    starts verl's own trainer end to end: the tests in :data:`VERL` (``flow`` tests too).
@@ -43,6 +43,10 @@ BY_FOLDER = {"engine": ("core/sampler/", "bench/test_engine.py"),
              "flow": ("flows/", "adapters/test_tracking_server.py"), "upstream": ("upstream/",)}
 #: fixtures that start engines: a test using one is an engine test wherever it lives
 ENGINE_FIXTURES = frozenset({"engines", "checkpoints"})
+#: tests that start engines on a model of their own (not the engine fixtures'): engine tests wherever they live
+ENGINE_TESTS = frozenset({
+    "core/test_matching.py::test_a_run_with_a_dataset_is_measured_on_its_validation_prompts",  # the GSM8K checkpoint
+})
 #: files that do not get their folder's marker: path â†’ marker
 EXCEPT = {"flows/test_cli.py": "flow", "flows/test_terminal_table.py": "flow", "flows/test_deployment_file.py": "flow",
           "core/sampler/test_quiet.py": "engine",
@@ -87,7 +91,7 @@ SLOW = frozenset({
 })
 #: the tests that start verl's trainer (each a verl run or more, tests/BUDGET.md): the ``verl`` tier
 VERL = frozenset({
-    "flows/test_verl.py::test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_check_passing_on_both_ranks",
+    "flows/test_verl.py::test_a_verl_sweep_trains_a_users_gsm8k_data_with_tokens_of_every_step_and_every_check_passing_on_both_ranks",
     "flows/test_verl.py::test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_next_and_one_stops_verl",
 })
 #: fixtures that make every test using them slow
@@ -109,9 +113,9 @@ def tiers_of(path: str, name: str, fixtures: frozenset[str] | set[str]) -> set[s
     """The markers of the test ``name`` in the file ``path`` (relative to tests/) that uses ``fixtures``."""
     out = {m for m, folders in BY_FOLDER.items() if path.startswith(folders)}
     out.discard(EXCEPT.get(path, ""))
-    if ENGINE_FIXTURES & set(fixtures):
-        out.add("engine")
     base = name.split("[", 1)[0]
+    if ENGINE_FIXTURES & set(fixtures) or f"{path}::{base}" in ENGINE_TESTS:
+        out.add("engine")
     folders = {p for p in SLOW if p.endswith("/")}
     if path in SLOW or f"{path}::{base}" in SLOW or path.startswith(tuple(folders)) or SLOW_FIXTURES & set(fixtures):
         out.add("slow")
@@ -247,3 +251,34 @@ def gsm8k_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
         gsm8k_data.write_gsm8k_home(home)
     monkeypatch.setenv("HOME", str(home))
     return home
+
+
+@pytest.fixture(scope="session")
+def gsm8k_experiment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A user's own experiment, written by the test: GSM8K-format ``train``/``val`` files (48 + 16 problems), a
+    ``model`` checkpoint fine-tuned briefly on the training problems with its own BPE tokenizer
+    (tests.gsm8k_data.write_checkpoint: sampled answers right about a third of the time) and the
+    ``models_dir`` holding its spec (``gsm8k-dense-mini``). Built once per pytest run (either xdist worker: into a
+    temporary folder, renamed when complete). ``overrides``: the config overrides that run it."""
+    import shutil
+    import tempfile
+
+    from tests import gsm8k_data
+
+    root = run_wide_dir(tmp_path_factory, "gsm8k-experiment")
+    done = root / "built"
+    if not done.is_dir():
+        tmp = Path(tempfile.mkdtemp(dir=root))
+        items = gsm8k_data.problems(64)
+        gsm8k_data.write_checkpoint(tmp / "model", tmp / "models", items[:48], steps=70)
+        gsm8k_data.write_dataset(tmp / "data", 48, 16)
+        try:
+            tmp.rename(done)
+        except OSError:  # the other worker published first: its copy is the same bytes
+            shutil.rmtree(tmp, ignore_errors=True)
+    paths = {"model": done / "model", "models_dir": done / "models", "train": done / "data" / "train.parquet",
+             "val": done / "data" / "val.parquet"}
+    paths["overrides"] = [f"base.models_dir={paths['models_dir']}", "axes.model=[gsm8k-dense-mini]",
+                          f"data.train={paths['train']}", f"data.val={paths['val']}", "data.max_response_length=24",
+                          "sampler.max_model_len=96"]
+    return paths

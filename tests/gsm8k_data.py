@@ -114,3 +114,53 @@ def write_gsm8k_home(home: str | Path, n_train: int = 64, n_test: int = 16) -> P
     train, val = write_dataset(Path(home) / "data" / "gsm8k", n_train, n_test)
     val.rename(val.with_name("test.parquet"))
     return Path(home)
+
+
+def write_checkpoint(directory: str | Path, models_dir: str | Path, items: list[Problem], *, vocab_size: int = 1000,
+                     steps: int = 150, seed: int = 0) -> Path:
+    """A checkpoint a dataset run trains from: ``directory`` with a tiny Qwen3 (``gsm8k-dense-mini``, the dense
+    mini's shape with room for the chat-templated prompts: 128 positions; its spec written to ``models_dir``),
+    the BPE tokenizer trained on ``items`` (:func:`train_tokenizer`) and weights fine-tuned on their chat-templated
+    prompts and solutions for ``steps`` Adam steps (loss on the solution and ``<|im_end|>`` only), so sampled
+    answers are sometimes right and verl's scorer gives a group differing rewards. Deterministic in ``seed``."""
+    import torch
+    import yaml
+    from transformers import AutoTokenizer
+
+    from fp8rl_core.learner.models import build_model
+    from fp8rl_core.learner.spec import ModelSpec
+
+    mini = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "models" / "qwen3-dense-mini.yaml").read_text())
+    spec_dict = mini | {"name": "gsm8k-dense-mini", "max_position_embeddings": 128}
+    models_dir = Path(models_dir)
+    models_dir.mkdir(parents=True, exist_ok=True)
+    (models_dir / "gsm8k-dense-mini.yaml").write_text(yaml.safe_dump(spec_dict, sort_keys=False))
+    directory = train_tokenizer(corpus(items), directory, vocab_size)
+    tok = AutoTokenizer.from_pretrained(str(directory))
+    seqs, starts = [], []
+    for p in items:
+        prompt = tok.apply_chat_template([{"role": "user", "content": f"{p.question} {INSTRUCTION}"}],
+                                         add_generation_prompt=True, tokenize=False)
+        ids = tok(prompt, add_special_tokens=False)["input_ids"]
+        starts.append(len(ids))
+        seqs.append(ids + tok(p.solution, add_special_tokens=False)["input_ids"] + [tok.eos_token_id])
+    width = max(map(len, seqs))
+    ids = torch.tensor([s + [tok.pad_token_id] * (width - len(s)) for s in seqs])
+    target = ids.clone()
+    for i, (s, n) in enumerate(zip(starts, map(len, seqs))):
+        target[i, :s] = -100
+        target[i, n:] = -100
+    model = build_model(ModelSpec(**spec_dict), seed)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):
+        for _ in range(steps):
+            batch = torch.randint(0, len(seqs), (16,), generator=g)
+            loss = model(input_ids=ids[batch], labels=target[batch]).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    model.eval()
+    model.save_pretrained(directory)
+    return directory

@@ -9,7 +9,7 @@ line naming the file, the column and what would be valid; :func:`file_sha256` is
 of a run's id: a changed file is a new run); :func:`longest_prompt` counts the longest prompt's tokens with a
 tokenizer's ``tokenizer.json`` — the messages' contents only, a lower bound of what verl feeds (its chat
 template adds tokens; :func:`tokenizer_file` finds the file without a download); draws W7's probe batch from the validation file (:func:`probe_batch`, the same tokenization); :func:`parse_reward`
-resolves a user's scoring function (``path/to/file.py:function`` or ``module:function``) and checks it takes
+(:func:`reward_function`: the function itself) resolves a user's scoring function (``path/to/file.py:function`` or ``module:function``) and checks it takes
 verl's arguments. Results are memoized by file, size and modification time. docs/configs.md, "The data".
 """
 
@@ -20,7 +20,7 @@ import hashlib
 from pathlib import Path
 
 __all__ = ["REQUIRED", "REWARD_ARGS", "check_file", "file_sha256", "longest_prompt", "parse_reward", "probe_batch",
-           "reward_target", "tokenizer_file"]
+           "reward_function", "reward_target", "tokenizer_file"]
 
 #: the columns every row needs besides the prompt column: verl's reward manager reads them
 REQUIRED = ("data_source", "reward_model")
@@ -156,6 +156,13 @@ def reward_target(spec: str) -> tuple[str, str]:
 def parse_reward(spec: str) -> tuple[str, str]:
     """:func:`reward_target` of ``spec``, after checking that the function exists and takes verl's arguments
     (:data:`REWARD_ARGS`) as keywords — importing the file or module: a ``ValueError`` of one line otherwise."""
+    reward_function(spec)
+    return reward_target(spec)
+
+
+def reward_function(spec: str):
+    """The scoring function ``spec`` names (``path/to/file.py:function`` or ``module:function``), imported and
+    checked to take verl's arguments (:data:`REWARD_ARGS`) as keywords: a ``ValueError`` of one line otherwise."""
     import importlib
     import importlib.util
     import inspect
@@ -184,4 +191,4 @@ def parse_reward(spec: str) -> tuple[str, str]:
     except TypeError:
         raise ValueError(f"{spec!r}: {name}{inspect.signature(fn)} cannot take verl's arguments "
                          f"({', '.join(REWARD_ARGS)}) as keywords") from None
-    return path, name
+    return fn

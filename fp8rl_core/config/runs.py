@@ -50,6 +50,11 @@ ID_NEUTRAL: dict[str, dict[str, object]] = {
 }
 
 
+#: fields moved after run ids were first issued: hashed where they were then (field → its old section, which
+#: is in the run's dump when the field was there: ``verl.model_path`` of a verl run), so a run keeps its id
+ID_PLACED: dict[str, str] = {"model_path": "verl"}
+
+
 def run_id(run: RunConfig, spec: ModelSpec | None = None) -> str:
     """Stable id of a run: 12 hex digits of the content hash of its resolved config (less the
     :data:`ID_NEUTRAL` fields at their neutral values) and the *contents* of its model spec (``spec``, else
@@ -57,6 +62,11 @@ def run_id(run: RunConfig, spec: ModelSpec | None = None) -> str:
     an older architecture)."""
     spec = run.spec() if spec is None else spec
     dump = run.model_dump(mode="json", exclude={"models_dir"})
+    for name, section in ID_PLACED.items():
+        if isinstance(dump.get(section), dict):
+            dump[section][name] = dump.pop(name)
+        elif dump.get(name) is None:
+            del dump[name]
     for section, fields in ID_NEUTRAL.items():
         part = dump.get(section)
         if isinstance(part, dict):

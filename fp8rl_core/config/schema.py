@@ -17,6 +17,7 @@ from fp8rl_core.checks.runner import CheckPolicy
 from fp8rl_core.config.sections import (ChecksSection, DataSection, LearnerSection, LoopSection, MetricsSection,
                                         VerlSection, known_preset)
 from fp8rl_core.learner.config import LearnerConfig, WarmStartConfig
+from fp8rl_core.learner.dataset import DatasetTask
 from fp8rl_core.learner.spec import ModelSpec, load_model_spec
 from fp8rl_core.sampler.config import SamplerConfig, sglang_refusal
 from fp8rl_core.sampler.presets import PRESETS
@@ -30,6 +31,9 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model: str = "qwen3-dense-tiny"
+    model_path: str | None = Field(None, description="the checkpoint the run trains from: a Hugging Face directory "
+                                   "(config.json, weights, its tokenizer) or hub id, of the architecture `model` "
+                                   "names; None: the run's own warm start of `model` on the addition task")
     preset: str = "all"
     seed: int = Field(0, ge=0)
     warmstart: WarmStartConfig = WarmStartConfig()
@@ -61,10 +65,11 @@ class RunConfig(BaseModel):
         """The W7 probe batch's problems: ``checks.probe_sequences`` held-out task prompts with their answers."""
         return self.warmstart.task.prompts(self.checks.probe_sequences, seed=self.seed + 90_001, split="eval")
 
-    def check_probe(self):
+    def check_probe(self, n: int | None = None):
         """The W7 probe batch, a [B, T] tensor of token ids: a dataset run's validation prompts tokenized by its
-        checkpoint's tokenizer where that is on this machine (:func:`.dataset.probe_batch`), otherwise
-        :meth:`check_prompts` as sequences (the task's ids); :meth:`probe_source` says which."""
+        checkpoint's tokenizer where that is on this machine (:func:`.dataset.probe_batch`; ``n`` of them, None:
+        ``checks.probe_sequences``), otherwise :meth:`check_prompts` as sequences (the task's ids);
+        :meth:`probe_source` says which."""
         import torch
 
         from fp8rl_core.config.dataset import probe_batch
@@ -72,8 +77,17 @@ class RunConfig(BaseModel):
         tok = self._probe_tokenizer()
         if tok is None:
             return self.check_prompts().sequences
-        return torch.tensor(probe_batch(self.data.val, self.data.prompt_key, str(tok), self.checks.probe_sequences,
+        return torch.tensor(probe_batch(self.data.val, self.data.prompt_key, str(tok), n or self.checks.probe_sequences,
                                         self.sampler.max_model_len), dtype=torch.long)
+
+    def dataset_task(self, score) -> DatasetTask:
+        """The native loop's task of a dataset run (``data.train``): its files, the checkpoint's tokenizer
+        (``model_path``), its lengths, scored by ``score`` (verl's reward signature)."""
+        d = self.data
+        if d.is_task:
+            raise ValueError("the run trains the addition task (warmstart.task), not a dataset")
+        return DatasetTask(d.train, d.val, d.prompt_key, self.model_path, d.prompt_length(self.sampler.max_model_len, 0),
+                           d.max_response_length, score)
 
     def probe_source(self) -> str:
         """Where :meth:`check_probe` draws from: ``data.val`` or ``task``."""
@@ -82,9 +96,9 @@ class RunConfig(BaseModel):
     def _probe_tokenizer(self) -> Path | None:
         from fp8rl_core.config.dataset import tokenizer_file
 
-        if self.data.val is None or self.verl is None or self.verl.model_path is None:
+        if self.data.val is None or self.model_path is None:
             return None
-        return tokenizer_file(self.verl.model_path)
+        return tokenizer_file(self.model_path)
 
     def spec_path(self) -> Path:
         p = Path(self.model)
@@ -111,7 +125,10 @@ class RunConfig(BaseModel):
     def _combination(self, info: ValidationInfo) -> "RunConfig":
         if (self.backend == "verl") != (self.verl is not None):
             raise ValueError(f"backend = {self.backend!r} {'needs a' if self.verl is None else 'takes no'} 'verl' section "
-                             "(model_path, hardware, gpus_per_node, tensor_parallel, ...; fields: fp8rl_core/config/sections.py VerlSection)")
+                             "(hardware, gpus_per_node, tensor_parallel, ...; fields: fp8rl_core/config/sections.py VerlSection)")
+        if self.model_path is None and self.verl is not None and self.verl.hardware != "cpu":
+            raise ValueError(f"model_path is required on verl.hardware {self.verl.hardware!r} (a hub id or a directory "
+                             "with config.json); only hardware: cpu trains the run's own warm start")
         if self.sampler.engine == "sglang":
             self._sglang_fits()
         spec = self.spec((info.context or {}).get("specs"))  # validated with a sweep's expansion: its specs
@@ -151,22 +168,27 @@ class RunConfig(BaseModel):
                              "the SGLang engine keeps its KV cache in sampler.dtype; use kv_cache_dtype: auto")
 
     def _data_fits(self) -> None:
-        """A dataset (``data.train``): trained by verl only, on a checkpoint with its own tokenizer, its lengths
-        within ``sampler.max_model_len``, its longest prompt within ``data.max_prompt_length`` where the
-        checkpoint's ``tokenizer.json`` is on this machine (docs/configs.md, "The data")."""
+        """A dataset (``data.train``): trained from ``model_path``, a checkpoint with its own tokenizer, its
+        lengths within ``sampler.max_model_len``, its longest prompt within ``data.max_prompt_length`` where the
+        checkpoint's ``tokenizer.json`` is on this machine; a native run from ``model_path`` trains a dataset
+        (docs/configs.md, "The data")."""
         d = self.data
-        if d.is_task and d.reward is None:
-            return
-        what = "data.train" if not d.is_task else "data.reward"
-        if self.backend == "native":
-            raise ValueError(f"{what} with backend: native: the native learner trains fp8rl's addition task with its "
-                             "own 16-token tokenizer and reward, not a dataset; use backend: verl (with verl.model_path: "
-                             "a checkpoint and its tokenizer)")
         if d.is_task:
+            if self.backend == "native" and self.model_path is not None:
+                raise ValueError("model_path with backend: native needs data.train and data.val: the native loop "
+                                 "trains a checkpoint on a dataset scored by its data_source (the addition task "
+                                 "runs on the run's own warm start: leave model_path unset)")
+            if self.backend == "native" and d.reward is not None:
+                raise ValueError("data.reward with the addition task and backend: native: the native loop scores "
+                                 "the task with its own reward; set data.train and data.val, or leave data.reward unset")
             return
-        if self.verl.model_path is None:
-            raise ValueError("data.train needs verl.model_path (a checkpoint directory or hub id with its tokenizer): "
+        if self.model_path is None:
+            raise ValueError("data.train needs model_path (a checkpoint directory or hub id with its tokenizer): "
                              "the run's own warm start has the addition task's 16-token vocabulary")
+        if self.backend == "native" and not (Path(self.model_path).expanduser() / "config.json").is_file():
+            raise ValueError(f"model_path {self.model_path!r}: no checkpoint directory (config.json) here; the native "
+                             "loop trains a local directory (a hub id: download it first, e.g. `hf download "
+                             f"{self.model_path} --local-dir <dir>`, and give the directory)")
         total = d.prompt_length(self.sampler.max_model_len, 0) + d.max_response_length
         if total > self.sampler.max_model_len or total <= d.max_response_length:
             raise ValueError(f"data.max_prompt_length + data.max_response_length = {total} tokens does not fit "
@@ -174,7 +196,7 @@ class RunConfig(BaseModel):
                              "lower them")
         from fp8rl_core.config.dataset import longest_prompt, tokenizer_file
 
-        tok = tokenizer_file(self.verl.model_path)
+        tok = tokenizer_file(self.model_path)
         if tok is not None:
             limit = d.prompt_length(self.sampler.max_model_len, 0)
             for field in ("train", "val"):

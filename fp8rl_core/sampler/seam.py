@@ -24,7 +24,19 @@ from fp8rl_core.sampler.config import SamplerConfig
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 from fp8rl_core.sync.ranks import RankCheck
 
-__all__ = ["Rollout", "Sampler", "SamplerDeadError", "SamplerError", "SyncTiming", "engine_config"]
+__all__ = ["Rollout", "Sampler", "SamplerDeadError", "SamplerError", "SyncTiming", "engine_config", "prompt_rows"]
+
+
+def prompt_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor | None = None) -> list[list[int]]:
+    """The prompts an engine is given: each row of ``prompt_ids`` [B, P] without its left padding
+    (``prompt_mask`` [B, P]: 1 on a prompt's tokens, which end each row; None: every token is the prompt's)."""
+    rows = prompt_ids.tolist()
+    if prompt_mask is None:
+        return [[int(t) for t in r] for r in rows]
+    if tuple(prompt_mask.shape) != tuple(prompt_ids.shape):
+        raise ValueError(f"prompt_mask has shape {tuple(prompt_mask.shape)}, prompt_ids {tuple(prompt_ids.shape)}")
+    real = prompt_mask.sum(-1).tolist()
+    return [[int(t) for t in r[len(r) - int(k):]] for r, k in zip(rows, real)]
 
 
 class SamplerError(RuntimeError):
@@ -166,9 +178,10 @@ class Sampler(ABC):
     # -- generation ---------------------------------------------------------------------------------
     @abstractmethod
     def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int,
-                 pad_id: int = 0, temperature: float | None = None) -> Rollout:
+                 pad_id: int = 0, temperature: float | None = None, prompt_mask: torch.Tensor | None = None) -> Rollout:
         """``n`` completions per prompt row (rows grouped per prompt), with each sampled token's log-prob
-        (log-softmax of the logits before temperature: what the learner computes)."""
+        (log-softmax of the logits before temperature: what the learner computes). Prompts of different lengths
+        come left-padded, ``prompt_mask`` marking their tokens (:func:`prompt_rows`)."""
 
     @abstractmethod
     def prompt_logprobs(self, sequences: torch.Tensor, *, full: bool = False) -> torch.Tensor:

@@ -131,10 +131,10 @@ class ServerSampler(Sampler):
         return self.workers.check_ranks(expected, self.version, full=full)
 
     def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int,
-                 pad_id: int = 0, temperature: float | None = None) -> Rollout:
+                 pad_id: int = 0, temperature: float | None = None, prompt_mask: torch.Tensor | None = None) -> Rollout:
         return self.workers.generate(prompt_ids, n, max_tokens, seed=seed, eos_id=eos_id, pad_id=pad_id,
                                      temperature=self.cfg.temperature if temperature is None else temperature,
-                                     version=self.version)
+                                     version=self.version, prompt_mask=prompt_mask)
 
     def prompt_logprobs(self, sequences: torch.Tensor, *, full: bool = False) -> torch.Tensor:
         return self.workers.prompt_logprobs(sequences, full=full)

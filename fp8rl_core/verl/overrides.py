@@ -65,7 +65,8 @@ _RESERVED = {"true", "false", "null", "none", "nan", "inf"}
 FIELD = "field"
 #: the fp8rl config's top-level fields (:class:`~fp8rl_core.config.schema.RunConfig`): a source under one of them
 #: names the field a user sets instead of verl's key
-_FIELDS = ("model", "preset", "seed", "warmstart", "learner", "sampler", "loop", "checks", "metrics", "data", "verl")
+_FIELDS = ("model", "model_path", "preset", "seed", "warmstart", "learner", "sampler", "loop", "checks", "metrics", "data",
+           "verl")
 
 
 @dataclass(frozen=True)
@@ -270,9 +271,9 @@ def _fp8rl_overrides(expanded: "Run", payload: "VerlPayload", *, experiment: str
     put("model_engine", "dp" if cpu else "megatron", "verl.hardware")
     put("algorithm.adv_estimator", "grpo", "backend", why=_WHY_GRPO)
     put("critic.enable", False, "backend", why=_WHY_GRPO)
-    # the checkpoint verl trains: verl.model_path, else the run's warm start with the task tokenizer in the
+    # the checkpoint verl trains: model_path, else the run's warm start with the task tokenizer in the
     # run's folder (fp8rl_core.verl.data.write_model_dir)
-    put(f"{_MODEL}.path", str(model_path or v.model_path or data_dir / "model"), "verl.model_path")
+    put(f"{_MODEL}.path", str(model_path or run.model_path or data_dir / "model"), "model_path")
     put(f"{_MODEL}.external_lib", EXTENSION, "backend", why=_WHY_LIB)
     # cluster and parallelism
     put("trainer.nnodes", v.nnodes, "verl.nnodes")

@@ -1,12 +1,12 @@
-"""A ``backend: verl`` sweep checked against the installed verl before anything starts (``fp8rl run`` calls
+"""A sweep checked against the installed verl before anything starts (``fp8rl run`` calls
 :func:`preflight` after reading the config, before Prefect and MLflow; ``fp8rl verl-config`` too).
 
 What the config layer cannot check without verl (:mod:`fp8rl_core.config.dataset` checks the files):
 
 - a run with ``verl.rollout: sglang`` on ``verl.hardware: cpu`` is refused (:func:`check_rollout`): verl's
   SGLang path stops on CPU at the point :data:`SGLANG_CPU_STOP` names (docs/gpu.md, verl on CPU);
-- a dataset scored by verl's built-in scorers (``data.reward`` unset): every ``data_source`` of its files has a
-  scorer in the installed verl's ``default_compute_score`` (:func:`check_scorers`);
+- a dataset scored by verl's built-in scorers (``data.reward`` unset), in a run of either backend: every
+  ``data_source`` of its files has a scorer in the installed verl's ``default_compute_score`` (:func:`check_scorers`);
 - a run with ``verl.overrides``: fp8rl's overrides and the user's composed by verl's own Hydra config and
   checked by verl's validation (:func:`fp8rl_core.verl.compose.check`); a key fp8rl owns is refused first
   (:func:`fp8rl_core.verl.overrides.user_overrides`).
@@ -73,20 +73,20 @@ def check_scorers(run: "Run") -> None:
 
 
 def preflight(runs: Iterable["Run"]) -> None:
-    """:func:`check_rollout` of every verl run, :func:`check_scorers` of every run with a dataset, and verl's
+    """:func:`check_scorers` of every run with a dataset (either backend), :func:`check_rollout` of every verl run and verl's
     composition and validation of every run with ``verl.overrides`` (the scorers once per distinct dataset; the
     composition per run, since a run's preset and sizes enter verl's config beside its overrides). Raises
     ``ValueError`` (a :class:`~fp8rl_core.verl.compose.VerlConfigError` from verl's checks)."""
     scored: set[tuple] = set()
     for run in runs:
         cfg = run.config
+        files = (cfg.data.train, cfg.data.val, cfg.data.reward, tuple(sorted((cfg.data.sha256 or {}).items())))
+        if not cfg.data.is_task and files not in scored:  # either backend: the native loop scores with them too
+            scored.add(files)
+            check_scorers(run)
         if cfg.backend != "verl":
             continue
         check_rollout(run)
-        files = (cfg.data.train, cfg.data.val, cfg.data.reward, tuple(sorted((cfg.data.sha256 or {}).items())))
-        if not cfg.data.is_task and files not in scored:
-            scored.add(files)
-            check_scorers(run)
         if cfg.verl.overrides:
             from fp8rl_core.verl.compose import check
             from fp8rl_core.verl.overrides import verl_overrides

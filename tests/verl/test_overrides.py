@@ -241,7 +241,7 @@ def test_a_dataset_becomes_verls_data_and_reward_keys(tmp_path):
 
     model = gsm8k_data.train_tokenizer(gsm8k_data.corpus(gsm8k_data.problems(32)), tmp_path / "model", 400)
     train, val = gsm8k_data.write_dataset(tmp_path / "gsm8k", 16, 4)
-    data = [f"verl.model_path={model}", f"data.train={train}", f"data.val={val}", "data.max_response_length=200",
+    data = [f"model_path={model}", f"data.train={train}", f"data.val={val}", "data.max_response_length=200",
             "sampler.max_model_len=1024"]
     d = as_dict(verl_overrides(gpu_run("qwen3-8b", "all", *data), data_dir="/w/r"))
     assert d["data.train_files"] == str(train.resolve()) and d["data.val_files"] == str(val.resolve())

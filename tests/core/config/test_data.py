@@ -36,7 +36,8 @@ base:
   models_dir: {MODELS}
   model: qwen3-dense-mini
   backend: verl
-  verl: {{hardware: cpu, model_path: {model_dir}}}
+  model_path: {model_dir}
+  verl: {{hardware: cpu}}
   sampler: {{max_model_len: 384}}
   data: {{train: {train}, val: {val}, max_response_length: 128}}
 {extra}""")
@@ -126,13 +127,31 @@ def test_a_prompt_longer_than_the_prompt_length_is_one_line_with_its_row_and_tok
     assert "= 528 tokens does not fit sampler.max_model_len = 384" in error(path, "data.max_prompt_length=400")
 
 
-def test_the_native_backend_refuses_a_dataset_naming_what_to_use(tmp_path, model_dir, data):
+def test_a_dataset_needs_a_checkpoint_and_a_native_checkpoint_needs_a_dataset(tmp_path, model_dir, data):
     path = sweep_file(tmp_path, model_dir, *data)
-    msg = error(path, "backend=native", "verl=null")
-    assert msg == (f"{path}: base: data.train with backend: native: the native learner trains fp8rl's addition task "
-                   "with its own 16-token tokenizer and reward, not a dataset; use backend: verl (with verl.model_path: "
-                   "a checkpoint and its tokenizer)")
-    assert "needs verl.model_path" in error(path, "verl.model_path=null")
+    assert error(path, "model_path=null") == (
+        f"{path}: base: data.train needs model_path (a checkpoint directory or hub id with its tokenizer): the run's "
+        "own warm start has the addition task's 16-token vocabulary")
+    # natively: a dataset from a local checkpoint directory loads (tests/flows/test_pipelines.py runs one); a
+    # folder without config.json (here: the tokenizer only), a checkpoint without a dataset, or a scorer for the
+    # addition task is refused
+    native = ["backend=native", "verl=null"]
+    assert error(path, *native) == (
+        f"{path}: base: model_path '{model_dir}': no checkpoint directory (config.json) here; the native loop trains "
+        f"a local directory (a hub id: download it first, e.g. `hf download {model_dir} --local-dir <dir>`, and give "
+        "the directory)")
+    import shutil
+
+    ckpt = shutil.copytree(model_dir, tmp_path / "checkpoint")
+    (ckpt / "config.json").write_text("{}")
+    assert Sweep.load(path, [*native, f"model_path={ckpt}"]).runs[0].config.backend == "native"
+    msg = error(path, "backend=native", "verl=null", "data.train=null", "data.val=null", "data.max_response_length=null")
+    assert msg == (f"{path}: base: model_path with backend: native needs data.train and data.val: the native loop trains "
+                   "a checkpoint on a dataset scored by its data_source (the addition task runs on the run's own warm "
+                   "start: leave model_path unset)")
+    assert "data.reward with the addition task and backend: native" in error(
+        path, "backend=native", "verl=null", "model_path=null", "data.train=null", "data.val=null",
+        "data.max_response_length=null", "data.reward=fp8rl_core.verl.reward:compute_score")
 
 
 def test_a_dataset_needs_both_files_and_a_response_length(tmp_path, model_dir, data):
@@ -159,7 +178,7 @@ def test_a_user_reward_function_is_resolved_and_checked(tmp_path, model_dir, dat
     # the addition task with backend: native takes fp8rl's own reward only
     plain = tmp_path / "native.yaml"
     plain.write_text(f"sweep: n\nbase: {{models_dir: {MODELS}, model: qwen3-dense-mini}}\n")
-    assert "data.reward with backend: native" in error(plain, f"data.reward={good}:score")
+    assert "data.reward with the addition task and backend: native" in error(plain, f"data.reward={good}:score")
 
 
 def test_verl_overrides_must_be_hydra_overrides(tmp_path, model_dir, data):
@@ -199,7 +218,7 @@ def test_the_w7_probe_of_a_dataset_run_is_its_validation_prompts_in_the_checkpoi
     assert probe.shape[1] == t > 8 and probe.tolist() == [r[:t] for r in ids]
     assert int(probe.max()) < Tokenizer.from_file(str(model_dir / "tokenizer.json")).get_vocab_size()
     # no tokenizer on this machine (a hub id not cached): the task's sequences, and the run says so
-    hub = run.model_copy(update={"verl": run.verl.model_copy(update={"model_path": "acme/not-cached"})})
+    hub = run.model_copy(update={"model_path": "acme/not-cached"})
     assert hub.probe_source() == "task" and hub.check_probe().tolist() == run.check_prompts().sequences.tolist()
     # the addition task's runs keep their probe
     task = RunConfig(model="qwen3-dense-mini", models_dir=str(MODELS))

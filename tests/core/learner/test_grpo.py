@@ -77,6 +77,37 @@ def test_completion_logprobs_ignore_padding():
     assert torch.allclose(lp, batch.sampler_logprobs, atol=1e-4)
 
 
+def test_left_padded_prompts_give_each_rows_unpadded_logprobs_and_the_same_step():
+    """Prompts of different lengths, left-padded with a prompt mask (a dataset's batch): each row's completion
+    log-probs are those of the row alone without padding (positions count from its first prompt token, as an
+    engine given the unpadded prompt counts them), and a GRPO step on the padded batch is the step on the
+    rows' own."""
+    model = tiny_model().eval()
+    batch = rollout(model)
+    cut = torch.tensor([0, 2, 5]).repeat_interleave(4)  # each group's prompt loses its first 0, 2 or 5 tokens
+    mask = (torch.arange(6).unsqueeze(0) >= cut.unsqueeze(1)).long()
+    padded = torch.where(mask.bool(), batch.prompt_ids, 0)
+    lp = completion_logprobs(model, padded, batch.completion_ids, batch.completion_mask, mask)
+    for i in range(padded.shape[0]):
+        n, c = int(batch.completion_mask[i].sum()), int(cut[i])
+        one = completion_logprobs(model, batch.prompt_ids[i : i + 1, c:], batch.completion_ids[i : i + 1, :n],
+                                  batch.completion_mask[i : i + 1, :n])
+        assert torch.allclose(lp[i, :n], one[0], atol=1e-5), i
+    assert not torch.allclose(lp, completion_logprobs(model, padded, batch.completion_ids, batch.completion_mask),
+                              atol=1e-3)  # without the mask the pads would count as prompt tokens
+    cfg = GRPOConfig(group_size=4, tokens_per_microbatch=40)
+    stepped = []
+    for b in (RolloutBatch(padded, batch.completion_ids, batch.completion_mask, batch.rewards, lp.detach(), prompt_mask=mask),):
+        m = copy.deepcopy(model)
+        res = grpo_step(m, torch.optim.SGD(m.parameters(), lr=0.1), b, cfg, version=0)
+        assert res.microbatches and sum(t.real_tokens for t in res.microbatches) == int(mask.sum() + batch.completion_mask.sum())
+        stepped.append(torch.cat([p.detach().flatten() for p in m.parameters()]))
+    whole = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert not torch.equal(stepped[0], whole)
+    with pytest.raises(ValueError, match=r"RolloutBatch.prompt_mask has shape \(12, 5\), expected \[12, 6\]"):
+        RolloutBatch(padded, batch.completion_ids, batch.completion_mask, batch.rewards, lp, prompt_mask=mask[:, 1:]).validate(4)
+
+
 def test_microbatching_gives_the_full_batch_update():
     base = tiny_model()
     batch = rollout(base)

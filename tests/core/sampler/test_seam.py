@@ -15,7 +15,7 @@ import torch
 from fp8rl_core.config.schema import RunConfig
 from fp8rl_core.sampler.config import SamplerConfig
 from fp8rl_core.sampler.engines import DEFAULT_ENGINE, ENGINES, engine_class, start_sampler
-from fp8rl_core.sampler.seam import Sampler, SamplerError
+from fp8rl_core.sampler.seam import Sampler, SamplerError, prompt_rows
 from fp8rl_core.sampler.sglang.engine import SglangSampler
 from fp8rl_core.sampler.vllm_engine import VllmChannel, VllmSampler
 from fp8rl_core.verl.checking import ServerSampler
@@ -119,3 +119,13 @@ def _engine_calls(path: Path) -> set[str]:
 def test_the_loop_the_sync_and_the_checks_call_only_the_seam(module):
     calls = _engine_calls(ROOT / module)
     assert calls and calls <= OPERATIONS | ATTRIBUTES, (module, sorted(calls - OPERATIONS - ATTRIBUTES))
+
+
+def test_an_engine_is_given_each_prompt_without_its_left_padding():
+    ids = torch.tensor([[0, 0, 7, 8], [5, 6, 7, 8], [0, 9, 0, 3]])
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1], [0, 1, 1, 1]])
+    # the mask, not the pad id, says where a prompt starts: a pad id inside a prompt stays
+    assert prompt_rows(ids, mask) == [[7, 8], [5, 6, 7, 8], [9, 0, 3]]
+    assert prompt_rows(ids) == ids.tolist()  # no mask: prompts of equal length
+    with pytest.raises(ValueError, match=r"prompt_mask has shape \(3, 3\), prompt_ids \(3, 4\)"):
+        prompt_rows(ids, mask[:, 1:])

@@ -30,7 +30,8 @@ class LocalSampler:
         self.learner = learner
         self.version = 0
 
-    def generate(self, prompt_ids, n, max_new, *, seed, eos_id, pad_id):
+    def generate(self, prompt_ids, n, max_new, *, seed, eos_id, pad_id, prompt_mask=None):
+        assert prompt_mask is None, "the addition task's prompts are of one length"
         t0 = time.perf_counter()
         prompts = prompt_ids.repeat_interleave(n, 0)
         ids, mask, lp = sample_completions(self.learner.model, prompts, max_new, eos_id=eos_id, pad_id=pad_id,
