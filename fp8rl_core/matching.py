@@ -7,9 +7,10 @@ sequences. Each configuration (:class:`Variant`: a preset, and for the ablation 
 the learner side's forward and the sampler's activation rule) gets each checkpoint through the normal sync
 path (export → :meth:`Sampler.sync` → W1–W7 at the full tier); then its KL on held-out sequences (common to
 every variant) and on its own rollouts (each variant draws one completion per probe prompt with one sampling
-seed, so completions are paired by prompt). The checkpoints: the run's warm start and RL steps from it, or
-the section's named ones (HF directories, a verl run's saved checkpoints: :mod:`fp8rl_core.learner.checkpoints`,
-the probes spelled in their vocabulary). The statistics: :mod:`fp8rl_core.metrics.matching`; the protocol and
+seed, so completions are paired by prompt). The checkpoints: the run's warm start (or ``model_path``) and RL
+steps from it, or the section's named ones (HF directories, a verl run's saved checkpoints:
+:mod:`fp8rl_core.learner.checkpoints`, the task's probes spelled in their vocabulary). A run with a dataset
+draws its probes from ``data.val`` instead (:func:`dataset_probe_set`). The statistics: :mod:`fp8rl_core.metrics.matching`; the protocol and
 what each ablation switch removes: docs/fixed-weights.md.
 """
 
@@ -28,19 +29,21 @@ from fp8rl_core.config.schema import RunConfig
 from fp8rl_core.config.sweep import CheckpointRef, MatchingSection
 from fp8rl_core.learner.checkpoints import FP8RL_TOKENS, ProbeTokens, probe_tokens
 from fp8rl_core.learner.config import LearnerConfig
+from fp8rl_core.learner.dataset import DatasetTask
 from fp8rl_core.learner.learner import Learner
 from fp8rl_core.learner.patterns import gemm_layers
 from fp8rl_core.learner.task import EOS, PAD, AdditionTask
 from fp8rl_core.learner.warmstart import load_policy
-from fp8rl_core.loop import Pipeline, run_rl, start_pipeline
+from fp8rl_core.loop import Pipeline, Task, run_rl, start_pipeline
 from fp8rl_core.metrics.mismatch import full_vocab_divergence
 from fp8rl_core.sampler.config import SAMPLER_ENGINES, SamplerConfig
 from fp8rl_core.sampler.pool import acquire
 from fp8rl_core.sampler.presets import PRESETS, Variant, sampler_schemes
+from fp8rl_core.sampler.seam import prompt_rows
 from fp8rl_core.sync.export import export_weights
 from fp8rl_core.sync.hooks import SyncHooks
 
-__all__ = ["Checkpoint", "MatchingMeasurement", "ProbeSet", "measure", "named_checkpoints", "probe_set", "rl_checkpoints",
+__all__ = ["Checkpoint", "MatchingMeasurement", "ProbeSet", "dataset_probe_set", "measure", "named_checkpoints", "probe_set", "rl_checkpoints",
            "run_matching", "warm_checkpoint"]
 
 @dataclass(frozen=True)
@@ -68,7 +71,9 @@ class Checkpoint:
 class ProbeSet:
     """What every variant is measured on: ``held_out`` [N, T] task sequences (prompt and answer, every next-
     token position counted) and ``prompts`` [M, P], for which each variant's engine draws one completion at
-    ``temperature`` with sampling seed ``seed`` (its completion positions counted, up to and including EOS)."""
+    ``temperature`` with sampling seed ``seed`` (its completion positions counted, up to and including EOS).
+    Sequences of different lengths: ``held_lengths`` (each held-out row's tokens, the row right-padded after
+    them: only positions inside it counted) and ``prompt_mask`` (the prompts left-padded, as the loop's)."""
 
     held_out: torch.Tensor
     prompts: torch.Tensor
@@ -77,6 +82,15 @@ class ProbeSet:
     temperature: float = 1.0
     eos_id: int = EOS
     pad_id: int = PAD
+    held_lengths: tuple[int, ...] | None = None
+    prompt_mask: torch.Tensor | None = None
+
+    def held_mask(self) -> torch.Tensor:
+        """[N, T-1]: the next-token positions counted on the held-out sequences."""
+        n, t = self.held_out.shape
+        if self.held_lengths is None:
+            return torch.ones(n, t - 1, dtype=torch.bool)
+        return torch.arange(t - 1).unsqueeze(0) < (torch.tensor(self.held_lengths) - 1).unsqueeze(1)
 
 
 def probe_set(task: AdditionTask, held_out: int, sampled: int, *, seed: int,
@@ -89,6 +103,22 @@ def probe_set(task: AdditionTask, held_out: int, sampled: int, *, seed: int,
                     task.answer_len + 1, seed + 7, eos_id=tokens.eos, pad_id=tokens.pad)
 
 
+def dataset_probe_set(task: DatasetTask, held_out: int, sampled: int, *, seed: int) -> ProbeSet:
+    """The probes of a run with a dataset, from its validation file in the checkpoint's tokenizer (the loop's
+    prompts: :class:`~fp8rl_core.learner.dataset.DatasetTask`): ``held_out`` prompts (every next-token position
+    counted; right-padded to the longest) and ``sampled`` other prompts (left-padded) completed up to the run's
+    response length — rows drawn by a permutation from ``seed`` (the file's rows again once it runs out)."""
+    size = task.size("eval")
+    order = torch.randperm(size, generator=torch.Generator().manual_seed(seed + 50_021)).tolist()
+    rows = [order[i % size] for i in range(held_out + sampled)]
+    held = [task.prompt_ids(r, "eval") for r in rows[:held_out]]
+    width = max(map(len, held))
+    held_ids = torch.tensor([r + [task.pad_id] * (width - len(r)) for r in held], dtype=torch.long)
+    prompts = task.make(rows[held_out:], "eval")
+    return ProbeSet(held_ids, prompts.prompt_ids, task.max_new_tokens, seed + 7, eos_id=task.eos_id,
+                    pad_id=task.pad_id, held_lengths=tuple(map(len, held)), prompt_mask=prompts.prompt_mask)
+
+
 def warm_checkpoint(checkpoint: str | Path, seed: int) -> Checkpoint:
     """The warm start itself as a checkpoint (step 0)."""
     state = {k: v.detach().clone() for k, v in load_policy(checkpoint).state_dict().items()}
@@ -96,10 +126,11 @@ def warm_checkpoint(checkpoint: str | Path, seed: int) -> Checkpoint:
 
 
 def rl_checkpoints(checkpoint: str | Path, cfg: RunConfig, steps: Sequence[int],
-                   on_step: Callable[[dict], None] | None = None) -> list[Checkpoint]:
+                   on_step: Callable[[dict], None] | None = None, task: Task | None = None) -> list[Checkpoint]:
     """The checkpoints of ``steps`` (RL steps from the warm start ``checkpoint``; 0: the warm start): one RL
     run of the run's preset and ``loop`` settings (:func:`fp8rl_core.loop.run_rl` — rollouts on the live
-    engine, GRPO, a sync after each step), the learner's masters taken after each listed step."""
+    engine, GRPO, a sync after each step) on ``task`` (None: the addition task), the learner's masters taken
+    after each listed step."""
     out = [warm_checkpoint(checkpoint, cfg.seed)] if 0 in steps else []
     wanted = sorted(s for s in steps if s > 0)
     if not wanted:
@@ -113,7 +144,7 @@ def rl_checkpoints(checkpoint: str | Path, cfg: RunConfig, steps: Sequence[int],
         if on_step is not None:
             on_step(row)
 
-    run_rl(pipe, cfg.warmstart.task, wanted[-1], prompts_per_step=cfg.loop.prompts_per_step, seed=cfg.seed,
+    run_rl(pipe, task or cfg.warmstart.task, wanted[-1], prompts_per_step=cfg.loop.prompts_per_step, seed=cfg.seed,
            on_step=taken)
     return out
 
@@ -125,25 +156,31 @@ def named_checkpoints(refs: Sequence[CheckpointRef], seed: int) -> list[Checkpoi
 
 def run_matching(checkpoint: str | Path | None, cfg: RunConfig, section: MatchingSection, *,
                  on_step: Callable[[dict], None] | None = None,
-                 on_sync: Callable[[dict], None] | None = None) -> MatchingMeasurement:
+                 on_sync: Callable[[dict], None] | None = None, task: Task | None = None) -> MatchingMeasurement:
     """One fixed-weights run: the checkpoints of ``section.steps`` from the warm start ``checkpoint``
     (:func:`rl_checkpoints`) or the section's named ``checkpoints`` (:func:`named_checkpoints`; ``checkpoint``
     unused: None), then every variant of the section measured at each (:func:`measure`) on the run's probe set
-    (:func:`probe_set`, drawn from its seed, spelled in the checkpoints' vocabulary) with the run's engine
-    settings and checks. Engines and learners are built from the first checkpoint's directory."""
+    (:func:`probe_set`, drawn from its seed, spelled in the checkpoints' vocabulary; a run with a dataset:
+    ``task``, its :class:`~fp8rl_core.learner.dataset.DatasetTask`, and :func:`dataset_probe_set`) with the run's
+    engine settings and checks. Engines and learners are built from the first checkpoint's directory."""
+    if not cfg.data.is_task and not isinstance(task, DatasetTask):
+        raise ValueError("run_matching of a run with a dataset needs its task (RunConfig.dataset_task)")
     tokens = FP8RL_TOKENS
     if section.checkpoints is not None:
         cks = named_checkpoints(section.checkpoints, cfg.seed)
         checkpoint = section.checkpoints[0].path
-        tokens = probe_tokens(checkpoint)
+        tokens = probe_tokens(checkpoint) if cfg.data.is_task else FP8RL_TOKENS
     elif checkpoint is None:
         raise ValueError("run_matching needs the warm start's checkpoint when the section names no checkpoints")
     else:
-        cks = rl_checkpoints(checkpoint, cfg, section.steps, on_step)
-    probe = probe_set(cfg.warmstart.task, section.held_out, section.sampled, seed=cfg.seed, tokens=tokens)
+        cks = rl_checkpoints(checkpoint, cfg, section.steps, on_step, task)
+    if cfg.data.is_task:
+        probe = probe_set(cfg.warmstart.task, section.held_out, section.sampled, seed=cfg.seed, tokens=tokens)
+        w7 = tokens.sequences(cfg.check_prompts())
+    else:
+        probe, w7 = dataset_probe_set(task, section.held_out, section.sampled, seed=cfg.seed), cfg.check_probe()
     return measure(checkpoint, cks, section.variants(cfg.model), probe, learner=cfg.learner.build(PRESETS["all"]),
-                   sampler_cfg=cfg.sampler, policy=cfg.checks.policy, w7_probe=tokens.sequences(cfg.check_prompts()),
-                   on_sync=on_sync)
+                   sampler_cfg=cfg.sampler, policy=cfg.checks.policy, w7_probe=w7, on_sync=on_sync)
 
 
 @dataclass(frozen=True)
@@ -203,10 +240,21 @@ def _sums(s: torch.Tensor, lrn: torch.Tensor, mask: torch.Tensor) -> list[tuple[
     return [(int(pos[i]), float(kl[i]), float(kl_rev[i]), float(js[i])) for i in range(mask.shape[0])]
 
 
-def _sampled_sequences(prompts: torch.Tensor, completions: torch.Tensor, cmask: torch.Tensor, pad: int = PAD
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
+def _sampled_sequences(prompts: torch.Tensor, completions: torch.Tensor, cmask: torch.Tensor, pad: int = PAD,
+                       prompt_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Prompt + completion rows (``pad`` after the completion) and the mask of the next-token positions that
-    predict a completion token."""
+    predict a completion token. Left-padded prompts (``prompt_mask``): each row's own prompt and completion,
+    right-padded (a causal model's log-probs of a row's tokens do not see what follows them)."""
+    if prompt_mask is not None:
+        rows = [p + c for p, c in zip(prompt_rows(prompts, prompt_mask), (r[: int(n)] for r, n in
+                                                                             zip(completions.tolist(), cmask.sum(-1))))]
+        starts = prompt_mask.sum(-1).tolist()
+        width = max(map(len, rows))
+        seqs = torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long)
+        mask = torch.zeros(len(rows), width - 1, dtype=torch.bool)
+        for i, (p, r) in enumerate(zip(starts, rows)):
+            mask[i, int(p) - 1 : len(r) - 1] = True
+        return seqs, mask
     seqs = torch.cat([prompts, torch.where(cmask.bool(), completions, torch.full_like(completions, pad))], dim=1)
     mask = torch.zeros(seqs.shape[0], seqs.shape[1] - 1, dtype=torch.bool)
     p = prompts.shape[1]
@@ -296,8 +344,7 @@ def measure(checkpoint: str | Path, checkpoints: Sequence[Checkpoint], variants:
     checks: list[dict] = []
     version = 0
     engines = 0
-    n_held = probe.held_out.shape[0]
-    held_mask = torch.ones(n_held, probe.held_out.shape[1] - 1, dtype=torch.bool)
+    held_mask = probe.held_mask()
     for variant in variants:
         preset = PRESETS[variant.preset]
         precision = preset.learner_precision
@@ -337,8 +384,9 @@ def measure(checkpoint: str | Path, checkpoints: Sequence[Checkpoint], variants:
             held_s = sampler.prompt_logprobs(probe.held_out, full=True)
             held_l = learners.held_out(lrn, precision, variant.learner_forward, ck, probe.held_out)
             roll = sampler.generate(probe.prompts, 1, probe.max_new_tokens, seed=probe.seed, eos_id=probe.eos_id,
-                                    pad_id=probe.pad_id, temperature=probe.temperature)
-            seqs, mask = _sampled_sequences(probe.prompts, roll.completion_ids, roll.completion_mask, probe.pad_id)
+                                    pad_id=probe.pad_id, temperature=probe.temperature, prompt_mask=probe.prompt_mask)
+            seqs, mask = _sampled_sequences(probe.prompts, roll.completion_ids, roll.completion_mask, probe.pad_id,
+                                            probe.prompt_mask)
             samp_s = sampler.prompt_logprobs(seqs, full=True)
             samp_l = learners.logprobs(lrn, variant.learner_forward, seqs)
             meta = {"checkpoint": ck.name, "seed": ck.seed, "step": ck.step, "variant": variant.name,

@@ -210,7 +210,13 @@ def fixed_weights_from(checkpoint_dir: str | Path, model: str = "qwen3-dense-min
                                f"matching.checkpoints=[{checkpoint_dir}]", "matching.held_out=8", "matching.sampled=8",
                                "matching.ablations=[]", "matching.ablation_models=null", *overrides])
     (run,) = sweep.runs
-    return sweep, matching.run_matching(None, run.config, sweep.config.matching)
+    cfg = run.config
+    task = None
+    if not cfg.data.is_task:  # a run with a dataset: its probes from data.val (the flow passes the same task)
+        from fp8rl_core.verl.reward import scorer
+
+        task = cfg.dataset_task(scorer(cfg.data.reward))
+    return sweep, matching.run_matching(None, cfg, sweep.config.matching, task=task)
 
 
 def assert_every_sync_passed(sweep, res) -> None:
@@ -228,3 +234,26 @@ def assert_every_sync_passed(sweep, res) -> None:
         keys[(r["variant"], r["checkpoint"], r["source"])] += 1
         assert math.isfinite(r["kl"]) and r["kl"] >= 0 and r["positions"] >= 1
     assert keys == {(p, n, s): 8 for p in section.presets for n in names for s in ("held-out", "sampled")}
+
+
+def test_a_run_with_a_dataset_is_measured_on_its_validation_prompts(gsm8k_experiment):
+    """The fixed-weights protocol on a user's checkpoint and data (tests/conftest.py, ``gsm8k_experiment``): the
+    probes are the validation file's chat-templated prompts in the checkpoint's tokenizer — held-out ones of
+    different lengths, every position inside each counted; the others completed by each variant's engine up to
+    the run's response length — and every preset's sync passes W1–W7 there."""
+    from fp8rl_core.verl.reward import scorer
+
+    data = gsm8k_experiment
+    sweep, res = fixed_weights_from(data["model"], "gsm8k-dense-mini", *data["overrides"], f"model_path={data['model']}")
+    assert_every_sync_passed(sweep, res)
+    cfg = sweep.runs[0].config
+    task = cfg.dataset_task(scorer(None))
+    probe = matching.dataset_probe_set(task, 8, 8, seed=cfg.seed)
+    lengths = [len(task.prompt_ids(r, "eval")) for r in range(task.size("eval"))]
+    assert probe.held_lengths is not None and set(probe.held_lengths) <= set(lengths) and len(set(probe.held_lengths)) > 1
+    rows = [r for r in res.rows if r["variant"] == "all"]
+    held = sorted(r["positions"] for r in rows if r["source"] == "held-out")
+    assert held == sorted(n - 1 for n in probe.held_lengths)  # every next-token position of each prompt, no padding
+    sampled = [r["positions"] for r in rows if r["source"] == "sampled"]
+    assert all(1 <= n <= 24 for n in sampled) and probe.max_new_tokens == 24  # data.max_response_length
+    assert probe.prompt_mask is not None and probe.eos_id == task.eos_id and probe.pad_id == task.pad_id
