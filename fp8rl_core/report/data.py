@@ -37,6 +37,7 @@ __all__ = [
     "Units",
     "interval_table",
     "is_probe_metric",
+    "matching_frame",
     "preset_order",
     "probe_units",
     "sequence_units",
@@ -371,3 +372,13 @@ def _tokens_of(data: SweepData, units: Units, metric: str) -> float:
         return float(units.den.sum())
     toks = data.tokens[data.tokens["run_id"].isin(units.runs)]
     return float(len(toks))
+
+
+def matching_frame(data: SweepData, table: str = "matching") -> pd.DataFrame:
+    """``data.matching`` (or ``data.matching_checks``) with each row's ``model`` (from ``data.runs`` by
+    ``run_id`` where the table lacks it)."""
+    m = getattr(data, table)
+    if not m.empty and "model" not in m.columns:
+        models = dict(zip(data.runs["run_id"].astype(str), data.runs["model"].astype(str)))
+        m = m.assign(model=m["run_id"].astype(str).map(models))
+    return m

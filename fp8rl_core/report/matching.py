@@ -1,14 +1,13 @@
-"""The fixed-weights matching report: the paper's matching claims measured as the paper measured them (one
-checkpoint, the sampler's layers switched, KL on the same sequences), per checkpoint and across checkpoints,
-with the tails, the power of the design, the ablation of what the ``all`` sampler still computes
-differently and, where a variant ran on SGLang beside vLLM, the two engines against the learner and each other. Statistics: :mod:`fp8rl_core.metrics.matching`; what each row means: docs/fixed-weights.md.
+"""The fixed-weights matching report's claims: the paper's matching claims measured as the paper measured them
+(one checkpoint, the sampler's layers switched, KL on the same sequences), per checkpoint and across
+checkpoints, with the tails, the power of the design and the ablation of what the ``all`` sampler still
+computes differently. The engine axis: :mod:`.engines`; :func:`write_matching_report` writes the report file. Statistics:
+:mod:`fp8rl_core.metrics.matching`; what each row means: docs/fixed-weights.md.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,13 +16,13 @@ import pandas as pd
 
 from fp8rl_core.model_kind import is_moe
 from fp8rl_core.metrics.matching import MatchingPower, MatchingRatio, matching_power, matching_ratio
-from fp8rl_core.metrics.stats import Interval, cluster_bootstrap
 from fp8rl_core.sampler.config import SAMPLER_ENGINES
 
-from .data import SweepData
+from .data import SweepData, matching_frame
+from .engines import engine_rows, engines_figure, engines_section
+from .text import f3, ratio_text, table
 
-__all__ = ["COMPARISONS", "ClaimAtFixedWeights", "Comparison", "EngineComparison", "claim_rows", "engine_rows",
-           "engines_figure", "forest", "matching_frame", "write_matching_report"]
+__all__ = ["COMPARISONS", "ClaimAtFixedWeights", "Comparison", "claim_rows", "forest", "write_matching_report"]
 
 
 @dataclass(frozen=True)
@@ -53,26 +52,8 @@ COMPARISONS: tuple[Comparison, ...] = (
 )
 
 
-def _f(x: float) -> str:
-    return f"{x:.3g}"
-
-
-def _ratio(r: MatchingRatio) -> str:
-    return f"{_f(r.ratio)} ({_f(r.lo)} … {_f(r.hi)})"
-
-
 def _median(r: MatchingRatio) -> str:
-    return f"{_f(r.median_ratio)} ({_f(r.median_lo)} … {_f(r.median_hi)})"
-
-
-def matching_frame(data: SweepData, table: str = "matching") -> pd.DataFrame:
-    """``data.matching`` (or ``data.matching_checks``) with each row's ``model`` (from ``data.runs`` by
-    ``run_id`` where the table lacks it)."""
-    m = getattr(data, table)
-    if not m.empty and "model" not in m.columns:
-        models = dict(zip(data.runs["run_id"].astype(str), data.runs["model"].astype(str)))
-        m = m.assign(model=m["run_id"].astype(str).map(models))
-    return m
+    return f"{f3(r.median_ratio)} ({f3(r.median_lo)} … {f3(r.median_hi)})"
 
 
 def _models(df: pd.DataFrame) -> list[str]:
@@ -106,7 +87,7 @@ def _verdict(c: Comparison, pooled: MatchingRatio, per: dict[str, MatchingRatio]
     if not c.expect:
         if pooled.direction == "unresolved":
             return f"no difference resolved (pooled CI includes 1; {lower} of {n} checkpoints lower, {higher} higher)"
-        return f"{pooled.direction} at {dirs.count(pooled.direction)} of {n} checkpoints ({_f(pooled.ratio)} pooled)"
+        return f"{pooled.direction} at {dirs.count(pooled.direction)} of {n} checkpoints ({f3(pooled.ratio)} pooled)"
     claimed = dirs.count(c.expect)
     if claimed == n:
         size = ""
@@ -123,7 +104,7 @@ def _verdict(c: Comparison, pooled: MatchingRatio, per: dict[str, MatchingRatio]
         return (f"depends on the checkpoint: {claimed} of {n} on the claimed side, {other} the other way, "
                 f"{n - claimed - other} unresolved")
     band = max(pooled.hi, 1 / pooled.lo)
-    within = f"pooled ratio within {_f(pooled.lo)} … {_f(pooled.hi)} (±{band - 1:.0%})"
+    within = f"pooled ratio within {f3(pooled.lo)} … {f3(pooled.hi)} (±{band - 1:.0%})"
     if c.paper is not None:
         excluded = sum(not (r.lo <= c.paper <= r.hi) for r in per.values())
         if not (pooled.lo <= c.paper <= pooled.hi):
@@ -152,12 +133,6 @@ def claim_rows(data: SweepData, *, n_boot: int = 2000, seed: int = 0) -> list[Cl
             power = matching_power(rows, c.a, c.b, target=target) if pooled.units > 2 else None
             out.append(ClaimAtFixedWeights(model, c, pooled, per, srcs, power, _verdict(c, pooled, per)))
     return out
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence]) -> list[str]:
-    cell = lambda v: str(v).replace("|", "\\|")  # noqa: E731
-    return ["| " + " | ".join(map(cell, header)) + " |", "|" + "|".join("---" for _ in header) + "|",
-            *("| " + " | ".join(map(cell, r)) + " |" for r in rows)]
 
 
 def _design(data: SweepData) -> list[str]:
@@ -209,10 +184,10 @@ def _claims(rows: list[ClaimAtFixedWeights]) -> list[str]:
     for r in rows:
         cnt = r.counts()
         rng = [x.ratio for x in r.per_checkpoint.values()]
-        body.append([r.model, r.comparison.claim, r.comparison.paper_text, _ratio(r.pooled), _median(r.pooled),
-                     f"{cnt['lower']} / {cnt['higher']} / {cnt['unresolved']}", f"{_f(min(rng))} … {_f(max(rng))}",
+        body.append([r.model, r.comparison.claim, r.comparison.paper_text, ratio_text(r.pooled), _median(r.pooled),
+                     f"{cnt['lower']} / {cnt['higher']} / {cnt['unresolved']}", f"{f3(min(rng))} … {f3(max(rng))}",
                      f"**{r.verdict}**"])
-    lines += _table(["model", "comparison (b vs a)", "paper", "ratio b/a (CI)", "median ratio (CI)",
+    lines += table(["model", "comparison (b vs a)", "paper", "ratio b/a (CI)", "median ratio (CI)",
                      "checkpoints lower / higher / unresolved", "per-checkpoint range", "verdict"], body)
     return lines + [""]
 
@@ -223,9 +198,9 @@ def _per_checkpoint(rows: list[ClaimAtFixedWeights]) -> list[str]:
              "position) and the share of b's mean KL its heaviest 1% of sequences carry.", ""]
     for r in rows:
         lines += [f"**{r.model}: {r.comparison.claim}** (`{r.comparison.b}` / `{r.comparison.a}`)", ""]
-        lines += _table(["checkpoint", "ratio (CI)", "median ratio (CI)", f"{r.comparison.a} µnats", f"{r.comparison.b} µnats",
+        lines += table(["checkpoint", "ratio (CI)", "median ratio (CI)", f"{r.comparison.a} µnats", f"{r.comparison.b} µnats",
                          f"top 1% share of {r.comparison.b}", "direction"],
-                        [[ck, _ratio(x), _median(x), f"{1e6 * x.a_mean:.4g}", f"{1e6 * x.b_mean:.4g}",
+                        [[ck, ratio_text(x), _median(x), f"{1e6 * x.a_mean:.4g}", f"{1e6 * x.b_mean:.4g}",
                           f"{x.b_tail.top1pct:.0%}", x.direction] for ck, x in r.per_checkpoint.items()])
         lines += [""]
     return lines
@@ -235,8 +210,8 @@ def _sources(rows: list[ClaimAtFixedWeights]) -> list[str]:
     srcs = list(dict.fromkeys(s for r in rows for s in r.by_source))
     lines = ["## By probe source", "",
              "The pooled ratio on the held-out sequences alone and on the variants' own rollouts alone.", ""]
-    lines += _table(["model", "comparison", *srcs],
-                    [[r.model, r.comparison.claim, *(_ratio(r.by_source[s]) if s in r.by_source else "—" for s in srcs)]
+    lines += table(["model", "comparison", *srcs],
+                    [[r.model, r.comparison.claim, *(ratio_text(r.by_source[s]) if s in r.by_source else "—" for s in srcs)]
                      for r in rows])
     return lines + [""]
 
@@ -258,7 +233,7 @@ def _tails(data: SweepData) -> list[str]:
              "checkpoints, per checkpoint (range), the five heaviest at the worst checkpoint; and the mean beside the "
              "median per-position KL (µnats). A mean carried by a few sequences has a wide CI, which the bootstrap "
              "shows; the median ratio above is the comparison they cannot move.", ""]
-    lines += _table(["model", "variant", "top 1% share (pooled)", "top 1% per checkpoint", "top 5 at worst checkpoint",
+    lines += table(["model", "variant", "top 1% share (pooled)", "top 1% per checkpoint", "top 5 at worst checkpoint",
                      "mean µnats/pos", "median µnats/pos"], body)
     return lines + [""]
 
@@ -279,9 +254,9 @@ def _power(rows: list[ClaimAtFixedWeights]) -> list[str]:
         w = list(p.within_by_checkpoint.values())
         body.append([r.model, r.comparison.claim, f"{p.checkpoints} × {p.sequences}", f"{p.components.within:.3g} "
                      f"({min(w):.3g} … {max(w):.3g})", f"{p.components.between:.3g}", f"{p.resolvable:.3f}",
-                     f"{_f(p.target)}: {p.sequences_for_target}", f"{p.pooled_resolvable:.3f}",
+                     f"{f3(p.target)}: {p.sequences_for_target}", f"{p.pooled_resolvable:.3f}",
                      "—" if p.checkpoints_for_target is None else str(p.checkpoints_for_target)])
-    lines += _table(["model", "comparison", "checkpoints × sequences", "σ² within (per checkpoint)", "σ² between",
+    lines += table(["model", "comparison", "checkpoints × sequences", "σ² within (per checkpoint)", "σ² between",
                      "resolvable f per checkpoint", "sequences needed per checkpoint", "resolvable f pooled",
                      "checkpoints needed"], body)
     return lines + [""]
@@ -330,13 +305,13 @@ def _ablation(data: SweepData, n_boot: int, seed: int) -> list[str]:
             if other in variants:
                 a_, b_ = (other, v) if preset == "all" else (v, other)
                 b = matching_ratio(rows, a_, b_, n_boot=n_boot, seed=seed)
-            body.append([model, f"`{v}`", f"{1e6 * vs.b_mean:.4g}", _ratio(vs), "—" if b is None else _ratio(b)])
+            body.append([model, f"`{v}`", f"{1e6 * vs.b_mean:.4g}", ratio_text(vs), "—" if b is None else ratio_text(b)])
         for base in ("all", "bf16-sampler"):
             if base in variants:
                 g = [r for r in rows if r["variant"] == base]
                 mean = sum(r["kl"] for r in g) / sum(r["positions"] for r in g)
                 body.append([model, f"`{base}` (as runs configure it)", f"{1e6 * mean:.4g}", "1", "—"])
-    lines += _table(["model", "variant", "KL µnats/pos", "vs preset (CI)", "(b) under the switch (CI)"], body)
+    lines += table(["model", "variant", "KL µnats/pos", "vs preset (CI)", "(b) under the switch (CI)"], body)
     return lines + [""]
 
 
@@ -364,7 +339,7 @@ def _requant(data: SweepData, rows: list[ClaimAtFixedWeights]) -> list[str]:
         per = "; ".join(f"{k} {pct(requant_column('data_bytes_differ', k))} / {pct(requant_column('scale_bytes_differ', k))}"
                         for k in kinds)
         p = r.pooled
-        body.append([r.model, _ratio(p), _median(p), f"{r.counts()['higher']} / {r.counts()['lower']} / "
+        body.append([r.model, ratio_text(p), _median(p), f"{r.counts()['higher']} / {r.counts()['lower']} / "
                      f"{r.counts()['unresolved']}", f"{pct(requant_column('data_bytes_differ'))} / "
                      f"{pct(requant_column('scale_bytes_differ'))}" + (f" ({per})" if per else ""),
                      requant_verdict(p.ratio, p.lo, p.hi, p.level, r.model, "probe_kl")])
@@ -373,110 +348,9 @@ def _requant(data: SweepData, rows: list[ClaimAtFixedWeights]) -> list[str]:
              "one fed the learner's bytes (`all`), at the same weights: KL ratio (95% CI, pooled), its median ratio, "
              "checkpoints higher / lower / unresolved, and the fraction of E4M3 data / E8M0 scale bytes W2 measured "
              "differing from the learner's at the requant syncs (mean over them; per layer kind).", ""]
-    lines += _table(["model", "requant / all (CI)", "median ratio (CI)", "checkpoints higher / lower / unresolved",
+    lines += table(["model", "requant / all (CI)", "median ratio (CI)", "checkpoints higher / lower / unresolved",
                      "bytes differing: data / scale", "verdict"], body)
     return lines + [""]
-
-
-@dataclass(frozen=True)
-class EngineComparison:
-    """One variant on another engine against its vLLM twin on one model: each one's mean KL to the learner
-    (nats per position, over every checkpoint and probe source, with its interval), b/a of the two
-    (``ratio``, paired by sequence), and the two engines' divergence from each other on the same sequences
-    (``between``: KL(variant's engine‖vLLM); ``between_by_source``: on the held-out sequences alone and on the
-    rollouts of the one measured first alone)."""
-
-    model: str
-    variant: str
-    reference: str
-    engine: str
-    reference_kl: Interval
-    variant_kl: Interval
-    ratio: MatchingRatio
-    between: Interval
-    between_by_source: dict[str, Interval]
-    rollouts: str
-
-
-def _mean(rows: pd.DataFrame, n_boot: int, seed: int) -> Interval:
-    groups = rows["checkpoint"].astype(str).to_numpy() if rows["checkpoint"].nunique() > 1 else None
-    return cluster_bootstrap(rows["kl"].to_numpy(float), rows["positions"].to_numpy(float), groups=groups,
-                             n_boot=n_boot, seed=seed)
-
-
-def engine_rows(data: SweepData, *, n_boot: int = 2000, seed: int = 0) -> list[EngineComparison]:
-    """Every variant of ``data.matching_engines`` against its vLLM twin, per model (none without that table)."""
-    e = matching_frame(data, "matching_engines")
-    if e.empty:
-        return []
-    m = matching_frame(data)
-    out = []
-    for (model, variant), g in e.groupby(["model", "variant"], sort=False):
-        ref = str(g["reference"].iloc[0])
-        mm = m[m["model"].astype(str) == str(model)]
-        pick = lambda v: mm[mm["variant"] == v]  # noqa: E731
-        by_source = {str(src): _mean(part, n_boot, seed) for src, part in g.groupby("source", sort=False)}
-        out.append(EngineComparison(str(model), str(variant), ref, str(g["engine"].iloc[0]),
-                                    _mean(pick(ref), n_boot, seed), _mean(pick(variant), n_boot, seed),
-                                    matching_ratio(mm.to_dict("records"), ref, str(variant), n_boot=n_boot, seed=seed),
-                                    _mean(g, n_boot, seed), by_source, str(g["rollouts"].iloc[0])))
-    return out
-
-
-def _micro(x: Interval) -> str:
-    return f"{1e6 * x.estimate:.4g} ({1e6 * x.lo:.4g} … {1e6 * x.hi:.4g})"
-
-
-def _engines(rows: list[EngineComparison]) -> list[str]:
-    if not rows:
-        return []
-    lines = ["## Engines: the same variant on SGLang and on vLLM", "",
-             "One variant served by two engines at the same weights (each synced through the normal path and checked): "
-             "each engine's exact KL(engine‖learner) in µnats per position over every checkpoint and probe source "
-             "(95% CI; checkpoints, then sequences resampled), their ratio paired by sequence, and the two engines' "
-             "KL(other engine‖vLLM) on the same sequences — the held-out ones, and the rollouts of the one measured "
-             "first, which the other engine scores too. The engines' difference to each other, set beside each one's "
-             "difference to the learner, says how much of the train–rollout mismatch is the serving engine's own "
-             "(kernels, attention backend, BF16 rounding order) rather than the sampler's precision.", ""]
-    body = [[r.model, f"`{r.variant}` vs `{r.reference}`", _micro(r.reference_kl), _micro(r.variant_kl), _ratio(r.ratio),
-             _micro(r.between), *(_micro(r.between_by_source[s]) if s in r.between_by_source else "—"
-                                  for s in ("held-out", "sampled")), f"`{r.rollouts}`"] for r in rows]
-    lines += _table(["model", "variant vs vLLM twin", "vLLM ‖ learner µnats", "other engine ‖ learner µnats",
-                     "ratio other / vLLM (CI)", "other engine ‖ vLLM µnats", "on held-out", "on rollouts",
-                     "rollouts of"], body)
-    lines += ["", "![Each engine's KL to the learner and the two engines' KL to each other](engines.png)", ""]
-    return lines
-
-
-def engines_figure(rows: list[EngineComparison], path: str | Path) -> Path:
-    """Per model and variant: vLLM ‖ learner, the other engine ‖ learner and the other engine ‖ vLLM, µnats
-    per position with their CIs (horizontal bars)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 0.6 + 0.9 * len(rows)))
-    ticks, labels, y = [], [], 0
-    for r in rows:
-        for label, x, col in ((f"vLLM ‖ learner ({r.reference})", r.reference_kl, "C0"),
-                              (f"{r.engine} ‖ learner ({r.variant})", r.variant_kl, "C1"),
-                              (f"{r.engine} ‖ vLLM", r.between, "C2")):
-            ax.barh(y, 1e6 * x.estimate, color=col, gid=f"engines-{r.model}-{r.variant}-{label.split(' ')[0]}")
-            ax.errorbar([1e6 * x.estimate], [y], xerr=[[1e6 * (x.estimate - x.lo)], [1e6 * (x.hi - x.estimate)]],
-                        fmt="none", color="k", capsize=2)
-            ticks.append(y)
-            labels.append(f"{r.model}: {label}")
-            y += 1
-        y += 0.5
-    ax.set_yticks(ticks, labels, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("exact KL, µnats per position (95% CI)")
-    ax.set_title("the same weights in two engines", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
 
 
 def forest(rows: list[ClaimAtFixedWeights], path: str | Path) -> Path:
@@ -538,7 +412,7 @@ def write_matching_report(data: SweepData, out_dir: str | Path, *, n_boot: int =
     engines = engine_rows(data, n_boot=n_boot, seed=seed)
     if engines:
         engines_figure(engines, out / "engines.png")
-    lines += _requant(data, rows) + _ablation(data, n_boot, seed) + _engines(engines)
+    lines += _requant(data, rows) + _ablation(data, n_boot, seed) + engines_section(engines)
     lines += _per_checkpoint(rows) + _sources(rows) + _tails(data) + _power(rows)
     path = out / "summary.md"
     path.write_text("\n".join(lines).rstrip() + "\n")
