@@ -39,6 +39,7 @@ def sweep_tables(sweep: str, dest: str | Path, sweep_id: str | None = "latest") 
     FINISHED run; None every expansion. Raises ``LookupError`` naming the known experiments when the
     sweep has none."""
     import pyarrow.parquet as pq
+    from mlflow import artifacts
 
     c = client()
     exp = c.get_experiment_by_name(sweep)
@@ -53,6 +54,7 @@ def sweep_tables(sweep: str, dest: str | Path, sweep_id: str | None = "latest") 
     if sweep_id is not None:
         found = [r for r in found if r.data.tags.get("fp8rl.sweep_id") == sweep_id]
     runs, seen = [], set()
+    uri = tracking_uri()
     tables: dict[str, list[dict]] = {t: [] for t in RUN_TABLES}
     for r in found:
         rid = r.data.tags.get("fp8rl.run_id")
@@ -63,11 +65,16 @@ def sweep_tables(sweep: str, dest: str | Path, sweep_id: str | None = "latest") 
                      "params": dict(r.data.params), "metrics": dict(r.data.metrics)})
         folder = Path(dest) / r.info.run_id
         folder.mkdir(parents=True, exist_ok=True)
-        have = {Path(f.path).stem for f in c.list_artifacts(r.info.run_id, "tables")}
+        # by the run's artifact URI, which search_runs returned: the client's calls by run id look the run up
+        # again for each file (one database query per table and run)
+        tables_uri = f"{r.info.artifact_uri.rstrip('/')}/tables"
+        have = {Path(f.path).stem for f in artifacts.list_artifacts(artifact_uri=tables_uri, tracking_uri=uri)}
         for t in RUN_TABLES:
             if t not in have:
                 continue
-            rows = pq.read_table(c.download_artifacts(r.info.run_id, f"tables/{t}.parquet", str(folder))).to_pylist()
+            path = artifacts.download_artifacts(artifact_uri=f"{tables_uri}/{t}.parquet", dst_path=str(folder),
+                                                tracking_uri=uri)
+            rows = pq.read_table(path).to_pylist()
             if t in ("steps", "tokens", "checks", "matching", "matching_checks", "matching_engines"):  # the others carry their run id already
                 rows = [row | {"run_id": rid} for row in rows]
             tables[t].extend(rows)
