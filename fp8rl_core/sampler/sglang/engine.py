@@ -47,6 +47,8 @@ __all__ = ["PYTHON_ENV", "SglangSampler", "mxfp8_refusal"]
 PYTHON_ENV = "FP8RL_SGLANG_PYTHON"
 ENTRY = "fp8rl_core.sampler.sglang.compat"
 LOG_LINES = 40
+#: how long a flush after a weight update is asked again while SGLang's scheduler is not idle (seconds)
+FLUSH_S = 30.0
 
 
 def mxfp8_refusal(schemes: Mapping[str, str]) -> str | None:
@@ -290,10 +292,23 @@ class SglangSampler(Sampler):
 
     _flushed = True
 
+    def _flush_after(self, what: str) -> None:
+        """SGLang's radix cache flushed after a weight update, through ``/flush_cache``: SGLang flushes only
+        while its scheduler is idle, and a request it has just finished can count as running for one more turn
+        of its loop — a flush inside the update request (``flush_cache: true``) then fails an assertion that
+        kills the scheduler, where ``/flush_cache`` answers a refusal. Asked again until it flushes, for up to
+        :data:`FLUSH_S` seconds."""
+        deadline = time.monotonic() + FLUSH_S
+        while not self.reset_prefix_cache():
+            if time.monotonic() > deadline:
+                raise SamplerError(f"SGLang's radix cache was not flushed after {what}: its scheduler stayed busy "
+                                   f"for {FLUSH_S:.0f} s; its log ends:\n{self.log_tail()}")
+            time.sleep(0.05)
+
     def sync(self, tensors: Mapping[str, torch.Tensor], version: int, *, export_s: float = 0.0,
              hooks: SyncHooks = NO_HOOKS) -> SyncTiming:
         """Write ``tensors`` as a sync, load it in place on every rank (fp8rl's loader cuts each rank's shard),
-        and flush SGLang's radix cache in the same request (unless the hooks skip the reset)."""
+        then flush SGLang's radix cache (unless the hooks skip the reset; :meth:`_flush_after`)."""
         timing = SyncTiming(version=version, export_s=export_s)
         t0 = time.perf_counter()
         handle = write_sync(tensors, version, bucket_bytes=int(hooks.sync_bucket_mb(self.cfg.bucket_mb) * 2**20),
@@ -303,17 +318,17 @@ class SglangSampler(Sampler):
         try:
             hooks.on_transport(handle)
             t0 = time.perf_counter()
-            flush = hooks.resets_prefix_cache()
-            results = self.rpc("load", manifest=str(handle.manifest), flush_cache=flush)
+            results = self.rpc("load", manifest=str(handle.manifest))
             timing.load_s = time.perf_counter() - t0
         finally:
             handle.remove()
         versions = {int(r["version"]) for r in results}
         if versions != {version}:
             raise SamplerError(f"sync to version {version}: ranks report versions {sorted(versions)}")
-        if flush:
-            self.cache_resets += 1
-            self._flushed = True
+        if hooks.resets_prefix_cache():
+            t0 = time.perf_counter()
+            self._flush_after(f"the sync to version {version}")
+            timing.reset_s = time.perf_counter() - t0
         self.version, self.syncs = version, self.syncs + 1
         return timing
 
@@ -324,7 +339,9 @@ class SglangSampler(Sampler):
         try:
             calls = [("load", {"manifest": str(handle.manifest)}) if r == rank else ("version", {})
                      for r in range(self.tensor_parallel)]
-            return self._ranks(calls, flush_cache=True)[rank]
+            answer = self._ranks(calls)[rank]
+            self._flush_after(f"a load on rank {rank}")
+            return answer
         finally:
             handle.remove()
 
