@@ -108,9 +108,7 @@ def dataset_probe_set(task: DatasetTask, held_out: int, sampled: int, *, seed: i
     prompts: :class:`~fp8rl_core.learner.dataset.DatasetTask`): ``held_out`` prompts (every next-token position
     counted; right-padded to the longest) and ``sampled`` other prompts (left-padded) completed up to the run's
     response length — rows drawn by a permutation from ``seed`` (the file's rows again once it runs out)."""
-    size = task.size("eval")
-    order = torch.randperm(size, generator=torch.Generator().manual_seed(seed + 50_021)).tolist()
-    rows = [order[i % size] for i in range(held_out + sampled)]
+    rows = task.draw(held_out + sampled, seed + 50_021, "eval")
     held = [task.prompt_ids(r, "eval") for r in rows[:held_out]]
     width = max(map(len, held))
     held_ids = torch.tensor([r + [task.pad_id] * (width - len(r)) for r in held], dtype=torch.long)

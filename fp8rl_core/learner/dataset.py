@@ -114,12 +114,16 @@ class DatasetTask:
         mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in ids], dtype=torch.long)
         return DataPrompts(padded, mask, tuple(rows), split)
 
-    def prompts(self, n: int, seed: int, split: Literal["train", "eval"] = "train") -> DataPrompts:
-        """``n`` prompts of the split drawn without replacement (all of them, in a seeded order, when the file
-        has fewer than ``n``: then again from the start). Deterministic in (n, seed, split)."""
+    def draw(self, n: int, seed: int, split: Literal["train", "eval"] = "train") -> list[int]:
+        """``n`` rows of the split's file without replacement, by a permutation from ``seed`` (all of them when
+        the file has fewer than ``n``: then again from the start). Deterministic in (n, seed, split)."""
         size = self.size(split)
         order = torch.randperm(size, generator=torch.Generator().manual_seed(int(seed))).tolist()
-        return self.make([order[i % size] for i in range(n)], split)
+        return [order[i % size] for i in range(n)]
+
+    def prompts(self, n: int, seed: int, split: Literal["train", "eval"] = "train") -> DataPrompts:
+        """``n`` prompts of the split (:meth:`draw`), left-padded (:meth:`make`)."""
+        return self.make(self.draw(n, seed, split), split)
 
     def reward(self, prompts: DataPrompts, completion_ids: torch.Tensor) -> torch.Tensor:
         """Float32 score of each row of ``completion_ids`` [n, L] (padded with the pad id) for its prompt's row:
