@@ -51,7 +51,7 @@ __all__ = ["LIVE", "MEASURED", "extract_kl_timing", "fixed_weights", "invariant_
 class LiveRun:
     cfg: RunConfig
     pipe: Pipeline
-    task: Task | None = None  # what the run trains on (run_task); None: the warm start's addition task
+    task: Task  # what the run trains on (run_task)
     steps: list[dict] = field(default_factory=list)
     tokens: list[dict] = field(default_factory=list)
     checks: list[dict] = field(default_factory=list)
@@ -129,7 +129,7 @@ def train_step(key: str, step: int) -> dict:
     live = _live(key)
     t0 = time.perf_counter()
     timings: list = []
-    row, tokens = rollout_and_learn(live.pipe, live.task or live.cfg.warmstart.task, step,
+    row, tokens = rollout_and_learn(live.pipe, live.task, step,
                                     prompts_per_step=live.cfg.loop.prompts_per_step, seed=live.cfg.seed,
                                     microbatches=timings)
     live.tokens.extend(tokens)
@@ -384,8 +384,7 @@ def fixed_weights(key: str, cfg: RunConfig, section: MatchingSection, checkpoint
         logger.info("%d/%d %s at %s: checks %s (%.0f s)", len(done), total, row["variant"], row["checkpoint"],
                     "passed" if row["passed"] else f"FAILED {row['failed']}", time.perf_counter() - t0)
 
-    res = matching.run_matching(checkpoint, cfg, section, on_step=step, on_sync=synced,
-                                task=None if cfg.data.is_task else run_task(cfg))
+    res = matching.run_matching(checkpoint, cfg, section, on_step=step, on_sync=synced, task=run_task(cfg))
     MEASURED[key] = res
     return {"rows": len(res.rows), "syncs": len(res.checks), "engines": res.engines, "seconds": time.perf_counter() - t0}
 
