@@ -26,7 +26,8 @@ from pathlib import Path
 
 from fp8rl_core.sampler import quiet
 
-__all__ = ["LOGS", "configure_vllm_logging", "driving_only", "engines_here", "quiet_process", "sweep_log"]
+__all__ = ["LOGS", "TO_API", "configure_vllm_logging", "driving_only", "engines_here", "lines_stay_off_a_temporary_api",
+           "quiet_process", "sweep_log"]
 
 LOGS = Path(os.environ.get("FP8RL_LOGS", "logs"))
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -61,6 +62,28 @@ def driving_only() -> Iterator[None]:
         yield
     finally:
         _DRIVING_ONLY.on = before
+
+
+#: Prefect's setting that sends every log line of a flow or task run to its API as well
+TO_API = "PREFECT_LOGGING_TO_API_ENABLED"
+
+
+@contextmanager
+def lines_stay_off_a_temporary_api() -> Iterator[dict[str, str]]:
+    """Within the block, when Prefect's API is the temporary server it starts for this process (no
+    ``PREFECT_API_URL``): the log lines of the flow and of its task runs are not sent to that server as well
+    (Prefect's ``logging.to_api``; yields the variable for the Ray workers' environment). They are in the
+    sweep's log file and each run's ``run.log`` in MLflow; the temporary server keeps the flow and task runs
+    and their states. Sending them cost its SQLite writes during the runs and ~10 s at exit draining the
+    queue (30 runs of ``make run``; bench/README.md). With a Prefect server (a deployment, ``PREFECT_API_URL``)
+    or ``PREFECT_LOGGING_TO_API_ENABLED`` in the environment, nothing changes (yields nothing)."""
+    from prefect.settings import PREFECT_LOGGING_TO_API_ENABLED, get_current_settings, temporary_settings
+
+    if get_current_settings().api.url or TO_API in os.environ:
+        yield {}
+        return
+    with temporary_settings(updates={PREFECT_LOGGING_TO_API_ENABLED: False}):
+        yield {TO_API: "false"}
 
 
 def engines_here() -> bool:

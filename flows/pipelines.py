@@ -11,7 +11,7 @@ import logging
 import os
 from pathlib import Path
 
-from adapters.logs import configure_vllm_logging, engines_here, quiet_process
+from adapters.logs import TO_API, configure_vllm_logging, engines_here, lines_stay_off_a_temporary_api, quiet_process
 
 # a Ray worker imports this module to run a task: the CLI's quiet defaults before the libraries load, and
 # vLLM's logging configured before any task run logs (adapters.logs.configure_vllm_logging) — except in a
@@ -134,11 +134,16 @@ def run_experiment(run: Run, sweep: str, sweep_id: str, mlflow_run: str, cwd: st
 def _worker_env() -> dict[str, str]:
     """What a Ray worker needs to run an experiment as the driver would: the tracking store, the artifact
     root and the warm-start cache (absolute), the SGLang venv's interpreter where the sweep runs SGLang
-    (:mod:`adapters.engines`), and — when a deployment loaded this file as the script module ``pipelines`` —
+    (:mod:`adapters.engines`), Prefect's ``logging.to_api`` when the driver's is off
+    (:func:`adapters.logs.lines_stay_off_a_temporary_api`), and — when a deployment loaded this file as the script module ``pipelines`` —
     its folder on ``PYTHONPATH`` (the flow in the task runs' context is pickled by reference to that module, so
     the workers must import it under that name too)."""
+    from prefect.settings import get_current_settings
+
     env = {"MLFLOW_TRACKING_URI": tracking.tracking_uri(), "FP8RL_ARTIFACTS": str(tracking.artifact_root().resolve()),
            "FP8RL_CACHE": str(Path(WARMSTART_CACHE).resolve())}
+    if not get_current_settings().logging.to_api.enabled:  # the driver's lines stay off the API: the workers' too
+        env[TO_API] = "false"
     if os.environ.get(engines.SGLANG_PYTHON):  # set by _load for a sweep that runs SGLang (adapters.engines)
         env[engines.SGLANG_PYTHON] = os.environ[engines.SGLANG_PYTHON]
     if __name__ != "flows.pipelines":
@@ -385,7 +390,8 @@ def mxfp8_sweep(config: str | Sweep = "configs/smoke.yaml", overrides: list[str]
     FINISHED in MLflow (same run id) are skipped, failed ones run again. ``report``: then write the
     sweep's report (Markdown summary with the paper's claims, PNG figures) to ``reports/<sweep>/`` and
     log it to MLflow. ``inline``: no Ray, the runs one after another in this process (debugging)."""
-    return _sweep(_load(config, overrides), report=report, ray_address=ray_address, inline=inline)
+    with lines_stay_off_a_temporary_api():
+        return _sweep(_load(config, overrides), report=report, ray_address=ray_address, inline=inline)
 
 
 @flow(name="nightly-correctness", log_prints=True)
@@ -401,10 +407,11 @@ def nightly_correctness(config: str | Sweep = "configs/nightly.yaml", overrides:
     which = set(stages_to_run or ("sweep", "correctness"))
     sweep = _load(config, overrides)
     out: dict = {}
-    if "sweep" in which:
-        out["sweep"] = _sweep(sweep, resume=False, ray_address=ray_address)
-    if "correctness" in which:
-        out["correctness"] = _correctness(sweep)
+    with lines_stay_off_a_temporary_api():
+        if "sweep" in which:
+            out["sweep"] = _sweep(sweep, resume=False, ray_address=ray_address)
+        if "correctness" in which:
+            out["correctness"] = _correctness(sweep)
     return out
 
 

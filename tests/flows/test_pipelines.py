@@ -80,6 +80,15 @@ def test_a_run_finishes_with_its_record_and_a_resume_skips_it(env):
     assert {"config.json", "layers.json", "checks.json", "run.log", "tables/steps.parquet", "tables/tokens.parquet"} <= files
     log = Path(c.download_artifacts(run.info.run_id, "run.log", str(env["root"]))).read_text()
     assert "prefect.task_runs" in log and "Finished in state Completed()" in log
+    # Prefect's temporary API server holds the run's flow run and its state, not its lines: those are the
+    # run.log above and the sweep's log file (adapters.logs.lines_stay_off_a_temporary_api)
+    from prefect import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    with get_client(sync_client=True) as prefect_api:
+        flow_run = prefect_api.read_flow_run(run.data.tags["prefect.flow_run_id"])
+        assert flow_run.name and flow_run.state.is_completed()
+        assert prefect_api.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run.id]))) == []
     steps = pq.read_table(c.download_artifacts(run.info.run_id, "tables/steps.parquet", str(env["root"]))).to_pylist()
     assert [s["step"] for s in steps] == [1] and steps[0]["new_version"] == 1
 
