@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from adapters.signals import on_signals
 from adapters.tracking import RunRow
 from fp8rl_core.schedule import next_run
 
-__all__ = ["Job", "RayCluster", "connected", "on_ray", "target"]
+__all__ = ["Job", "RayCluster", "connected", "on_ray", "started_again_once", "target"]
 
 
 def target(address: str | None) -> tuple[bool, str]:
@@ -152,8 +153,52 @@ def on_ray(address: str | None, env: Mapping[str, str]) -> Iterator[RayCluster]:
     local, where = target(address)
     init = _init_kwargs(local) | {"runtime_env": {"env_vars": dict(env)}}
     api = _prefect_api_url()
-    with RayTaskRunner(address=address, init_kwargs=init) as runner:
+
+    def start():
+        runner = RayTaskRunner(address=address, init_kwargs=init)
+        runner.__enter__()  # ray.init
+        return runner
+
+    runner = started_again_once(start) if local else start()
+    try:
         yield RayCluster(runner, where, cluster.nodes(), api)
+    except BaseException:
+        runner.__exit__(*sys.exc_info())
+        raise
+    runner.__exit__(None, None, None)
+
+
+#: what Ray 2.58 raises when a local node's raylet has not registered with its GCS within its fixed 30 s
+#: (``ray/_private/node.py``, ``raylet_start_wait_time_s``): seen on 2 busy cores, a start that is slow, not broken
+SLOW_START = "The current node timed out during startup"
+
+
+def started_again_once(start: Callable):
+    """``start()`` (a local Ray's start), and once more when Ray gave up on it as :data:`SLOW_START` — after
+    ending the processes that attempt left (the children this process gained during it: GCS, raylet,
+    agents; Ray had not recorded a node to shut down). Any other failure, or a second slow start, is raised."""
+    import psutil
+
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    try:
+        return start()
+    except Exception as e:
+        if SLOW_START not in str(e):
+            raise
+        left = [p for p in me.children(recursive=True) if p.pid not in before]
+        for p in left:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(left, timeout=10)
+        import ray
+
+        ray.shutdown()  # whatever of the attempt Ray did record
+        logging.getLogger(__name__).warning("a local Ray did not start within Ray's 30 s (%s); %d processes of that "
+                                            "attempt ended, starting it once more", e, len(left))
+        return start()
 
 
 def _crash(future, reason: str) -> None:
