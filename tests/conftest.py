@@ -44,9 +44,7 @@ BY_FOLDER = {"engine": ("core/sampler/", "bench/test_engine.py"),
 #: fixtures that start engines: a test using one is an engine test wherever it lives
 ENGINE_FIXTURES = frozenset({"engines", "checkpoints"})
 #: tests that start engines on a model of their own (not the engine fixtures'): engine tests wherever they live
-ENGINE_TESTS = frozenset({
-    "core/test_matching.py::test_a_run_with_a_dataset_is_measured_on_its_validation_prompts",  # the GSM8K checkpoint
-})
+ENGINE_TESTS: frozenset[str] = frozenset()
 #: files that do not get their folder's marker: path → marker
 EXCEPT = {"flows/test_cli.py": "flow", "flows/test_terminal_table.py": "flow", "flows/test_deployment_file.py": "flow",
           "core/sampler/test_quiet.py": "engine",
@@ -87,7 +85,6 @@ SLOW = frozenset({
     "core/sampler/sglang/test_models.py",  # SGLang's model classes in .venv-sglang, a process per rank (~1-3 min in all)
     "verl/test_preflight.py::test_verls_actor_worker_stops_where_the_refusal_says_importing_sglang",  # verl (~27 s)
     "verl/test_preflight.py::test_sglang_does_not_import_beside_the_transformers_of_verls_venv",  # verl+SGLang (~22 s)
-    "verl/test_preflight.py::test_verls_weight_sync_of_cpu_tensors_stops_in_sglangs_serializer",  # SGLang (~22 s)
 })
 #: the tests that start verl's trainer (each a verl run or more, tests/BUDGET.md): the ``verl`` tier
 VERL = frozenset({

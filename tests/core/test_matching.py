@@ -236,16 +236,13 @@ def assert_every_sync_passed(sweep, res) -> None:
     assert keys == {(p, n, s): 8 for p in section.presets for n in names for s in ("held-out", "sampled")}
 
 
-def test_a_run_with_a_dataset_is_measured_on_its_validation_prompts(gsm8k_experiment):
-    """The fixed-weights protocol on a user's checkpoint and data (tests/conftest.py, ``gsm8k_experiment``): the
-    probes are the validation file's chat-templated prompts in the checkpoint's tokenizer — held-out ones of
-    different lengths, every position inside each counted; the others completed by each variant's engine up to
-    the run's response length — and every preset's sync passes W1–W7 there."""
+def assert_measured_on_validation_prompts(sweep, res) -> None:
+    """A fixed-weights run with a dataset (a user's checkpoint and data, tests/conftest.py ``gsm8k_experiment``;
+    tests/flows/test_verl.py measures a checkpoint verl saved of it): the probes are the validation file's
+    chat-templated prompts in the checkpoint's tokenizer — held-out ones of different lengths, every position
+    inside each counted; the others completed by each variant's engine up to the run's response length."""
     from fp8rl_core.verl.reward import scorer
 
-    data = gsm8k_experiment
-    sweep, res = fixed_weights_from(data["model"], "gsm8k-dense-mini", *data["overrides"], f"model_path={data['model']}")
-    assert_every_sync_passed(sweep, res)
     cfg = sweep.runs[0].config
     task = cfg.dataset_task(scorer(None))
     probe = matching.dataset_probe_set(task, 8, 8, seed=cfg.seed)

@@ -104,19 +104,21 @@ def test_a_verl_sweep_trains_a_users_gsm8k_data_with_tokens_of_every_step_and_ev
         composed = OmegaConf.load(c.download_artifacts(row.mlflow_run, "verl/config.yaml", str(env["root"])))
         assert composed.actor_rollout_ref.actor.entropy_coeff == 0.001 and composed.trainer.save_freq == 1
         assert args_file.strip().splitlines()[-1] == "actor_rollout_ref.actor.entropy_coeff=0.001"  # applied last
-    # the paper's fixed-weights protocol on a checkpoint verl saved in this run (its last step, verl's own layout):
-    # every preset synced into it, W1–W7 passing at the full tier (tests/core/test_matching.py's measurement)
+    # the paper's fixed-weights protocol on a checkpoint verl saved in this run (its last step, verl's own layout),
+    # probed with the experiment's validation prompts: every preset synced into it, W1–W7 passing at the full
+    # tier (tests/core/test_matching.py's measurement)
     from fp8rl_core.sampler.pool import release_all
-    from tests.core.test_matching import assert_every_sync_passed, fixed_weights_from
+    from tests.core.test_matching import assert_every_sync_passed, assert_measured_on_validation_prompts, fixed_weights_from
 
     saved = sorted((env["root"] / "verl" / "verl-smoke" / rows[1].run_id).glob("checkpoints/global_step_*"),
                    key=lambda d: int(d.name.rsplit("_", 1)[1]))
     assert [d.name for d in saved] == ["global_step_1", "global_step_2"]
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {f.name for f in (saved[-1] / "actor" / "huggingface").iterdir()}
     try:
-        sweep, res = fixed_weights_from(saved[-1], "gsm8k-dense-mini", f"base.models_dir={data['models_dir']}")
+        sweep, res = fixed_weights_from(saved[-1], "gsm8k-dense-mini", *data["overrides"], f"model_path={data['model']}")
         assert [(r.name, r.step) for r in sweep.config.matching.checkpoints] == [("checkpoints/step2", 2)]
         assert_every_sync_passed(sweep, res)
+        assert_measured_on_validation_prompts(sweep, res)  # probed with the user's validation prompts
     finally:
         release_all()
     # the report: the verl runs' tokens tables read like native runs' (no "(c) only" note); claim (b) (`all`
