@@ -2,7 +2,9 @@
 interpreter, verl's venv after its own packages (argv: verl's venv's site-packages, the rollout config and model
 config YAML verl composed). Installs fp8rl's SGLang workarounds at import, so SGLang's spawned scheduler (which
 imports this file again as ``__mp_main__``) has them too; launches the server as verl's replica does, generates
-through verl's ``generate`` and prints the result as JSON on its last line."""
+through verl's ``generate``, then makes the call verl's SGLang adapter makes at every sync (SGLang's
+``update_weights`` over the rollout mesh, sglang_rollout.py:380) on a CPU tensor, and prints the results as JSON on
+its last line (the sync's: exception type, message, ``path:line`` of each frame)."""
 
 import os
 import sys
@@ -38,8 +40,30 @@ def main(rollout_yaml: str, model_yaml: str) -> None:
                 "server_args": {k: getattr(server.tokenizer_manager.server_args, k)
                                 for k in ("device", "attention_backend", "load_format", "enable_memory_saver")}}
 
-    print(json.dumps(asyncio.run(run())), flush=True)
+    print(json.dumps(asyncio.run(run()) | {"sync_stop": asyncio.run(sync_stop())}), flush=True)
     os._exit(0)  # SGLang's scheduler ends with this process (its parent watch); no server shutdown call in verl
+
+
+async def sync_stop() -> list:
+    """verl's sync call into SGLang (``engine=None`` is never reached when SGLang's serializer stops first)."""
+    import traceback
+
+    import torch
+    import torch.distributed as dist
+    from sglang.srt.weight_sync.utils import update_weights
+    from torch.distributed.device_mesh import init_device_mesh
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    mesh = init_device_mesh("cpu", (1, 1, 1), mesh_dim_names=("dp", "infer_tp", "infer_pp"))
+    try:
+        await update_weights(engine=None, params_batch=[("w", torch.ones(2, 2))], device_mesh_key="infer_tp",
+                             device_mesh=mesh)
+    except Exception as e:  # noqa: BLE001 — what stops it is the result
+        return [type(e).__name__, str(e), [f"{f.filename}:{f.lineno}" for f in traceback.extract_tb(e.__traceback__)]]
+    finally:
+        dist.destroy_process_group()
+    return ["no error", "", []]
 
 
 if __name__ == "__main__":

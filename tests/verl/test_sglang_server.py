@@ -1,12 +1,13 @@
 """verl's SGLang rollout on CPU as far as it runs (fp8rl run refuses the whole: fp8rl_core.verl.preflight): verl
 0.9.1's own ``SGLangHttpServer`` launched with the rollout config fp8rl generates for ``verl.rollout: sglang`` on
 ``verl.hardware: cpu``, in .venv-sglang's interpreter with verl's venv after it (tests/verl/sglang_server.py),
-generates through verl's ``generate``. An engine test (the ``checkpoints`` fixture); skipped without
-.venv-sglang. docs/gpu.md, verl on CPU."""
+generates through verl's ``generate``; then verl's sync call into SGLang on a CPU tensor stops in SGLang's
+serializer. An engine test (the ``checkpoints`` fixture); skipped without .venv-sglang. docs/gpu.md, verl on CPU."""
 
 from __future__ import annotations
 
 import json
+import linecache
 import math
 import os
 import subprocess
@@ -15,6 +16,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+import verl
 from omegaconf import OmegaConf
 
 from fp8rl_core.config.runs import Sweep
@@ -50,9 +52,17 @@ def test_verls_sglang_server_starts_on_cpu_from_fp8rls_config_and_generates_with
                                   "enable_memory_saver": False}
     assert len(res["token_ids"]) == 4 and res["stop_reason"] == "length"
     assert all(0 <= t < SPECS["dense"].vocab_size for t in res["token_ids"])
-    # verl's hybrid rollout starts on dummy weights (its first sync brings the learner's: the stop of
-    # test_preflight.py::test_verls_weight_sync_of_cpu_tensors_stops_in_sglangs_serializer): near-zero logits, every
-    # sampled token at -ln(vocabulary)
+    # verl's hybrid rollout starts on dummy weights (its first sync brings the learner's: the stop below):
+    # near-zero logits, every sampled token at -ln(vocabulary)
     for lp in res["log_probs"]:
         assert lp == pytest.approx(-math.log(SPECS["dense"].vocab_size), abs=1e-3)
+    # what verl's SGLang adapter calls at every sync (sglang_rollout.py:380: SGLang's ``update_weights`` on the
+    # rollout mesh), on a CPU tensor: IndexError in SGLang's patched tensor reduction, before any request is sent
+    # (``engine=None`` is never reached) — where fp8rl_core.verl.preflight.SGLANG_CPU_STOP says verl's CPU sync stops
+    src = Path(verl.__file__).parent / "workers/rollout/sglang_rollout/sglang_rollout.py"
+    assert "await sgl_update_weights(" in linecache.getline(str(src), 380)
+    kind, msg, frames = res["sync_stop"]
+    assert (kind, msg) == ("IndexError", "tuple index out of range")
+    assert any(f.endswith("sglang/srt/weight_sync/utils.py:47") for f in frames)
+    assert any(f.endswith("sglang/srt/utils/patch_torch.py:103") for f in frames)
     print(f"verl's SGLang server started in {res['start_s']:.1f} s", file=sys.stderr)
