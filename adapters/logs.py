@@ -69,21 +69,21 @@ TO_API = "PREFECT_LOGGING_TO_API_ENABLED"
 
 
 @contextmanager
-def lines_stay_off_a_temporary_api() -> Iterator[dict[str, str]]:
+def lines_stay_off_a_temporary_api() -> Iterator[None]:
     """Within the block, when Prefect's API is the temporary server it starts for this process (no
     ``PREFECT_API_URL``): the log lines of the flow and of its task runs are not sent to that server as well
-    (Prefect's ``logging.to_api``; yields the variable for the Ray workers' environment). They are in the
+    (Prefect's ``logging.to_api``, which ``flows.pipelines`` passes on to the Ray workers). They are in the
     sweep's log file and each run's ``run.log`` in MLflow; the temporary server keeps the flow and task runs
     and their states. Sending them cost its SQLite writes during the runs and ~10 s at exit draining the
     queue (30 runs of ``make run``; bench/README.md). With a Prefect server (a deployment, ``PREFECT_API_URL``)
-    or ``PREFECT_LOGGING_TO_API_ENABLED`` in the environment, nothing changes (yields nothing)."""
+    or ``PREFECT_LOGGING_TO_API_ENABLED`` in the environment, nothing changes."""
     from prefect.settings import PREFECT_LOGGING_TO_API_ENABLED, get_current_settings, temporary_settings
 
     if get_current_settings().api.url or TO_API in os.environ:
-        yield {}
+        yield
         return
     with temporary_settings(updates={PREFECT_LOGGING_TO_API_ENABLED: False}):
-        yield {TO_API: "false"}
+        yield
 
 
 def engines_here() -> bool:

@@ -134,10 +134,10 @@ def run_experiment(run: Run, sweep: str, sweep_id: str, mlflow_run: str, cwd: st
 def _worker_env() -> dict[str, str]:
     """What a Ray worker needs to run an experiment as the driver would: the tracking store, the artifact
     root and the warm-start cache (absolute), the SGLang venv's interpreter where the sweep runs SGLang
-    (:mod:`adapters.engines`), Prefect's ``logging.to_api`` when the driver's is off
-    (:func:`adapters.logs.lines_stay_off_a_temporary_api`), and — when a deployment loaded this file as the script module ``pipelines`` —
-    its folder on ``PYTHONPATH`` (the flow in the task runs' context is pickled by reference to that module, so
-    the workers must import it under that name too)."""
+    (:mod:`adapters.engines`), Prefect's ``logging.to_api`` when the driver's is off (:mod:`adapters.logs`), and
+    — when a deployment loaded this file as the script module ``pipelines`` — its folder on ``PYTHONPATH`` (the
+    flow in the task runs' context is pickled by reference to that module, so the workers must import it under
+    that name too)."""
     from prefect.settings import get_current_settings
 
     env = {"MLFLOW_TRACKING_URI": tracking.tracking_uri(), "FP8RL_ARTIFACTS": str(tracking.artifact_root().resolve()),
