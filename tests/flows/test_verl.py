@@ -1,14 +1,17 @@
 """``backend: verl`` end to end on CPU: verl's own (default) trainer with fp8rl's MXFP8 learner layers in its
-FSDP engine, vLLM-CPU as its rollout through fp8rl's adapter and worker extension at tensor parallel 2, the
-checks after every sync on both live ranks — through the mxfp8-sweep flow on a user's GSM8K-format data,
-checkpoint and tokenizer with verl's gsm8k scorer (one parent run; verl's metrics, fp8rl's checks, the tokens
-table captured in verl's trainer and its KL summary in each run's record; the report; resume) and the nightly correctness flow (worker faults planted through
-verl on the MoE mini, two on rank 1 only — a requantizing sampler, one expert's negated compute copy —, each
-caught at its sync and repaired at the next; the expert fault again with the compute-copy check off at its
-sync, caught by W7 (its probe there, or the behavioural alarm at the next); one fault stopping verl's trainer)."""
+FSDP engine, vLLM-CPU as its rollout through fp8rl's adapter and worker extension, the checks after every sync
+— through the mxfp8-sweep flow on a user's GSM8K-format data, checkpoint and tokenizer with verl's gsm8k scorer
+(one actor rank, one rollout rank, as configs/verl-smoke.yaml; one parent run; verl's metrics, fp8rl's checks,
+the tokens table captured in verl's trainer and its KL summary in each run's record; the report; resume) and
+the nightly correctness flow at tensor parallel 2 (configs/nightly-verl.yaml: two actor ranks, the checks on
+both live rollout ranks at every sync; worker faults planted through verl on the MoE mini, two on rank 1 only —
+a requantizing sampler, one expert's negated compute copy —, each caught at its sync and repaired at the next;
+the expert fault again with the compute-copy check off at its sync, caught by W7 (its probe there, or the
+behavioural alarm at the next); one fault stopping verl's trainer)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -20,28 +23,26 @@ from adapters import tracking
 ROOT = Path(__file__).resolve().parents[2]
 VERL_SMOKE = str(ROOT / "configs" / "verl-smoke.yaml")
 NIGHTLY_VERL = str(ROOT / "configs" / "nightly-verl.yaml")
-#: the rollout over two tensor-parallel ranks, two actor ranks
-TP2 = ["verl.gpus_per_node=2", "verl.rollout_tensor_parallel=2"]
 
 
 def _history(run: str, key: str) -> dict[int, float]:
     return {m.step: m.value for m in tracking.client().get_metric_history(run, key)}
 
 
-def test_a_verl_sweep_trains_a_users_gsm8k_data_with_tokens_of_every_step_and_every_check_passing_on_both_ranks(
-        env, gsm8k_experiment):
+def test_a_verl_sweep_trains_a_users_gsm8k_data_with_tokens_of_every_step_and_every_check_passing(env, gsm8k_experiment):
     """A user's own experiment through verl: GSM8K-format files, a checkpoint with its own BPE tokenizer, verl's
     gsm8k scorer (tests/conftest.py, ``gsm8k_experiment``) — claim (b)'s two presets (`bf16-sampler`, `all`) of its
-    dense mini at tp 2, so the report judges (b) from verl's tokens and (c) over the on-grid syncs only. fp8rl's own
-    warm start and addition task through verl are the MoE mini's fault series below (clean syncs, tokens, the
-    alarm and the checks on both ranks, experts included, in the same records)."""
+    dense mini (verl-smoke's one actor rank and one rollout rank), so the report judges (b) from verl's tokens and
+    (c) over the on-grid syncs only. fp8rl's own warm start and addition task through verl, and the rollout at
+    tensor parallel 2, are the MoE mini's fault series below (clean syncs, tokens, the alarm and the checks on
+    both ranks, experts included, in the same records)."""
     from fp8rl_core.config.dataset import file_sha256
     from flows.pipelines import mxfp8_sweep
 
     # verl.overrides: a setting of verl's own (an entropy bonus in the actor's loss) applied after fp8rl's;
     # verl.save_checkpoints: the actor's HF model after every step, what the fixed-weights experiment below measures
     data = gsm8k_experiment
-    args = ["axes.preset=[bf16-sampler, all]", *data["overrides"], f"model_path={data['model']}", *TP2,
+    args = ["axes.preset=[bf16-sampler, all]", *data["overrides"], f"model_path={data['model']}",
             "verl.save_checkpoints=true", "verl.overrides=[actor_rollout_ref.actor.entropy_coeff=0.001]"]
     rows = mxfp8_sweep(VERL_SMOKE, args)
     assert [(r.name, r.status) for r in rows] == [("dense-mini·bf16-sampler·s0", "FINISHED"),
@@ -90,10 +91,11 @@ def test_a_verl_sweep_trains_a_users_gsm8k_data_with_tokens_of_every_step_and_ev
         assert m["verl/k3_kl"] == pytest.approx(sum(verl_k3.values()) / 2)
         assert m["headline/kl_k3_micronats"] == pytest.approx(m["kl/k3"] * 1e6, rel=1e-3)
         table = pq.read_table(c.download_artifacts(row.mlflow_run, "tables/checks.parquet", str(env["root"]))).to_pylist()
+        on_grid = {"bf16-sampler": 0, "all": 16}[preset]  # the dense mini's 8 linear layers' data and scales
         w2 = [t for t in table if t["condition"] == "W2"]
-        assert len(w2) == 3 and all("2 tensor-parallel ranks" in t["detail"] for t in w2), w2  # per-rank, both ranks
-        w6 = [t for t in table if t["condition"] == "W6"]  # the compute copy on both ranks (the on-grid layers)
-        assert len(w6) == 3 and all("on 2 ranks" in t["detail"] for t in w6 if preset == "all"), w6
+        assert len(w2) == 3 and all(f"fingerprints of {on_grid} on-grid tensors per rank" in t["detail"] for t in w2), w2
+        w6 = [t for t in table if t["condition"] == "W6"]  # the compute copy of every on-grid layer
+        assert len(w6) == 3 and all(f"(fingerprints): {on_grid // 2} tensors (0 experts) on 1 ranks" in t["detail"] for t in w6), w6
         files = {f.path for f in c.list_artifacts(row.mlflow_run, "verl")}
         retried = "verl.retried" in run.data.tags  # a start that lost a port race is started once more, its log kept
         assert files == ({"verl/main_ppo.args", "verl/main_ppo.log", "verl/payload.json", "verl/config.yaml"}
@@ -189,6 +191,13 @@ def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_ne
     assert sorted(w2) == sorted(w6) == sorted(vck) == list(range(13))
     assert w2[4] == w6[6] == w6[8] == w6[10] == w2[12] == 0.0 and w6[2] == 1.0 and w7[3] == 0.0
     assert all(w2[v] == w6[v] == 1.0 for v in (0, 1, 3, 5, 7, 9, 11))  # clean before, and again after each fault
+    # the checks ran on both live rollout ranks: W2 at every sync; at the clean ones the compute copy of every
+    # on-grid tensor, experts included
+    table = pq.read_table(c.download_artifacts(series, "tables/checks.parquet", str(env["root"]))).to_pylist()
+    detail = {(t["version"], t["condition"]): t["detail"] for t in table}
+    assert all("2 tensor-parallel ranks" in detail[v, "W2"] for v in range(13)), detail
+    copies = [re.search(r"\(fingerprints\): (\d+) tensors \((\d+) experts\) on 2 ranks", detail[v, "W6"]) for v in (0, 1, 3, 5, 7, 9, 11)]
+    assert all(m and int(m[2]) > 0 for m in copies), detail
     # vLLM's checksums: they disagree where a fault changed the held bytes (the requantizing rank) and agree
     # where only a compute copy is wrong
     assert vck[4] == vck[12] == 0.0 and all(vck[v] == 1.0 for v in (0, 1, 2, 3, 5, 7, 9, 10, 11)), vck
