@@ -276,19 +276,6 @@ def test_a_sweep_asking_for_gpus_the_cluster_lacks_stops_before_anything_runs(en
     assert len(_runs("smoke")) == before  # no MLflow run was opened
 
 
-def test_a_verl_backend_sweep_on_a_cluster_without_gpus_stops_before_anything_runs(env, gsm8k_home):
-    """``backend: verl`` runs go to verl's trainer, never to the native CPU path; on a Ray without GPUs the
-    pre-flight says what verl needs and what the cluster has, before any MLflow run is opened."""
-    from adapters.cluster import ClusterError
-    from flows.pipelines import mxfp8_sweep
-
-    with pytest.raises(ClusterError, match=r"^backend verl needs 8 GPUs per node on 1 node \(verl.gpus_per_node, "
-                                           r"verl.nnodes\); a local Ray \(this machine\) has 0 GPUs, 0 node\(s\) with 8: "
-                                           r".*num_gpus=0.*Nothing was run\.$"):
-        mxfp8_sweep(str(ROOT / "configs" / "gpu" / "qwen3-8b.yaml"))
-    assert _runs("gpu-qwen3-8b") == []
-
-
 FIXED = str(ROOT / "configs" / "matching-fixed-weights.yaml")
 #: the shipped fixed-weights sweep at test size: the mini, one seed, three presets, 16 + 16 probe sequences
 FIXED_SMALL = ["axes.model=[qwen3-dense-mini]", "axes.seed=[0]", "per_model={}", SHORT, "matching.held_out=16",

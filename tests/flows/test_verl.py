@@ -213,17 +213,27 @@ def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_ne
 
 
 def test_a_pre_flight_refusal_prints_only_its_message(tmp_path, gsm8k_home):
-    """``fp8rl run`` of a GPU config on a machine without GPUs: the refusal in one line, no traceback on the
-    terminal (Prefect's flow engine logs it with one: that record stays in the sweep's log file)."""
+    """``fp8rl run`` of a GPU config on a machine without GPUs: ``backend: verl`` runs go to verl's trainer, never
+    to the native CPU path, so the pre-flight refuses them before any MLflow run is opened — in one line naming what
+    verl needs and what the cluster has, no traceback on the terminal (Prefect's flow engine logs it with one: that
+    record stays in the sweep's log file)."""
     import os
     import subprocess
 
-    env = os.environ | {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "COLUMNS": "200"}
+    env = os.environ | {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "COLUMNS": "200",
+                        "FP8RL_LOGS": str(tmp_path / "logs")}
     out = subprocess.run([str(ROOT / ".venv" / "bin" / "fp8rl"), "run", "configs/gpu/qwen3-8b.yaml", "axes.seed=[0]"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     lines = (out.stdout + out.stderr).strip().splitlines()
     assert out.returncode == 1 and "Traceback" not in out.stdout + out.stderr, lines
     assert lines[0] == "sweep gpu-qwen3-8b: 6 runs from configs/gpu/qwen3-8b.yaml" and lines[1].startswith("log: ")
-    assert len(lines) == 3 and lines[2].startswith("error: backend verl needs 8 GPUs per node on 1 node")
+    # what verl needs and what the cluster has, before any MLflow run is opened
+    assert len(lines) == 3 and re.match(r"^error: backend verl needs 8 GPUs per node on 1 node \(verl.gpus_per_node, "
+                                        r"verl.nnodes\); a local Ray \(this machine\) has 0 GPUs, 0 node\(s\) with 8: "
+                                        r".*num_gpus=0.*Nothing was run\. \(log: .*\)$", lines[2]), lines
+    from mlflow.tracking import MlflowClient
+
+    found = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"]).get_experiment_by_name("gpu-qwen3-8b")
+    assert found is None or not MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"]).search_runs([found.experiment_id])
     log = Path(lines[1].removeprefix("log: ").strip())
     assert "Traceback" in log.read_text() and "ClusterError" in log.read_text()
