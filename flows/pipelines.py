@@ -27,12 +27,12 @@ from prefect.runtime import flow_run as runtime_flow_run  # noqa: E402
 from adapters import cluster, dispatch, engines, tracking  # noqa: E402
 from adapters.tracking import RunRow  # noqa: E402
 from flows import console  # noqa: E402
+from flows.native_correctness import native_correctness  # noqa: E402
 from fp8rl_core.config.runs import Run, Sweep  # noqa: E402
 from fp8rl_core.config.sweep import MatchingSection  # noqa: E402
 from fp8rl_core.schedule import dispatch_order, engine_group  # noqa: E402
 from fp8rl_core.sampler.pool import release_all  # noqa: E402
 from fp8rl_core.verl.payload import NO_VERL_HOOKS, VerlHooks  # noqa: E402
-from fp8rl_core.vocabulary import CONDITIONS  # noqa: E402
 from tasks import reporting, stages  # noqa: E402
 
 __all__ = ["RunsFailed", "experiment", "fixed_weights", "mxfp8_sweep", "nightly_correctness"]
@@ -418,7 +418,6 @@ def nightly_correctness(config: str | Sweep = "configs/nightly.yaml", overrides:
 def _correctness(sweep: Sweep) -> dict:
     from fp8rl_core.checks.faults import FAULTS
 
-    logger = get_run_logger()
     runs = sweep.correctness
     if not runs:
         raise ValueError(f"{sweep.source}: no 'correctness' section; nothing to check")
@@ -431,45 +430,7 @@ def _correctness(sweep: Sweep) -> dict:
         from flows.verl_correctness import verl_correctness
 
         return verl_correctness(sweep, wanted, mlflow_run, _flow_run(), _verl_run)  # it picks each model's faults
-    wanted = [f for f in wanted if f.model in runs]
-    try:
-        with tracking.ending(mlflow_run):
-            with tracking.captured_logs(mlflow_run):
-                clean: list[dict] = []
-                matrix: list[dict] = []
-                for kind, run in runs.items():
-                    cfg = run.config
-                    ckpt = stages.warm_start_checkpoint(run.spec.model_dump(mode="json"),
-                                                        cfg.warmstart.model_dump(mode="json"), WARMSTART_CACHE)
-                    key = f"correctness-{kind}-{run.id}"
-                    stages.correctness_setup(key, cfg, ckpt)
-                    rows = stages.clean_sync_series(key, section.clean_syncs[kind])
-                    clean += [r | {"model": kind} for r in rows]
-                    logger.info("%s: %d clean syncs, %d false alarms", kind, len(rows), sum(r["false_alarm"] for r in rows))
-                    # faults on the shared pipeline first: a fault with its own engine configuration or replicas
-                    # starts a pipeline that may take over (and resync) the shared engine
-                    own = lambda f: f.replicas > 1 or f.engine_schemes is not None  # noqa: E731
-                    for f in sorted((f for f in wanted if f.model == kind), key=own):
-                        fkey = key
-                        if f.replicas > 1 or f.engine_schemes is not None:
-                            fkey = f"{key}-{f.name}"
-                            stages.correctness_setup(fkey, cfg, ckpt, f.name)
-                        row = stages.inject_fault(fkey, f.name)
-                        logger.info("fault %s (%s): caught at first sync: %s; fired: %s", f.name, f.condition,
-                                    row["caught_first"], [c for c in CONDITIONS if row.get(c)])
-                        matrix.append(row)
-                    stages.LIVE.pop(key, None)
-                result = stages.record_matrix(mlflow_run, matrix, clean)
-            missed = [r["fault"] for r in matrix if not r["caught_first"]]
-            alarms = [r for r in clean if r["false_alarm"]]
-            if missed or alarms:
-                msg = (f"correctness: {len(missed)} faults not caught at their first sync by their condition's check "
-                       f"({', '.join(missed) or 'none'}); {len(alarms)} false alarms on clean syncs"
-                       + (f", e.g. {alarms[0]['alarms']}" if alarms else ""))
-                raise RuntimeError(msg)
-        return {"mlflow_run": mlflow_run, "matrix": matrix} | result
-    finally:
-        release_all()
+    return native_correctness(sweep, wanted, mlflow_run, WARMSTART_CACHE)
 
 
 def project_root() -> Path:
