@@ -88,7 +88,7 @@ SLOW = frozenset({
 })
 #: the tests that start verl's trainer (each a verl run or more, tests/BUDGET.md): the ``verl`` tier
 VERL = frozenset({
-    "flows/test_verl.py::test_a_verl_sweep_trains_a_users_gsm8k_data_with_tokens_of_every_step_and_every_check_passing_on_both_ranks",
+    "flows/test_verl.py::test_a_verl_sweep_trains_a_users_gsm8k_data_with_tokens_of_every_step_and_every_check_passing",
     "flows/test_verl.py::test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_next_and_one_stops_verl",
 })
 #: fixtures that make every test using them slow

@@ -297,7 +297,6 @@ def test_a_fixed_weights_sweep_records_every_variant_at_every_checkpoint_and_rep
     assert m["fixed/syncs"] == 8 and m["fixed/syncs_passed"] == 8  # 4 variants × 2 checkpoints, W1–W7 each
     for v in ("bf16-sampler", "all", "requant", "all/engine-float32_learner-fp32"):
         assert m[f"fixed/{v}/kl_micronats"] >= 0, v
-    assert m["fixed/all/kl_micronats"] < m["fixed/bf16-sampler/kl_micronats"]
     dl = lambda name: pq.read_table(c.download_artifacts(run.info.run_id, f"tables/{name}.parquet",  # noqa: E731
                                                          str(env["root"]))).to_pylist()
     table = dl("matching")
@@ -309,7 +308,13 @@ def test_a_fixed_weights_sweep_records_every_variant_at_every_checkpoint_and_rep
     assert all(r["check/W2"] == 1.0 and r["passed"] for r in req)
     summary = (Path(env["root"]) / "reports" / "matching-fixed-weights" / "summary.md").read_text()
     assert summary.startswith("# fp8rl report: matching-fixed-weights (fixed weights)")
-    assert "| qwen3-dense-mini | (b) all on the learner's grid vs BF16 sampler | −16% |" in summary
+    # (b)'s pooled ratio is the two variants' measured KL; which way it points depends on the machine's CPU
+    # kernels at this size (16 + 16 sequences of the 100-step mini: below 1 on earlier machines, 1.62 with its CI
+    # 0.59 … 4.0 on an AMD EPYC with AVX512-BF16, the verdict "no difference resolved"): not asserted
+    (b,) = [ln for ln in summary.splitlines()
+            if ln.startswith("| qwen3-dense-mini | (b) all on the learner's grid vs BF16 sampler | −16% |")]
+    ratio = float(b.split("|")[4].split()[0])
+    assert ratio == pytest.approx(m["fixed/all/kl_micronats"] / m["fixed/bf16-sampler/kl_micronats"], rel=6e-3), b
     assert "requantized from BF16 vs the learner's bytes" in summary and "## Ablation" in summary
     assert "Checks: 6 of 6 syncs of the presets passed all seven conditions" in summary
 

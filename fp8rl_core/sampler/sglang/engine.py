@@ -57,6 +57,10 @@ def mxfp8_refusal(schemes: Mapping[str, str]) -> str | None:
     return sglang_refusal([s for s in schemes.values() if s != "bf16"], gpu=torch.cuda.is_available())
 
 
+#: what SGLang's server logs when its ``--port`` was taken before it could bind it
+PORT_TAKEN = "address already in use"
+
+
 def _port() -> int:
     """A free local port below 55536: SGLang 0.5.12 derives a gRPC port ``--port`` + 10000 and refuses to start
     when that exceeds 65535 (even with gRPC off), so the OS's choice (up to 60999) will not do."""
@@ -120,7 +124,17 @@ class SglangSampler(Sampler):
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="fp8rl-sglang")
         t0 = time.perf_counter()
         try:
-            self._start(python, seed)
+            try:
+                self._start(python, seed)
+            except SamplerDeadError:
+                if PORT_TAKEN not in self.log_tail():
+                    raise
+                # the free port was taken between its choice and the server's bind (another process's port race):
+                # the server is started once more, on another port
+                self._finalizer()
+                self.port = _port()
+                self.url = f"http://127.0.0.1:{self.port}"
+                self._start(python, seed)
             self.startup_s = time.perf_counter() - t0
             self.version = self._one("set_version", version=version, names=sorted(initial))
         except BaseException:
