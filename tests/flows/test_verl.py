@@ -233,7 +233,8 @@ def test_a_pre_flight_refusal_prints_only_its_message(tmp_path, gsm8k_home):
                                         r".*num_gpus=0.*Nothing was run\. \(log: .*\)$", lines[2]), lines
     from mlflow.tracking import MlflowClient
 
-    found = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"]).get_experiment_by_name("gpu-qwen3-8b")
-    assert found is None or not MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"]).search_runs([found.experiment_id])
+    store = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    found = store.get_experiment_by_name("gpu-qwen3-8b")
+    assert found is None or not store.search_runs([found.experiment_id])
     log = Path(lines[1].removeprefix("log: ").strip())
     assert "Traceback" in log.read_text() and "ClusterError" in log.read_text()

@@ -119,21 +119,15 @@ class SglangSampler(Sampler):
         served = {k: v for k, v in self.model_cfg.items() if k != "quantization_config"}  # BF16 layers: no method
         self.dir = prepare_engine_dir(served, initial, self.work_root)
         self.log_path = self.dir / "server.log"
-        self.port = _port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="fp8rl-sglang")
         t0 = time.perf_counter()
         try:
             try:
                 self._start(python, seed)
             except SamplerDeadError:
-                if PORT_TAKEN not in self.log_tail():
+                if PORT_TAKEN not in self.log_tail():  # another process took the port before the server bound it
                     raise
-                # the free port was taken between its choice and the server's bind (another process's port race):
-                # the server is started once more, on another port
-                self._finalizer()
-                self.port = _port()
-                self.url = f"http://127.0.0.1:{self.port}"
+                self._finalizer()  # that attempt's processes; then once more, on another port
                 self._start(python, seed)
             self.startup_s = time.perf_counter() - t0
             self.version = self._one("set_version", version=version, names=sorted(initial))
@@ -146,6 +140,8 @@ class SglangSampler(Sampler):
     # -- the server process ---------------------------------------------------------------------------
     def _start(self, python: str | Path, seed: int) -> None:
         cfg, tp = self.cfg, self.tensor_parallel
+        self.port = _port()
+        self.url = f"http://127.0.0.1:{self.port}"
         cores = os.cpu_count() or 1
         per = max(1, cores // tp)
         bind = "|".join(f"{(r * per) % cores}-{(r * per) % cores + per - 1}" if per > 1 else str(r % cores)
