@@ -90,12 +90,14 @@ SLOW = frozenset({
 VERL = frozenset({
     "flows/test_verl.py::test_a_verl_sweep_trains_a_users_gsm8k_data_with_tokens_of_every_step_and_every_check_passing",
     "flows/test_verl.py::test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_next_and_one_stops_verl",
+    "flows/test_verl_moe.py::test_a_verl_sweep_of_the_moe_mini_judges_claim_d_from_verls_tokens",
 })
 #: fixtures that make every test using them slow
 SLOW_FIXTURES = frozenset({"trained"})  # tests/core/learner/test_warmstart.py: an 800-step warm start
 #: the slowest files, slowest first (their tests' seconds in two workers, tests/BUDGET.md): handed to the xdist
 #: workers before every other file
-HEAVY = ("flows/test_verl.py", "flows/test_pipelines.py", "flows/test_scale_out.py", "flows/test_deployment.py",
+HEAVY = ("flows/test_verl.py", "flows/test_verl_moe.py", "flows/test_pipelines.py", "flows/test_scale_out.py",
+         "flows/test_deployment.py",
          "core/sampler/test_engine.py", "flows/test_sglang.py", "core/sampler/sglang/test_engine.py",
          "flows/test_correctness.py",
          "verl/test_platform.py", "core/grids/test_mx.py", "verl/test_rollout_engine.py", "flows/test_mlflow_ui.py",

@@ -31,22 +31,23 @@ def _history(run: str, key: str) -> dict[int, float]:
 
 def test_a_verl_sweep_trains_a_users_gsm8k_data_with_tokens_of_every_step_and_every_check_passing(env, gsm8k_experiment):
     """A user's own experiment through verl: GSM8K-format files, a checkpoint with its own BPE tokenizer, verl's
-    gsm8k scorer (tests/conftest.py, ``gsm8k_experiment``) — claim (b)'s two presets (`bf16-sampler`, `all`) of its
-    dense mini (verl-smoke's one actor rank and one rollout rank), so the report judges (b) from verl's tokens and
-    (c) over the on-grid syncs only. fp8rl's own warm start and addition task through verl, and the rollout at
-    tensor parallel 2, are the MoE mini's fault series below (clean syncs, tokens, the alarm and the checks on
-    both ranks, experts included, in the same records)."""
+    gsm8k scorer (tests/conftest.py, ``gsm8k_experiment``) — claims (a) and (b)'s three presets (`bf16-sampler`,
+    `half`, `all`) of its dense mini (verl-smoke's one actor rank and one rollout rank), so the report judges (a) and
+    (b) from verl's tokens and (c) over the on-grid syncs only ((d) on the MoE mini: tests/flows/test_verl_moe.py).
+    fp8rl's own warm start and addition task through verl, and the rollout at tensor parallel 2, are the MoE mini's
+    fault series below (clean syncs, tokens, the alarm and the checks on both ranks, experts included, in the same
+    records)."""
     from fp8rl_core.config.dataset import file_sha256
     from flows.pipelines import mxfp8_sweep
 
     # verl.overrides: a setting of verl's own (an entropy bonus in the actor's loss) applied after fp8rl's;
     # verl.save_checkpoints: the actor's HF model after every step, what the fixed-weights experiment below measures
     data = gsm8k_experiment
-    args = ["axes.preset=[bf16-sampler, all]", *data["overrides"], f"model_path={data['model']}",
+    args = ["axes.preset=[bf16-sampler, half, all]", *data["overrides"], f"model_path={data['model']}",
             "verl.save_checkpoints=true", "verl.overrides=[actor_rollout_ref.actor.entropy_coeff=0.001]"]
     rows = mxfp8_sweep(VERL_SMOKE, args)
     assert [(r.name, r.status) for r in rows] == [("dense-mini·bf16-sampler·s0", "FINISHED"),
-                                                  ("dense-mini·all·s0", "FINISHED")]
+                                                  ("dense-mini·half·s0", "FINISHED"), ("dense-mini·all·s0", "FINISHED")]
     c = tracking.client()
     exp = c.get_experiment_by_name("verl-smoke")
     found = c.search_runs([exp.experiment_id])
@@ -91,7 +92,7 @@ def test_a_verl_sweep_trains_a_users_gsm8k_data_with_tokens_of_every_step_and_ev
         assert m["verl/k3_kl"] == pytest.approx(sum(verl_k3.values()) / 2)
         assert m["headline/kl_k3_micronats"] == pytest.approx(m["kl/k3"] * 1e6, rel=1e-3)
         table = pq.read_table(c.download_artifacts(row.mlflow_run, "tables/checks.parquet", str(env["root"]))).to_pylist()
-        on_grid = {"bf16-sampler": 0, "all": 16}[preset]  # the dense mini's 8 linear layers' data and scales
+        on_grid = {"bf16-sampler": 0, "half": 8, "all": 16}[preset]  # the dense mini's 8 linear layers' data and scales
         w2 = [t for t in table if t["condition"] == "W2"]
         assert len(w2) == 3 and all(f"fingerprints of {on_grid} on-grid tensors per rank" in t["detail"] for t in w2), w2
         w6 = [t for t in table if t["condition"] == "W6"]  # the compute copy of every on-grid layer
@@ -112,7 +113,7 @@ def test_a_verl_sweep_trains_a_users_gsm8k_data_with_tokens_of_every_step_and_ev
     from fp8rl_core.sampler.pool import release_all
     from tests.core.test_matching import assert_every_sync_passed, assert_measured_on_validation_prompts, fixed_weights_from
 
-    saved = sorted((env["root"] / "verl" / "verl-smoke" / rows[1].run_id).glob("checkpoints/global_step_*"),
+    saved = sorted((env["root"] / "verl" / "verl-smoke" / rows[2].run_id).glob("checkpoints/global_step_*"),
                    key=lambda d: int(d.name.rsplit("_", 1)[1]))
     assert [d.name for d in saved] == ["global_step_1", "global_step_2"]
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {f.name for f in (saved[-1] / "actor" / "huggingface").iterdir()}
@@ -123,21 +124,22 @@ def test_a_verl_sweep_trains_a_users_gsm8k_data_with_tokens_of_every_step_and_ev
         assert_measured_on_validation_prompts(sweep, res)  # probed with the user's validation prompts
     finally:
         release_all()
-    # the report: the verl runs' tokens tables read like native runs' (no "(c) only" note); claim (b) (`all`
-    # against `bf16-sampler`) from them, with its CI and sample size; claim (c) over `all`'s syncs only, the
-    # BF16 sampler's stated apart
+    # the report: the verl runs' tokens tables read like native runs' (no "(c) only" note); claims (a) (`half`
+    # against `bf16-sampler`) and (b) (`all` against it) from them, each with its CI and sample size; claim (c) over
+    # the syncs of `half` and `all` only, the BF16 sampler's stated apart
     summary = (env["root"] / "reports" / "verl-smoke" / "summary.md").read_text()
     assert "(c)" in summary and "without a tokens table" not in summary
     claims = [ln for ln in summary.splitlines() if ln.startswith("| (")]
-    (b,) = [ln for ln in claims if ln.startswith("| (b)") and "gsm8k-dense-mini" in ln]
-    assert "| k3 all " in b and " vs bf16-sampler " in b and "(95% CI " in b, b
-    assert "paired by prompt over 32 sequences, 1 seed |" in b, b  # the sample size behind the ratio
+    for claim, preset in (("a", "half"), ("b", "all")):
+        (row,) = [ln for ln in claims if ln.startswith(f"| ({claim})") and "gsm8k-dense-mini" in ln]
+        assert f"| k3 {preset} " in row and " vs bf16-sampler " in row and "(95% CI " in row, row
+        assert "paired by prompt over 32 sequences, 1 seed |" in row, row  # the sample size behind the ratio
     (c,) = [ln for ln in claims if ln.startswith("| (c)")]
-    assert "| 3/3 W2 checks passed at the 3 syncs of 1 run on the learner's grid (all);" in c, c
+    assert "| 6/6 W2 checks passed at the 6 syncs of 2 runs on the learner's grid (half, all);" in c, c
     assert "not counted in (c): BF16 sampler (bf16-sampler): 3 syncs of 1 run" in c, c
     # resume: FINISHED, skipped
     again = mxfp8_sweep(VERL_SMOKE, args, report=False)
-    assert [r.status for r in again] == ["SKIPPED (done)", "SKIPPED (done)"]
+    assert [r.status for r in again] == ["SKIPPED (done)"] * 3
 
 
 def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_next_and_one_stops_verl(env):
