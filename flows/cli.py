@@ -30,12 +30,15 @@ from typing import Annotated
 import typer
 
 from adapters.logs import quiet_process, sweep_log
+from adapters.prefect_settings import use_project_settings
 
 __all__ = ["app"]
 
 # Before anything imports torch or vLLM: vLLM's spawned engine processes re-import this module first,
 # so the known-harmless lines of their imports are silenced too (adapters.logs, fp8rl_core.sampler.quiet).
 quiet_process()
+# Before Prefect loads: the project's prefect.toml holds wherever the command is run from (adapters.prefect_settings)
+use_project_settings()
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFECT_FILE = "deployments/prefect.yaml"

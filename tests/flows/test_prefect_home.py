@@ -52,3 +52,24 @@ def test_a_first_flow_on_a_fresh_machine_warns_of_nothing_and_leaves_home_empty(
     assert not [line for line in text.splitlines() if "| WARNING | prefect.server" in line], text[-3000:]
     assert (work / ".prefect" / "memo_store.toml").is_file() and (work / ".prefect" / "prefect.db").is_file()
     assert list(home.iterdir()) == []
+
+
+def test_the_fp8rl_command_run_outside_the_checkout_keeps_the_projects_prefect_settings(tmp_path):
+    """Prefect reads prefect.toml from the working directory only: the command exports the project's file
+    (adapters.prefect_settings), so a flow started from another folder keeps its state in that folder's
+    ``.prefect/``, sends no telemetry (its heartbeat printed a "database is locked" traceback there) and writes
+    nothing into the home directory; a variable the user set wins."""
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    home = tmp_path / "home"
+    code = ("import flows.cli\nfrom prefect import flow\nfrom prefect.settings import get_current_settings as g\n"
+            "@flow\ndef fresh():\n    return 41 + 1\nprint('result', fresh())\ns = g()\n"
+            "print('settings', s.home, s.server.analytics_enabled, s.server.memo_store_path, s.logging.level)\n")
+    env = fresh_env(home) | {"PYTHONPATH": str(ROOT), "PREFECT_LOGGING_LEVEL": "WARNING"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-3000:]
+    assert "result 42" in out.stdout
+    assert "settings .prefect False .prefect/memo_store.toml WARNING" in out.stdout, out.stdout
+    assert "Traceback" not in text and "locked" not in text, text[-3000:]
+    assert (work / ".prefect" / "prefect.db").is_file() and list(home.iterdir()) == []
