@@ -42,7 +42,7 @@ from fp8rl_core.config.runs import Run
 from fp8rl_core.metrics.summary import run_kl_summary
 from fp8rl_core.schemas import validate
 from fp8rl_core.learner.warmstart import warm_start
-from fp8rl_core.verl.capture import read_tokens
+from fp8rl_core.verl.capture import captures_whole_batches, read_tokens
 from fp8rl_core.verl.checking import read_reports, sync_results
 from fp8rl_core.verl.data import write_dataset, write_model_dir
 from fp8rl_core.verl.metrics import VERL_METRICS, summary
@@ -149,7 +149,8 @@ def token_metrics(mlflow_run: str, run: Run, tokens: list[dict], verl_k3: list[t
     """The native extraction of a verl run's captured ``tokens`` (tasks.stages.extract_kl_timing's, less the
     probe): the ``tokens`` and ``kl_summary`` tables logged, per-step ``mismatch/*`` and the run's ``kl/*``
     metrics with intervals returned, and ``verl/k3_max_abs_diff``: the largest difference between a step's
-    k3 from the tokens and verl's ``rollout_corr/k3_kl`` of that step (``verl_k3``: (step, value) pairs)."""
+    k3 from the tokens and verl's ``rollout_corr/k3_kl`` of that step (``verl_k3``: (step, value) pairs), when
+    the tokens hold each step's whole batch (not a ``verl.token_sequences`` sample of it)."""
     cfg = run.config
     rows = run_kl_summary(tokens, run_id=run.id, preset=cfg.preset, model=cfg.model, seed=cfg.seed,
                           n_boot=cfg.metrics.bootstrap, level=cfg.metrics.ci_level, boot_seed=cfg.seed)
@@ -167,7 +168,8 @@ def token_metrics(mlflow_run: str, run: Run, tokens: list[dict], verl_k3: list[t
     out |= {f"kl/{k}": float(v) for k, v in run_row.items() if k.endswith(("_lo", "_hi"))}
     ours = {int(r["step"]): float(r["k3"]) for r in rows[:-1]}
     diffs = [abs(ours[s] - v) for s, v in verl_k3 if s in ours]
-    if diffs:
+    # verl's numbers cover each step's whole batch: comparable with fp8rl's only when the tokens do too
+    if diffs and captures_whole_batches(cfg.verl.token_sequences, cfg.loop.prompts_per_step * cfg.learner.group_size):
         out["verl/k3_max_abs_diff"] = max(diffs)
     return out
 

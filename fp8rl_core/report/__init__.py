@@ -22,6 +22,7 @@ where runs are stored.
 
 from .claims import (CLAIM_KINDS, CLAIMS, KL_KINDS, MEASURE_LABELS, PROBE_MEASURE, VERDICTS, Claim, ClaimKind, Verdict,
                      claims_table, measure_label)
+from .agreement import Agreement, verl_agreement
 from .compare import PresetComparison, compare_presets, compare_times, cost_models
 from .data import (
     CANONICAL_PRESETS,
@@ -47,7 +48,7 @@ from .requant import RequantRow, requant_rows
 from .verdicts import EVALUATORS, AbsentClaim, ClaimRow, absent_claims, direction_verdict, evaluate_claims
 
 __all__ = [
-    "CANONICAL_PRESETS", "CLAIMS", "CLAIM_KINDS", "EVALUATORS", "KL_KINDS", "MEASURE_LABELS", "PROBE_COLUMNS",
+    "Agreement", "CANONICAL_PRESETS", "CLAIMS", "CLAIM_KINDS", "EVALUATORS", "KL_KINDS", "MEASURE_LABELS", "PROBE_COLUMNS",
     "PROBE_LABELS", "PROBE_MEASURE", "PROBE_METRICS", "REPORT_METRICS", "VERDICTS", "AbsentClaim", "Claim",
     "ClaimKind", "ClaimRow", "FactorAcrossModels", "PowerRow", "PresetComparison", "RequantRow", "SweepData", "Units",
     "Verdict",
@@ -55,5 +56,6 @@ __all__ = [
     "direction_verdict", "evaluate_claims", "factors_across_models", "interval_table", "is_probe_metric",
     "kl_by_preset", "kl_over_steps", "measure_label", "microbatch_time", "power_rows", "preset_order", "probe_units",
     "requant_rows",
-    "reward_over_steps", "sequence_units", "step_breakdown", "sweep_models", "with_run_columns", "write_report",
+    "reward_over_steps", "sequence_units", "step_breakdown", "sweep_models", "verl_agreement", "with_run_columns",
+    "write_report",
 ]

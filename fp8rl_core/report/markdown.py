@@ -33,9 +33,10 @@ from typing import Any
 
 import pandas as pd
 
-from fp8rl_core.vocabulary import CONDITIONS, requant_column
+from fp8rl_core.vocabulary import CONDITIONS, VERL_K3_ABS_TOL, VERL_K3_REL_TOL, requant_column
 
 from . import plots
+from .agreement import verl_agreement
 from .compare import cost_models
 from .data import (PROBE_LABELS, PROBE_METRICS, REPORT_METRICS, SweepData, interval_table, is_probe_metric,
                    preset_order, sweep_models, with_run_columns)
@@ -247,6 +248,28 @@ def _requant_section(data: SweepData, n_boot: int, seed: int) -> list[str]:
                            body), ""]
 
 
+def _verl_section(data: SweepData) -> list[str]:
+    """fp8rl's KL of each verl run against verl's own of the same tokens (:mod:`.agreement`)."""
+    rows = verl_agreement(data)
+    if not rows:
+        return []
+    bad = [a.name for a in rows if not a.agrees]
+    out = ["## fp8rl's KL against verl's own", "",
+           "Each verl run's train–rollout KL is computed twice from the same tokens of verl's batch: by fp8rl from "
+           "the captured tokens table and by verl (`rollout_corr/k3_kl`, `rollout_corr/kl`, float32). They agree "
+           f"when the largest per-step k3 difference is at most {VERL_K3_ABS_TOL:g} + {VERL_K3_REL_TOL:g} × the "
+           "run's largest per-step k3; a disagreement is a bug in one of them (a run whose tokens are a sample of "
+           "each step's batch, `verl.token_sequences`, has no row: verl's numbers cover the whole batch). "
+           f"**{len(rows) - len(bad)} of {len(rows)} verl runs agree**"
+           + (f"; they disagree in {', '.join(bad)}." if bad else "."), "",
+           *_table(["run", "steps", "k3 verl", "k3 fp8rl", "k1 verl", "k1 fp8rl", "largest step difference (k3)",
+                    "bound", "agree"],
+                   [[a.name, a.steps, f"{a.verl_k3:.4g}", f"{a.fp8rl_k3:.4g}", f"{a.verl_k1:.4g}", f"{a.fp8rl_k1:.4g}",
+                     f"{a.max_diff:.2g}", f"{a.bound:.2g}", "yes" if a.agrees else "**no**"] for a in rows]),
+           "", "k3 and k1: means over the run's steps."]
+    return out + [""]
+
+
 def _checks_section(data: SweepData) -> list[str]:
     ch = data.checks
     if ch.empty or "condition" not in ch.columns:
@@ -373,6 +396,7 @@ def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = Non
     if not r.empty:
         lines += _runs_section(data)
     lines += _kl_section(table, preset_order(data))
+    lines += _verl_section(data)
     lines += _requant_section(data, n_boot, seed)
     lines += _factors_section(factors_across_models(data, n_boot=n_boot, seed=seed))
     lines += _power_section(power_rows(data))

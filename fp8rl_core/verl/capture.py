@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CAPTURED", "TRAINER_MODULES", "install", "read_numbers", "read_tokens", "step_numbers", "token_rows",
+__all__ = ["CAPTURED", "TRAINER_MODULES", "captures_whole_batches", "install", "read_numbers", "read_tokens", "step_numbers", "token_rows",
            "write_step"]
 
 #: verl's module and function the capture wraps
@@ -103,6 +103,13 @@ def read_numbers(folder: str | Path, step: int) -> dict[str, float]:
         return {}
     d = json.loads(path.read_text())
     return {k: float(v) for k, v in d.items() if "/" in k}
+
+
+def captures_whole_batches(max_sequences: int | None, batch: int) -> bool:
+    """Whether capturing the first ``max_sequences`` rows of each step (None: all) keeps every sequence of a
+    ``batch``-row step: only then are fp8rl's numbers from the tokens and verl's ``rollout_corr/*`` of the whole
+    batch the same quantity."""
+    return max_sequences is None or max_sequences >= batch
 
 
 class _Capture:

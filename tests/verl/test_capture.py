@@ -76,6 +76,20 @@ def test_the_sequences_per_step_are_bounded_by_the_payloads_count(tmp_path):
     assert {r["version"] for r in rows} == {2}
 
 
+def test_a_sample_of_a_steps_sequences_is_not_compared_with_verls_numbers_of_the_whole_batch():
+    from verl.trainer.ppo.rollout_corr_helper import compute_offpolicy_metrics
+
+    data = _batch(0, 0.5)
+    b = data.batch
+    verl = compute_offpolicy_metrics(b["old_log_probs"], b["rollout_log_probs"], b["response_mask"])
+    (sample, _run) = run_kl_summary(capture.token_rows(data, step=1, max_sequences=2), run_id="r", preset="all",
+                                    model="m", seed=0, n_boot=0)
+    assert abs(sample["k3"] - verl["k3_kl"]) > 10 * F32_K3  # a sample's k3 is another number
+    batch = b["response_mask"].shape[0]
+    assert not capture.captures_whole_batches(2, batch)
+    assert capture.captures_whole_batches(None, batch) and capture.captures_whole_batches(batch, batch)
+
+
 def test_fp8rl_k1_k3_from_the_captured_tokens_equal_verls_rollout_corr_of_the_same_step(tmp_path):
     from verl.trainer.ppo.rollout_corr_helper import compute_offpolicy_metrics
 
