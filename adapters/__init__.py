@@ -6,6 +6,6 @@ and ``mlflow server`` (the store of a cluster), :mod:`adapters.cluster` the Ray 
 :mod:`adapters.logs` where the terminal and the log files get their lines, :mod:`adapters.signals`
 SIGTERM/SIGINT for a block, :mod:`adapters.upstream` upstream packages' sources (installed, from PyPI, a
 folder) and fp8rl's upstream internals looked up in them, :mod:`adapters.engines` the SGLang venv's interpreter,
-:mod:`adapters.prefect_settings` the project's Prefect settings wherever the command runs. The tasks (:mod:`tasks`) and flows (:mod:`flows`) use them; the layer order
-is docs/design.md's (Layers) and tests/core/test_purity.py holds it.
+:mod:`adapters.prefect_settings` the project's Prefect settings wherever the command runs. The tasks
+(:mod:`tasks`) and flows (:mod:`flows`) use them; the layer order is docs/design.md's (Layers) and tests/core/test_purity.py holds it.
 """

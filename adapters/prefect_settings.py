@@ -1,8 +1,8 @@
 """The project's Prefect settings wherever the ``fp8rl`` command runs.
 
-Prefect reads ``prefect.toml`` from the working directory only. Run from any other folder, it would keep its
-state in ``~/.prefect`` and send telemetry, whose heartbeat on a first start printed a "database is locked"
-traceback in the terminal. :func:`use_project_settings` exports the project's ``prefect.toml`` (the one source
+Prefect reads ``prefect.toml`` from the working directory only. Run from any other folder, it keeps its state
+in ``~/.prefect`` and sends telemetry, whose heartbeat can print a "database is locked" traceback in the
+terminal. :func:`use_project_settings` exports the project's ``prefect.toml`` (the one source
 of these settings) as Prefect's environment variables — ``PREFECT_`` and the setting's path joined by ``_``,
 upper-cased (Prefect's settings reference) — when the working directory has no ``prefect.toml`` of its own.
 The relative paths then name ``.prefect/`` in that folder, as ``mlflow.db`` and ``logs/`` do; a variable the
@@ -29,7 +29,8 @@ def prefect_environment(toml: Path = PROJECT_SETTINGS) -> dict[str, str]:
             if isinstance(value, dict):
                 walk((*path, key), value)
             else:
-                out["_".join(("PREFECT", *path, key)).upper()] = str(value).lower() if isinstance(value, bool) else str(value)
+                text = str(value).lower() if isinstance(value, bool) else str(value)
+                out["_".join(("PREFECT", *path, key)).upper()] = text
 
     walk((), tomllib.loads(toml.read_text()))
     return out

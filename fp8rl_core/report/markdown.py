@@ -254,10 +254,10 @@ def _verl_section(data: SweepData) -> list[str]:
     if not rows:
         return []
     bad = [a.name for a in rows if not a.agrees]
-    out = ["## fp8rl's KL against verl's own", "",
+    return ["## fp8rl's KL against verl's own", "",
            "Each verl run's train–rollout KL is computed twice from the same tokens of verl's batch: by fp8rl from "
            "the captured tokens table and by verl (`rollout_corr/k3_kl`, `rollout_corr/kl`, float32). They agree "
-           f"when the largest per-step k3 difference is at most {VERL_K3_ABS_TOL:g} + {VERL_K3_REL_TOL:g} × the "
+           f"when the largest per-step k3 difference is at most {VERL_K3_ABS_TOL:.2g} + {VERL_K3_REL_TOL:g} × the "
            "run's largest per-step k3; a disagreement is a bug in one of them (a run whose tokens are a sample of "
            "each step's batch, `verl.token_sequences`, has no row: verl's numbers cover the whole batch). "
            f"**{len(rows) - len(bad)} of {len(rows)} verl runs agree**"
@@ -266,8 +266,7 @@ def _verl_section(data: SweepData) -> list[str]:
                     "bound", "agree"],
                    [[a.name, a.steps, f"{a.verl_k3:.4g}", f"{a.fp8rl_k3:.4g}", f"{a.verl_k1:.4g}", f"{a.fp8rl_k1:.4g}",
                      f"{a.max_diff:.2g}", f"{a.bound:.2g}", "yes" if a.agrees else "**no**"] for a in rows]),
-           "", "k3 and k1: means over the run's steps."]
-    return out + [""]
+           "", "k3 and k1: means over the run's steps.", ""]
 
 
 def _checks_section(data: SweepData) -> list[str]:

@@ -25,8 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CAPTURED", "TRAINER_MODULES", "captures_whole_batches", "install", "read_numbers", "read_tokens", "step_numbers", "token_rows",
-           "write_step"]
+__all__ = ["CAPTURED", "TRAINER_MODULES", "captures_whole_batches", "install", "read_numbers", "read_tokens",
+           "step_numbers", "token_rows", "write_step"]
 
 #: verl's module and function the capture wraps
 CAPTURED = ("verl.utils.debug.metrics", "calculate_debug_metrics")

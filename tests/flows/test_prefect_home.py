@@ -57,7 +57,7 @@ def test_a_first_flow_on_a_fresh_machine_warns_of_nothing_and_leaves_home_empty(
 def test_the_fp8rl_command_run_outside_the_checkout_keeps_the_projects_prefect_settings(tmp_path):
     """Prefect reads prefect.toml from the working directory only: the command exports the project's file
     (adapters.prefect_settings), so a flow started from another folder keeps its state in that folder's
-    ``.prefect/``, sends no telemetry (its heartbeat printed a "database is locked" traceback there) and writes
+    ``.prefect/``, sends no telemetry (its heartbeat can print a "database is locked" traceback) and writes
     nothing into the home directory; a variable the user set wins."""
     work = tmp_path / "elsewhere"
     work.mkdir()

@@ -15,9 +15,7 @@ import torch
 from fp8rl_core.metrics.summary import run_kl_summary
 from fp8rl_core.schemas import validate
 from fp8rl_core.verl import capture
-
-#: how far verl's float32 k3/k1 token mean can be from the float64 one: two ulp of 1.0 (exp(r) ≈ 1 cancels)
-F32_K3 = 2 * torch.finfo(torch.float32).eps
+from fp8rl_core.vocabulary import VERL_K3_ABS_TOL
 LENGTHS = (5, 3, 1, 4, 2, 5)  # response lengths of the batch's rows (right-padded to 5)
 
 
@@ -76,6 +74,10 @@ def test_the_sequences_per_step_are_bounded_by_the_payloads_count(tmp_path):
     assert {r["version"] for r in rows} == {2}
 
 
+def test_the_shared_bound_is_two_float32_ulps_of_one():
+    assert VERL_K3_ABS_TOL == 2 * torch.finfo(torch.float32).eps  # exp(r) ≈ 1 cancels in float32
+
+
 def test_a_sample_of_a_steps_sequences_is_not_compared_with_verls_numbers_of_the_whole_batch():
     from verl.trainer.ppo.rollout_corr_helper import compute_offpolicy_metrics
 
@@ -84,7 +86,7 @@ def test_a_sample_of_a_steps_sequences_is_not_compared_with_verls_numbers_of_the
     verl = compute_offpolicy_metrics(b["old_log_probs"], b["rollout_log_probs"], b["response_mask"])
     (sample, _run) = run_kl_summary(capture.token_rows(data, step=1, max_sequences=2), run_id="r", preset="all",
                                     model="m", seed=0, n_boot=0)
-    assert abs(sample["k3"] - verl["k3_kl"]) > 10 * F32_K3  # a sample's k3 is another number
+    assert abs(sample["k3"] - verl["k3_kl"]) > 10 * VERL_K3_ABS_TOL  # a sample's k3 is another number
     batch = b["response_mask"].shape[0]
     assert not capture.captures_whole_batches(2, batch)
     assert capture.captures_whole_batches(None, batch) and capture.captures_whole_batches(batch, batch)
@@ -100,8 +102,8 @@ def test_fp8rl_k1_k3_from_the_captured_tokens_equal_verls_rollout_corr_of_the_sa
         rows = capture.token_rows(data, step=1)
         (step, _run) = run_kl_summary(rows, run_id="r", preset="all", model="m", seed=0, n_boot=0)
         # verl computes exp(r) − r − 1 in float32, where it cancels to a few ulp(1) per token; fp8rl in float64
-        assert step["k3"] == pytest.approx(verl["k3_kl"], rel=1e-4, abs=F32_K3), (seed, noise)
-        assert step["k1"] == pytest.approx(verl["kl"], rel=1e-4, abs=F32_K3), (seed, noise)
+        assert step["k3"] == pytest.approx(verl["k3_kl"], rel=1e-4, abs=VERL_K3_ABS_TOL), (seed, noise)
+        assert step["k1"] == pytest.approx(verl["kl"], rel=1e-4, abs=VERL_K3_ABS_TOL), (seed, noise)
         numbers = capture.step_numbers(data, {})  # what the alarm judges: verl's formula on the same tensors
         assert numbers["rollout_corr/k3_kl"] == pytest.approx(verl["k3_kl"], rel=1e-6)
         assert numbers["rollout_corr/kl"] == pytest.approx(verl["kl"], rel=1e-6)

@@ -53,7 +53,7 @@ def test_no_row_without_verls_numbers_or_a_tokens_table():
 def test_the_report_says_which_runs_agree(tmp_path):
     text = write_report(_sweep(), tmp_path, n_boot=200).read_text(encoding="utf-8")
     section = text.split("## fp8rl's KL against verl's own", 1)[1].split("\n## ", 1)[0]
-    assert f"at most {VERL_K3_ABS_TOL:g} + {VERL_K3_REL_TOL:g} × the run's largest per-step k3" in section
+    assert f"at most 2.4e-07 + {VERL_K3_REL_TOL:g} × the run's largest per-step k3" in section
     assert "**1 of 2 verl runs agree**; they disagree in dense-mini/half/s0." in section
     assert "| dense-mini/bf16-sampler/s0 | 2 | 0.0015 | 0.0015 | 0.0002 | 0.0002 | 1e-07 | 2.2e-06 | yes |" in section
     assert "| dense-mini/half/s0 | 2 | 0.003 | 0.003 | -0.0001 | -0.0001 | 5e-05 | 4.2e-06 | **no** |" in section
