@@ -3,8 +3,8 @@ series raises no alarm on the checks' cadence and vLLM's own weight checksums ag
 at every sync; an injected fault goes through the real sync path, is caught at its first sync by the check of
 its declared condition (and by vLLM's checksums, naming the parameter), and a clean repair sync passes again.
 On the MoE mini: a negated expert copy planted after a later sync is named by the compute-copy check (W6) at
-that sync, and with that check off raised by the behavioural alarm (W7) at the next, the first step whose
-rollouts ran on it."""
+that sync; with that check off, W7's probe fails there at a full-tier sync, and the behavioural alarm (W7) fails
+the next, the first step whose rollouts ran on it, where those rollouts' k3 rose above the alarm's floor."""
 
 from __future__ import annotations
 
@@ -94,10 +94,13 @@ def test_a_negated_expert_copy_after_a_later_sync_is_named_by_w6_and_with_that_c
             assert "compute copy" not in at.results_by["W6"].detail
         else:  # a cheap-tier sync without the compute-copy check: nothing reads the copy there
             assert at.failed == [] and not at.full, at.message()
-        # the reload at the next sync rebuilds the copy: every check passes again but the behavioural alarm, on the
-        # numbers of the step whose rollouts ran on the negated copy: its k3 jumps over the run's clean steps (mean
-        # |Δ log p| moves by a few thousandths, under its noise floor: docs/correctness.md); then every check passes
+        # the reload at the next sync rebuilds the copy: every check passes again but, at most, the behavioural
+        # alarm on the numbers of the step whose rollouts ran on the negated copy. How far they move is the draw
+        # (how many sampled tokens the router sends through expert 0): on this series' three placements k3 0.014,
+        # 0.25 and 0.15 (docs/correctness.md, The behavioural alarm); the alarm must see the last two, where
+        # the compute-copy check is off, and the first is under its floor, which sits above every clean step measured
         late = [(r.condition, o) for r in again[0].failed for o in r.offenders]
-        assert late and all(c == "W7" and o.startswith(f"step {again[0].version}: mismatch/") for c, o in late), late
-        assert any(o.startswith(f"step {again[0].version}: mismatch/k3 = ") for _, o in late), late
+        assert all(c == "W7" and o.startswith(f"step {again[0].version}: mismatch/") for c, o in late), late
+        if not compute_copy:
+            assert any(o.startswith(f"step {again[0].version}: mismatch/k3 = ") for _, o in late), late
         assert again[1].failed == [], again[1].message()
