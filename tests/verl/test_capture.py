@@ -132,4 +132,4 @@ def test_the_sync_reads_its_steps_numbers_for_the_alarm(tmp_path):
     from fp8rl_core.checks.alarm import MismatchAlarm
 
     result = MismatchAlarm().observe(2, capture.read_numbers(tmp_path, 2))
-    assert result is not None and not result.passed and "rollout_corr/k3_kl = 0.4 above its bound 0.05" in result.offenders[0]
+    assert result is not None and not result.passed and "rollout_corr/k3_kl = 0.4 above its bound 0.1" in result.offenders[0]

@@ -56,7 +56,7 @@ def test_a_fault_planted_at_one_sync_is_judged_there_and_repaired_by_the_next():
 def test_the_alarm_on_the_faulted_versions_rollouts_at_the_next_sync_is_the_fault_seen_again():
     """At the sync after a fault, verl's trainer has rolled out on the faulted weights: the behavioural alarm
     (W7 offenders ``step …``) firing there is that fault, not a failed repair; a probe offender still counts."""
-    alarm = _result("W7", False, ["step 2: rollout_corr/k3_kl = 0.41 above its bound 0.05"])
+    alarm = _result("W7", False, ["step 2: rollout_corr/k3_kl = 0.41 above its bound 0.1"])
     probe = _result("W7", False, ["probe sequence 0 position 3: |Δlogp| 0.9"])
     series = [_report(1, _result("W2", False, ["tp rank 1/2, layer x"], [1])),  # version 0: the fault
               _report(2, _result("W2", True), alarm)]  # version 1: bytes repaired, the alarm on version 0's rollouts
@@ -69,11 +69,11 @@ def test_the_alarm_on_the_faulted_versions_rollouts_at_the_next_sync_is_the_faul
 def test_a_fault_left_to_the_alarm_is_caught_at_the_next_sync_by_the_alarm_on_that_steps_numbers():
     """A plant at version 1 with the compute-copy check off there: the alarm at the sync of version 2 (its step
     2 rolled out on the fault) catches it; the plant's own sync fired nothing; the alarm cannot name a rank."""
-    alarm = _result("W7", False, ["step 2: rollout_corr/k3_kl = 0.41 above its bound 0.05"])
+    alarm = _result("W7", False, ["step 2: rollout_corr/k3_kl = 0.41 above its bound 0.1"])
     series = [_report(1, _result("W6", True)), _report(2, _result("W6", True)), _report(3, _result("W6", True), alarm)]
     v = alarm_verdict(series, "expert-copy-negated", 1, rank=1)
     assert (v.caught_first, v.fired, v.named_rank, v.repaired, v.condition) == (True, (), False, True, "W7")
-    assert v.offenders == ("step 2: rollout_corr/k3_kl = 0.41 above its bound 0.05",)
+    assert v.offenders == ("step 2: rollout_corr/k3_kl = 0.41 above its bound 0.1",)
     series[2] = _report(3, _result("W6", True), _result("W7", False, ["step 1: late"]))  # not this step's numbers
     assert not alarm_verdict(series, "f", 1).caught_first
     series[2] = _report(3, _result("W6", False, ["x"]), alarm)  # caught, but something else failed there
