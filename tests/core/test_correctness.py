@@ -12,10 +12,17 @@ from fp8rl_core import correctness
 from fp8rl_core.checks import CONDITIONS, CheckPolicy, CheckRunner
 from fp8rl_core.checks.faults import fault
 from fp8rl_core.checks.matrix import summarize
+from fp8rl_core.learner.learner import Learner
+from fp8rl_core.learner.patterns import gemm_layers
+from fp8rl_core.learner.warmstart import load_policy
+from fp8rl_core.loop import Pipeline
+from fp8rl_core.sampler.presets import PRESETS, sampler_schemes
+from fp8rl_core.sampler.vllm_engine import VllmSampler
+from fp8rl_core.sync.export import export_weights
 from fp8rl_core.vocabulary import ENGINE_CHECKSUM
 
 # the shared engine fixtures (warm-started minis, engines reused through acquire, released at the end)
-from .sampler.conftest import TASK, checkpoints, engines  # noqa: F401
+from .sampler.conftest import SPAWNED, TASK, checkpoints, engines  # noqa: F401
 
 PROBE = TASK.prompts(16, seed=123, split="eval").sequences
 
@@ -104,3 +111,43 @@ def test_a_negated_expert_copy_after_a_later_sync_is_named_by_w6_and_with_that_c
         if not compute_copy:
             assert any(o.startswith(f"step {again[0].version}: mismatch/k3 = ") for _, o in late), late
         assert again[1].failed == [], again[1].message()
+
+
+def test_at_tensor_parallel_2_the_negated_expert_copy_on_rank_1_is_named_there_and_seen_by_w7_without_w6(
+        checkpoints, tmp_path):
+    """A spawned MoE engine over two tensor-parallel ranks (vLLM's multiprocess executor), preset all:
+    ``expert-copy-negated`` plants on the last rank, rank 1, leaving rank 0 and every held byte right. With the
+    compute-copy check on, W6 names rank 1, the layer and the expert at the fault's own sync; with it off at a
+    full-tier sync, W7's probe fails there; the reload at the next sync repairs it (W7's alarm aside, on the
+    faulted version's rollouts)."""
+    preset = PRESETS["all"]
+    model = load_policy(checkpoints["moe"])
+    learner = Learner(model, preset.learner_config(lr=1e-3))
+    schemes = sampler_schemes(gemm_layers(model), preset.sampler_layers, preset.sampler_grid)
+    sampler = VllmSampler(checkpoints["moe"], schemes, export_weights(model, learner.forward_weights(), schemes),
+                          SPAWNED.model_copy(update={"threads": 1}), mx_grid=learner.cfg.recipe.fwd_grid,
+                          work_root=tmp_path, tensor_parallel=2)
+    f = fault("expert-copy-negated")
+    try:
+        pipe = Pipeline(preset, learner, sampler, schemes)
+        assert [r["version"] for r in sampler.state(fingerprints=False)["ranks"]] == [0, 0]  # two ranks
+        for compute_copy, full_every in ((True, 100), (False, 1)):
+            runner = CheckRunner(CheckPolicy(full_every=full_every, compute_copy=compute_copy), probe=PROBE)
+            runner.start(pipe.samplers)
+            clean = [_step(pipe, runner) for _ in range(2)]
+            assert [r.failed for r in clean] == [[], []], [r.message() for r in clean]
+            at = _step(pipe, runner, f)
+            assert at.results_by["W2"].passed and at.results_by["W1"].passed  # each rank's bytes are right
+            if compute_copy:
+                w6 = at.results_by["W6"]
+                assert not w6.passed and at.why == "cheap tier failed: W6", at.message()
+                assert w6.offenders[0].startswith("tp rank 1/2: model.layers.0.mlp.experts.w13_weight expert 0: "
+                                                  "compute copy ≠ dequantized held bytes at "), w6.offenders
+                assert not any(o.startswith("tp rank 0/2") for o in w6.offenders), w6.offenders
+            else:
+                assert [r.condition for r in at.failed] == ["W7"] and at.full, at.message()
+                assert at.results_by["W7"].offenders[0].startswith("probe sequence "), at.results_by["W7"].offenders
+            after = _step(pipe, runner)
+            assert all(r.condition == "W7" for r in after.failed), after.message()  # the alarm at most
+    finally:
+        sampler.close()
