@@ -46,7 +46,8 @@ class CorrectnessSection(BaseModel):
                                         "tensor-parallel rank it is planted on (absent: every rank)")
     blind_faults: dict[str, tuple[Literal["compute_copy"], ...]] = Field(
         default_factory=dict, description="backend verl: fault name → check switches turned off at a second plant "
-        "of it (after the others, at a sync of its own): left to the behavioural alarm at the next sync")
+        "of it (first in the series, at a sync of its own): left to W7, its probe there or the behavioural alarm "
+        "at the next sync")
 
     @field_validator("faults", "blind_faults")
     @classmethod
