@@ -86,11 +86,12 @@ def _col(metric: str) -> str:
 def test_the_default_bounds_raise_nothing_on_every_clean_step_measured_and_see_the_expert_faults_above_them():
     """The per-step numbers of the clean runs the bounds were chosen from (docs/correctness.md, The behavioural
     alarm; measured on an Intel Xeon, 2 cores): `make run`'s 30 runs, the results sweeps dense-matching (12 runs ×
-    8 steps), moe-grids (12 × 8) and dense-matching-small (seeds 0, 1), verl's runs of CI's sweeps; and the native
+    8 steps), moe-grids (12 × 8) and dense-matching-small (seeds 0, 1), verl's runs of CI's sweeps and of the verl
+    smoke (8 × 2); and the native
     MoE test mini's series with a negated expert copy at three placements (tests/core/test_correctness.py)."""
     rows = pd.read_csv(MEASURED).rename(columns=_col)
     assert set(rows["source"]) == {"make run", "dense-matching", "moe-grids", "dense-matching-small",
-                                   "verl (CI sweeps)", "test mini, expert fault"}
+                                   "verl (CI sweeps)", "verl smoke", "test mini, expert fault"}
     clean = rows[rows["kind"] != "fault"]
     floor = {_col(b.metric): b.floor for b in ALARM_BOUNDS}
     assert len(clean) > 300 and all(clean[c].max() < floor[c] for c in floor), clean.max(numeric_only=True)
