@@ -87,8 +87,8 @@ def test_the_default_bounds_raise_nothing_on_every_clean_step_measured_and_see_t
     """The per-step numbers of the clean runs the bounds were chosen from (docs/correctness.md, The behavioural
     alarm; measured on an Intel Xeon, 2 cores): `make run`'s 30 runs, the results sweeps dense-matching (12 runs ×
     8 steps), moe-grids (12 × 8) and dense-matching-small (seeds 0, 1), verl's runs of CI's sweeps and of the verl
-    smoke (8 × 2); and the native
-    MoE test mini's series with a negated expert copy at three placements (tests/core/test_correctness.py)."""
+    smoke (8 × 2); and the native MoE test mini's series with a negated expert copy at three placements
+    (tests/core/test_correctness.py)."""
     rows = pd.read_csv(MEASURED).rename(columns=_col)
     assert set(rows["source"]) == {"make run", "dense-matching", "moe-grids", "dense-matching-small",
                                    "verl (CI sweeps)", "verl smoke", "test mini, expert fault"}
