@@ -1,6 +1,6 @@
 """What the flow tests share: PostgreSQL and an MLflow tracking server on it (``servers``, from
 tests/adapters/conftest.py) once per test module that asks for them; one warm-start cache per session
-(tests/BUDGET.md says what each flow test costs and what is shared)."""
+(tests/BUDGET.md says what each flow test costs and what is shared); a run's metric history as step → value."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters import tracking
 from tests.adapters.conftest import servers  # noqa: F401 — a fixture: test_scale_out.py's tracking store
 from tests.conftest import run_wide_dir
 
@@ -39,3 +40,8 @@ def env(store, monkeypatch):
     monkeypatch.setattr(pipelines, "WARMSTART_CACHE", store["warmstart"])
     monkeypatch.setattr(pipelines, "REPORTS", str(store["root"] / "reports"))
     return store
+
+
+def metric_history(run: str, key: str) -> dict[int, float]:
+    """MLflow run ``run``'s logged values of metric ``key``: step → value."""
+    return {m.step: m.value for m in tracking.client().get_metric_history(run, key)}

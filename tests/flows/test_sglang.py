@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from adapters import engines, tracking
+from tests.flows.conftest import metric_history
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = str(ROOT / "configs" / "smoke.yaml")
@@ -32,9 +33,6 @@ CONDITIONS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7")
 pytestmark = pytest.mark.skipif(not PYTHON.exists(), reason=(
     f"{PYTHON.relative_to(ROOT)} is absent: `make setup-sglang` builds the SGLang venv (`make test` builds it)"))
 
-
-def _history(run: str, key: str) -> dict[int, float]:
-    return {m.step: m.value for m in tracking.client().get_metric_history(run, key)}
 
 
 def _sampled_logprobs_are_transformers(c, run, root) -> None:
@@ -79,8 +77,8 @@ def test_a_native_run_on_sglang_passes_every_check_at_every_sync_and_a_resume_sk
     assert run.info.status == "FINISHED" and run.data.params["sampler.engine"] == "sglang"
     assert run.data.tags["ray.node_id"] and run.data.tags["fp8rl.pid"] != str(os.getpid())  # on a Ray worker
     # the checks after each step's sync, all at the full tier, every condition passing at every sync
-    assert _history(rows[0].mlflow_run, "check/passed") == {1: 1.0, 2: 1.0}
-    assert _history(rows[0].mlflow_run, "check/full_tier") == {1: 1.0, 2: 1.0}
+    assert metric_history(rows[0].mlflow_run, "check/passed") == {1: 1.0, 2: 1.0}
+    assert metric_history(rows[0].mlflow_run, "check/full_tier") == {1: 1.0, 2: 1.0}
     assert run.data.metrics["check/conditions"] == len(CONDITIONS)
     checks = pq.read_table(c.download_artifacts(rows[0].mlflow_run, "tables/checks.parquet",
                                                 str(env["root"]))).to_pylist()

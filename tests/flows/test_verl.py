@@ -20,14 +20,12 @@ from omegaconf import OmegaConf
 
 from adapters import tracking
 from fp8rl_core.vocabulary import VERL_K3_ABS_TOL, VERL_K3_REL_TOL
+from tests.flows.conftest import metric_history
 
 ROOT = Path(__file__).resolve().parents[2]
 VERL_SMOKE = str(ROOT / "configs" / "verl-smoke.yaml")
 NIGHTLY_VERL = str(ROOT / "configs" / "nightly-verl.yaml")
 
-
-def _history(run: str, key: str) -> dict[int, float]:
-    return {m.step: m.value for m in tracking.client().get_metric_history(run, key)}
 
 
 def test_a_verl_sweep_trains_a_users_gsm8k_data_with_tokens_of_every_step_and_every_check_passing(env, gsm8k_experiment):
@@ -67,15 +65,15 @@ def test_a_verl_sweep_trains_a_users_gsm8k_data_with_tokens_of_every_step_and_ev
         assert run.data.tags["probe"] == "data.val" and run.data.tags["model"] == "gsm8k-dense-mini"
         # verl's gsm8k scorer on the sampled answers: some right, some wrong in every step, so GRPO's gradients
         # are nonzero and the syncs carry weights that moved
-        assert all(0 < v < 1 for v in _history(row.mlflow_run, "critic/score/mean").values()), row.name
-        assert all(v > 0 for v in _history(row.mlflow_run, "actor/grad_norm").values()), row.name
+        assert all(0 < v < 1 for v in metric_history(row.mlflow_run, "critic/score/mean").values()), row.name
+        assert all(v > 0 for v in metric_history(row.mlflow_run, "actor/grad_norm").values()), row.name
         # verl's own metrics, logged by verl's MLflow logger into fp8rl's run: two GRPO steps
-        verl_k3 = _history(row.mlflow_run, "rollout_corr/k3_kl")
-        assert sorted(verl_k3) == [1, 2] and sorted(_history(row.mlflow_run, "timing_s/update_weights")) == [1, 2]
+        verl_k3 = metric_history(row.mlflow_run, "rollout_corr/k3_kl")
+        assert sorted(verl_k3) == [1, 2] and sorted(metric_history(row.mlflow_run, "timing_s/update_weights")) == [1, 2]
         # fp8rl's checks after every sync (the initial one and one per step), every condition passing; W7 at the
         # first sync (the probe) and at each step's sync (the behavioural alarm on that step's captured numbers)
         for cond in ("W1", "W2", "W4", "W5", "W6", "W7"):
-            assert _history(row.mlflow_run, f"check/{cond}") == {0: 1.0, 1: 1.0, 2: 1.0}, cond
+            assert metric_history(row.mlflow_run, f"check/{cond}") == {0: 1.0, 1: 1.0, 2: 1.0}, cond
         m = run.data.metrics
         assert m["checks/syncs"] == 3 and m["checks/failed"] == 0 and m["verl/steps"] == 2
         # the tokens table, captured in verl's trainer from its own batch: every step, the rollout's weights
@@ -193,7 +191,7 @@ def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_ne
         ("expert-copy-negated", 1, 2, ("compute_copy",), None), ("sampler-requantizes-floor", 1, 4, (), None),
         ("post-load-twice", None, 6, (), None), ("derived-copy-stale", None, 8, (), None),
         ("expert-copy-negated", 1, 10, (), None), ("sampler-requantizes-floor", 1, 12, (), "fail")]
-    w2, w6, w7, vck = (_history(series, f"check/{c}") for c in ("W2", "W6", "W7", "vllm_checksum"))
+    w2, w6, w7, vck = (metric_history(series, f"check/{c}") for c in ("W2", "W6", "W7", "vllm_checksum"))
     assert sorted(w2) == sorted(w6) == sorted(vck) == list(range(13))
     assert w2[4] == w6[6] == w6[8] == w6[10] == w2[12] == 0.0 and w6[2] == 1.0 and w7[3] == 0.0
     assert all(w2[v] == w6[v] == 1.0 for v in (0, 1, 3, 5, 7, 9, 11))  # clean before, and again after each fault

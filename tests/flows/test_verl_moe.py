@@ -14,13 +14,11 @@ import pytest
 
 from adapters import tracking
 from fp8rl_core.vocabulary import VERL_K3_ABS_TOL, VERL_K3_REL_TOL
+from tests.flows.conftest import metric_history
 
 ROOT = Path(__file__).resolve().parents[2]
 VERL_SMOKE = str(ROOT / "configs" / "verl-smoke.yaml")
 
-
-def _history(run: str, key: str) -> dict[int, float]:
-    return {m.step: m.value for m in tracking.client().get_metric_history(run, key)}
 
 
 def test_a_verl_sweep_of_the_moe_mini_judges_claim_d_from_verls_tokens(env):
@@ -33,15 +31,15 @@ def test_a_verl_sweep_of_the_moe_mini_judges_claim_d_from_verls_tokens(env):
         run = c.get_run(row.mlflow_run)
         assert run.data.tags["backend"] == "verl" and run.data.tags["model"] == "qwen3-moe-mini"
         # GRPO learned at both steps (the warm start's rewards differ within a group)
-        assert all(v > 0 for v in _history(row.mlflow_run, "actor/grad_norm").values()), row.name
+        assert all(v > 0 for v in metric_history(row.mlflow_run, "actor/grad_norm").values()), row.name
         for cond in ("W1", "W2", "W4", "W5", "W6", "W7"):
-            assert _history(row.mlflow_run, f"check/{cond}") == {0: 1.0, 1: 1.0, 2: 1.0}, (row.name, cond)
+            assert metric_history(row.mlflow_run, f"check/{cond}") == {0: 1.0, 1: 1.0, 2: 1.0}, (row.name, cond)
         # the tokens of both steps, from verl's batch; fp8rl's k3 of each step equals verl's own
         tokens = pq.read_table(c.download_artifacts(row.mlflow_run, "tables/tokens.parquet", str(env["root"]))).to_pandas()
         assert sorted(set(tokens["step"])) == [1, 2] and tokens.groupby("step")["sequence"].nunique().tolist() == [16, 16]
         kl = pq.read_table(c.download_artifacts(row.mlflow_run, "tables/kl_summary.parquet", str(env["root"]))).to_pylist()
         per_step = {r["step"]: r for r in kl if r["step"] is not None}
-        for step, v in _history(row.mlflow_run, "rollout_corr/k3_kl").items():
+        for step, v in metric_history(row.mlflow_run, "rollout_corr/k3_kl").items():
             assert per_step[step]["k3"] == pytest.approx(v, rel=VERL_K3_REL_TOL, abs=VERL_K3_ABS_TOL), (row.name, step)
         # what the checks covered at each sync: W2 over `all`'s 16 on-grid tensors (none on other-grid: its bytes
         # are the sampler's own), W6's compute copies of every expert (16) at every sync
