@@ -12,17 +12,10 @@ from fp8rl_core import correctness
 from fp8rl_core.checks import CONDITIONS, CheckPolicy, CheckRunner
 from fp8rl_core.checks.faults import fault
 from fp8rl_core.checks.matrix import summarize
-from fp8rl_core.learner.learner import Learner
-from fp8rl_core.learner.patterns import gemm_layers
-from fp8rl_core.learner.warmstart import load_policy
-from fp8rl_core.loop import Pipeline
-from fp8rl_core.sampler.presets import PRESETS, sampler_schemes
-from fp8rl_core.sampler.vllm_engine import VllmSampler
-from fp8rl_core.sync.export import export_weights
 from fp8rl_core.vocabulary import ENGINE_CHECKSUM
 
 # the shared engine fixtures (warm-started minis, engines reused through acquire, released at the end)
-from .sampler.conftest import SPAWNED, TASK, checkpoints, engines  # noqa: F401
+from .sampler.conftest import TASK, checkpoints, engines, tp2_pipeline  # noqa: F401
 
 PROBE = TASK.prompts(16, seed=123, split="eval").sequences
 
@@ -120,16 +113,10 @@ def test_at_tensor_parallel_2_the_negated_expert_copy_on_rank_1_is_named_there_a
     compute-copy check on, W6 names rank 1, the layer and the expert at the fault's own sync; with it off at a
     full-tier sync, W7's probe fails there; the reload at the next sync repairs it (W7's alarm aside, on the
     faulted version's rollouts)."""
-    preset = PRESETS["all"]
-    model = load_policy(checkpoints["moe"])
-    learner = Learner(model, preset.learner_config(lr=1e-3))
-    schemes = sampler_schemes(gemm_layers(model), preset.sampler_layers, preset.sampler_grid)
-    sampler = VllmSampler(checkpoints["moe"], schemes, export_weights(model, learner.forward_weights(), schemes),
-                          SPAWNED.model_copy(update={"threads": 1}), mx_grid=learner.cfg.recipe.fwd_grid,
-                          work_root=tmp_path, tensor_parallel=2)
+    pipe = tp2_pipeline(checkpoints["moe"], "all", tmp_path)
+    sampler = pipe.sampler
     f = fault("expert-copy-negated")
     try:
-        pipe = Pipeline(preset, learner, sampler, schemes)
         assert [r["version"] for r in sampler.state(fingerprints=False)["ranks"]] == [0, 0]  # two ranks
         for compute_copy, full_every in ((True, 100), (False, 1)):
             runner = CheckRunner(CheckPolicy(full_every=full_every, compute_copy=compute_copy), probe=PROBE)

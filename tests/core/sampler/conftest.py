@@ -15,11 +15,15 @@ import pytest
 from fp8rl_core.learner.spec import ModelSpec
 from fp8rl_core.learner.task import AdditionTask
 from fp8rl_core.learner.config import WarmStartConfig
-from fp8rl_core.learner.warmstart import warm_start
+from fp8rl_core.learner.learner import Learner
+from fp8rl_core.learner.patterns import gemm_layers
+from fp8rl_core.learner.warmstart import load_policy, warm_start
 from fp8rl_core.loop import Pipeline, start_pipeline
 from fp8rl_core.sampler.config import SamplerConfig
 from fp8rl_core.sampler.pool import release_all
-from fp8rl_core.sampler.presets import PRESETS
+from fp8rl_core.sampler.presets import PRESETS, sampler_schemes
+from fp8rl_core.sampler.vllm_engine import VllmSampler
+from fp8rl_core.sync.export import export_weights
 from tests.conftest import run_wide_dir
 
 SPECS = {
@@ -64,3 +68,16 @@ def engines(checkpoints, tmp_path_factory):
     cache = EngineCache(checkpoints, tmp_path_factory.mktemp("engines"))
     yield cache
     release_all()
+
+
+def tp2_pipeline(checkpoint, preset: str, work_root) -> Pipeline:
+    """A fresh learner (version 0) and a spawned engine over two tensor-parallel ranks (vLLM's multiprocess
+    executor, one OpenMP thread each) loaded with its weights, outside the pool; the caller closes the sampler."""
+    p = PRESETS[preset]
+    model = load_policy(checkpoint)
+    learner = Learner(model, p.learner_config(lr=1e-3))
+    schemes = sampler_schemes(gemm_layers(model), p.sampler_layers, p.sampler_grid)
+    sampler = VllmSampler(checkpoint, schemes, export_weights(model, learner.forward_weights(), schemes),
+                          SPAWNED.model_copy(update={"threads": 1}), mx_grid=learner.cfg.recipe.fwd_grid,
+                          work_root=work_root, tensor_parallel=2)
+    return Pipeline(p, learner, sampler, schemes)

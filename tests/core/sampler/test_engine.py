@@ -13,21 +13,16 @@ import pytest
 import torch
 
 from fp8rl_core.checks import CheckPolicy, CheckRunner, expected_from_learner, expected_sync_tensors
-from fp8rl_core.learner.learner import Learner
-from fp8rl_core.learner.patterns import gemm_layers
 from fp8rl_core.learner.task import EOS
-from fp8rl_core.learner.warmstart import load_policy
-from fp8rl_core.loop import Pipeline, run_rl
+from fp8rl_core.loop import run_rl
 from fp8rl_core.checks.faults import Fault, fault
 from fp8rl_core.config.sections import ChecksSection
 from fp8rl_core.sampler.config import SamplerConfig, cpu_fp8_kv_support
 from fp8rl_core.sampler import pool
 from fp8rl_core.sampler.seam import SamplerError
 from fp8rl_core.sampler.vllm_engine import VllmSampler
-from fp8rl_core.sampler.presets import PRESETS, sampler_schemes
-from fp8rl_core.sync.export import export_weights
 
-from .conftest import ENGINE, SPAWNED, TASK
+from .conftest import ENGINE, SPAWNED, TASK, tp2_pipeline
 
 PROBE = TASK.prompts(16, seed=123, split="eval").sequences  # [16, 11]: prompt + answer
 LONG = torch.tensor([[1] + [5 + (i * 7) % 10 for i in range(39)]])  # 40 tokens: one full 32-token KV block
@@ -272,15 +267,9 @@ def test_requant_at_tensor_parallel_2_checks_each_ranks_own_bytes_and_names_a_by
     byte flipped on rank 1 only, in layer 0's qkv_proj, fails W2 naming rank 1 and the tensor."""
     with pytest.raises(SamplerError, match="1 for an in-process engine"):
         VllmSampler(checkpoints["dense"], {}, {}, ENGINE, tensor_parallel=2)
-    preset = PRESETS["requant"]
-    model = load_policy(checkpoints["dense"])
-    learner = Learner(model, preset.learner_config(lr=1e-3))
-    schemes = sampler_schemes(gemm_layers(model), preset.sampler_layers, preset.sampler_grid)
-    initial = export_weights(model, learner.forward_weights(), schemes)
-    sampler = VllmSampler(checkpoints["dense"], schemes, initial, SPAWNED.model_copy(update={"threads": 1}),
-                      mx_grid=learner.cfg.recipe.fwd_grid, work_root=tmp_path, tensor_parallel=2)
+    pipe = tp2_pipeline(checkpoints["dense"], "requant", tmp_path)
+    learner, sampler, schemes = pipe.learner, pipe.sampler, pipe.schemes
     try:
-        pipe = Pipeline(preset, learner, sampler, schemes)
         assert [r["version"] for r in sampler.state(fingerprints=False)["ranks"]] == [0, 0]  # two ranks
         runner = _requant_runner()
         runner.start(pipe.samplers)
