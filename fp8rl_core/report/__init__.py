@@ -21,7 +21,7 @@ where runs are stored.
 """
 
 from .claims import (CLAIM_KINDS, CLAIMS, KL_KINDS, MEASURE_LABELS, PROBE_MEASURE, VERDICTS, Claim, ClaimKind, Verdict,
-                     claims_table, measure_label)
+                     claim_verdict, claims_table, joint_verdict, measure_label, needed_text)
 from .agreement import Agreement, verl_agreement
 from .compare import PresetComparison, compare_presets, compare_times, cost_models
 from .data import (
@@ -52,7 +52,7 @@ __all__ = [
     "PROBE_COLUMNS", "PROBE_LABELS", "PROBE_MEASURE", "PROBE_METRICS", "REPORT_METRICS", "VERDICTS", "AbsentClaim", "Claim",
     "ClaimKind", "ClaimRow", "FactorAcrossModels", "PowerRow", "PresetComparison", "RequantRow", "SweepData", "Units",
     "Verdict",
-    "absent_claims", "claims_table", "compare_presets", "compare_times", "cost_models", "detection_matrix",
+    "absent_claims", "claim_verdict", "claims_table", "joint_verdict", "needed_text", "compare_presets", "compare_times", "cost_models", "detection_matrix",
     "direction_verdict", "evaluate_claims", "factors_across_models", "interval_table", "is_probe_metric",
     "kl_by_preset", "kl_over_steps", "measure_label", "microbatch_time", "power_rows", "preset_order", "probe_units",
     "requant_rows",

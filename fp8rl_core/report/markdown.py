@@ -376,8 +376,9 @@ def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = Non
         lines += [VERL_NOTE.format(runs=", ".join(untokened)), ""]
     lines += ["## The paper's claims", "",
               "Paper: docs/design.md, reference results (single seed, B200). Verdict: *reproduced* when the 95% CI lies on "
-              "the claimed side; *not reproduced* when it lies on the other side or includes no change; *not "
-              "measurable here* when this setup cannot show it (reason given)."
+              "the claimed side; *contradicted* when it lies on the other side of no change; *unresolved* when it "
+              "includes no change (the why says what sample a resolution would need); *not measurable here* when "
+              "this setup cannot show it (reason given)."
               + (" Each KL claim is measured twice: *exact probe KL* (primary: the exact full-vocabulary KL per "
                  "position on a fixed held-out probe batch at the final weights, paired by seed and probe sequence) "
                  "and *sampled-token k3* (the k3 estimator on the tokens the sampler drew, paired by prompt; on "
