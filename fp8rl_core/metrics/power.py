@@ -166,9 +166,10 @@ def between_interval(vc: VarianceComponents, level: float = 0.9) -> tuple[float,
     """An approximate ``level`` interval for σ²_between from the pilot's k groups: E[MSB] = m0·σ²_between +
     σ²_within and (k − 1)·MSB / E[MSB] ~ χ²(k − 1) (Searle, Casella & McCulloch 1992, §3.5d), with σ²_within
     taken as known (it rests on N − k ≫ k − 1 units) and MSB rebuilt as m0·σ²_between + σ²_within (m0 = the
-    mean group size; exact for equal groups unless σ²_between was clipped at 0). Needs ≥ 2 groups."""
-    if vc.seeds < 2:
-        raise ValueError(f"an interval for σ²_between needs at least 2 groups, got {vc.seeds}")
+    mean group size; exact for equal groups unless σ²_between was clipped at 0). Needs ≥ 4 groups (the
+    χ² approximation's range; with fewer the interval is unbounded for any practical purpose)."""
+    if vc.seeds < 4:
+        raise ValueError(f"an interval for σ²_between needs at least 4 groups, got {vc.seeds}")
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level}")
     df, m0 = vc.seeds - 1, vc.units / vc.seeds
@@ -185,7 +186,7 @@ class SampleNeeded:
 
     ``groups``: groups (seeds, or checkpoints at fixed weights) at ``per_group`` units each (None when the
     data had one group, so σ²_between is unknown); ``groups_range``: the same at the ends of σ²_between's
-    ``spread_level`` interval (:func:`between_interval`; None with one group); ``floor``: the groups needed
+    ``spread_level`` interval (:func:`between_interval`; None with fewer than 4 groups); ``floor``: the groups needed
     however many units each (⌈z²·σ²_between / log²r⌉, 1 when σ²_between is 0: then units alone help);
     ``units``: the units needed in all when σ²_between is 0 (⌈z²·σ²_within / log²r⌉) — with one group a
     lower bound; ``have``: the groups the data had; ``enough``: whether ``groups`` ≤ ``have`` (this design
@@ -225,9 +226,9 @@ def sample_needed(vc: VarianceComponents, target: float, per_group: int, *, leve
         return SampleNeeded(float(target), None, None, int(per_group), None, units, vc.seeds, float(level),
                             float(power), float(spread_level))
     groups = seeds_needed(vc, target, per_group, level=level, power=power)
-    lo, hi = between_interval(vc, spread_level)
     at = lambda b: seeds_needed(VarianceComponents(b, vc.within, vc.seeds, vc.units), target, per_group,  # noqa: E731
                                 level=level, power=power)
+    spread = None if vc.seeds < 4 else tuple(at(b) for b in between_interval(vc, spread_level))
     floor = max(1, math.ceil(z2 * vc.between / lr2 - 1e-9))
-    return SampleNeeded(float(target), groups, (at(lo), at(hi)), int(per_group), floor, units, vc.seeds,
+    return SampleNeeded(float(target), groups, spread, int(per_group), floor, units, vc.seeds,
                         float(level), float(power), float(spread_level))

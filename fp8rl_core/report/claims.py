@@ -158,8 +158,11 @@ def needed_text(n: SampleNeeded, target: str, groups: str = "seeds", units: str 
     if n.enough:
         return (f"this design ({n.have} {groups} × {n.per_group} {units}) had {pw} for {target} "
                 f"({n.groups} {groups if n.groups != 1 else groups.removesuffix('s')} needed)")
-    lo, hi = n.groups_range or (n.groups, n.groups)
-    extra = [f"{lo}–{hi} over σ²_between's {n.spread_level:.0%} interval"] if (lo, hi) != (n.groups, n.groups) else []
+    if n.groups_range is None:
+        extra = [f"σ²_between rests on {n.have} {groups} only"]
+    else:
+        lo, hi = n.groups_range
+        extra = [f"{lo}–{hi} over σ²_between's {n.spread_level:.0%} interval"] if lo != hi else []
     if n.floor is not None and n.floor > 1:
         extra.append(f"at least {n.floor} however many {units}")
     extra.append(f"this design: {n.have}")

@@ -141,7 +141,7 @@ def test_checkpoints_a_pooled_claim_a_needs_on_the_dense_small():
 def test_a_design_that_had_the_power_says_so():
     # (a) on the MoE small at fixed weights: 2 checkpoints × 2048, σ²_within 1.92, σ²_between 0.0018 → 2 needed
     n = sample_needed(VarianceComponents(0.0018, 1.92, 2, 4096), 0.89, 2048)
-    assert n.groups == 2 and n.enough
+    assert n.groups == 2 and n.enough and n.groups_range is None  # 2 groups: σ²_between's interval unbounded
 
 
 def test_one_group_gives_a_lower_bound_in_units():
@@ -153,5 +153,5 @@ def test_one_group_gives_a_lower_bound_in_units():
 def test_sample_needed_refuses_a_ratio_of_one():
     with pytest.raises(ValueError, match="target must be a positive ratio ≠ 1, got 1"):
         sample_needed(DENSE_A, 1.0, 2048)
-    with pytest.raises(ValueError, match="at least 2 groups"):
-        between_interval(VarianceComponents(0.0, 1.0, 1, 10))
+    with pytest.raises(ValueError, match="at least 4 groups, got 3"):
+        between_interval(VarianceComponents(0.0, 1.0, 3, 30))

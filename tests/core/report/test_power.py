@@ -72,8 +72,7 @@ def test_an_unresolved_claim_row_states_the_power_calculation(sweep):
     assert row.why.endswith(
         f"; power: 3 seeds × 16 probe sequences resolve only ratios ≤ {1 / p.resolvable:.2f} or ≥ {p.resolvable:.2f} "
         f"(80% power); a resolution of the paper's 0.89 at 80% power needs {p.seeds_for_target} seeds × 16 sequences "
-        f"({n.groups_range[0]}–{n.groups_range[1]} over σ²_between's 90% interval; at least {n.floor} however many "
-        "sequences; this design: 3)")
+        f"(σ²_between rests on 3 seeds only; at least {n.floor} however many sequences; this design: 3)")
     # a resolved row (quiet sweep: the planted 0.917 with 2% jitter) carries no power note
     quiet = next(r for r in evaluate_claims(sweep, n_boot=200, claims=claims)
                  if r.model == DENSE and r.measure == "probe_kl")
