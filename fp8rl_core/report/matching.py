@@ -406,9 +406,9 @@ def forest(rows: list[ClaimAtFixedWeights], path: str | Path) -> Path:
 
 
 def write_matching_report(data: SweepData, out_dir: str | Path, *, n_boot: int = 2000, seed: int = 0,
-                          generated: str | None = None) -> Path:
+                          generated: str | None = None, figures: bool = True) -> Path:
     """Write ``summary.md``, ``matching_ratios.png`` and (with a variant on SGLang beside vLLM) ``engines.png``
-    of a fixed-weights sweep into ``out_dir``."""
+    of a fixed-weights sweep into ``out_dir`` (``figures`` off: the summary alone, its figure links kept)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = claim_rows(data, n_boot=n_boot, seed=seed)
@@ -417,10 +417,11 @@ def write_matching_report(data: SweepData, out_dir: str | Path, *, n_boot: int =
         lines += [f"Generated {generated}.", ""]
     lines += _design(data) + _claims(rows)
     if rows:
-        forest(rows, out / "matching_ratios.png")
+        if figures:
+            forest(rows, out / "matching_ratios.png")
         lines += ["![Per-checkpoint KL ratios with 95% CIs, and pooled](matching_ratios.png)", ""]
     engines = engine_rows(data, n_boot=n_boot, seed=seed)
-    if engines:
+    if engines and figures:
         engines_figure(engines, out / "engines.png")
     lines += _requant(data, rows) + _ablation(data, n_boot, seed) + engines_section(engines)
     lines += _per_checkpoint(rows) + _sources(rows) + _tails(data) + _power(rows)
