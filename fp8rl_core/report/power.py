@@ -48,12 +48,14 @@ class PowerRow:
 
 
 def claim_power(units: Mapping[tuple, Units], claim: Claim, model: str | None, *, level: float = 0.95,
-                power: float = 0.8, seeds: int | None = None, sequences: int | None = None) -> PowerRow | None:
+                power: float = 0.8, seeds: int | None = None, sequences: int | None = None,
+                step: int | None = None) -> PowerRow | None:
     """One KL claim's :class:`PowerRow` on ``model`` from paired ``units`` of any KL measure (grouped by
-    (model, preset)); None when the two presets' units are missing or unpaired. With one seed σ²_between is
+    (model, preset); ``step``: that RL step's units only); None when the two presets' units are missing or
+    unpaired. With one seed σ²_between is
     unknown: the row's components are (0, the sequences' variance) and its ``estimate.needed`` says how many
     sequences one seed would need at least (:func:`~fp8rl_core.metrics.power.sample_needed`)."""
-    m = match_presets(units, model, claim.baseline, claim.candidate)
+    m = match_presets(units, model, claim.baseline, claim.candidate, step=step)
     if m is None or not m.paired or m.n_units < 2:
         return None
     target = claim.paper_ratio if claim.paper_ratio is not None else (

@@ -437,15 +437,20 @@ def _with_power(rows: list[ClaimRow], ctx: _Ctx, level: float, claims: Mapping[s
     for r in rows:
         claim = claims.get(r.id)
         p = None
+        step = None
         if r.verdict == "unresolved" and r.measure is not None and r.ratio is not None and claim is not None:
-            p = claim_power(ctx.units(r.measure), claim, r.model, level=level)
+            units = ctx.units(r.measure)
+            if claim.kind == "kl_ratio_first_step" and not is_probe_metric(r.measure):
+                # "from the first step": step 1 has the fewest sequences, so its interval is the one to resolve
+                step = int(min(units[(r.model, p_)].keys[:, 1].min() for p_ in (claim.baseline, claim.candidate)))
+            p = claim_power(units, claim, r.model, level=level, step=step)
         if p is not None:
             units = "probe sequences" if r.measure == PROBE_MEASURE else "sequences"
             design = "" if p.estimate.components.seeds < 2 else (
-                f"; power: {p.seeds} seeds × {p.sequences} {units} resolve only ratios ≤ {1 / p.resolvable:.2f} or "
+                f"; power{'' if step is None else f' at step {step}'}: {p.seeds} seeds × {p.sequences} {units} resolve only ratios ≤ {1 / p.resolvable:.2f} or "
                 f"≥ {p.resolvable:.2f} (80% power)")
-            need = "" if p.estimate.needed is None else "; " + needed_text(
-                p.estimate.needed, f"the paper's {p.target:g}")
+            need = "" if p.estimate.needed is None else "; " + ("" if step is None else f"at step {step}: ") + \
+                needed_text(p.estimate.needed, f"the paper's {p.target:g}")
             r = replace(r, why=r.why + design + need)
         out.append(r)
     return out

@@ -12,7 +12,7 @@ from fp8rl_core.report import (CLAIM_KINDS, CLAIMS, EVALUATORS, VERDICTS, ClaimR
                                cost_models, direction_verdict, evaluate_claims)
 from fp8rl_core.schemas import validate
 
-from .sweeps import BASE_DELTA, DENSE, MOE, by_id, cost_sweep, expected_k3_ratio, make_sweep
+from .sweeps import BASE_DELTA, DENSE, LEVELS, MOE, by_id, cost_sweep, expected_k3_ratio, make_sweep
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +99,16 @@ def test_a_one_seed_sweep_reads_unresolved_with_the_sequences_a_resolution_needs
     assert row.why.endswith(f"; a resolution of the paper's 0.89 at 80% power needs at least {need.units} sequences "
                             "(one seed: the spread between seeds is unknown, so more seeds may be needed)")
     assert "power:" not in row.why  # one seed: no design power without σ²_between
+
+
+def test_an_unresolved_first_step_claim_sizes_its_first_step():
+    # (d) with no planted difference: both intervals include 1; the power note is the first step's (8 sequences a seed)
+    data = make_sweep(presets=("all", "other-grid"), models=(MOE,), levels={"other-grid": LEVELS["all"]}, shared=False,
+                      steps=False, checks=False)
+    row = by_id(evaluate_claims(data, n_boot=300), "d")
+    assert row.verdict == "unresolved" and "; step 1: no difference resolved" in row.why
+    assert "; power at step 1: 3 seeds × 8 sequences resolve only ratios ≤ " in row.why
+    assert "; at step 1: this design (3 seeds × 8 sequences) had 80% power for the paper's 2 (" in row.why
 
 
 def test_opposite_direction_is_a_contradiction():
