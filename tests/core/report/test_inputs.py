@@ -83,23 +83,6 @@ def test_every_committed_report_either_has_inputs_or_is_listed_as_needing_the_re
     assert WITHOUT_INPUTS <= reports
 
 
-def test_the_cli_check_reports_same_and_different(tmp_path):
-    from typer.testing import CliRunner
-
-    from flows.cli import app
-
-    shutil.copytree(STORED / "rl-sweep", tmp_path / "r")
-    runner = CliRunner()
-    ok = runner.invoke(app, ["report", "stored-rl-sweep", "--out", str(tmp_path / "r"), "--check"])
-    assert ok.exit_code == 0 and "table lines are what today's code makes of its inputs" in ok.output
-    wrong = runner.invoke(app, ["report", "other", "--out", str(tmp_path / "r"), "--check"])
-    assert wrong.exit_code == 1 and "holds the report of sweep 'stored-rl-sweep', not 'other'" in wrong.output
-    s = tmp_path / "r" / "summary.md"
-    s.write_text(s.read_text().replace("| qwen3-dense-mini |", "| qwen3-dense-MINI |", 1))
-    bad = runner.invoke(app, ["report", "stored-rl-sweep", "--out", str(tmp_path / "r"), "--check"])
-    assert bad.exit_code == 1 and "| qwen3-dense-MINI | 0 | FINISHED |" in bad.output and ": 1 of " in bad.output
-
-
 if __name__ == "__main__":  # regenerate the stored examples
     for folder, make in EXAMPLES.items():
         shutil.rmtree(STORED / folder, ignore_errors=True)
