@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -344,12 +345,19 @@ def report(
         help="GPU profiler traces for the host-wait claim: --trace mxfp8.json --trace bf16.json")] = None,
     log: Annotated[bool, typer.Option(
         help="also log the report to MLflow: to the sweep's parent run (a run 'report' for a sweep without one)")] = True,
+    check: Annotated[bool, typer.Option(
+        help="write nothing: render the report in --out again from the inputs stored beside it (OUT/inputs/) and "
+             "compare its tables with OUT/summary.md byte for byte; exit 1 on any difference")] = False,
 ) -> None:
     """Write a finished sweep's report: summary.md (each paper claim next to what the sweep measured, with
-    95% CIs and a verdict; per-preset mismatch tables; the cost model) and the PNG figures."""
+    95% CIs and a verdict; per-preset mismatch tables; the cost model), the PNG figures and inputs/ (the
+    tables it was made from, for --check)."""
+    out = out or Path("reports") / sweep
+    if check:
+        _check_report(sweep, out)
+        return
     from tasks.reporting import write_sweep_report
 
-    out = out or Path("reports") / sweep
     if trace and len(trace) != 2:
         raise _fail(f"--trace takes two traces (MXFP8 then BF16), got {len(trace)}")
     try:
@@ -357,6 +365,26 @@ def report(
     except LookupError as e:
         raise _fail(str(e)) from None
     typer.echo(f"report: {path}")
+
+
+def _check_report(sweep: str, out: Path) -> None:
+    """``fp8rl report SWEEP --check``: the stored report's tables against today's rendering of its inputs."""
+    from fp8rl_core.report import check_tables
+
+    try:
+        result = check_tables(out)
+    except (FileNotFoundError, ValueError) as e:
+        raise _fail(str(e)) from None
+    stored = json.loads((out / "inputs" / "report.json").read_text())["sweep"]
+    if stored != sweep:
+        raise _fail(f"{out} holds the report of sweep {stored!r}, not {sweep!r}")
+    if result.same:
+        typer.echo(f"{out / 'summary.md'}: all {result.lines} table lines are what today's code makes of its inputs")
+        return
+    for i, was, now in result.differences[:10]:
+        typer.echo(f"table line {i}:\n  stored: {was}\n  today:  {now}")
+    raise _fail(f"{out / 'summary.md'}: {len(result.differences)} of {result.lines} table lines differ from today's "
+                "rendering of its inputs (regenerate: fp8rl report SWEEP --out FOLDER from its runs)")
 
 
 @app.command("gpu-report")

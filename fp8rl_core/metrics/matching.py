@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .power import (VarianceComponents, _quantiles, log_ratio_influence, resolvable_ratio, seeds_needed,
+from .power import (SampleNeeded, VarianceComponents, log_ratio_influence, resolvable_ratio, sample_needed,
                     variance_components)
-from .stats import compare_ratio
+from .stats import ci_side, compare_ratio
 
 __all__ = ["MatchingRatio", "MatchingPower", "TailShare", "matching_power", "matching_ratio", "paired", "tail_share"]
 
@@ -95,8 +95,8 @@ class MatchingRatio:
 
     @property
     def direction(self) -> str:
-        """``lower`` / ``higher`` when the interval excludes 1, else ``unresolved``."""
-        return "lower" if self.hi < 1 else "higher" if self.lo > 1 else "unresolved"
+        """``lower`` / ``higher`` when the interval excludes 1, else ``unresolved`` (:func:`.stats.ci_side`)."""
+        return ci_side(self.lo, self.hi)
 
 
 def _median_log_ratio(ua: np.ndarray, ub: np.ndarray) -> np.ndarray:
@@ -142,7 +142,8 @@ class MatchingPower:
     checkpoint's σ²_within (its influence centred on its own ratio); for ``sequences`` per checkpoint,
     ``resolvable`` (the factor f: a ratio ≤ 1/f or ≥ f resolved at one checkpoint with probability ``power``)
     and ``sequences_for_target`` (per checkpoint, to resolve ``target``); across the ``checkpoints``,
-    ``pooled_resolvable`` and ``checkpoints_for_target`` (at ``sequences`` each)."""
+    ``pooled_resolvable`` and ``checkpoints_for_target`` (at ``sequences`` each); ``needed``: the whole
+    :class:`~fp8rl_core.metrics.power.SampleNeeded` for ``target``, checkpoints as the groups."""
 
     components: VarianceComponents
     within_by_checkpoint: dict[str, float]
@@ -155,6 +156,7 @@ class MatchingPower:
     target: float
     level: float
     power: float
+    needed: SampleNeeded
 
 
 def matching_power(rows: Sequence[Mapping], a: str, b: str, *, target: float, level: float = 0.95,
@@ -178,8 +180,7 @@ def matching_power(rows: Sequence[Mapping], a: str, b: str, *, target: float, le
     vc = variance_components(z, groups) if len(order) > 1 else VarianceComponents(0.0, within[order[0]], 1, len(keys))
     k, m = len(order), round(len(keys) / len(order))
     one = VarianceComponents(0.0, vc.within, 1, m)  # one checkpoint: its weights fixed, sequence noise alone
-    need_m = max(1, math.ceil(_quantiles(level, power) ** 2 * vc.within / math.log(target) ** 2))
-    need_k = seeds_needed(vc, target, m, level=level, power=power) if k > 1 else None
-    return MatchingPower(vc, within, k, m, resolvable_ratio(one, 1, m, level=level, power=power), need_m,
-                         resolvable_ratio(vc, k, m, level=level, power=power), need_k, float(target), float(level),
-                         float(power))
+    needed = sample_needed(vc, target, m, level=level, power=power)
+    return MatchingPower(vc, within, k, m, resolvable_ratio(one, 1, m, level=level, power=power), needed.units,
+                         resolvable_ratio(vc, k, m, level=level, power=power), needed.groups, float(target),
+                         float(level), float(power), needed)

@@ -12,13 +12,28 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
+#: where an interval lies relative to "no change": entirely below it, entirely above it, or across it
+CiSide = Literal["lower", "higher", "unresolved"]
+
+
+def ci_side(lo: float, hi: float, null: float = 1.0) -> CiSide:
+    """Where the interval [lo, hi] lies relative to ``null`` (1 for a ratio, 0 for a difference):
+    ``"lower"`` when hi < null, ``"higher"`` when lo > null, else ``"unresolved"`` (it includes no change).
+    The one rule every verdict and every per-checkpoint direction is read from (docs/metrics.md, "Claims and
+    verdicts")."""
+    if lo > hi:
+        raise ValueError(f"interval [{lo}, {hi}]: lo exceeds hi")
+    return "lower" if hi < null else "higher" if lo > null else "unresolved"
+
 __all__ = [
+    "CiSide",
     "Interval",
     "Comparison",
+    "ci_side",
     "cluster_bootstrap",
     "compare_factors",
     "compare_ratio",

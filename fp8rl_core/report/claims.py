@@ -7,13 +7,17 @@ measures each on a sweep and gives its verdict (docs/metrics.md, "Claims and ver
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from fp8rl_core.metrics.power import SampleNeeded
+from fp8rl_core.metrics.stats import ci_side
 from fp8rl_core.sampler.presets import PRESETS
 
 __all__ = ["CLAIMS", "CLAIM_KINDS", "KL_KINDS", "MEASURE_LABELS", "PROBE_MEASURE", "VERDICTS", "Claim", "ClaimKind",
-           "Direction", "ModelClass", "Verdict", "claims_table", "measure_label"]
+           "Direction", "ModelClass", "Verdict", "claim_verdict", "claims_table", "joint_verdict", "measure_label",
+           "needed_text"]
 
 #: the primary KL measure of the KL claims when the sweep has a probe table (a report metric name)
 PROBE_MEASURE = "probe_kl"
@@ -21,8 +25,9 @@ PROBE_MEASURE = "probe_kl"
 MEASURE_LABELS = {"probe_kl": "exact probe KL", "probe_kl_rev": "exact probe KL(learner‖sampler)",
                   "probe_js": "exact probe JS"}
 
-#: a claim's verdict on a sweep
-Verdict = Literal["reproduced", "not reproduced", "not measurable here"]
+#: a claim's verdict on a sweep: what the data can say (:func:`claim_verdict`), or that this setup cannot
+#: measure it
+Verdict = Literal["reproduced", "contradicted", "unresolved", "not measurable here"]
 VERDICTS: tuple[str, ...] = get_args(Verdict)
 
 #: how a claim is measured (:class:`Claim`); each has one evaluator in :mod:`fp8rl_core.report.verdicts`
@@ -116,6 +121,53 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("h3", "end-to-end MXFP8 slowed a short-sequence dense run by 5%", "5% higher (ratio 1.05)", "time_ratio",
           "bf16-e2e", "all", metric="step_s", paper_ratio=1.05, direction="higher", models="dense"),
 )
+
+
+def claim_verdict(lo: float, hi: float, direction: Direction, null: float = 1.0) -> Verdict:
+    """The one verdict rule of every report (docs/metrics.md, "Verdict rules"), on a claim that a quantity lies
+    ``direction`` of ``null`` (1 for a ratio, 0 for a difference) and its interval [lo, hi]: *reproduced*
+    when the interval lies on the claimed side, *contradicted* when it lies on the other side, *unresolved*
+    when it includes ``null`` (the data cannot tell; the report says what sample would:
+    :func:`fp8rl_core.metrics.power.sample_needed`)."""
+    if direction not in get_args(Direction):
+        raise ValueError(f"direction must be 'lower' or 'higher', got {direction!r}")
+    side = ci_side(lo, hi, null)
+    return "unresolved" if side == "unresolved" else "reproduced" if side == direction else "contradicted"
+
+
+def joint_verdict(verdicts: Sequence[Verdict]) -> Verdict:
+    """The verdict of a claim that needs several intervals at once (e.g. (d): whole run and step 1): reproduced
+    when every one is, contradicted when any one is, else unresolved."""
+    if not verdicts:
+        raise ValueError("joint_verdict of no verdicts")
+    if all(v == "reproduced" for v in verdicts):
+        return "reproduced"
+    return "contradicted" if "contradicted" in verdicts else "unresolved"
+
+
+def needed_text(n: SampleNeeded, target: str, groups: str = "seeds", units: str = "sequences") -> str:
+    """What an *unresolved* verdict adds: the sample a resolution of ``target`` (its words, e.g. "the paper's
+    0.89") would need by :func:`~fp8rl_core.metrics.power.sample_needed` — ``groups`` (seeds, checkpoints) ×
+    ``units`` each, the range σ²_between's own uncertainty allows, the floor however many units — or that
+    this design already had the power."""
+    pw = f"{n.power:.0%} power"
+    if n.groups is None:
+        one = groups[:-1] if groups.endswith("s") else groups
+        return (f"a resolution of {target} at {pw} needs at least {n.units} {units} (one {one}: the spread "
+                f"between {groups} is unknown, so more {groups} may be needed)")
+    if n.enough:
+        return (f"this design ({n.have} {groups} × {n.per_group} {units}) had {pw} for {target} "
+                f"({n.groups} {groups if n.groups != 1 else groups.removesuffix('s')} needed)")
+    if n.groups_range is None:
+        extra = [f"σ²_between rests on {n.have} {groups} only"]
+    else:
+        lo, hi = n.groups_range
+        extra = [f"{lo}–{hi} over σ²_between's {n.spread_level:.0%} interval"] if lo != hi else []
+    if n.floor is not None and n.floor > 1:
+        extra.append(f"at least {n.floor} however many {units}")
+    extra.append(f"this design: {n.have}")
+    return (f"a resolution of {target} at {pw} needs {n.groups} {groups} × {n.per_group} {units} "
+            f"({'; '.join(extra)})")
 
 
 def measure_label(metric: str) -> str:

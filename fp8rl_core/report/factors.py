@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fp8rl_core.metrics import Comparison, compare_factors
+from fp8rl_core.metrics import Comparison, ci_side, compare_factors
 
 from .claims import CLAIMS, KL_KINDS, PROBE_MEASURE, Claim
 from .compare import describe_ratio, fmt_number, match_presets
@@ -38,9 +38,10 @@ class FactorAcrossModels:
 
 def _verdict(cmp: Comparison, model: str, ref: str, level: float) -> str:
     factors = f"{fmt_number(cmp.b)}× vs {fmt_number(cmp.a)}× on {ref}"
-    if cmp.hi < 1.0:
+    side = ci_side(cmp.lo, cmp.hi)  # the verdicts' one rule; a quotient has no claimed side
+    if side == "lower":
         return f"the factor is smaller on {model}: {factors} ({describe_ratio(cmp.ratio, cmp.lo, cmp.hi, level)})"
-    if cmp.lo > 1.0:
+    if side == "higher":
         return f"the factor is larger on {model}: {factors} ({describe_ratio(cmp.ratio, cmp.lo, cmp.hi, level)})"
     return (f"no change resolved: {fmt_number(cmp.b)}× on {model} vs {fmt_number(cmp.a)}× on {ref} "
             f"(quotient {fmt_number(cmp.ratio)}, {level:.0%} CI {fmt_number(cmp.lo)}–{fmt_number(cmp.hi)})")

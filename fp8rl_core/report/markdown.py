@@ -41,6 +41,7 @@ from .compare import cost_models
 from .data import (PROBE_LABELS, PROBE_METRICS, REPORT_METRICS, SweepData, interval_table, is_probe_metric,
                    preset_order, sweep_models, with_run_columns)
 from .factors import FactorAcrossModels, factors_across_models
+from .inputs import TableCheck, compare_tables, load_inputs, save_inputs
 from .claims import measure_label
 from .power import PowerRow, power_rows
 from .requant import BASELINE as REQUANT_BASELINE
@@ -50,7 +51,7 @@ from .matching import write_matching_report
 from .syncs import sync_groups
 from .verdicts import absent_claims, evaluate_claims
 
-__all__ = ["RUN_METRICS", "write_report"]
+__all__ = ["RUN_METRICS", "check_tables", "write_report"]
 
 #: run-level metric columns shown in the runs table when present: column → header
 RUN_METRICS: dict[str, str] = {
@@ -337,17 +338,22 @@ def _figures(data: SweepData, out: Path, table: pd.DataFrame, cms: list, n_boot:
 
 
 def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = None, generated: str | None = None,
-                 n_boot: int = 2000, seed: int = 0, metrics: Sequence[str] = REPORT_METRICS) -> Path:
+                 n_boot: int = 2000, seed: int = 0, metrics: Sequence[str] = REPORT_METRICS, figures: bool = True,
+                 inputs: bool = True) -> Path:
     """Write ``summary.md`` and the figures of ``data`` into ``out_dir`` (created if missing); return the
-    path of ``summary.md``.
+    path of ``summary.md``. ``figures``: draw the PNGs (off: the summary without its figures section);
+    ``inputs``: also store ``data`` and these settings in ``out_dir/inputs/``, from which
+    :func:`~.inputs.check_tables` renders the tables again (:mod:`.inputs`).
 
     ``trace_paths``: GPU profiler traces for claim g (see :func:`~fp8rl_core.report.verdicts.evaluate_claims`).
     ``generated``: an optional stamp (e.g. a date) printed under the title — nothing else depends on
     when the report is written. ``n_boot``, ``seed``: every bootstrap's settings. ``metrics``: the
     sampled-token rows of the per-preset mismatch tables (the exact probe rows
     :data:`~fp8rl_core.report.data.PROBE_METRICS` come first whenever ``data.probe`` is not empty)."""
+    if inputs:
+        save_inputs(data, out_dir, n_boot=n_boot, seed=seed, metrics=metrics, traces=trace_paths is not None)
     if not data.matching.empty:  # a fixed-weights sweep: its own report
-        return write_matching_report(data, out_dir, n_boot=n_boot, seed=seed, generated=generated)
+        return write_matching_report(data, out_dir, n_boot=n_boot, seed=seed, generated=generated, figures=figures)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = evaluate_claims(data, trace_paths=trace_paths, n_boot=n_boot, seed=seed)
@@ -360,7 +366,7 @@ def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = Non
     parts = [p for p in parts if not p.empty]
     table = pd.concat(parts, ignore_index=True) if len(parts) > 1 else (parts[0] if parts else pd.DataFrame())
     cms = cost_models(data, n_boot=n_boot, seed=seed)
-    figs = _figures(data, out, table, cms, n_boot, seed)
+    figs = _figures(data, out, table, cms, n_boot, seed) if figures else []
 
     r = data.runs
     models = sweep_models(data)
@@ -376,8 +382,9 @@ def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = Non
         lines += [VERL_NOTE.format(runs=", ".join(untokened)), ""]
     lines += ["## The paper's claims", "",
               "Paper: docs/design.md, reference results (single seed, B200). Verdict: *reproduced* when the 95% CI lies on "
-              "the claimed side; *not reproduced* when it lies on the other side or includes no change; *not "
-              "measurable here* when this setup cannot show it (reason given)."
+              "the claimed side; *contradicted* when it lies on the other side of no change; *unresolved* when it "
+              "includes no change (the why says what sample a resolution would need); *not measurable here* when "
+              "this setup cannot show it (reason given)."
               + (" Each KL claim is measured twice: *exact probe KL* (primary: the exact full-vocabulary KL per "
                  "position on a fixed held-out probe batch at the final weights, paired by seed and probe sequence) "
                  "and *sampled-token k3* (the k3 estimator on the tokens the sampler drew, paired by prompt; on "
@@ -408,3 +415,17 @@ def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = Non
     path = out / "summary.md"
     path.write_text("\n".join(lines).rstrip("\n") + "\n", encoding="utf-8")
     return path
+
+
+def check_tables(report_dir: str | Path) -> TableCheck:
+    """Render the report in ``report_dir`` again from its stored inputs (:mod:`.inputs`) with today's code —
+    the same bootstrap settings and metrics, no figures — and compare its table lines with the stored
+    ``summary.md``'s, byte for byte."""
+    import tempfile
+
+    folder = Path(report_dir)
+    data, settings = load_inputs(folder)
+    stored = (folder / "summary.md").read_text(encoding="utf-8")
+    with tempfile.TemporaryDirectory(prefix="fp8rl-check-") as tmp:
+        today = write_report(data, tmp, figures=False, inputs=False, **settings).read_text(encoding="utf-8")
+    return compare_tables(str(folder), stored, today)

@@ -18,6 +18,7 @@ from fp8rl_core.model_kind import is_moe
 from fp8rl_core.metrics.matching import MatchingPower, MatchingRatio, matching_power, matching_ratio
 from fp8rl_core.sampler.config import SAMPLER_ENGINES
 
+from .claims import claim_verdict, needed_text
 from .data import SweepData, matching_frame
 from .engines import engine_rows, engines_figure, engines_section
 from .text import f3, ratio_text, table
@@ -80,7 +81,11 @@ class ClaimAtFixedWeights:
         return out
 
 
-def _verdict(c: Comparison, pooled: MatchingRatio, per: dict[str, MatchingRatio]) -> str:
+def _verdict(c: Comparison, pooled: MatchingRatio, per: dict[str, MatchingRatio], power: MatchingPower | None) -> str:
+    """The comparison's verdict in words. A claim: :func:`~.claims.claim_verdict` on the pooled CI (reproduced /
+    contradicted / unresolved), then what the checkpoints say, the paper's size, and for an unresolved one the
+    sample a resolution needs (:func:`~.claims.needed_text`, checkpoints as the groups). A measured quantity
+    (no claimed side): the pooled CI's side."""
     n = len(per)
     dirs = [r.direction for r in per.values()]
     lower, higher = dirs.count("lower"), dirs.count("higher")
@@ -88,29 +93,34 @@ def _verdict(c: Comparison, pooled: MatchingRatio, per: dict[str, MatchingRatio]
         if pooled.direction == "unresolved":
             return f"no difference resolved (pooled CI includes 1; {lower} of {n} checkpoints lower, {higher} higher)"
         return f"{pooled.direction} at {dirs.count(pooled.direction)} of {n} checkpoints ({f3(pooled.ratio)} pooled)"
+    verdict = claim_verdict(pooled.lo, pooled.hi, c.expect)
     claimed = dirs.count(c.expect)
-    if claimed == n:
-        size = ""
-        if c.paper is not None:
-            side = "larger" if (pooled.hi < c.paper if c.expect == "lower" else pooled.lo > c.paper) else \
-                "smaller" if (pooled.lo > c.paper if c.expect == "lower" else pooled.hi < c.paper) else "the paper's size"
-            size = f"; the effect is {side} than the paper's {c.paper_text}" if side != "the paper's size" else \
-                f"; the paper's {c.paper_text} lies inside the pooled CI"
-        return f"reproduced at every checkpoint ({n}/{n}){size}"
     other = lower if c.expect == "higher" else higher
-    if other == n:
-        return f"not reproduced: the other way at every checkpoint ({n}/{n})"
-    if claimed or other:
-        return (f"depends on the checkpoint: {claimed} of {n} on the claimed side, {other} the other way, "
-                f"{n - claimed - other} unresolved")
-    band = max(pooled.hi, 1 / pooled.lo)
-    within = f"pooled ratio within {f3(pooled.lo)} … {f3(pooled.hi)} (±{band - 1:.0%})"
+    side = "below" if c.expect == "lower" else "above"
+    if verdict == "reproduced":
+        text = f"reproduced: the pooled CI lies {side} 1; {claimed} of {n} checkpoints on the claimed side"
+        if other:
+            text += f", {other} the other way"
+    elif verdict == "contradicted":
+        text = (f"contradicted: the pooled CI lies {'above' if c.expect == 'lower' else 'below'} 1; {other} of {n} "
+                f"checkpoints the other way, {claimed} on the claimed side")
+    else:
+        text = (f"unresolved: the pooled CI includes 1; {claimed} of {n} checkpoints on the claimed side, {other} the "
+                f"other way")
+        if claimed and other:
+            text += " — the effect depends on the checkpoint"
     if c.paper is not None:
-        excluded = sum(not (r.lo <= c.paper <= r.hi) for r in per.values())
-        if not (pooled.lo <= c.paper <= pooled.hi):
-            return (f"not reproduced: no difference resolved at any checkpoint, and the paper's {c.paper_text} lies "
-                    f"outside the pooled CI and {excluded} of {n} checkpoints' CIs; {within}")
-    return f"no difference resolved at any checkpoint; {within}"
+        inside = pooled.lo <= c.paper <= pooled.hi
+        if inside:
+            text += f"; the paper's {c.paper_text} lies inside the pooled CI"
+        elif verdict == "reproduced":
+            larger = pooled.hi < c.paper if c.expect == "lower" else pooled.lo > c.paper
+            text += f"; the effect is {'larger' if larger else 'smaller'} than the paper's {c.paper_text}"
+        else:
+            text += f"; the paper's {c.paper_text} lies outside the pooled CI"
+    if verdict == "unresolved" and power is not None:
+        text += "; " + needed_text(power.needed, f"the paper's {f3(power.target)}", "checkpoints")
+    return text
 
 
 def claim_rows(data: SweepData, *, n_boot: int = 2000, seed: int = 0) -> list[ClaimAtFixedWeights]:
@@ -131,7 +141,7 @@ def claim_rows(data: SweepData, *, n_boot: int = 2000, seed: int = 0) -> list[Cl
                     for s in dict.fromkeys(r["source"] for r in rows)}
             target = c.paper if c.paper is not None and c.paper != 1 else 0.9
             power = matching_power(rows, c.a, c.b, target=target) if pooled.units > 2 else None
-            out.append(ClaimAtFixedWeights(model, c, pooled, per, srcs, power, _verdict(c, pooled, per)))
+            out.append(ClaimAtFixedWeights(model, c, pooled, per, srcs, power, _verdict(c, pooled, per, power)))
     return out
 
 
@@ -396,9 +406,9 @@ def forest(rows: list[ClaimAtFixedWeights], path: str | Path) -> Path:
 
 
 def write_matching_report(data: SweepData, out_dir: str | Path, *, n_boot: int = 2000, seed: int = 0,
-                          generated: str | None = None) -> Path:
+                          generated: str | None = None, figures: bool = True) -> Path:
     """Write ``summary.md``, ``matching_ratios.png`` and (with a variant on SGLang beside vLLM) ``engines.png``
-    of a fixed-weights sweep into ``out_dir``."""
+    of a fixed-weights sweep into ``out_dir`` (``figures`` off: the summary alone, its figure links kept)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = claim_rows(data, n_boot=n_boot, seed=seed)
@@ -407,10 +417,11 @@ def write_matching_report(data: SweepData, out_dir: str | Path, *, n_boot: int =
         lines += [f"Generated {generated}.", ""]
     lines += _design(data) + _claims(rows)
     if rows:
-        forest(rows, out / "matching_ratios.png")
+        if figures:
+            forest(rows, out / "matching_ratios.png")
         lines += ["![Per-checkpoint KL ratios with 95% CIs, and pooled](matching_ratios.png)", ""]
     engines = engine_rows(data, n_boot=n_boot, seed=seed)
-    if engines:
+    if engines and figures:
         engines_figure(engines, out / "engines.png")
     lines += _requant(data, rows) + _ablation(data, n_boot, seed) + engines_section(engines)
     lines += _per_checkpoint(rows) + _sources(rows) + _tails(data) + _power(rows)

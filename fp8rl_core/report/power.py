@@ -1,21 +1,25 @@
 """What a sweep's design can resolve: for each KL claim's exact probe comparison, the power of the
 sweep's seeds × probe sequences and the seeds the paper's ratio would need
-(:func:`fp8rl_core.metrics.power.power_estimate`). Specified in docs/metrics.md ("Claims and
+(:func:`fp8rl_core.metrics.power.power_estimate`); :func:`claim_power` the same on any KL measure's units,
+one seed included (what an unresolved verdict's needed sample comes from). Specified in docs/metrics.md ("Claims and
 verdicts", "Power").
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from fp8rl_core.metrics.power import PowerEstimate, power_estimate
+import numpy as np
+
+from fp8rl_core.metrics.power import (PowerEstimate, VarianceComponents, log_ratio_influence, log_ratio_se,
+                                      power_estimate, resolvable_ratio, sample_needed)
 
 from .claims import CLAIMS, KL_KINDS, PROBE_MEASURE, Claim
 from .compare import match_presets
-from .data import SweepData, probe_units, sweep_models
+from .data import SweepData, Units, probe_units, sweep_models
 
-__all__ = ["PowerRow", "power_rows"]
+__all__ = ["PowerRow", "claim_power", "power_rows"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,34 @@ class PowerRow:
     estimate: PowerEstimate
 
 
+def claim_power(units: Mapping[tuple, Units], claim: Claim, model: str | None, *, level: float = 0.95,
+                power: float = 0.8, seeds: int | None = None, sequences: int | None = None,
+                step: int | None = None) -> PowerRow | None:
+    """One KL claim's :class:`PowerRow` on ``model`` from paired ``units`` of any KL measure (grouped by
+    (model, preset); ``step``: that RL step's units only); None when the two presets' units are missing or
+    unpaired. With one seed σ²_between is
+    unknown: the row's components are (0, the sequences' variance) and its ``estimate.needed`` says how many
+    sequences one seed would need at least (:func:`~fp8rl_core.metrics.power.sample_needed`)."""
+    m = match_presets(units, model, claim.baseline, claim.candidate, step=step)
+    if m is None or not m.paired or m.n_units < 2:
+        return None
+    target = claim.paper_ratio if claim.paper_ratio is not None else (
+        claim.paper_range[0] if claim.paper_range else None)
+    if m.n_seeds >= 2:
+        est = power_estimate(m.a, m.b, m.a_seeds, seeds=seeds, sequences=sequences, target=target, level=level,
+                             power=power)
+    else:
+        z = log_ratio_influence(m.a, m.b)
+        vc = VarianceComponents(0.0, float(np.var(z, ddof=1)), 1, int(z.size))
+        n, k = 1 if seeds is None else int(seeds), int(z.size) if sequences is None else int(sequences)
+        needed = None if target is None else sample_needed(vc, target, k, level=level, power=power)
+        est = PowerEstimate(vc, n, k, log_ratio_se(vc, n, k), resolvable_ratio(vc, n, k, level=level, power=power),
+                            target, None, level, power, needed)
+    return PowerRow(claim.id, f"{claim.candidate} vs {claim.baseline} ({claim.id})", model, est.seeds,
+                    est.sequences, est.components.between, est.components.within, est.se, est.resolvable, target,
+                    est.seeds_for_target, est)
+
+
 def power_rows(data: SweepData, *, level: float = 0.95, power: float = 0.8, seeds: int | None = None,
                sequences: int | None = None, claims: Sequence[Claim] = CLAIMS) -> list[PowerRow]:
     """One :class:`PowerRow` per (KL claim, model) with paired exact probe units on ≥ 2 seeds, for
@@ -58,11 +90,7 @@ def power_rows(data: SweepData, *, level: float = 0.95, power: float = 0.8, seed
             m = match_presets(units, model, claim.baseline, claim.candidate)
             if m is None or not m.paired or m.n_seeds < 2:
                 continue
-            target = claim.paper_ratio if claim.paper_ratio is not None else (
-                claim.paper_range[0] if claim.paper_range else None)
-            est = power_estimate(m.a, m.b, m.a_seeds, seeds=seeds, sequences=sequences, target=target, level=level,
-                                 power=power)
-            rows.append(PowerRow(claim.id, f"{claim.candidate} vs {claim.baseline} ({claim.id})", model, est.seeds,
-                                 est.sequences, est.components.between, est.components.within, est.se,
-                                 est.resolvable, target, est.seeds_for_target, est))
+            row = claim_power(units, claim, model, level=level, power=power, seeds=seeds, sequences=sequences)
+            if row is not None:
+                rows.append(row)
     return rows

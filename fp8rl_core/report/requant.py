@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from fp8rl_core.metrics.stats import ci_side
 from fp8rl_core.schemas.dsl import REQUANT_COLUMNS
 
 from .claims import PROBE_MEASURE, measure_label
@@ -42,10 +43,11 @@ def requant_verdict(ratio: float, lo: float, hi: float, level: float, model: str
     """The sentence for requant/all = ``ratio`` with its ``level`` interval [lo, hi] on ``model``."""
     ci = f"{level:.0%} CI {fmt_number(lo)}–{fmt_number(hi)}"
     what = measure_label(measure)
-    if lo > 1:
+    side = ci_side(lo, hi)  # the verdicts' one rule (:func:`fp8rl_core.metrics.stats.ci_side`); no claimed side here
+    if side == "higher":
         return (f"shipping the learner's bytes instead of requantizing buys {1 - 1 / ratio:.0%} lower {what} on "
                 f"{model} (requant/all {fmt_number(ratio)}, {ci})")
-    if hi < 1:
+    if side == "lower":
         return (f"requantizing from BF16 gave {1 - ratio:.0%} lower {what} than the learner's bytes on {model} "
                 f"(requant/all {fmt_number(ratio)}, {ci})")
     return f"no difference resolved at this power on {model} ({what}: requant/all {fmt_number(ratio)}, {ci} includes 1)"

@@ -2,8 +2,10 @@
 :data:`~fp8rl_core.report.claims.CLAIMS` with confidence intervals, one evaluator per claim kind
 (:data:`EVALUATORS`), and returns a :class:`ClaimRow` per (claim, model[, KL measure]);
 :func:`absent_claims` lists the claims a sweep cannot test. The verdict rules, the two KL measures and
-what each row holds are specified in docs/metrics.md ("Claims and verdicts"); the comparisons behind
-them are :mod:`.compare`'s, the power note on unresolved KL rows :mod:`.power`'s.
+what each row holds are specified in docs/metrics.md ("Claims and verdicts"); every verdict from an interval is
+:func:`~.claims.claim_verdict`'s (reproduced / contradicted / unresolved), and an unresolved KL row says the
+sample a resolution would need (:func:`_with_power`, from :func:`fp8rl_core.metrics.power.sample_needed` on
+the row's own units); the comparisons behind them are :mod:`.compare`'s.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from typing import Any
 
 from fp8rl_core.metrics import CostModel
 
-from .claims import CLAIMS, PROBE_MEASURE, VERDICTS, Claim, ClaimKind, Direction, Verdict, measure_label
+from .claims import (CLAIMS, PROBE_MEASURE, VERDICTS, Claim, ClaimKind, Direction, Verdict, claim_verdict,
+                     joint_verdict, measure_label, needed_text)
 from .compare import PresetComparison, compare_presets, compare_times, cost_models, fmt_number, units_of
 from .data import SweepData, Units, is_probe_metric, sweep_models
-from .power import power_rows
+from .power import claim_power
 from .syncs import sync_groups
 
 __all__ = ["EVALUATORS", "AbsentClaim", "ClaimRow", "absent_claims", "direction_verdict", "evaluate_claims"]
@@ -84,23 +87,21 @@ def direction_verdict(lo: float, hi: float, direction: Direction, *, null: float
     """(verdict, why, paper_in_ci) for a claim that a measured quantity lies ``direction`` (``"lower"``/``"higher"``)
     of ``null`` (1 for a ratio, 0 for a difference), given its ``level`` interval [lo, hi].
 
-    Reproduced when the interval lies entirely on the claimed side; not reproduced when it lies on the
-    other side or includes ``null`` ("no difference resolved"). ``why`` also says whether the paper's
+    :func:`~.claims.claim_verdict`: reproduced when the interval lies entirely on the claimed side,
+    contradicted when it lies on the other side ("the opposite direction"), unresolved when it includes
+    ``null`` ("no difference resolved"). ``why`` also says whether the paper's
     value ``paper`` (or range ``paper_range``) lies inside the interval; ``paper_in_ci`` is that flag
     (None when no paper value is given). ``unit`` is appended to the interval's numbers (e.g. " ms")."""
-    if direction not in ("lower", "higher"):
-        raise ValueError(f"direction must be 'lower' or 'higher', got {direction!r}")
+    verdict = claim_verdict(lo, hi, direction, null)
     ci = f"the {level:.0%} CI [{fmt_number(lo)}{unit}, {fmt_number(hi)}{unit}]"
-    below, above = hi < null, lo > null
-    claimed, opposite = (below, above) if direction == "lower" else (above, below)
     side = "below" if direction == "lower" else "above"
     other = "above" if direction == "lower" else "below"
-    if claimed:
-        verdict, why = "reproduced", f"{ci} lies entirely {side} {null:g}"
-    elif opposite:
-        verdict, why = "not reproduced", f"the opposite direction: {ci} lies entirely {other} {null:g}"
+    if verdict == "reproduced":
+        why = f"{ci} lies entirely {side} {null:g}"
+    elif verdict == "contradicted":
+        why = f"the opposite direction: {ci} lies entirely {other} {null:g}"
     else:
-        verdict, why = "not reproduced", f"no difference resolved: {ci} includes {null:g}"
+        why = f"no difference resolved: {ci} includes {null:g}"
     inside: bool | None = None
     if paper is not None:
         inside = bool(lo <= paper <= hi)
@@ -245,12 +246,13 @@ def _eval_first_step(ctx: _Ctx, claim: Claim) -> list[ClaimRow]:
         v_all, why_all, inside = direction_verdict(c.lo, c.hi, claim.direction, level=c.level, paper=claim.paper_ratio)
         measured = f"whole run: {whole.text}"
         if step1 is None:
-            verdict, why = "not reproduced", f"whole run: {why_all}; step {first}: not measured on both presets"
+            verdict = joint_verdict([v_all, "unresolved"])
+            why = f"whole run: {why_all}; step {first}: not measured on both presets"
         else:
             s = step1.comparison
             v_1, why_1, _ = direction_verdict(s.lo, s.hi, claim.direction, level=s.level, paper=claim.paper_ratio)
             measured += f"; step {first}: {step1.text}"
-            verdict = "reproduced" if v_all == v_1 == "reproduced" else "not reproduced"
+            verdict = joint_verdict([v_all, v_1])
             why = f"whole run: {why_all}; step {first}: {why_1}"
         rows.append(ctx.row(claim, model, metric, measured, verdict, why, ratio=c.ratio, lo=c.lo, hi=c.hi,
                             paper_in_ci=inside))
@@ -274,7 +276,7 @@ def _eval_sync(ctx: _Ctx, claim: Claim) -> list[ClaimRow]:
         why = (f"every W2 check on the learner's grid passed: at each of the {on.syncs} syncs of {presets} "
                f"{on.shows}")
     else:
-        verdict = "not reproduced"
+        verdict = "contradicted"
         why = f"{w2.failed} W2 check(s) on the learner's grid failed, e.g. " + "; ".join(on.failed(("W2",)))
     others = [g.summary() for g in groups if g is not on]
     if others:
@@ -330,9 +332,16 @@ def _eval_cost_break_even(ctx: _Ctx, claim: Claim, model: str | None, cm: CostMo
                     f"{cm.level:.0%} CI [{ci[0]:.0f}, {ci[1]:.0f}]")
         return _row(claim, model, measured, "reproduced", why, value=value, paper_in_ci=inside)
     if cm.status == "unresolved":
-        return _row(claim, model, measured, "not reproduced",
+        return _row(claim, model, measured, "unresolved",
                     f"no difference resolved: the per-token saving's CI includes 0; {cm.verdict}")
-    return _row(claim, model, measured, "not reproduced", cm.verdict, value=value)
+    return _row(claim, model, measured, _BREAK_EVEN_VERDICT[cm.status], cm.verdict, value=value)
+
+
+#: claim f2's verdict by the cost model's status where it is neither a break-even nor unresolved: no crossing
+#: (MXFP8 never pays, or always does) contradicts "break-even ≈ 4.5k"; a crossing far outside the measured
+#: token range is an extrapolation, so unresolved
+_BREAK_EVEN_VERDICT: dict[str, Verdict] = {"no_break_even": "contradicted", "always_faster": "contradicted",
+                                           "out_of_range": "unresolved"}
 
 
 def _trace_pair(trace_paths: Any) -> tuple[Any, Any]:
@@ -366,7 +375,7 @@ def _eval_trace(ctx: _Ctx, claim: Claim) -> list[ClaimRow]:
     if frac > 0.5:
         return [_row(claim, None, measured, "reproduced", "more than half of the added wall time the GPU sat idle "
                      "waiting for the host to launch work", value=frac)]
-    return [_row(claim, None, measured, "not reproduced", f"only {frac:.0%} of the added time is the GPU waiting for "
+    return [_row(claim, None, measured, "contradicted", f"only {frac:.0%} of the added time is the GPU waiting for "
                  "the host (the claim needs most of it, > 50%)", value=frac)]
 
 
@@ -417,29 +426,34 @@ def evaluate_claims(data: SweepData, *, trace_paths: Any = None, n_boot: int = 2
     rows: list[ClaimRow] = []
     for claim in claims:
         rows += EVALUATORS[claim.kind](ctx, claim)
-    return _with_power(rows, data, level, claims)
+    return _with_power(rows, ctx, level, {c.id: c for c in claims})
 
 
-def _with_power(rows: list[ClaimRow], data: SweepData, level: float, claims: Sequence[Claim]) -> list[ClaimRow]:
-    """Each exact-probe KL row whose CI includes 1 with the power calculation appended to its ``why``: what
-    this design could resolve and the seeds the paper's ratio would need (:func:`~.power.power_rows`)."""
-    if not any(_unresolved_probe(r) for r in rows):
-        return rows
-    power = {(p.id, p.model): p for p in power_rows(data, level=level, claims=claims)}
+def _with_power(rows: list[ClaimRow], ctx: _Ctx, level: float, claims: Mapping[str, Claim]) -> list[ClaimRow]:
+    """Each unresolved KL row (exact probe or sampled-token) with the power calculation on its own units
+    appended to its ``why`` (:func:`~.power.claim_power`): what this design could resolve (with ≥ 2 seeds)
+    and the sample a resolution of the paper's ratio would need (:func:`~.claims.needed_text`)."""
     out = []
     for r in rows:
-        p = power.get((r.id, r.model)) if _unresolved_probe(r) else None
+        claim = claims.get(r.id)
+        p = None
+        step = None
+        if r.verdict == "unresolved" and r.measure is not None and r.ratio is not None and claim is not None:
+            units = ctx.units(r.measure)
+            if claim.kind == "kl_ratio_first_step" and not is_probe_metric(r.measure):
+                # "from the first step": step 1 has the fewest sequences, so its interval is the one to resolve
+                step = int(min(units[(r.model, p_)].keys[:, 1].min() for p_ in (claim.baseline, claim.candidate)))
+            p = claim_power(units, claim, r.model, level=level, step=step)
         if p is not None:
-            need = "" if p.seeds_for_target is None else (
-                f"; the paper's {p.target:g} would need {p.seeds_for_target} seeds × {p.sequences} sequences")
-            r = replace(r, why=r.why + f"; power: {p.seeds} seeds × {p.sequences} probe sequences resolve only ratios "
-                                       f"≤ {1 / p.resolvable:.2f} or ≥ {p.resolvable:.2f} (80% power){need}")
+            units = "probe sequences" if r.measure == PROBE_MEASURE else "sequences"
+            design = "" if p.estimate.components.seeds < 2 else (
+                f"; power{'' if step is None else f' at step {step}'}: {p.seeds} seeds × {p.sequences} {units} resolve only ratios ≤ {1 / p.resolvable:.2f} or "
+                f"≥ {p.resolvable:.2f} (80% power)")
+            need = "" if p.estimate.needed is None else "; " + ("" if step is None else f"at step {step}: ") + \
+                needed_text(p.estimate.needed, f"the paper's {p.target:g}")
+            r = replace(r, why=r.why + design + need)
         out.append(r)
     return out
-
-
-def _unresolved_probe(r: ClaimRow) -> bool:
-    return r.measure == PROBE_MEASURE and r.lo is not None and r.lo <= 1 <= r.hi
 
 
 def absent_claims(data: SweepData, rows: Sequence[ClaimRow] | None = None,

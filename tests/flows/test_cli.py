@@ -366,3 +366,22 @@ def test_a_driver_on_ray_imports_the_flows_without_vllm():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_report_check_compares_a_stored_report_with_todays_rendering_of_its_inputs(tmp_path):
+    """`fp8rl report SWEEP --out DIR --check` on a small stored report (tests/core/report/stored/): same, another
+    sweep's name refused, an edited table line named."""
+    import shutil
+
+    shutil.copytree(Path(__file__).parents[1] / "core" / "report" / "stored" / "rl-sweep", tmp_path / "r")
+    out = str(tmp_path / "r")
+    ok = _invoke("report", "stored-rl-sweep", "--out", out, "--check")
+    assert ok.exit_code == 0 and "table lines are what today's code makes of its inputs" in ok.output
+    wrong = _invoke("report", "other", "--out", out, "--check")
+    assert wrong.exit_code == 1 and "holds the report of sweep 'stored-rl-sweep', not 'other'" in wrong.output
+    s = tmp_path / "r" / "summary.md"
+    s.write_text(s.read_text().replace("| qwen3-dense-mini |", "| qwen3-dense-MINI |", 1))
+    bad = _invoke("report", "stored-rl-sweep", "--out", out, "--check")
+    assert bad.exit_code == 1 and "| qwen3-dense-MINI | 0 | FINISHED |" in bad.output and ": 1 of " in bad.output
+    none = _invoke("report", "x", "--out", str(tmp_path), "--check")
+    assert none.exit_code == 1 and "no stored inputs" in none.output

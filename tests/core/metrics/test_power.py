@@ -9,10 +9,12 @@ import pytest
 
 from fp8rl_core.metrics.power import (
     VarianceComponents,
+    between_interval,
     log_ratio_influence,
     log_ratio_se,
     power_estimate,
     resolvable_ratio,
+    sample_needed,
     seeds_needed,
     variance_components,
 )
@@ -112,3 +114,44 @@ def test_power_estimate_puts_it_together():
 def test_errors_say_what_is_wrong(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# --------------------------------------------------------------- the sample a resolution needs
+
+#: claim (a) on the dense small at fixed weights, as committed (docs/results/matching-fixed-weights/summary.md,
+#: Power): 6 checkpoints × 2048 sequences, σ²_within 3.07, σ²_between 0.0231
+DENSE_A = VarianceComponents(0.0231, 3.07, 6, 6 * 2048)
+
+
+def test_checkpoints_a_pooled_claim_a_needs_on_the_dense_small():
+    n = sample_needed(DENSE_A, 0.89, 2048)
+    # ⌈2.8016² · (0.0231 + 3.07 / 2048) / log(0.89)²⌉ = ⌈14.22⌉; m → ∞: ⌈2.8016² · 0.0231 / log(0.89)²⌉ = ⌈13.35⌉
+    z2 = (Z975 + Z80) ** 2
+    assert z2 * (0.0231 + 3.07 / 2048) / math.log(0.89) ** 2 == pytest.approx(14.22, abs=0.01)
+    assert (n.groups, n.floor, n.per_group, n.have, n.enough) == (15, 14, 2048, 6, False)
+    assert n.units == math.ceil(z2 * 3.07 / math.log(0.89) ** 2) == 1775  # one checkpoint: the report's 1775
+    assert n.groups == seeds_needed(DENSE_A, 0.89, 2048)
+    # σ²_between from 6 checkpoints is itself uncertain: its 90% interval moves the answer from 7 to 64
+    lo, hi = between_interval(DENSE_A, 0.9)
+    assert lo == pytest.approx((5 * (2048 * 0.0231 + 3.07) / 11.070 - 3.07) / 2048, rel=0.01)  # χ²(5) 0.95: 11.070
+    assert hi == pytest.approx((5 * (2048 * 0.0231 + 3.07) / 1.1455 - 3.07) / 2048, rel=0.02)  # χ²(5) 0.05: 1.1455
+    assert n.groups_range == (7, 64)
+
+
+def test_a_design_that_had_the_power_says_so():
+    # (a) on the MoE small at fixed weights: 2 checkpoints × 2048, σ²_within 1.92, σ²_between 0.0018 → 2 needed
+    n = sample_needed(VarianceComponents(0.0018, 1.92, 2, 4096), 0.89, 2048)
+    assert n.groups == 2 and n.enough and n.groups_range is None  # 2 groups: σ²_between's interval unbounded
+
+
+def test_one_group_gives_a_lower_bound_in_units():
+    n = sample_needed(VarianceComponents(0.0, 1.92, 1, 32), 0.89, 32)
+    assert n.groups is None and n.groups_range is None and n.floor is None and not n.enough
+    assert n.units == math.ceil((Z975 + Z80) ** 2 * 1.92 / math.log(0.89) ** 2)
+
+
+def test_sample_needed_refuses_a_ratio_of_one():
+    with pytest.raises(ValueError, match="target must be a positive ratio ≠ 1, got 1"):
+        sample_needed(DENSE_A, 1.0, 2048)
+    with pytest.raises(ValueError, match="at least 4 groups, got 3"):
+        between_interval(VarianceComponents(0.0, 1.0, 3, 30))

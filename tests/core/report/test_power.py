@@ -66,9 +66,13 @@ def test_an_unresolved_claim_row_states_the_power_calculation(sweep):
     row = next(r for r in evaluate_claims(noisy, n_boot=200, claims=claims)
                if r.model == DENSE and r.measure == "probe_kl")
     p = next(r for r in power_rows(noisy) if r.id == "a" and r.model == DENSE)
-    assert row.lo <= 1 <= row.hi
-    assert (f"power: 3 seeds × 16 probe sequences resolve only ratios ≤ {1 / p.resolvable:.2f} or "
-            f"≥ {p.resolvable:.2f} (80% power); the paper's 0.89 would need {p.seeds_for_target} seeds") in row.why
+    assert row.lo <= 1 <= row.hi and row.verdict == "unresolved"
+    n = p.estimate.needed
+    assert n.groups == p.seeds_for_target and n.per_group == 16 and n.have == 3 and not n.enough
+    assert row.why.endswith(
+        f"; power: 3 seeds × 16 probe sequences resolve only ratios ≤ {1 / p.resolvable:.2f} or ≥ {p.resolvable:.2f} "
+        f"(80% power); a resolution of the paper's 0.89 at 80% power needs {p.seeds_for_target} seeds × 16 sequences "
+        f"(σ²_between rests on 3 seeds only; at least {n.floor} however many sequences; this design: 3)")
     # a resolved row (quiet sweep: the planted 0.917 with 2% jitter) carries no power note
     quiet = next(r for r in evaluate_claims(sweep, n_boot=200, claims=claims)
                  if r.model == DENSE and r.measure == "probe_kl")

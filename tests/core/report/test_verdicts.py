@@ -12,7 +12,7 @@ from fp8rl_core.report import (CLAIM_KINDS, CLAIMS, EVALUATORS, VERDICTS, ClaimR
                                cost_models, direction_verdict, evaluate_claims)
 from fp8rl_core.schemas import validate
 
-from .sweeps import BASE_DELTA, DENSE, MOE, by_id, cost_sweep, expected_k3_ratio, make_sweep
+from .sweeps import BASE_DELTA, DENSE, LEVELS, MOE, by_id, cost_sweep, expected_k3_ratio, make_sweep
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_claim_b_reads_16_percent_lower(rows):
 
 
 @pytest.mark.parametrize("case", ["identical", "same level, other draws"])
-def test_equal_kl_is_not_reproduced(case):
+def test_equal_kl_is_unresolved(case):
     # identical: every unit equal → ratio exactly 1, the CI is [1, 1] and includes 1;
     # same level with independent per-prompt factors → the CI straddles 1
     shared = case == "identical"
@@ -77,18 +77,45 @@ def test_equal_kl_is_not_reproduced(case):
         other = base.assign(run_id=base["run_id"].str.replace("bf16-sampler", "all"))
         data.tokens = pd.concat([base, other], ignore_index=True)
     row = by_id(evaluate_claims(data, n_boot=1000), "b")
-    assert row.verdict == "not reproduced"
+    assert row.verdict == "unresolved"
     assert row.lo <= 1.0 <= row.hi
     assert "no difference resolved" in row.why
     if shared:
         assert row.ratio == 1.0 and row.lo == row.hi == 1.0
 
 
-def test_opposite_direction_is_named():
+def test_a_one_seed_sweep_reads_unresolved_with_the_sequences_a_resolution_needs():
+    # the verl smoke's shape: one seed, sampled tokens only; (a) on the dense mini with no planted difference
+    data = make_sweep(presets=("bf16-sampler", "half"), models=(DENSE,), seeds=(0,), levels={"half": BASE_DELTA},
+                      shared=False, steps=False, checks=False)
+    row = by_id(evaluate_claims(data, n_boot=500), "a")
+    assert row.verdict == "unresolved" and row.lo <= 0.89 <= row.hi  # the CI holds the paper's own 0.89
+    from fp8rl_core.report.power import claim_power
+    from fp8rl_core.report.compare import units_of
+
+    p = claim_power(units_of(data, "k3"), next(c for c in CLAIMS if c.id == "a"), DENSE)
+    need = p.estimate.needed
+    assert need.groups is None and need.units > 16  # 16 sequences of one seed: far from enough
+    assert row.why.endswith(f"; a resolution of the paper's 0.89 at 80% power needs at least {need.units} sequences "
+                            "(one seed: the spread between seeds is unknown, so more seeds may be needed)")
+    assert "power:" not in row.why  # one seed: no design power without σ²_between
+
+
+def test_an_unresolved_first_step_claim_sizes_its_first_step():
+    # (d) with no planted difference: both intervals include 1; the power note is the first step's (8 sequences a seed)
+    data = make_sweep(presets=("all", "other-grid"), models=(MOE,), levels={"other-grid": LEVELS["all"]}, shared=False,
+                      steps=False, checks=False)
+    row = by_id(evaluate_claims(data, n_boot=300), "d")
+    assert row.verdict == "unresolved" and "; step 1: no difference resolved" in row.why
+    assert "; power at step 1: 3 seeds × 8 sequences resolve only ratios ≤ " in row.why
+    assert "; at step 1: this design (3 seeds × 8 sequences) had 80% power for the paper's 2 (" in row.why
+
+
+def test_opposite_direction_is_a_contradiction():
     data = make_sweep(presets=("bf16-sampler", "half"), models=(DENSE,), levels={"half": BASE_DELTA * 1.5},
                       steps=False, checks=False)
     row = by_id(evaluate_claims(data, n_boot=500), "a")
-    assert row.verdict == "not reproduced" and row.lo > 1.0
+    assert row.verdict == "contradicted" and row.lo > 1.0
     assert "the opposite direction" in row.why
 
 
@@ -112,7 +139,7 @@ def test_a_zero_baseline_kl_is_not_measurable():
 # ------------------------------------------------------------------------------------ sync claim
 
 @pytest.mark.parametrize("backend", ["native", "verl"])
-@pytest.mark.parametrize("fail,verdict", [(False, "reproduced"), (True, "not reproduced")])
+@pytest.mark.parametrize("fail,verdict", [(False, "reproduced"), (True, "contradicted")])
 def test_byte_identity_follows_the_w2_rows_of_the_syncs_on_the_learners_grid(fail, verdict, backend):
     data = make_sweep(presets=("bf16-sampler", "all"), models=(DENSE,), seeds=(0, 1), fail_w2=fail, steps=False)
     data.runs = data.runs.assign(backend=backend)  # the same rule for both backends
@@ -247,7 +274,7 @@ def test_every_row_has_the_documented_fields_and_a_known_verdict(rows):
 
 
 def test_a_row_with_an_unknown_verdict_is_refused(rows):
-    with pytest.raises(ValueError, match="claim 'a': unknown verdict 'maybe'; valid: reproduced, not reproduced"):
+    with pytest.raises(ValueError, match="claim 'a': unknown verdict 'maybe'; valid: reproduced, contradicted, unresolved, "):
         dataclasses.replace(rows[0], verdict="maybe")
 
 
@@ -270,8 +297,8 @@ def test_evaluation_is_deterministic(sweep):
 
 @pytest.mark.parametrize("lo,hi,direction,verdict,phrase", [
     (0.80, 0.90, "lower", "reproduced", "lies entirely below 1"),
-    (0.95, 1.05, "lower", "not reproduced", "no difference resolved"),
-    (1.10, 1.30, "lower", "not reproduced", "the opposite direction"),
+    (0.95, 1.05, "lower", "unresolved", "no difference resolved"),
+    (1.10, 1.30, "lower", "contradicted", "the opposite direction"),
     (1.10, 1.30, "higher", "reproduced", "lies entirely above 1"),
 ])
 def test_direction_rule(lo, hi, direction, verdict, phrase):

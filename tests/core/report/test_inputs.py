@@ -1,0 +1,89 @@
+"""A report's stored inputs (fp8rl_core.report.inputs): write_report stores the tables it was made from beside
+summary.md, they read back as they were, and check_tables renders the report again and compares its tables
+byte for byte — on a report written here, on one edited by hand (the line named), and on the small reports
+stored in tests/core/report/stored/ (written by the code of their commit: a change to what a report prints shows
+up here first). Regenerate those after an intended change of the report's output:
+``PYTHONPATH=. .venv/bin/python -m tests.core.report.test_inputs``."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fp8rl_core.report import SweepData, check_tables, load_inputs, write_report
+from fp8rl_core.schemas import validate
+
+from .sweeps import BASE_DELTA, DENSE, make_sweep
+from .test_matching import _checks, _rows
+
+STORED = Path(__file__).parent / "stored"
+RESULTS = Path(__file__).parents[3] / "docs" / "results"
+N_BOOT = 200
+
+#: the committed reports under docs/results written before reports stored their inputs: they need the rerun
+#: (`make results`, `make results-small`); docs/results/README.md says so. Remove a name when its folder has inputs/.
+WITHOUT_INPUTS = {"dense-matching", "dense-matching-small", "matching-fixed-weights", "microbatch-sweep", "moe-grids",
+                  "moe-grids-small"}
+
+
+def _fixed_weights() -> SweepData:
+    runs = pd.DataFrame([{"run_id": f"r{s}", "name": f"dense-small·fixed-weights·s{s}", "preset": "all",
+                          "model": "qwen3-dense-small", "seed": s} for s in (0, 1)])
+    m = pd.concat([validate("matching", _rows(f"r{s}", s, n=60)) for s in (0, 1)], ignore_index=True)
+    c = pd.concat([validate("matching_checks", _checks(f"r{s}", s)) for s in (0, 1)], ignore_index=True)
+    return SweepData(sweep="stored-fixed-weights", runs=runs, matching=m, matching_checks=c)
+
+
+#: the stored examples: folder name → the sweep it reports
+EXAMPLES = {  # the RL sweep plants no difference for (a), with its own per-prompt factors: an unresolved row
+    "rl-sweep": lambda: make_sweep(name="stored-rl-sweep", levels={"half": BASE_DELTA}, shared=False),
+    "fixed-weights": _fixed_weights}
+
+
+def test_a_report_stores_its_inputs_and_the_check_passes_on_it_and_names_an_edited_line(tmp_path):
+    data = make_sweep(models=(DENSE,), name="inputs")
+    write_report(data, tmp_path, n_boot=N_BOOT, figures=False)
+    back, settings = load_inputs(tmp_path)
+    assert settings["n_boot"] == N_BOOT and settings["seed"] == 0
+    assert back.sweep == "inputs" and back.emulated is True and back.presets is None
+    for name in ("runs", "tokens", "steps", "checks"):
+        pd.testing.assert_frame_equal(getattr(back, name), getattr(data, name).reset_index(drop=True))
+    assert back.probe.empty and back.matching.empty
+    ok = check_tables(tmp_path)
+    assert ok.same and ok.lines > 20
+    summary = tmp_path / "summary.md"
+    text = summary.read_text()
+    row = next(ln for ln in text.splitlines() if ln.startswith("| (b) ") and "**reproduced**" in ln)
+    summary.write_text(text.replace(row, row.replace("**reproduced**", "**unresolved**")))
+    bad = check_tables(tmp_path)
+    (diff,) = bad.differences
+    assert not bad.same and diff[1] == row.replace("**reproduced**", "**unresolved**") and diff[2] == row
+
+
+def test_a_report_without_stored_inputs_says_so(tmp_path):
+    (tmp_path / "summary.md").write_text("# old\n")
+    with pytest.raises(FileNotFoundError, match="no stored inputs .* regenerate it with `fp8rl report SWEEP"):
+        check_tables(tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_the_stored_reports_are_what_todays_code_makes_of_their_inputs(name):
+    result = check_tables(STORED / name)
+    assert result.lines > 10
+    assert result.same, "\n".join(f"table line {i}:\n  stored: {a}\n  today:  {b}" for i, a, b in result.differences[:5])
+
+
+def test_every_committed_report_either_has_inputs_or_is_listed_as_needing_the_rerun():
+    reports = {p.parent.name for p in RESULTS.glob("*/summary.md")}
+    with_inputs = {n for n in reports if (RESULTS / n / "inputs" / "report.json").is_file()}
+    assert reports - with_inputs == WITHOUT_INPUTS  # `fp8rl report SWEEP --out docs/results/SWEEP --check` for the rest
+    assert WITHOUT_INPUTS <= reports
+
+
+if __name__ == "__main__":  # regenerate the stored examples
+    for folder, make in EXAMPLES.items():
+        shutil.rmtree(STORED / folder, ignore_errors=True)
+        print(write_report(make(), STORED / folder, n_boot=N_BOOT, figures=False))
