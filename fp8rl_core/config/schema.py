@@ -89,6 +89,17 @@ class RunConfig(BaseModel):
         return DatasetTask(d.train, d.val, d.prompt_key, self.model_path, d.prompt_length(self.sampler.max_model_len, 0),
                            d.max_response_length, score)
 
+    def emittable(self) -> int | None:
+        """How many ids the run's sampler can emit (the vocabulary tail's rule, :mod:`fp8rl_core.learner.vocab_tail`):
+        ``len(tokenizer)`` of ``model_path``'s tokenizer where the engine masks (fp8rl's vLLM engine, verl's vLLM
+        rollout) and it is shorter than the vocabulary; None: every id."""
+        from fp8rl_core.learner.vocab_tail import MASKS_TAIL, emittable_ids
+
+        engine = self.verl.rollout if self.verl is not None else self.sampler.engine
+        if self.model_path is None or not MASKS_TAIL[engine]:
+            return None
+        return emittable_ids(self.model_path, self.spec().vocab_size)
+
     def probe_source(self) -> str:
         """Where :meth:`check_probe` draws from: ``data.val`` or ``task``."""
         return "task" if self._probe_tokenizer() is None else "data.val"
@@ -166,6 +177,15 @@ class RunConfig(BaseModel):
         if self.sampler.kv_cache_dtype != "auto":
             raise ValueError(f"sampler.kv_cache_dtype = {self.sampler.kv_cache_dtype!r} with sampler.engine: sglang: "
                              "the SGLang engine keeps its KV cache in sampler.dtype; use kv_cache_dtype: auto")
+        if self.model_path is not None:
+            from fp8rl_core.learner.vocab_tail import emittable_ids
+
+            n = emittable_ids(self.model_path, self.spec().vocab_size)
+            if n is not None:
+                raise ValueError(f"sampler.engine: sglang with model_path {self.model_path}: its tokenizer has {n} ids, "
+                                 f"fewer than the model's vocab_size {self.spec().vocab_size}, and fp8rl's SGLang engine "
+                                 "does not mask the ids beyond the tokenizer (fp8rl_core.learner.vocab_tail); use "
+                                 "sampler.engine: vllm, which does, as verl's vLLM rollout does")
 
     def _data_fits(self) -> None:
         """A dataset (``data.train``): trained from ``model_path``, a checkpoint with its own tokenizer, its

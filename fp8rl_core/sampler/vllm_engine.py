@@ -447,6 +447,9 @@ class VllmSampler(Sampler):
                                      temperature=self.cfg.temperature if temperature is None else temperature,
                                      version=self.version, prompt_mask=prompt_mask)
 
+    def limit_vocabulary(self, emittable: int | None) -> None:
+        self.rpc("fp8rl_limit_vocabulary", emittable)
+
     def prompt_logprobs(self, sequences: torch.Tensor, *, full: bool = False) -> torch.Tensor:
         return self.workers.prompt_logprobs(sequences, full=full)
 

@@ -171,7 +171,7 @@ class SyncChecks:
         self.reports = Path(payload.reports) if payload.reports else None
         self.learner_config = payload.learner_config()
         probe = torch.tensor(payload.probe, dtype=torch.long) if payload.probe else None
-        self.runner = CheckRunner(payload.check_policy(), probe)
+        self.runner = CheckRunner(payload.check_policy(), probe, payload.emittable)
         self.started = False
 
     def before_sync(self) -> None:
