@@ -144,7 +144,7 @@ def rollout_and_learn(pipe: Pipeline, task: Task, step: int, *, prompts_per_step
     g = learner.cfg.grpo.group_size
     max_new = max_new_tokens or task.max_new_tokens
     prompts = task.prompts(prompts_per_step, seed=seed * 1_000_003 + step, split="train")
-    roll = sampler.generate(prompts.prompt_ids, g, max_new, seed=seed * 7919 + step * 104729, eos_id=task.eos_id,
+    roll = sampler.generate(prompts.prompt_ids, g, max_new, seed=seed * 7919 + step * 104729, eos_id=task.eos_ids,
                             pad_id=task.pad_id, prompt_mask=prompts.prompt_mask)
     group = prompts.repeat_interleave(g)
     rewards = task.reward(group, torch.where(roll.completion_mask.bool(), roll.completion_ids, task.pad_id))

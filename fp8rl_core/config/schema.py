@@ -30,10 +30,12 @@ class RunConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    model: str = "qwen3-dense-tiny"
+    model: str = Field("qwen3-dense-tiny", description="a model spec in models_dir (or a .yaml path); with a "
+                       "model_path directory optional: unset, the model is read from its config.json (named after "
+                       "the directory), set, its spec must agree with it field by field")
     model_path: str | None = Field(None, description="the checkpoint the run trains from: a Hugging Face directory "
-                                   "(config.json, weights, its tokenizer) or hub id, of the architecture `model` "
-                                   "names; None: the run's own warm start of `model` on the addition task")
+                                   "(config.json, weights, its tokenizer) or hub id (then `model` names its spec); "
+                                   "None: the run's own warm start of `model` on the addition task")
     preset: str = "all"
     seed: int = Field(0, ge=0)
     warmstart: WarmStartConfig = WarmStartConfig()
@@ -87,7 +89,7 @@ class RunConfig(BaseModel):
         if d.is_task:
             raise ValueError("the run trains the addition task (warmstart.task), not a dataset")
         return DatasetTask(d.train, d.val, d.prompt_key, self.model_path, d.prompt_length(self.sampler.max_model_len, 0),
-                           d.max_response_length, score)
+                           d.max_response_length, score, d.apply_chat_template_kwargs)
 
     def emittable(self) -> int | None:
         """How many ids the run's sampler can emit (the vocabulary tail's rule, :mod:`fp8rl_core.learner.vocab_tail`):
@@ -119,21 +121,37 @@ class RunConfig(BaseModel):
 
     def spec(self, specs: MutableMapping[Path, ModelSpec] | None = None) -> ModelSpec:
         """The run's model spec, read from its file — once per file across the runs that share ``specs``
-        (a sweep's expansion: the specs read so far, by resolved path)."""
+        (a sweep's expansion: the specs read so far, by resolved path). With a ``model_path`` directory: the
+        spec file checked against its ``config.json`` field by field, or without one (``model`` unset: the
+        directory's name) the model read from it (:mod:`fp8rl_core.learner.checkpoint_spec`)."""
+        from fp8rl_core.learner.checkpoint_spec import checkpoint_name, checkpoint_spec, is_checkpoint_dir, spec_disagreement
+
         path = self.spec_path()
-        key = path.resolve()
+        local = is_checkpoint_dir(self.model_path)
+        from_checkpoint = local and not path.is_file() and self.model == checkpoint_name(self.model_path)
+        # a spec file checked against a checkpoint is read once per (file, checkpoint)
+        key = (path.resolve(), Path(self.model_path).expanduser().resolve() if local else None)
         if specs is not None and key in specs:
             return specs[key]
-        if not path.is_file():
+        if from_checkpoint:
+            spec = checkpoint_spec(self.model_path, self.model)
+        elif not path.is_file():
             names = sorted(q.stem for q in Path(self.models_dir).glob("*.yaml"))
             raise ValueError(f"model {self.model!r}: no spec file {path}; known models: {', '.join(names) or 'none'}")
-        spec = load_model_spec(path)
+        else:
+            spec = load_model_spec(path)
+            if local and (problem := spec_disagreement(spec, path, self.model_path)):
+                raise ValueError(problem)
         if specs is not None:
             specs[key] = spec
         return spec
 
     @model_validator(mode="after")
     def _combination(self, info: ValidationInfo) -> "RunConfig":
+        from fp8rl_core.learner.checkpoint_spec import checkpoint_name, is_checkpoint_dir
+
+        if "model" not in self.model_fields_set and is_checkpoint_dir(self.model_path):
+            object.__setattr__(self, "model", checkpoint_name(self.model_path))  # the model read from it (spec())
         if (self.backend == "verl") != (self.verl is not None):
             raise ValueError(f"backend = {self.backend!r} {'needs a' if self.verl is None else 'takes no'} 'verl' section "
                              "(hardware, gpus_per_node, tensor_parallel, ...; fields: fp8rl_core/config/sections.py VerlSection)")

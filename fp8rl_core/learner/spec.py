@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_serializer, field_validator
 
 from fp8rl_core.errors import format_errors
 from fp8rl_core.identity import content_hash
@@ -48,8 +48,8 @@ class ModelSpec(BaseModel):
 
     * ``kind`` is ``dense`` or ``moe``; ``moe_intermediate_size``, ``num_experts`` and
       ``num_experts_per_tok`` are required for ``moe`` and forbidden for ``dense``.
-    * ``vocab_size`` ≥ 1024 (the synthetic task uses ids 0–14; the rest of the vocabulary makes the output
-      softmax realistic in size).
+    * ``vocab_size`` ≥ 32 (one MXFP8 block; the addition task uses ids 0–15): no floor beyond that — a small
+      vocabulary is a valid model, a realistic output softmax is the spec's choice (configs/models use 1024).
     * Every GEMM dimension — ``hidden_size``, ``intermediate_size``, ``moe_intermediate_size``,
       ``num_attention_heads·head_dim``, ``num_key_value_heads·head_dim`` and ``vocab_size`` — is a multiple
       of 32, the MXFP8 block size, so rowwise (1×32) and columnwise (32×1) blocks tile every weight exactly.
@@ -65,7 +65,7 @@ class ModelSpec(BaseModel):
 
     name: str = Field(min_length=1)
     kind: Literal["dense", "moe"]
-    vocab_size: int = Field(ge=1024)
+    vocab_size: int = Field(ge=MXFP8_BLOCK)
     hidden_size: int = Field(ge=32)
     intermediate_size: int = Field(ge=32)
     num_hidden_layers: int = Field(ge=1)
@@ -76,10 +76,26 @@ class ModelSpec(BaseModel):
     tie_word_embeddings: bool = False
     rms_norm_eps: float = Field(default=1e-6, gt=0)
     rope_theta: float = Field(default=1_000_000.0, gt=0)
+    #: a rope type other than ``default`` (e.g. ``yarn``) with its parameters, as the checkpoint's
+    #: ``rope_parameters`` less ``rope_theta``; None: the default rope
+    rope_scaling: tuple[tuple[str, Any], ...] | None = None
     # MoE only (validate_default so the "required for moe / forbidden for dense" rule also sees None).
     moe_intermediate_size: int | None = Field(default=None, ge=32, validate_default=True)
     num_experts: int | None = Field(default=None, ge=2, validate_default=True)
     num_experts_per_tok: int | None = Field(default=None, ge=1, validate_default=True)
+
+    @field_validator("rope_scaling", mode="before")
+    @classmethod
+    def _rope_scaling(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            if "rope_type" not in v:
+                raise ValueError(f"rope_scaling {v} names no rope_type (e.g. yarn, linear, dynamic)")
+            return tuple(sorted(v.items()))
+        return v
+
+    @field_serializer("rope_scaling")
+    def _rope_scaling_out(self, v: tuple | None) -> dict | None:
+        return None if v is None else dict(v)
 
     @field_validator("name")
     @classmethod
@@ -183,7 +199,7 @@ class ModelSpec(BaseModel):
             max_position_embeddings=self.max_position_embeddings,
             tie_word_embeddings=self.tie_word_embeddings,
             rms_norm_eps=self.rms_norm_eps,
-            rope_parameters={"rope_type": "default", "rope_theta": float(self.rope_theta)},
+            rope_parameters={"rope_type": "default", **dict(self.rope_scaling or ()), "rope_theta": float(self.rope_theta)},
             hidden_act="silu",
             attention_bias=False,
             use_sliding_window=False,
@@ -230,6 +246,13 @@ def load_model_spec(path: str | Path) -> ModelSpec:
         raise ValueError(format_errors(str(path), e, ModelSpec)) from None
 
 
+#: fields added after spec hashes were first issued: left out of the hash at these values (a spec's hash, and so
+#: its runs' ids, stays as it was)
+HASH_NEUTRAL: dict[str, object] = {"rope_scaling": None}
+
+
 def spec_hash(spec: ModelSpec) -> str:
-    """SHA-256 hex digest of the spec's canonical JSON (sorted keys, no whitespace, defaults included)."""
-    return content_hash(spec.model_dump(mode="json"))
+    """SHA-256 hex digest of the spec's canonical JSON (sorted keys, no whitespace, defaults included but the
+    :data:`HASH_NEUTRAL` fields at their neutral values)."""
+    dump = spec.model_dump(mode="json")
+    return content_hash({k: v for k, v in dump.items() if not (k in HASH_NEUTRAL and v == HASH_NEUTRAL[k])})

@@ -39,6 +39,11 @@ def prompt_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor | None = Non
     return [[int(t) for t in r[len(r) - int(k):]] for r, k in zip(rows, real)]
 
 
+def stop_ids(eos_id: int | Sequence[int]) -> list[int]:
+    """A generate call's ``eos_id`` (one id, or every id that ends a completion) as a list of stop ids."""
+    return [int(eos_id)] if isinstance(eos_id, int) else [int(i) for i in eos_id]
+
+
 class SamplerError(RuntimeError):
     """The sampler cannot be created or used as configured (the message says what to change)."""
 
@@ -177,10 +182,11 @@ class Sampler(ABC):
 
     # -- generation ---------------------------------------------------------------------------------
     @abstractmethod
-    def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int,
+    def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int | Sequence[int],
                  pad_id: int = 0, temperature: float | None = None, prompt_mask: torch.Tensor | None = None) -> Rollout:
         """``n`` completions per prompt row (rows grouped per prompt), with each sampled token's log-prob
-        (log-softmax of the logits before temperature: what the learner computes). Prompts of different lengths
+        (log-softmax of the logits before temperature: what the learner computes), each ending at the first of
+        ``eos_id`` (one id or several: a checkpoint's EOS ids) it samples. Prompts of different lengths
         come left-padded, ``prompt_mask`` marking their tokens (:func:`prompt_rows`)."""
 
     @abstractmethod

@@ -35,7 +35,7 @@ from safetensors.torch import load_file
 from fp8rl_core.sampler.config import MX_GRID, SamplerConfig, engine_key, sglang_refusal
 from fp8rl_core.sampler.sglang.compat import RPC, rpc_payload
 from fp8rl_core.sampler.seam import (Rollout, Sampler, SamplerDeadError, SamplerError, SyncTiming, engine_config,
-                                     prompt_rows)
+                                     prompt_rows, stop_ids)
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 from fp8rl_core.sync.layout import ModelLayout
 from fp8rl_core.sync.ranks import RankCheck, slice_for_rank
@@ -402,7 +402,7 @@ class SglangSampler(Sampler):
                  pad_id: int = 0, temperature: float | None = None, prompt_mask: torch.Tensor | None = None) -> Rollout:
         temperature = self.cfg.temperature if temperature is None else temperature
         rows = [row for row in prompt_rows(prompt_ids, prompt_mask) for _ in range(n)]  # grouped per prompt
-        params = [{"max_new_tokens": max_tokens, "temperature": temperature, "stop_token_ids": [eos_id],
+        params = [{"max_new_tokens": max_tokens, "temperature": temperature, "stop_token_ids": stop_ids(eos_id),
                    "sampling_seed": seed + i, "skip_special_tokens": False} for i in range(len(rows))]
         t0 = time.perf_counter()
         outs = self._post("/generate", {"input_ids": rows, "sampling_params": params, "return_logprob": True},
