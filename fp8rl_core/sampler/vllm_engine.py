@@ -441,7 +441,7 @@ class VllmSampler(Sampler):
     def check_ranks(self, expected: Mapping[str, torch.Tensor], *, full: bool = False) -> list[RankCheck]:
         return self.workers.check_ranks(expected, self.version, full=full)
 
-    def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int,
+    def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int | Sequence[int],
                  pad_id: int = 0, temperature: float | None = None, prompt_mask: torch.Tensor | None = None) -> Rollout:
         return self.workers.generate(prompt_ids, n, max_tokens, seed=seed, eos_id=eos_id, pad_id=pad_id,
                                      temperature=self.cfg.temperature if temperature is None else temperature,

@@ -398,7 +398,7 @@ class SglangSampler(Sampler):
             results = self.rpc("check_rank", fingerprints_by_rank=fps)
         return [RankCheck.from_dict(r) for r in results]
 
-    def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int,
+    def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int | Sequence[int],
                  pad_id: int = 0, temperature: float | None = None, prompt_mask: torch.Tensor | None = None) -> Rollout:
         temperature = self.cfg.temperature if temperature is None else temperature
         rows = [row for row in prompt_rows(prompt_ids, prompt_mask) for _ in range(n)]  # grouped per prompt
