@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_serializer, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_serializer, field_validator, model_serializer
 
 from fp8rl_core.errors import format_errors
 from fp8rl_core.identity import content_hash
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 __all__ = ["MXFP8_BLOCK", "ModelSpec", "load_model_spec", "spec_hash"]
 
 MXFP8_BLOCK = 32
+#: fields added after spec hashes were first issued, with their neutral values (left out of a spec's dump)
+NEUTRAL: dict[str, object] = {"rope_scaling": None}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _MOE_FIELDS = ("moe_intermediate_size", "num_experts", "num_experts_per_tok")
 
@@ -96,6 +98,12 @@ class ModelSpec(BaseModel):
     @field_serializer("rope_scaling")
     def _rope_scaling_out(self, v: tuple | None) -> dict | None:
         return None if v is None else dict(v)
+
+    @model_serializer(mode="wrap")
+    def _without_neutral(self, handler):
+        """The dump leaves out the :data:`NEUTRAL` fields at their neutral values, so every hash of a spec (its
+        runs' ids, its warm start's key) stays what it was before they existed."""
+        return {k: v for k, v in handler(self).items() if not (k in NEUTRAL and v == NEUTRAL[k])}
 
     @field_validator("name")
     @classmethod
@@ -246,13 +254,7 @@ def load_model_spec(path: str | Path) -> ModelSpec:
         raise ValueError(format_errors(str(path), e, ModelSpec)) from None
 
 
-#: fields added after spec hashes were first issued: left out of the hash at these values (a spec's hash, and so
-#: its runs' ids, stays as it was)
-HASH_NEUTRAL: dict[str, object] = {"rope_scaling": None}
-
-
 def spec_hash(spec: ModelSpec) -> str:
     """SHA-256 hex digest of the spec's canonical JSON (sorted keys, no whitespace, defaults included but the
-    :data:`HASH_NEUTRAL` fields at their neutral values)."""
-    dump = spec.model_dump(mode="json")
-    return content_hash({k: v for k, v in dump.items() if not (k in HASH_NEUTRAL and v == HASH_NEUTRAL[k])})
+    :data:`NEUTRAL` fields at their neutral values: its dump leaves them out)."""
+    return content_hash(spec.model_dump(mode="json"))

@@ -194,12 +194,10 @@ class Sampler(ABC):
         """Log-probs of each token of ``sequences`` [B, T] given its prefix: [B, T-1] (``full``: the whole
         vocabulary, [B, T-1, V], for exact KL)."""
 
+    @abstractmethod
     def limit_vocabulary(self, emittable: int | None) -> None:
         """Emit only ids below ``emittable`` from now on (None: every id): the vocabulary tail's rule
-        (:mod:`fp8rl_core.learner.vocab_tail`). An engine that cannot mask refuses a limit."""
-        if emittable is not None:
-            raise SamplerError(f"the {type(self).__name__} engine cannot mask the vocabulary beyond id {emittable} "
-                               "(the checkpoint's tokenizer is shorter than its vocabulary); use sampler.engine: vllm")
+        (:mod:`fp8rl_core.learner.vocab_tail`). An engine that cannot mask refuses a limit (:class:`SamplerError`)."""
 
     # -- lifetime -----------------------------------------------------------------------------------
     @abstractmethod

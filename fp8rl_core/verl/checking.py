@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fp8rl_core.sampler.config import SamplerConfig
-from fp8rl_core.sampler.seam import Rollout, Sampler, SyncTiming, engine_config
+from fp8rl_core.sampler.seam import Rollout, Sampler, SamplerError, SyncTiming, engine_config
 from fp8rl_core.sampler.vllm_engine import VllmWorkers
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 from fp8rl_core.sync.ranks import RankCheck
@@ -135,6 +135,10 @@ class ServerSampler(Sampler):
         return self.workers.generate(prompt_ids, n, max_tokens, seed=seed, eos_id=eos_id, pad_id=pad_id,
                                      temperature=self.cfg.temperature if temperature is None else temperature,
                                      version=self.version, prompt_mask=prompt_mask)
+
+    def limit_vocabulary(self, emittable: int | None) -> None:
+        if emittable is not None:  # verl's server set its own at its start: len(tokenizer) (vocab_tail)
+            raise SamplerError("verl's rollout server masks the ids from len(tokenizer) on itself; fp8rl sets nothing")
 
     def prompt_logprobs(self, sequences: torch.Tensor, *, full: bool = False) -> torch.Tensor:
         return self.workers.prompt_logprobs(sequences, full=full)

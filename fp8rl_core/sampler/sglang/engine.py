@@ -424,6 +424,11 @@ class SglangSampler(Sampler):
             logps[row, : len(lps)] = torch.tensor(lps, dtype=torch.float32)
         return Rollout(prompt_ids.repeat_interleave(n, dim=0), ids, mask, logps, self.version, seconds, cached)
 
+    def limit_vocabulary(self, emittable: int | None) -> None:
+        if emittable is not None:  # the config refuses it first (RunConfig._sglang_fits)
+            raise SamplerError(f"fp8rl's SGLang engine cannot mask the ids from {emittable} on (a tokenizer shorter "
+                               "than the vocabulary); use sampler.engine: vllm")
+
     def prompt_logprobs(self, sequences: torch.Tensor, *, full: bool = False) -> torch.Tensor:
         rows = [[int(t) for t in r] for r in sequences.tolist()]
         body = {"input_ids": rows, "sampling_params": {"max_new_tokens": 1, "temperature": 1.0},
