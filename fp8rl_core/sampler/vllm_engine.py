@@ -195,7 +195,8 @@ class VllmWorkers:
 
         prompts = [TokensPrompt(prompt_token_ids=row) for row in prompt_rows(prompt_ids, prompt_mask)]
         params = [SamplingParams(n=n, max_tokens=max_tokens, temperature=temperature, seed=seed + i,
-                                 logprobs=0, stop_token_ids=stop_ids(eos_id), detokenize=False, skip_special_tokens=False)
+                                 logprobs=0, stop_token_ids=stop_ids(eos_id), detokenize=False,
+                                 skip_special_tokens=False)
                   for i in range(len(prompts))]
         t0 = time.perf_counter()
         outs = self.channel.outputs("generate", prompts, params)
