@@ -84,6 +84,7 @@ def start_pipeline(
     work_root: str | Path | None = None,
     replicas: int = 1,
     hooks: SyncHooks = NO_HOOKS,
+    emittable: int | None = None,
 ) -> Pipeline:
     """Learner + live sampler for ``preset`` on the warm-start ``checkpoint`` (both at version 0).
 
@@ -94,7 +95,8 @@ def start_pipeline(
     (:class:`~fp8rl_core.sync.hooks.SyncHooks`) may map the configured per-layer schemes to the ones the
     engine and the exporter use instead (only fault injection does, to model a sampler configured off
     the run's grid); the checks keep expecting the configured schemes. The engine is ``sampler_cfg.engine``
-    (:mod:`fp8rl_core.sampler.engines`)."""
+    (:mod:`fp8rl_core.sampler.engines`). ``emittable``: the ids every engine may emit (the vocabulary tail's rule,
+    :mod:`fp8rl_core.learner.vocab_tail`; None: all)."""
     if isinstance(preset, str):
         if preset not in PRESETS:
             raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
@@ -116,6 +118,8 @@ def start_pipeline(
     replica_cfg = sampler_cfg.model_copy(update={"process": "spawn"})
     extra = [start_sampler(checkpoint, schemes, tensors, replica_cfg, version=policy.version, mx_grid=grid,
                            work_root=work_root) for _ in range(replicas - 1)]
+    for s in (sampler, *extra):  # a pooled engine too: it carries the previous run's limit
+        s.limit_vocabulary(emittable)
     return Pipeline(preset, policy, sampler, schemes, reused=resync is not None, configured=configured,
                     replicas=extra)
 
@@ -140,7 +144,7 @@ def rollout_and_learn(pipe: Pipeline, task: Task, step: int, *, prompts_per_step
     g = learner.cfg.grpo.group_size
     max_new = max_new_tokens or task.max_new_tokens
     prompts = task.prompts(prompts_per_step, seed=seed * 1_000_003 + step, split="train")
-    roll = sampler.generate(prompts.prompt_ids, g, max_new, seed=seed * 7919 + step * 104729, eos_id=task.eos_id,
+    roll = sampler.generate(prompts.prompt_ids, g, max_new, seed=seed * 7919 + step * 104729, eos_id=task.eos_ids,
                             pad_id=task.pad_id, prompt_mask=prompts.prompt_mask)
     group = prompts.repeat_interleave(g)
     rewards = task.reward(group, torch.where(roll.completion_mask.bool(), roll.completion_ids, task.pad_id))

@@ -28,6 +28,7 @@ from fp8rl_core.checks.runner import CheckPolicy, CheckRunner
 from fp8rl_core.config.schema import RunConfig
 from fp8rl_core.config.sweep import CheckpointRef, MatchingSection
 from fp8rl_core.learner.checkpoints import FP8RL_TOKENS, ProbeTokens, probe_tokens
+from fp8rl_core.learner.vocab_tail import restrict
 from fp8rl_core.learner.config import LearnerConfig
 from fp8rl_core.learner.dataset import DatasetTask
 from fp8rl_core.learner.learner import Learner
@@ -133,7 +134,8 @@ def rl_checkpoints(checkpoint: str | Path, cfg: RunConfig, steps: Sequence[int],
     wanted = sorted(s for s in steps if s > 0)
     if not wanted:
         return out
-    pipe = start_pipeline(checkpoint, cfg.preset, learner=cfg.learner_config(), sampler_cfg=cfg.sampler)
+    pipe = start_pipeline(checkpoint, cfg.preset, learner=cfg.learner_config(), sampler_cfg=cfg.sampler,
+                          emittable=cfg.emittable())
 
     def taken(row: dict) -> None:
         if int(row["step"]) in wanted:
@@ -178,7 +180,8 @@ def run_matching(checkpoint: str | Path | None, cfg: RunConfig, section: Matchin
     else:
         probe, w7 = dataset_probe_set(task, section.held_out, section.sampled, seed=cfg.seed), cfg.check_probe()
     return measure(checkpoint, cks, section.variants(cfg.model), probe, learner=cfg.learner.build(PRESETS["all"]),
-                   sampler_cfg=cfg.sampler, policy=cfg.checks.policy, w7_probe=w7, on_sync=on_sync)
+                   sampler_cfg=cfg.sampler, policy=cfg.checks.policy, w7_probe=w7, on_sync=on_sync,
+                   emittable=cfg.emittable())
 
 
 @dataclass(frozen=True)
@@ -310,12 +313,14 @@ def measure(checkpoint: str | Path, checkpoints: Sequence[Checkpoint], variants:
             probe: ProbeSet, *, learner: LearnerConfig, sampler_cfg: SamplerConfig,
             policy: Callable[[str, str], CheckPolicy], w7_probe: torch.Tensor,
             on_sync: Callable[[dict], None] | None = None, hooks: Mapping[str, SyncHooks] | None = None,
-            on_failure: Literal["raise", "record"] = "raise") -> MatchingMeasurement:
+            on_failure: Literal["raise", "record"] = "raise", emittable: int | None = None) -> MatchingMeasurement:
     """Every ``variant`` at every checkpoint (see the module docstring). ``checkpoint``: the HF directory the
     engines and learners are built from (the warm start, or the first named checkpoint; its weights are
     replaced at the first sync); ``learner``: the MXFP8 learner's config (every layer on its grid; BF16-learner presets use
     the BF16 learner); ``policy(engine_dtype, preset)``: the checks' policy (W7's bounds depend on both);
-    ``w7_probe``: W7's probe batch. Variants run in the given order, each engine started once and synced
+    ``w7_probe``: W7's probe batch; ``emittable``: the ids the engines may emit (the vocabulary tail's rule,
+    :mod:`fp8rl_core.learner.vocab_tail`: engines masked, every KL and W7 on both sides restricted to them; None:
+    all). Variants run in the given order, each engine started once and synced
     with every checkpoint in turn; a failed check of a non-ablation variant raises (its KL would be of
     weights the learner does not hold) unless ``on_failure`` is ``record``. ``hooks``: variant name →
     :class:`~fp8rl_core.sync.hooks.SyncHooks` whose ``on_export`` may perturb what that variant's engine is
@@ -362,8 +367,9 @@ def measure(checkpoint: str | Path, checkpoints: Sequence[Checkpoint], variants:
                 tensors = hook.on_export(Pipeline(preset, lrn, sampler, schemes), tensors)
             if sampler is None:
                 sampler, resync = acquire(checkpoint, schemes, tensors, cfg, version=version, mx_grid=grid)
+                sampler.limit_vocabulary(emittable)
                 engines += resync is None
-                runner = CheckRunner(policy(variant.engine_dtype, variant.preset), w7_probe)
+                runner = CheckRunner(policy(variant.engine_dtype, variant.preset), w7_probe, emittable)
                 runner.start([sampler])
                 version += 1
                 lrn.version = version
@@ -379,14 +385,14 @@ def measure(checkpoint: str | Path, checkpoints: Sequence[Checkpoint], variants:
                 raise RuntimeError(f"fixed-weights matching: {variant.name} at {ck.name}: the sync to version "
                                    f"{version} failed its checks ({report.message()}); no KL is measured on "
                                    "weights the learner does not hold")
-            held_s = sampler.prompt_logprobs(probe.held_out, full=True)
-            held_l = learners.held_out(lrn, precision, variant.learner_forward, ck, probe.held_out)
+            held_s = restrict(sampler.prompt_logprobs(probe.held_out, full=True), emittable)
+            held_l = restrict(learners.held_out(lrn, precision, variant.learner_forward, ck, probe.held_out), emittable)
             roll = sampler.generate(probe.prompts, 1, probe.max_new_tokens, seed=probe.seed, eos_id=probe.eos_id,
                                     pad_id=probe.pad_id, temperature=probe.temperature, prompt_mask=probe.prompt_mask)
             seqs, mask = _sampled_sequences(probe.prompts, roll.completion_ids, roll.completion_mask, probe.pad_id,
                                             probe.prompt_mask)
-            samp_s = sampler.prompt_logprobs(seqs, full=True)
-            samp_l = learners.logprobs(lrn, variant.learner_forward, seqs)
+            samp_s = restrict(sampler.prompt_logprobs(seqs, full=True), emittable)
+            samp_l = restrict(learners.logprobs(lrn, variant.learner_forward, seqs), emittable)
             meta = {"checkpoint": ck.name, "seed": ck.seed, "step": ck.step, "variant": variant.name,
                     "preset": variant.preset, "ablation": variant.ablation, "engine_dtype": variant.engine_dtype,
                     "learner_forward": variant.learner_forward, "activation_rule": variant.activation_rule or ""}
@@ -404,7 +410,8 @@ def measure(checkpoint: str | Path, checkpoints: Sequence[Checkpoint], variants:
                 if first is None:
                     kept[(ck.name, variant.name)] = mine
                 else:
-                    engine_rows += _engine_rows(ck, first, mine, sampler.prompt_logprobs(first.seqs, full=True),
+                    engine_rows += _engine_rows(ck, first, mine, restrict(sampler.prompt_logprobs(first.seqs, full=True),
+                                                                          emittable),
                                                 held_mask)
             if on_sync is not None:
                 on_sync(checks[-1])

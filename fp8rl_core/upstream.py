@@ -113,7 +113,14 @@ INTERNALS: tuple[Internal, ...] = (
     Internal(_V, "verl.utils.config:omega_conf_to_dataclass", "function", "calls", "fp8rl_core.verl.compose"),
     Internal(_V, "verl.utils.config:validate_config", "function", "calls", "fp8rl_core.verl.compose",
              ("config", "use_reference_policy", "use_critic")),
+    # the vocabulary tail's rule is verl's mask: ids ≥ len(tokenizer) set to −inf in the model's compute_logits
+    Internal(_V, "verl.workers.rollout.vllm_rollout.utils:monkey_patch_compute_logits", "function", "reads",
+             "fp8rl_core.learner.vocab_tail", ("model", "vocab_size")),
     # ---- vLLM ----------------------------------------------------------------------------------------
+    Internal(_VL, "vllm.model_executor.models.qwen3:Qwen3ForCausalLM.compute_logits", "method", "patches",
+             "fp8rl_core.sampler.vocab_mask", ("hidden_states",)),
+    Internal(_VL, "vllm.model_executor.models.qwen3_moe:Qwen3MoeForCausalLM.compute_logits", "method", "patches",
+             "fp8rl_core.sampler.vocab_mask", ("hidden_states",)),
     Internal(_VL, "vllm.v1.engine.core:EngineCore.reset_prefix_cache", "method", "patches",
              "fp8rl_core.sampler.vllm_compat"),
     Internal(_VL, "vllm.v1.engine.core:EngineCore.scheduler", "instance-attribute", "reads",

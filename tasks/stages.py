@@ -64,7 +64,7 @@ class LiveRun:
 
 def check_runner(cfg: RunConfig) -> CheckRunner:
     """The run's checks: cadence and W7 bound from ``cfg.checks``, probe batch = held-out sequences."""
-    return CheckRunner(cfg.check_policy(), cfg.check_probe())
+    return CheckRunner(cfg.check_policy(), cfg.check_probe(), cfg.emittable())
 
 
 LIVE: dict[str, LiveRun] = {}
@@ -107,7 +107,7 @@ def run_task(cfg: RunConfig) -> Task:
 def _start_live(key: str, cfg: RunConfig, checkpoint: str, **pipeline_args) -> Pipeline:
     """Start the run's pipeline (learner + engine) and its check runner; register them in LIVE."""
     pipe = start_pipeline(checkpoint, cfg.preset, learner=cfg.learner_config(), sampler_cfg=cfg.sampler,
-                          **pipeline_args)
+                          emittable=cfg.emittable(), **pipeline_args)
     runner = check_runner(cfg)
     runner.start(pipe.samplers)
     LIVE[key] = LiveRun(cfg, pipe, task=run_task(cfg), runner=runner)
@@ -193,7 +193,7 @@ def extract_kl_timing(key: str) -> dict:
     kl |= {f"kl/{k}": float(v) for k, v in run_row.items() if k.endswith(("_lo", "_hi"))}
     probe = (cfg.warmstart.task.prompts(cfg.metrics.probe_sequences, seed=cfg.seed + 70_001, split="eval").sequences
              if cfg.data.is_task else cfg.check_probe(cfg.metrics.probe_sequences))  # a dataset: its val prompts
-    div = probe_divergence(live.pipe.sampler, live.pipe.learner, probe)
+    div = probe_divergence(live.pipe.sampler, live.pipe.learner, probe, live.runner.emittable)
     meta = {"run_id": key, "preset": cfg.preset, "model": cfg.model, "seed": cfg.seed}
     per_sequence = div.pop("per_sequence")
     live.probe = [meta | row for row in per_sequence]
@@ -216,6 +216,7 @@ STEP_METRICS = {
     "learner_s": "time/learner_s", "export_s": "time/export_s", "transport_s": "time/transport_s",
     "load_s": "time/load_s", "reset_s": "time/reset_s", "checks_s": "time/checks_s", "total_s": "time/step_s",
     "sync_bytes": "sync/bytes", "new_version": "version", "checks_full": "check/full_tier",
+    "tail_mass": "mismatch/tail_mass",
 }
 
 

@@ -130,7 +130,9 @@ def record(mlflow_run: str, reports: list[dict], run: Run | None = None, tokens:
         passed = {f"check/{r['condition']}": float(r["passed"]) for r in sync_results(rep)}
         vck = rep.get(ENGINE_CHECKSUM)
         tracking.log_metrics(mlflow_run, passed | {"checks_s": rep["seconds"], "checks_full": float(rep["tier"] == "full")}
-                             | ({"time/vllm_checksum_s": vck["seconds"]} if vck else {}), step=int(rep["version"]))
+                             | ({"time/vllm_checksum_s": vck["seconds"]} if vck else {})
+                             | ({} if rep.get("tail_mass") is None else {"mismatch/tail_mass": rep["tail_mass"]}),
+                             step=int(rep["version"]))
     if reports:
         tracking.log_json(mlflow_run, "checks.json", reports)
         tracking.log_table(mlflow_run, "checks", check_rows(reports))
@@ -139,6 +141,9 @@ def record(mlflow_run: str, reports: list[dict], run: Run | None = None, tokens:
     out = summary(history)
     if tokens and run is not None:
         out |= token_metrics(mlflow_run, run, list(tokens), history.get("rollout_corr/k3_kl", []))
+    tails = [rep["tail_mass"] for rep in reports if rep.get("tail_mass") is not None]
+    if tails:  # the learner's mass beyond the rollout's tokenizer at the last sync (its probe batch)
+        out["kl/tail_mass"] = float(tails[-1])
     out["checks/syncs"] = float(len(reports))
     out["checks/failed"] = float(sum(not r["passed"] for rep in reports for r in sync_results(rep)))
     tracking.log_metrics(mlflow_run, out | tracking.headline_metrics(out))

@@ -122,7 +122,10 @@ def write_checkpoint(directory: str | Path, models_dir: str | Path, items: list[
     mini's shape with room for the chat-templated prompts: 128 positions; its spec written to ``models_dir``),
     the BPE tokenizer trained on ``items`` (:func:`train_tokenizer`) and weights fine-tuned on their chat-templated
     prompts and solutions for ``steps`` Adam steps (loss on the solution and ``<|im_end|>`` only), so sampled
-    answers are sometimes right and verl's scorer gives a group differing rewards. Deterministic in ``seed``."""
+    answers are sometimes right and verl's scorer gives a group differing rewards. The tokenizer is shorter than
+    the model's vocabulary (``len(tokenizer)`` ≤ ``vocab_size`` = 1000 < the spec's 1024 rows) and the rows beyond
+    it stay as initialised (their output rows get no gradient): an untrained tail, as a real checkpoint's (Qwen3:
+    151,669 tokens, 151,936 rows), which verl's vLLM rollout masks. Deterministic in ``seed``."""
     import torch
     import yaml
     from transformers import AutoTokenizer
@@ -151,6 +154,8 @@ def write_checkpoint(directory: str | Path, models_dir: str | Path, items: list[
         target[i, :s] = -100
         target[i, n:] = -100
     model = build_model(ModelSpec(**spec_dict), seed)
+    tail = len(tok)
+    model.get_output_embeddings().weight.register_hook(lambda g: torch.cat([g[:tail], torch.zeros_like(g[tail:])]))
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     g = torch.Generator().manual_seed(seed)

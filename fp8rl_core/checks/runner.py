@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fp8rl_core.grids import QuantizedTensor, parse_grid
+from fp8rl_core.learner.vocab_tail import restrict, tail_mass
 from fp8rl_core.sampler.config import REQUANT_GRID
 from fp8rl_core.vocabulary import CONDITIONS
 
@@ -65,6 +66,9 @@ class CheckReport:
     #: (:func:`fp8rl_core.checks.checksum.check_vllm_checksums` reuses them)
     expected: Expected | None = field(default=None, repr=False)
     states: list[dict] = field(default_factory=list, repr=False)
+    #: the learner's mean probability on the ids the sampler cannot emit, over the probe batch's positions at
+    #: this sync (fp8rl_core.learner.vocab_tail; None: no probe batch; 0.0: no tail)
+    tail_mass: float | None = None
 
     def __post_init__(self) -> None:
         self.results_by = {r.condition: r for r in self.results}
@@ -78,11 +82,13 @@ class CheckReport:
         out = {f"check/{r.condition}": float(r.passed) for r in self.results}
         for r in self.results:
             out |= r.quantities
+        if self.tail_mass is not None:
+            out["tail_mass"] = self.tail_mass
         return out
 
     def as_dict(self) -> dict:
         return {"version": self.version, "sync": self.sync, "tier": "full" if self.full else "cheap", "why": self.why,
-                "seconds": self.seconds, "results": [r.as_dict() for r in self.results]}
+                "seconds": self.seconds, "results": [r.as_dict() for r in self.results], "tail_mass": self.tail_mass}
 
     def message(self) -> str:
         return "; ".join(f"{r.condition} failed: {r.count} offenders, e.g. {r.offenders[:3]} ({r.detail}; measured "
@@ -139,16 +145,20 @@ def _processed(state: dict) -> dict[str, int]:
 class CheckRunner:
     """Runs the checks after each sync of one pipeline (tiers: :func:`full_tier_reason`).
 
-    ``probe`` is the fixed probe batch for W7 ([B, T] token ids). Call :meth:`start` once the engines
-    are up (it records their processing and reset counts), then :meth:`check` after every sync.
+    ``probe`` is the fixed probe batch for W7 ([B, T] token ids); ``emittable``: how many ids the sampler can emit
+    (:func:`fp8rl_core.learner.vocab_tail.emittable_ids`; None: all) — W7 compares the learner restricted to them
+    and every sync measures the learner's mass beyond them on the probe batch (:attr:`CheckReport.tail_mass`).
+    Call :meth:`start` once the engines are up (it records their processing and reset counts), then :meth:`check` after every sync.
 
     It keeps the state it needs across syncs: the engine's processing counts and reset count at the previous
     check, the learner's fingerprints of recent versions (W5 content), the engine instances seen.
     """
 
-    def __init__(self, policy: CheckPolicy = CheckPolicy(), probe: torch.Tensor | None = None) -> None:
+    def __init__(self, policy: CheckPolicy = CheckPolicy(), probe: torch.Tensor | None = None,
+                 emittable: int | None = None) -> None:
         self.policy = policy
         self.probe = probe
+        self.emittable = emittable
         self.syncs = 0
         self.seen: set[str] = set()
         self.processed: dict[str, dict[str, int]] = {}
@@ -219,17 +229,33 @@ class CheckRunner:
         cheap_failed = [c for c, ps in parts.items() if any(not p.passed for p in ps)]
         why = full_tier_reason(self.syncs, self.policy.full_every, forced=self.force_full, new_engine=new,
                                cheap_failed=cheap_failed)
+        full_logp = None
+        tail = None
+        if self.probe is not None:
+            tail = 0.0
+            if self.emittable is not None:
+                full_logp = learner.probe_logprobs(self.probe, full=True)
+                tail = float(tail_mass(full_logp, self.emittable).mean())
         if why:
-            self._full(pipe, samplers[0], exp, parts, sharded)
+            self._full(pipe, samplers[0], exp, parts, sharded, full_logp)
         results = [merge(c, ps) for c, ps in parts.items() if ps]
         for st in states:
             self._baseline(st)
             self.seen.add(st["instance"])
         self.force_full = ""
         return CheckReport(exp.version, self.syncs, bool(why), why or "cadence: cheap", results,
-                           time.perf_counter() - t_all, expected=exp, states=states)
+                           time.perf_counter() - t_all, expected=exp, states=states, tail_mass=tail)
 
-    def _full(self, pipe, sampler, exp: Expected, parts: dict[str, list[CheckResult]], sharded: bool = False) -> None:
+    def _learner_probe(self, learner, full_logp: torch.Tensor | None) -> torch.Tensor:
+        """The learner's log-probs of the probe's tokens, restricted to the ids the sampler can emit
+        (``full_logp``: its full-vocabulary log-probs when already computed)."""
+        if self.emittable is None:
+            return learner.probe_logprobs(self.probe)
+        logp = restrict(learner.probe_logprobs(self.probe, full=True) if full_logp is None else full_logp, self.emittable)
+        return logp.gather(-1, self.probe[:, 1:].clamp(max=self.emittable - 1).unsqueeze(-1)).squeeze(-1)
+
+    def _full(self, pipe, sampler, exp: Expected, parts: dict[str, list[CheckResult]], sharded: bool = False,
+              full_logp: torch.Tensor | None = None) -> None:
         learner = pipe.learner
         readback = sampler.read_back(effective=True)  # with tensor parallelism: rank 0's shards
         meta = sampler.state(fingerprints=False)["ranks"][0]
@@ -270,5 +296,5 @@ class CheckRunner:
         parts["W6"].append(w6)
         if self.probe is not None:
             sl = sampler.prompt_logprobs(self.probe)
-            ll = learner.probe_logprobs(self.probe)
+            ll = self._learner_probe(learner, full_logp)
             parts["W7"].append(check_behaviour(sl, ll, self.policy.w7_mean, self.policy.w7_max))

@@ -46,7 +46,8 @@ ID_NEUTRAL: dict[str, dict[str, object]] = {
     "verl": {"token_sequences": None, "overrides": [], "save_checkpoints": False},
     "sampler": {"engine": "vllm"},
     "data": {"prompt_key": "prompt", "train": None, "val": None, "max_prompt_length": None, "max_response_length": None,
-             "reward": None, "sha256": None},
+             "reward": None, "sha256": None,
+             "apply_chat_template_kwargs": {}},
 }
 
 

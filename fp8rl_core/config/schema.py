@@ -30,10 +30,12 @@ class RunConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    model: str = "qwen3-dense-tiny"
+    model: str = Field("qwen3-dense-tiny", description="a model spec in models_dir (or a .yaml path); with a "
+                       "model_path directory optional: unset, the model is read from its config.json (named after "
+                       "the directory), set, its spec must agree with it field by field")
     model_path: str | None = Field(None, description="the checkpoint the run trains from: a Hugging Face directory "
-                                   "(config.json, weights, its tokenizer) or hub id, of the architecture `model` "
-                                   "names; None: the run's own warm start of `model` on the addition task")
+                                   "(config.json, weights, its tokenizer) or hub id (then `model` names its spec); "
+                                   "None: the run's own warm start of `model` on the addition task")
     preset: str = "all"
     seed: int = Field(0, ge=0)
     warmstart: WarmStartConfig = WarmStartConfig()
@@ -87,7 +89,18 @@ class RunConfig(BaseModel):
         if d.is_task:
             raise ValueError("the run trains the addition task (warmstart.task), not a dataset")
         return DatasetTask(d.train, d.val, d.prompt_key, self.model_path, d.prompt_length(self.sampler.max_model_len, 0),
-                           d.max_response_length, score)
+                           d.max_response_length, score, d.apply_chat_template_kwargs)
+
+    def emittable(self) -> int | None:
+        """How many ids the run's sampler can emit (the vocabulary tail's rule, :mod:`fp8rl_core.learner.vocab_tail`):
+        ``len(tokenizer)`` of ``model_path``'s tokenizer where the engine masks (fp8rl's vLLM engine, verl's vLLM
+        rollout) and it is shorter than the vocabulary; None: every id."""
+        from fp8rl_core.learner.vocab_tail import MASKS_TAIL, emittable_ids
+
+        engine = self.verl.rollout if self.verl is not None else self.sampler.engine
+        if self.model_path is None or not MASKS_TAIL[engine]:
+            return None
+        return emittable_ids(self.model_path, self.spec().vocab_size)
 
     def probe_source(self) -> str:
         """Where :meth:`check_probe` draws from: ``data.val`` or ``task``."""
@@ -108,21 +121,37 @@ class RunConfig(BaseModel):
 
     def spec(self, specs: MutableMapping[Path, ModelSpec] | None = None) -> ModelSpec:
         """The run's model spec, read from its file — once per file across the runs that share ``specs``
-        (a sweep's expansion: the specs read so far, by resolved path)."""
+        (a sweep's expansion: the specs read so far, by resolved path). With a ``model_path`` directory: the
+        spec file checked against its ``config.json`` field by field, or without one (``model`` unset: the
+        directory's name) the model read from it (:mod:`fp8rl_core.learner.checkpoint_spec`)."""
+        from fp8rl_core.learner.checkpoint_spec import checkpoint_name, checkpoint_spec, is_checkpoint_dir, spec_disagreement
+
         path = self.spec_path()
-        key = path.resolve()
+        local = is_checkpoint_dir(self.model_path)
+        from_checkpoint = local and not path.is_file() and self.model == checkpoint_name(self.model_path)
+        # a spec file checked against a checkpoint is read once per (file, checkpoint)
+        key = (path.resolve(), Path(self.model_path).expanduser().resolve() if local else None)
         if specs is not None and key in specs:
             return specs[key]
-        if not path.is_file():
+        if from_checkpoint:
+            spec = checkpoint_spec(self.model_path, self.model)
+        elif not path.is_file():
             names = sorted(q.stem for q in Path(self.models_dir).glob("*.yaml"))
             raise ValueError(f"model {self.model!r}: no spec file {path}; known models: {', '.join(names) or 'none'}")
-        spec = load_model_spec(path)
+        else:
+            spec = load_model_spec(path)
+            if local and (problem := spec_disagreement(spec, path, self.model_path)):
+                raise ValueError(problem)
         if specs is not None:
             specs[key] = spec
         return spec
 
     @model_validator(mode="after")
     def _combination(self, info: ValidationInfo) -> "RunConfig":
+        from fp8rl_core.learner.checkpoint_spec import checkpoint_name, is_checkpoint_dir
+
+        if "model" not in self.model_fields_set and is_checkpoint_dir(self.model_path):
+            object.__setattr__(self, "model", checkpoint_name(self.model_path))  # the model read from it (spec())
         if (self.backend == "verl") != (self.verl is not None):
             raise ValueError(f"backend = {self.backend!r} {'needs a' if self.verl is None else 'takes no'} 'verl' section "
                              "(hardware, gpus_per_node, tensor_parallel, ...; fields: fp8rl_core/config/sections.py VerlSection)")
@@ -166,6 +195,15 @@ class RunConfig(BaseModel):
         if self.sampler.kv_cache_dtype != "auto":
             raise ValueError(f"sampler.kv_cache_dtype = {self.sampler.kv_cache_dtype!r} with sampler.engine: sglang: "
                              "the SGLang engine keeps its KV cache in sampler.dtype; use kv_cache_dtype: auto")
+        if self.model_path is not None:
+            from fp8rl_core.learner.vocab_tail import emittable_ids
+
+            n = emittable_ids(self.model_path, self.spec().vocab_size)
+            if n is not None:
+                raise ValueError(f"sampler.engine: sglang with model_path {self.model_path}: its tokenizer has {n} ids, "
+                                 f"fewer than the model's vocab_size {self.spec().vocab_size}, and fp8rl's SGLang engine "
+                                 "does not mask the ids beyond the tokenizer (fp8rl_core.learner.vocab_tail); use "
+                                 "sampler.engine: vllm, which does, as verl's vLLM rollout does")
 
     def _data_fits(self) -> None:
         """A dataset (``data.train``): trained from ``model_path``, a checkpoint with its own tokenizer, its

@@ -149,6 +149,9 @@ class DataSection(BaseModel):
     reward: str | None = Field(None, description="None: each row's data_source picks the scorer (fp8rl/addition: "
                                "fp8rl's task reward; any other: verl's default_compute_score, e.g. openai/gsm8k); "
                                "or path/to/file.py:function / module:function with verl's signature")
+    apply_chat_template_kwargs: dict[str, bool | int | float | str] = Field(
+        {}, description="keyword arguments of the checkpoint's chat template (e.g. enable_thinking: false): verl's "
+        "data.apply_chat_template_kwargs, and the native loop's prompts rendered with the same")
     sha256: dict[str, str] | None = Field(None, validate_default=True, description="computed from the files: "
                                           "their content hashes (train, val); not to be set")
 

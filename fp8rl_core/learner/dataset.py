@@ -14,7 +14,7 @@ the tokenizer's pad id to its longest prompt (``prompt_mask`` marks the prompts'
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -52,13 +52,15 @@ class DatasetTask:
     saved in ``tokenizer_dir`` (the checkpoint's) and ``score``, the run's scorer."""
 
     def __init__(self, train: str, val: str, prompt_key: str, tokenizer_dir: str | Path, max_prompt_length: int,
-                 max_response_length: int, score: Score) -> None:
+                 max_response_length: int, score: Score, chat_template_kwargs: Mapping[str, object] | None = None) -> None:
         self.files = {"train": str(train), "eval": str(val)}
         self.prompt_key = prompt_key
         self.tokenizer_dir = str(tokenizer_dir)
         self.max_prompt_length = max_prompt_length
         self.max_new_tokens = max_response_length
         self.score = score
+        #: passed to the chat template (verl's ``data.apply_chat_template_kwargs``, e.g. ``enable_thinking``)
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self._ids: dict[tuple[str, int], list[int]] = {}
 
     @cached_property
@@ -74,6 +76,20 @@ class DatasetTask:
     @property
     def eos_id(self) -> int:
         return int(self.tokenizer.eos_token_id)
+
+    @cached_property
+    def eos_ids(self) -> tuple[int, ...]:
+        """Every id that ends a completion: the tokenizer's EOS, then the checkpoint's ``generation_config.json``
+        ``eos_token_id`` (an id or a list: Qwen3's ``<|im_end|>`` and ``<|endoftext|>``) — vLLM's stop ids in a
+        verl rollout of the checkpoint (its EOS, plus the generation config's)."""
+        import json
+
+        ids = [self.eos_id]
+        gen = Path(self.tokenizer_dir) / "generation_config.json"
+        if gen.is_file():
+            more = json.loads(gen.read_text()).get("eos_token_id")
+            ids += [int(i) for i in (more if isinstance(more, list) else [more] if more is not None else [])]
+        return tuple(dict.fromkeys(ids))
 
     @property
     def pad_id(self) -> int:
@@ -98,7 +114,8 @@ class DatasetTask:
         key = (split, row)
         if key not in self._ids:
             messages = self._tables[split][self.prompt_key][row]
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                                      **self.chat_template_kwargs)
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             if len(ids) > self.max_prompt_length:
                 raise ValueError(f"{self.files[split]}: row {row}: the prompt has {len(ids)} tokens with the chat "
@@ -134,8 +151,9 @@ class DatasetTask:
         infos = table.get("extra_info") or [None] * self.size(prompts.split)
         out = []
         for row, ids in zip(prompts.rows, completion_ids.tolist()):
-            if self.eos_id in ids:
-                ids = ids[: ids.index(self.eos_id) + 1]
+            end = next((k for k, t in enumerate(ids) if t in self.eos_ids), None)
+            if end is not None:
+                ids = ids[: end + 1]
             text = self.tokenizer.decode([t for t in ids if t != self.pad_id], skip_special_tokens=True)
             value = self.score(data_source=table["data_source"][row], solution_str=text,
                                ground_truth=table["reward_model"][row]["ground_truth"], extra_info=infos[row])

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_serializer, field_validator, model_serializer
 
 from fp8rl_core.errors import format_errors
 from fp8rl_core.identity import content_hash
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 __all__ = ["MXFP8_BLOCK", "ModelSpec", "load_model_spec", "spec_hash"]
 
 MXFP8_BLOCK = 32
+#: fields added after spec hashes were first issued, with their neutral values (left out of a spec's dump)
+NEUTRAL: dict[str, object] = {"rope_scaling": None}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _MOE_FIELDS = ("moe_intermediate_size", "num_experts", "num_experts_per_tok")
 
@@ -48,8 +50,8 @@ class ModelSpec(BaseModel):
 
     * ``kind`` is ``dense`` or ``moe``; ``moe_intermediate_size``, ``num_experts`` and
       ``num_experts_per_tok`` are required for ``moe`` and forbidden for ``dense``.
-    * ``vocab_size`` ≥ 1024 (the synthetic task uses ids 0–14; the rest of the vocabulary makes the output
-      softmax realistic in size).
+    * ``vocab_size`` ≥ 32 (one MXFP8 block; the addition task uses ids 0–15): no floor beyond that — a small
+      vocabulary is a valid model, a realistic output softmax is the spec's choice (configs/models use 1024).
     * Every GEMM dimension — ``hidden_size``, ``intermediate_size``, ``moe_intermediate_size``,
       ``num_attention_heads·head_dim``, ``num_key_value_heads·head_dim`` and ``vocab_size`` — is a multiple
       of 32, the MXFP8 block size, so rowwise (1×32) and columnwise (32×1) blocks tile every weight exactly.
@@ -65,7 +67,7 @@ class ModelSpec(BaseModel):
 
     name: str = Field(min_length=1)
     kind: Literal["dense", "moe"]
-    vocab_size: int = Field(ge=1024)
+    vocab_size: int = Field(ge=MXFP8_BLOCK)
     hidden_size: int = Field(ge=32)
     intermediate_size: int = Field(ge=32)
     num_hidden_layers: int = Field(ge=1)
@@ -76,10 +78,32 @@ class ModelSpec(BaseModel):
     tie_word_embeddings: bool = False
     rms_norm_eps: float = Field(default=1e-6, gt=0)
     rope_theta: float = Field(default=1_000_000.0, gt=0)
+    #: a rope type other than ``default`` (e.g. ``yarn``) with its parameters, as the checkpoint's
+    #: ``rope_parameters`` less ``rope_theta``; None: the default rope
+    rope_scaling: tuple[tuple[str, Any], ...] | None = None
     # MoE only (validate_default so the "required for moe / forbidden for dense" rule also sees None).
     moe_intermediate_size: int | None = Field(default=None, ge=32, validate_default=True)
     num_experts: int | None = Field(default=None, ge=2, validate_default=True)
     num_experts_per_tok: int | None = Field(default=None, ge=1, validate_default=True)
+
+    @field_validator("rope_scaling", mode="before")
+    @classmethod
+    def _rope_scaling(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            if "rope_type" not in v:
+                raise ValueError(f"rope_scaling {v} names no rope_type (e.g. yarn, linear, dynamic)")
+            return tuple(sorted(v.items()))
+        return v
+
+    @field_serializer("rope_scaling")
+    def _rope_scaling_out(self, v: tuple | None) -> dict | None:
+        return None if v is None else dict(v)
+
+    @model_serializer(mode="wrap")
+    def _without_neutral(self, handler):
+        """The dump leaves out the :data:`NEUTRAL` fields at their neutral values, so every hash of a spec (its
+        runs' ids, its warm start's key) stays what it was before they existed."""
+        return {k: v for k, v in handler(self).items() if not (k in NEUTRAL and v == NEUTRAL[k])}
 
     @field_validator("name")
     @classmethod
@@ -183,7 +207,7 @@ class ModelSpec(BaseModel):
             max_position_embeddings=self.max_position_embeddings,
             tie_word_embeddings=self.tie_word_embeddings,
             rms_norm_eps=self.rms_norm_eps,
-            rope_parameters={"rope_type": "default", "rope_theta": float(self.rope_theta)},
+            rope_parameters={"rope_type": "default", **dict(self.rope_scaling or ()), "rope_theta": float(self.rope_theta)},
             hidden_act="silu",
             attention_bias=False,
             use_sliding_window=False,
@@ -231,5 +255,6 @@ def load_model_spec(path: str | Path) -> ModelSpec:
 
 
 def spec_hash(spec: ModelSpec) -> str:
-    """SHA-256 hex digest of the spec's canonical JSON (sorted keys, no whitespace, defaults included)."""
+    """SHA-256 hex digest of the spec's canonical JSON (sorted keys, no whitespace, defaults included but the
+    :data:`NEUTRAL` fields at their neutral values: its dump leaves them out)."""
     return content_hash(spec.model_dump(mode="json"))

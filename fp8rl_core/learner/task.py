@@ -128,6 +128,11 @@ class AdditionTask(BaseModel):
         return EOS
 
     @property
+    def eos_ids(self) -> tuple[int, ...]:
+        """The ids that end a completion: the task's EOS."""
+        return (EOS,)
+
+    @property
     def pad_id(self) -> int:
         return PAD
 

@@ -55,13 +55,18 @@ __all__ = ["RUN_METRICS", "check_tables", "write_report"]
 
 #: run-level metric columns shown in the runs table when present: column → header
 RUN_METRICS: dict[str, str] = {
-    "kl/k3": "KL k3", "kl/full_kl": "probe KL", "kl/mean_abs_logprob_diff": "mean |Δlogp|",
+    "kl/k3": "KL k3", "kl/full_kl": "probe KL", "kl/tail_mass": "tail mass", "kl/mean_abs_logprob_diff": "mean |Δlogp|",
     "reward/final": "final reward",
     "time/step_s": "step s", "time/generate_s": "generate s", "time/learner_s": "learner s",
     "time/total_s": "run s",
 }
 
 
+
+#: which KL holds the vocabulary tail (docs/metrics.md, "The vocabulary tail"): one rule for every preset
+TAIL_NOTE = ("The vocabulary tail (ids at and beyond the checkpoint's tokenizer, which the sampler never emits): the "
+             "exact probe KL excludes it (the learner restricted to the ids the sampler can emit), the sampled-token "
+             "estimators include it (as verl's `rollout_corr/*`); its mass is the runs table's *tail mass* (0: none).")
 
 #: what a report says of the runs verl's trainer ran without a captured ``tokens`` table (``backend: verl`` in
 #: bypass mode, where verl does not recompute the learner's log-probs; docs/metrics.md, verl runs)
@@ -389,7 +394,8 @@ def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = Non
                  "position on a fixed held-out probe batch at the final weights, paired by seed and probe sequence) "
                  "and *sampled-token k3* (the k3 estimator on the tokens the sampler drew, paired by prompt; on "
                  "very peaked policies it is dominated by rare tokens, so its intervals are wide)."
-                 if not data.probe.empty else ""), ""]
+                 if not data.probe.empty else "")
+              + " " + TAIL_NOTE, ""]
     if rows:
         lines += _table(["claim", "paper", "measured (CI)", "verdict", "why"],
                         [[c.claim, c.paper, c.measured, f"**{c.verdict}**", c.why] for c in rows])

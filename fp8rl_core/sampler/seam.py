@@ -39,6 +39,11 @@ def prompt_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor | None = Non
     return [[int(t) for t in r[len(r) - int(k):]] for r, k in zip(rows, real)]
 
 
+def stop_ids(eos_id: int | Sequence[int]) -> list[int]:
+    """A generate call's ``eos_id`` (one id, or every id that ends a completion) as a list of stop ids."""
+    return [int(eos_id)] if isinstance(eos_id, int) else [int(i) for i in eos_id]
+
+
 class SamplerError(RuntimeError):
     """The sampler cannot be created or used as configured (the message says what to change)."""
 
@@ -177,16 +182,22 @@ class Sampler(ABC):
 
     # -- generation ---------------------------------------------------------------------------------
     @abstractmethod
-    def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int,
+    def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int | Sequence[int],
                  pad_id: int = 0, temperature: float | None = None, prompt_mask: torch.Tensor | None = None) -> Rollout:
         """``n`` completions per prompt row (rows grouped per prompt), with each sampled token's log-prob
-        (log-softmax of the logits before temperature: what the learner computes). Prompts of different lengths
+        (log-softmax of the logits before temperature: what the learner computes), each ending at the first of
+        ``eos_id`` (one id or several: a checkpoint's EOS ids) it samples. Prompts of different lengths
         come left-padded, ``prompt_mask`` marking their tokens (:func:`prompt_rows`)."""
 
     @abstractmethod
     def prompt_logprobs(self, sequences: torch.Tensor, *, full: bool = False) -> torch.Tensor:
         """Log-probs of each token of ``sequences`` [B, T] given its prefix: [B, T-1] (``full``: the whole
         vocabulary, [B, T-1, V], for exact KL)."""
+
+    @abstractmethod
+    def limit_vocabulary(self, emittable: int | None) -> None:
+        """Emit only ids below ``emittable`` from now on (None: every id): the vocabulary tail's rule
+        (:mod:`fp8rl_core.learner.vocab_tail`). An engine that cannot mask refuses a limit (:class:`SamplerError`)."""
 
     # -- lifetime -----------------------------------------------------------------------------------
     @abstractmethod

@@ -29,7 +29,7 @@ from safetensors.torch import load_file, save_file
 from fp8rl_core.sampler.config import MX_GRID, SamplerConfig, cpu_fp8_kv_support, engine_key
 from fp8rl_core.sampler.quiet import SHUTDOWN_S
 from fp8rl_core.sampler.seam import (
-    Rollout, Sampler, SamplerDeadError, SamplerError, SyncTiming, engine_config, prompt_rows,
+    Rollout, Sampler, SamplerDeadError, SamplerError, SyncTiming, engine_config, prompt_rows, stop_ids,
 )
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 from fp8rl_core.sync.layout import ModelLayout, to_checkpoint
@@ -187,15 +187,16 @@ class VllmWorkers:
             results = self.channel.rpc("fp8rl_check_rank", fps, None)
         return [RankCheck.from_dict(r) for r in results]
 
-    def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int, pad_id: int,
-                 temperature: float, version: int, prompt_mask: torch.Tensor | None = None) -> Rollout:
+    def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int | Sequence[int],
+                 pad_id: int, temperature: float, version: int, prompt_mask: torch.Tensor | None = None) -> Rollout:
         """``n`` completions per prompt row (rows grouped per prompt), with per-token log-probs; tagged ``version``."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         prompts = [TokensPrompt(prompt_token_ids=row) for row in prompt_rows(prompt_ids, prompt_mask)]
         params = [SamplingParams(n=n, max_tokens=max_tokens, temperature=temperature, seed=seed + i,
-                                 logprobs=0, stop_token_ids=[eos_id], detokenize=False, skip_special_tokens=False)
+                                 logprobs=0, stop_token_ids=stop_ids(eos_id), detokenize=False,
+                                 skip_special_tokens=False)
                   for i in range(len(prompts))]
         t0 = time.perf_counter()
         outs = self.channel.outputs("generate", prompts, params)
@@ -441,11 +442,14 @@ class VllmSampler(Sampler):
     def check_ranks(self, expected: Mapping[str, torch.Tensor], *, full: bool = False) -> list[RankCheck]:
         return self.workers.check_ranks(expected, self.version, full=full)
 
-    def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int,
+    def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int | Sequence[int],
                  pad_id: int = 0, temperature: float | None = None, prompt_mask: torch.Tensor | None = None) -> Rollout:
         return self.workers.generate(prompt_ids, n, max_tokens, seed=seed, eos_id=eos_id, pad_id=pad_id,
                                      temperature=self.cfg.temperature if temperature is None else temperature,
                                      version=self.version, prompt_mask=prompt_mask)
+
+    def limit_vocabulary(self, emittable: int | None) -> None:
+        self.rpc("fp8rl_limit_vocabulary", emittable)
 
     def prompt_logprobs(self, sequences: torch.Tensor, *, full: bool = False) -> torch.Tensor:
         return self.workers.prompt_logprobs(sequences, full=full)

@@ -120,6 +120,13 @@ class Fp8rlWorkerExtension:
     def fp8rl_version(self) -> int:
         return self.fp8rl_weight_version
 
+    def fp8rl_limit_vocabulary(self, emittable: int | None) -> int | None:
+        """Mask the logits of ids ≥ ``emittable`` (None: none) — the vocabulary tail's rule
+        (:mod:`fp8rl_core.sampler.vocab_mask`); returns the limit now in force."""
+        from fp8rl_core.sampler.vocab_mask import limit_vocabulary
+
+        return limit_vocabulary(self.model_runner.get_model(), emittable)
+
     # -- introspection --------------------------------------------------------------------------------
     def _fp8rl_layers(self):
         model = self.model_runner.get_model()

@@ -74,6 +74,8 @@ MATCHING_CHECKS = Table("matching_checks", {
     "detail": col("str", doc="what failed, in words ('' when none)"),
     CHECK_COLUMNS: pattern("float", between(0, 1, "a verdict: 1 passed, 0 failed"), doc="each condition's verdict"),
     REQUANT_COLUMNS: pattern("float", between(0, 1, "a fraction of bytes"), doc="a requant sampler's W2 fractions"),
+    "tail_mass": col("float", between(0, 1, "a probability"), required=False,
+                     doc="the learner's mass beyond the sampler's tokenizer on W7's probe batch (0: no tail)"),
 }, (
     unique("checkpoint", "variant", optional=("run_id",), what="one sync per checkpoint and variant"),
     rule("passed ⇔ nothing failed", "'passed' must be True exactly when 'failed' is empty", ("passed", "failed"),

@@ -51,6 +51,9 @@ STEPS = Table("steps", {
     "train_stage_s": col("float", *SECONDS, required=False, doc="seconds of the flow's train stage"),
     "checks_s": col("float", *SECONDS, required=False, doc="seconds of the checks after the sync"),
     "checks_full": col("float", isin([0.0, 1.0], "1.0: the full tier ran"), required=False, doc="full tier ran"),
+    "tail_mass": col("float", between(0, 1, "a probability"), required=False,
+                     doc="the learner's mean probability on the ids the sampler cannot emit, over the W7 probe batch "
+                         "after the sync (fp8rl_core.learner.vocab_tail; 0: no tail)"),
     CHECK_COLUMNS: pattern("float", isin([0.0, 1.0], "1.0 passed, 0.0 failed, null: not run"),
                            doc="check verdict of condition W*"),
     REQUANT_COLUMNS: pattern("float", between(0, 1, "a fraction of bytes"),

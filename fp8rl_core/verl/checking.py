@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fp8rl_core.sampler.config import SamplerConfig
-from fp8rl_core.sampler.seam import Rollout, Sampler, SyncTiming, engine_config
+from fp8rl_core.sampler.seam import Rollout, Sampler, SamplerError, SyncTiming, engine_config
 from fp8rl_core.sampler.vllm_engine import VllmWorkers
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 from fp8rl_core.sync.ranks import RankCheck
@@ -130,11 +130,15 @@ class ServerSampler(Sampler):
     def check_ranks(self, expected: Mapping[str, torch.Tensor], *, full: bool = False) -> list[RankCheck]:
         return self.workers.check_ranks(expected, self.version, full=full)
 
-    def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int,
+    def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int | Sequence[int],
                  pad_id: int = 0, temperature: float | None = None, prompt_mask: torch.Tensor | None = None) -> Rollout:
         return self.workers.generate(prompt_ids, n, max_tokens, seed=seed, eos_id=eos_id, pad_id=pad_id,
                                      temperature=self.cfg.temperature if temperature is None else temperature,
                                      version=self.version, prompt_mask=prompt_mask)
+
+    def limit_vocabulary(self, emittable: int | None) -> None:
+        if emittable is not None:  # verl's server set its own at its start: len(tokenizer) (vocab_tail)
+            raise SamplerError("verl's rollout server masks the ids from len(tokenizer) on itself; fp8rl sets nothing")
 
     def prompt_logprobs(self, sequences: torch.Tensor, *, full: bool = False) -> torch.Tensor:
         return self.workers.prompt_logprobs(sequences, full=full)
@@ -171,7 +175,7 @@ class SyncChecks:
         self.reports = Path(payload.reports) if payload.reports else None
         self.learner_config = payload.learner_config()
         probe = torch.tensor(payload.probe, dtype=torch.long) if payload.probe else None
-        self.runner = CheckRunner(payload.check_policy(), probe)
+        self.runner = CheckRunner(payload.check_policy(), probe, payload.emittable)
         self.started = False
 
     def before_sync(self) -> None:

@@ -320,6 +320,8 @@ def _fp8rl_overrides(expanded: "Run", payload: "VerlPayload", *, experiment: str
         put("data.prompt_key", data.prompt_key, "data.prompt_key")
         put("data.max_response_length", data.max_response_length, "data.max_response_length")
         put("data.max_prompt_length", data.prompt_length(sm.max_model_len, 0), "data.max_prompt_length")
+        for name, value in data.apply_chat_template_kwargs.items():
+            put(f"data.apply_chat_template_kwargs.{name}", value, "data.apply_chat_template_kwargs", append=True)
     if data.reward is not None:  # the user's function (verl loads it: a file path or pkg://module)
         path, name = reward_target(data.reward)
         put("reward.custom_reward_function.path", path, "data.reward")

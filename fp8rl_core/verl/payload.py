@@ -162,6 +162,8 @@ class VerlPayload(BaseModel):
     rollout_schemes: dict[str, str] = {}
     mx_grid: str
     probe: tuple[tuple[int, ...], ...] = ()  #: W7's held-out probe batch (token ids)
+    #: the ids the rollout can emit (verl's vLLM rollout masks the rest: fp8rl_core.learner.vocab_tail; None: all)
+    emittable: int | None = Field(None, ge=1)
     reports: str | None = None  #: the JSON-lines file each sync's check report is appended to
     #: the folder the trainer writes each step's tokens and alarm numbers to (:mod:`fp8rl_core.verl.capture`)
     tokens: str | None = None
@@ -191,7 +193,7 @@ class VerlPayload(BaseModel):
                    checks=cfg.checks,
                    rollout_schemes=rollout_schemes(cfg, run.spec) if uses_fp8rl_method(cfg) else {},
                    mx_grid=Recipe(rule=cfg.learner.rule).fwd_grid,
-                   probe=tuple(tuple(row) for row in cfg.check_probe().tolist()),
+                   probe=tuple(tuple(row) for row in cfg.check_probe().tolist()), emittable=cfg.emittable(),
                    reports=str(Path(data_dir) / "checks.jsonl"), tokens=str(Path(data_dir) / TOKENS_DIR),
                    token_sequences=cfg.verl.token_sequences if cfg.verl is not None else None, hooks=hooks)
 

@@ -76,6 +76,11 @@ def test_a_verl_sweep_trains_a_users_gsm8k_data_with_tokens_of_every_step_and_ev
             assert metric_history(row.mlflow_run, f"check/{cond}") == {0: 1.0, 1: 1.0, 2: 1.0}, cond
         m = run.data.metrics
         assert m["checks/syncs"] == 3 and m["checks/failed"] == 0 and m["verl/steps"] == 2
+        # the checkpoint's untrained vocabulary tail, which verl's vLLM rollout masks (W7 above compares the learner
+        # restricted the same way): the learner's mass on it after every sync, and at the last beside the KL
+        tail = metric_history(row.mlflow_run, "mismatch/tail_mass")
+        assert sorted(tail) == [0, 1, 2] and all(0.01 < v < 0.5 for v in tail.values()), (row.name, tail)
+        assert m["kl/tail_mass"] == tail[2]
         # the tokens table, captured in verl's trainer from its own batch: every step, the rollout's weights
         tokens = pq.read_table(c.download_artifacts(row.mlflow_run, "tables/tokens.parquet", str(env["root"]))).to_pandas()
         assert sorted(set(tokens["step"])) == [1, 2] and (tokens["version"] == tokens["step"] - 1).all()

@@ -151,10 +151,14 @@ def test_the_cpu_config_composes_and_passes_verls_validation(preset):
 
 @pytest.fixture(scope="module")
 def gsm8k(tmp_path_factory):
-    """A GSM8K-format dataset written by the test and a 'checkpoint' folder with the BPE tokenizer trained on it."""
+    """A GSM8K-format dataset written by the test and a checkpoint of the dense mini (untrained) with the BPE
+    tokenizer trained on it."""
+    from fp8rl_core.learner.models import build_model
+    from fp8rl_core.learner.spec import load_model_spec
     from tests import gsm8k_data
 
     root = tmp_path_factory.mktemp("gsm8k")
+    build_model(load_model_spec("configs/models/qwen3-dense-mini.yaml"), 0).save_pretrained(root / "model")
     model = gsm8k_data.train_tokenizer(gsm8k_data.corpus(gsm8k_data.problems(64)), root / "model", 400)
     train, val = gsm8k_data.write_dataset(root / "data", 40, 12)
     return model, train, val

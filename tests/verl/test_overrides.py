@@ -240,6 +240,11 @@ def test_a_dataset_becomes_verls_data_and_reward_keys(tmp_path):
     from tests import gsm8k_data
 
     model = gsm8k_data.train_tokenizer(gsm8k_data.corpus(gsm8k_data.problems(32)), tmp_path / "model", 400)
+    # a local Qwen3-8B as downloaded: its config.json (checked against the spec) and sharded weights
+    from fp8rl_core.learner.spec import load_model_spec
+
+    load_model_spec("configs/models/qwen3-8b.yaml").hf_config().to_json_file(model / "config.json")
+    (model / "model-00001-of-00005.safetensors").write_bytes(b"")
     train, val = gsm8k_data.write_dataset(tmp_path / "gsm8k", 16, 4)
     data = [f"model_path={model}", f"data.train={train}", f"data.val={val}", "data.max_response_length=200",
             "sampler.max_model_len=1024"]
@@ -278,3 +283,14 @@ def test_save_checkpoints_has_verl_write_the_actors_hf_model_after_every_step_in
                      "trainer.resume_mode": ("disable", "verl.save_checkpoints"),
                      "actor_rollout_ref.actor.checkpoint.save_contents": (["hf_model"], "verl.save_checkpoints")}
     assert "actor_rollout_ref.actor.checkpoint.save_contents=[hf_model]" in [o.hydra() for o in ov]
+
+
+def test_the_chat_template_kwargs_reach_verls_data_section():
+    """data.apply_chat_template_kwargs (e.g. Qwen3's enable_thinking) is verl's own key, passed as it is (the native
+    loop renders its prompts with the same: tests/core/learner/test_checkpoint_spec.py)."""
+    run = gpu_run("qwen3-8b", "all", "data.apply_chat_template_kwargs.enable_thinking=false")
+    assert run.config.data.apply_chat_template_kwargs == {"enable_thinking": False}
+    (o,) = [o for o in verl_overrides(run) if o.key.startswith("data.apply_chat_template_kwargs")]
+    assert (o.key, o.value, o.hydra()) == ("data.apply_chat_template_kwargs.enable_thinking", False,
+                                         "+data.apply_chat_template_kwargs.enable_thinking=false")
+    assert run.id != gpu_run("qwen3-8b", "all").id  # set: part of the run's id; unset: ids as before

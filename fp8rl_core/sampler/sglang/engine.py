@@ -35,7 +35,7 @@ from safetensors.torch import load_file
 from fp8rl_core.sampler.config import MX_GRID, SamplerConfig, engine_key, sglang_refusal
 from fp8rl_core.sampler.sglang.compat import RPC, rpc_payload
 from fp8rl_core.sampler.seam import (Rollout, Sampler, SamplerDeadError, SamplerError, SyncTiming, engine_config,
-                                     prompt_rows)
+                                     prompt_rows, stop_ids)
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 from fp8rl_core.sync.layout import ModelLayout
 from fp8rl_core.sync.ranks import RankCheck, slice_for_rank
@@ -398,11 +398,11 @@ class SglangSampler(Sampler):
             results = self.rpc("check_rank", fingerprints_by_rank=fps)
         return [RankCheck.from_dict(r) for r in results]
 
-    def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int,
+    def generate(self, prompt_ids: torch.Tensor, n: int, max_tokens: int, *, seed: int, eos_id: int | Sequence[int],
                  pad_id: int = 0, temperature: float | None = None, prompt_mask: torch.Tensor | None = None) -> Rollout:
         temperature = self.cfg.temperature if temperature is None else temperature
         rows = [row for row in prompt_rows(prompt_ids, prompt_mask) for _ in range(n)]  # grouped per prompt
-        params = [{"max_new_tokens": max_tokens, "temperature": temperature, "stop_token_ids": [eos_id],
+        params = [{"max_new_tokens": max_tokens, "temperature": temperature, "stop_token_ids": stop_ids(eos_id),
                    "sampling_seed": seed + i, "skip_special_tokens": False} for i in range(len(rows))]
         t0 = time.perf_counter()
         outs = self._post("/generate", {"input_ids": rows, "sampling_params": params, "return_logprob": True},
@@ -423,6 +423,11 @@ class SglangSampler(Sampler):
             mask[row, : len(toks)] = 1
             logps[row, : len(lps)] = torch.tensor(lps, dtype=torch.float32)
         return Rollout(prompt_ids.repeat_interleave(n, dim=0), ids, mask, logps, self.version, seconds, cached)
+
+    def limit_vocabulary(self, emittable: int | None) -> None:
+        if emittable is not None:  # the config refuses it first (RunConfig._sglang_fits)
+            raise SamplerError(f"fp8rl's SGLang engine cannot mask the ids from {emittable} on (a tokenizer shorter "
+                               "than the vocabulary); use sampler.engine: vllm")
 
     def prompt_logprobs(self, sequences: torch.Tensor, *, full: bool = False) -> torch.Tensor:
         rows = [[int(t) for t in r] for r in sequences.tolist()]

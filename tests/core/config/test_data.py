@@ -19,8 +19,12 @@ from tests.core.config.files import MODELS
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
-    """A 'checkpoint' directory holding only the tokenizer trained on the test's problems."""
+    """A checkpoint directory of the dense mini (untrained) with the tokenizer trained on the test's problems."""
+    from fp8rl_core.learner.models import build_model
+    from fp8rl_core.learner.spec import load_model_spec
+
     d = tmp_path_factory.mktemp("model")
+    build_model(load_model_spec(MODELS / "qwen3-dense-mini.yaml"), 0).save_pretrained(d)
     return gsm8k_data.train_tokenizer(gsm8k_data.corpus(gsm8k_data.problems(64)), d, vocab_size=400)
 
 
@@ -133,18 +137,19 @@ def test_a_dataset_needs_a_checkpoint_and_a_native_checkpoint_needs_a_dataset(tm
         f"{path}: base: data.train needs model_path (a checkpoint directory or hub id with its tokenizer): the run's "
         "own warm start has the addition task's 16-token vocabulary")
     # natively: a dataset from a local checkpoint directory loads (tests/flows/test_pipelines.py runs one); a
-    # folder without config.json (here: the tokenizer only), a checkpoint without a dataset, or a scorer for the
-    # addition task is refused
+    # folder without config.json (here: the tokenizer only; on either backend), a hub id natively, a checkpoint
+    # without a dataset, or a scorer for the addition task is refused
     native = ["backend=native", "verl=null"]
-    assert error(path, *native) == (
-        f"{path}: base: model_path '{model_dir}': no checkpoint directory (config.json) here; the native loop trains "
-        f"a local directory (a hub id: download it first, e.g. `hf download {model_dir} --local-dir <dir>`, and give "
+    assert Sweep.load(path, native).runs[0].config.backend == "native"
+    tok_only = gsm8k_data.train_tokenizer(gsm8k_data.corpus(gsm8k_data.problems(8)), tmp_path / "tokenizer", 300)
+    for backend in ([], native):
+        assert error(path, *backend, f"model_path={tok_only}") == (
+            f"{path}: base: {tok_only / 'config.json'}: missing — model_path must be a Hugging Face checkpoint "
+            "directory (config.json, *.safetensors, its tokenizer)")
+    assert error(path, *native, "model_path=acme/tiny") == (
+        f"{path}: base: model_path 'acme/tiny': no checkpoint directory (config.json) here; the native loop trains "
+        "a local directory (a hub id: download it first, e.g. `hf download acme/tiny --local-dir <dir>`, and give "
         "the directory)")
-    import shutil
-
-    ckpt = shutil.copytree(model_dir, tmp_path / "checkpoint")
-    (ckpt / "config.json").write_text("{}")
-    assert Sweep.load(path, [*native, f"model_path={ckpt}"]).runs[0].config.backend == "native"
     msg = error(path, "backend=native", "verl=null", "data.train=null", "data.val=null", "data.max_response_length=null")
     assert msg == (f"{path}: base: model_path with backend: native needs data.train and data.val: the native loop trains "
                    "a checkpoint on a dataset scored by its data_source (the addition task runs on the run's own warm "

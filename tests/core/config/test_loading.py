@@ -189,7 +189,7 @@ def test_missing_file(tmp_path):
     [
         ("hidden_size", 100, ["hidden_size = 100 is not a multiple of 32", "MXFP8 block size", "96 or 128"]),
         ("intermediate_size", 390, ["intermediate_size = 390 is not a multiple of 32", "MXFP8 block size"]),
-        ("vocab_size", 1000, ["vocab_size", "greater than or equal to 1024"]),
+        ("vocab_size", 1000, ["vocab_size", "not a multiple of 32"]),
         ("head_dim", 20, ["num_attention_heads·head_dim", "not a multiple of 32", "MXFP8 block size"]),
         ("num_key_value_heads", 3, ["not a multiple of num_key_value_heads (3)", "valid num_key_value_heads"]),
     ],

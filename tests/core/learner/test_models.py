@@ -70,7 +70,7 @@ def _write(tmp_path: Path, data) -> Path:
         ({**MOE_EXTRA, "num_experts_per_tok": 9}, "num_experts_per_tok",
          "exceeds num_experts = 8; use a value in 1..8"),
         ({"num_key_value_heads": 3}, "num_key_value_heads", "valid num_key_value_heads for 8 heads: [1, 2, 4, 8]"),
-        ({"vocab_size": 512}, "vocab_size", "greater than or equal to 1024"),
+        ({"vocab_size": 16}, "vocab_size", "greater than or equal to 32"),
         ({"hidden_size": 250}, "hidden_size",
          "not a multiple of 32 (the MXFP8 block size); use a multiple of 32 such as 224 or 256"),
         ({"intermediate_size": 700}, "intermediate_size", "not a multiple of 32"),

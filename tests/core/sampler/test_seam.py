@@ -23,7 +23,8 @@ from fp8rl_core.verl.checking import ServerSampler
 ROOT = Path(__file__).resolve().parents[3]
 #: what the loop, the sync and the checks call on a live engine (docs/design.md, Engines)
 OPERATIONS = {"alive", "engine_version", "layers", "prefix_cache_blocks", "reset_prefix_cache", "sync", "state",
-              "read_back", "compute_check", "engine_checksums", "check_ranks", "generate", "prompt_logprobs", "close"}
+              "read_back", "compute_check", "engine_checksums", "check_ranks", "generate", "prompt_logprobs",
+              "limit_vocabulary", "close"}
 #: what every engine sets (the seam's annotations)
 ATTRIBUTES = {"cfg", "schemes", "mx_grid", "key", "instance", "version", "syncs", "startup_s", "in_process"}
 VLLM_IMPLEMENTATIONS = [VllmSampler, ServerSampler]
