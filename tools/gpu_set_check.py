@@ -2,7 +2,8 @@
 tools/gpu_host.py's source builds) into a scratch environment, then an import of every module a GPU run starts
 that can import without a GPU, each that cannot named with why (docs/gpu.md, The GPU set installed on CPU).
 
-The modules: tools/gpu_closure.json's (recorded from a verl run's processes, tools/import_closure.py), the ones
+The modules: tools/gpu_closure.json's (recorded from a verl run's processes, tools/import_closure.py; not the
+distributions it calls optional), the ones
 ``make setup-gpu``'s last step imports (tools/gpu_lock.py ``START_IMPORTS``: TE, Megatron-Core/-Bridge too)
 and every fp8rl module (``fp8rl_core`` but its SGLang sampler: SGLang is not in the set), from the checkout
 (``PYTHONPATH``). All in one interpreter, one after another, each result written as it comes; a crash is that
@@ -48,18 +49,31 @@ REASONS = (
 #: fp8rl's modules not in a GPU run from this set: SGLang's sampler (SGLang is not in the set)
 NOT_GPU_SET = ("fp8rl_core.sampler.sglang",)
 
+#: the importer: results as JSON lines on its own copy of stdout (what a module prints goes to stderr), a module
+#: that takes over IMPORT_TIMEOUT_S seconds stopped by an alarm, the interpreter left at once at the end (a thread
+#: a module started cannot hold it)
+IMPORT_TIMEOUT_S = 300
 _RUNNER = r"""
-import importlib, json, sys, time, traceback
-for module in sys.argv[1:]:
-    print(json.dumps({"module": module, "start": True}), flush=True)
+import importlib, json, os, signal, sys, time
+out = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+def too_long(signum, frame):
+    raise TimeoutError(f"import took over {int(sys.argv[1])} s")
+signal.signal(signal.SIGALRM, too_long)
+for module in sys.argv[2:]:
+    print(json.dumps({"module": module, "start": True}), file=out, flush=True)
     t = time.perf_counter()
+    signal.alarm(int(sys.argv[1]))
     try:
         importlib.import_module(module)
-        out = {"module": module, "ok": True}
+        row = {"module": module, "ok": True}
     except BaseException as e:
-        out = {"module": module, "ok": False, "error": f"{type(e).__name__}: {e}".splitlines()[0][:400]}
-    out["seconds"] = round(time.perf_counter() - t, 2)
-    print(json.dumps(out), flush=True)
+        row = {"module": module, "ok": False, "error": f"{type(e).__name__}: {e}".splitlines()[0][:400]}
+    signal.alarm(0)
+    row["seconds"] = round(time.perf_counter() - t, 2)
+    print(json.dumps(row), file=out, flush=True)
+out.flush()
+os._exit(0)
 """
 
 
@@ -79,17 +93,21 @@ def fp8rl_modules() -> list[str]:
 
 
 def modules() -> list[str]:
-    recorded = sorted({i.module for i in import_closure.load()})
+    """The modules imported: the recorded closure's (but the ones tools/import_closure.py ``NOT_PINNED`` calls
+    optional: the set does not hold them by design), ``START_IMPORTS``, fp8rl's."""
+    optional = {d for d, (kind, _) in import_closure.NOT_PINNED.items() if kind == "optional"}
+    top = set(import_closure.top_level_modules())
+    recorded = sorted({i.module for i in import_closure.load() if i.distribution not in optional and i.module in top})
     return list(dict.fromkeys([*recorded, *gpu_lock.START_IMPORTS, *fp8rl_modules()]))
 
 
-def import_all(python: str, names: list[str], env: dict[str, str], timeout: float = 1800) -> list[dict]:
+def import_all(python: str, names: list[str], env: dict[str, str], timeout: float = 600) -> list[dict]:
     """Import ``names`` one after another in ``python``; a crash or hang is its module's result, then on."""
     results: list[dict] = []
     left = list(names)
     while left:
-        proc = subprocess.Popen([python, "-c", _RUNNER, *left], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                text=True, env=env, cwd=ROOT)
+        proc = subprocess.Popen([python, "-c", _RUNNER, str(IMPORT_TIMEOUT_S), *left], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT)
         current = None
         try:
             for line in proc.stdout:

@@ -50,12 +50,12 @@ def test_every_process_writes_what_it_imported_and_the_reader_maps_it(tmp_path):
     assert {"json", "yaml", "multiprocessing", "numpy"} <= modules and "no_such_module_fp8rl" not in modules
     by_module = {i.module: i for i in closure}
     assert by_module["yaml"].distribution == "pyyaml" and by_module["json"].distribution == ""  # stdlib
-    assert {i.process for i in closure} == {"python"}
+    assert {i.process for i in closure} == {"python -c import json, yaml"}
     # pyyaml and numpy are pinned in the GPU set; a lock without pyyaml names module, distribution and process
     pins = import_closure.lock_pins()
     assert import_closure.unpinned(closure, pins) == ()
     missing = import_closure.unpinned(closure, {k: v for k, v in pins.items() if k != "pyyaml"})
-    assert [str(m) for m in missing] == ["yaml (distribution pyyaml), imported by python"]
+    assert [str(m) for m in missing] == ["yaml (distribution pyyaml), imported by python -c import json, yaml (by __main__)"]
 
 
 def test_a_killed_process_keeps_what_it_had_imported(tmp_path):
@@ -76,6 +76,16 @@ def test_process_names_are_the_actor_or_the_command():
     assert import_closure.process_name("VLLM::EngineCore") == "VLLM::EngineCore"
     assert import_closure.process_name("/x/.venv/bin/python -m verl.trainer.main_ppo a=b") == "python -m verl.trainer.main_ppo"
     assert import_closure.process_name("/x/bin/python /x/ray/_private/workers/default_worker.py --a") == "default_worker.py"
+    assert import_closure.process_name("/x/python -B -c from multiprocessing.spawn import spawn_main; spawn_main()") \
+        == "python -c from multiprocessing.spawn import"
+
+
+def test_an_exec_in_the_same_process_starts_a_new_record():
+    # a fork of the trainer that execs a Ray worker, which becomes the TaskRunner actor
+    lines = ["#title python -m verl.trainer.main_ppo", "sys", "transfer_queue", "#title python /x/default_worker.py",
+             "sys", "aiohttp", "#title ray::IDLE", "x", "#title ray::TaskRunnerV1.run", "hydra"]
+    assert import_closure._segments(lines) == [("python -m verl.trainer.main_ppo", ["sys", "transfer_queue"]),
+                                               ("ray::TaskRunnerV1", ["sys", "aiohttp", "x", "hydra"])]
 
 
 def test_a_cpu_specific_distribution_counts_as_its_gpu_counterpart():

@@ -53,4 +53,5 @@ def test_every_module_a_verl_run_imports_comes_from_a_pinned_distribution():
     assert by_module["transfer_queue"].distribution == "transferqueue"
     assert by_module["hydra"].distribution == "hydra-core"
     processes = {i.process for i in closure}
-    assert {"python -m verl.trainer.main_ppo", "ray::TaskRunner"} <= processes, sorted(processes)
+    assert {"python -m verl.trainer.main_ppo", "ray::TaskRunnerV1", "ray::Fp8rlHttpServer",
+            "ray::TransferQueueController:TransferQueueController"} <= processes, sorted(processes)
