@@ -45,7 +45,10 @@ class UpstreamRecord:
 #: why a module of the GPU set does not import on a CPU host, as tools/gpu_set_check.py words it → its kind; a
 #: ``not-in-set`` or ``other`` failure is a drift, the rest are what a CPU host cannot do
 WHY_KINDS = (("needs the NVIDIA driver", "gpu"), ("a source build", "source-build"),
-             ("which the GPU set does not hold", "not-in-set"), ("needs the library", "library"))
+             ("which the GPU set does not hold", "not-in-set"), ("which the set's library lacks", "symbol"),
+             ("needs the library", "library"))
+#: the kinds that are a drift of the set itself (the rest: what a CPU host cannot do)
+DRIFT_KINDS = ("not-in-set", "symbol", "other")
 #: the ``gpu_set_imports`` table's columns (one row per module that does not import)
 IMPORT_COLUMNS = ("module", "kind", "why", "error", "seconds")
 
@@ -97,7 +100,7 @@ class GpuSetCheck:
     @property
     def drift(self) -> tuple[str, ...]:
         """What is wrong with the set itself: a difference from the lock, a module it lacks, an unexplained failure."""
-        return self.set_problems + tuple(f"{i.module}: {i.why}" for i in self.imports if i.kind in ("not-in-set", "other"))
+        return self.set_problems + tuple(f"{i.module}: {i.why}" for i in self.imports if i.kind in DRIFT_KINDS)
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,7 @@ def record_gpu_set(mlflow_run: str, check: GpuSetCheck) -> GpuSetRecord:
     of :data:`WHY_KINDS` and ``other``; the ``gpu_set_imports`` table (parquet + CSV, one row per module that does
     not import, :data:`IMPORT_COLUMNS`) and ``gpu_set.json`` (the whole check); tag ``verdict``."""
     tracking.log_params(mlflow_run, {"python": check.python, "pins": str(check.pins)})
-    kinds = [k for _, k in WHY_KINDS] + ["other"]
+    kinds = [k for _, k in WHY_KINDS] + ["other"]  # gpu, source-build, not-in-set, symbol, library, other
     tracking.log_metrics(mlflow_run, {
         "gpu_set/install_s": check.install_s, "gpu_set/imports_s": check.imports_s, "gpu_set/wall_s": check.wall_s,
         "gpu_set/venv_gb": check.venv_bytes / 1e9, "gpu_set/download_gb": check.cache_bytes / 1e9,

@@ -33,19 +33,20 @@ DOCS = "docs/gpu.md, The host floor"
 
 
 class SourceBuild(NamedTuple):
-    """A package PyPI has as source only: ``needs`` the host tools its build needs beyond the set (``nvcc``),
-    ``what`` how it is built."""
+    """A package PyPI has as source only: ``module`` its top-level module, ``needs`` the host tools its build
+    needs beyond the set (``nvcc``), ``what`` how it is built."""
 
     name: str
+    module: str
     needs: Tuple[str, ...]
     what: str
 
 
 SOURCE_BUILDS = (
-    SourceBuild("antlr4-python3-runtime", (), "hydra-core's parser runtime, PyPI has 4.9.3 as an sdist only: "
+    SourceBuild("antlr4-python3-runtime", "antlr4", (), "hydra-core's parser runtime, PyPI has 4.9.3 as an sdist only: "
                 "pure Python, built by the set's setuptools, no compiler (seconds)"),
-    SourceBuild("flash-attn", ("nvcc",), "CUDA extension built against the set's torch (nvcc, ninja from the set)"),
-    SourceBuild("transformer-engine-torch", ("nvcc",), "TE's PyTorch extension, built against the set's torch "
+    SourceBuild("flash-attn", "flash_attn", ("nvcc",), "CUDA extension built against the set's torch (nvcc, ninja from the set)"),
+    SourceBuild("transformer-engine-torch", "transformer_engine_torch", ("nvcc",), "TE's PyTorch extension, built against the set's torch "
                 "(nvcc, cmake and ninja from the set)"),
 )
 

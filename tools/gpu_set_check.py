@@ -1,5 +1,5 @@
-"""The GPU set installed for real on a CPU host: every wheel of ``constraints-gpu.txt`` (all but
-tools/gpu_host.py's source builds) into a scratch environment, then an import of every module a GPU run starts
+"""The GPU set installed for real on a CPU host: every wheel of ``constraints-gpu.txt`` and the source builds
+that need nothing of the host (antlr4; not the two that need nvcc, tools/gpu_host.py) into a scratch environment, then an import of every module a GPU run starts
 that can import without a GPU, each that cannot named with why (docs/gpu.md, The GPU set installed on CPU).
 
 The modules: tools/gpu_closure.json's (recorded from a verl run's processes, tools/import_closure.py; not the
@@ -41,10 +41,12 @@ from gpu_host import SOURCE_BUILDS  # noqa: E402
 REASONS = (
     (r"libcuda\.so|libnvidia-ml|NVIDIA driver|no CUDA GPUs|CUDA driver|cudaGetDeviceCount|NVML|nvmlInit",
      "needs the NVIDIA driver or a GPU (none on this host)"),
-    (r"No module named '(" + "|".join(("flash_attn", "transformer_engine_torch")) + r")\b",
-     "needs {0}, a source build this check does not install"),
+    (r"No module named '(" + "|".join(b.module for b in SOURCE_BUILDS if b.needs) + r")\b",
+     "needs {0}, a source build this check does not install (nvcc)"),
     (r"No module named '([^']+)'", "needs {0}, which the GPU set does not hold"),
     (r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object file", "needs the library {0}, not on this host"),
+    (r"([\w.+-]+\.so[\w.]*): undefined symbol: (\w+), version (\S+)",
+     "{0} needs {1} from {2}, which the set's library lacks"),
 )
 #: fp8rl's modules not in a GPU run from this set: SGLang's sampler (SGLang is not in the set)
 NOT_GPU_SET = ("fp8rl_core.sampler.sglang",)
@@ -147,14 +149,22 @@ def run(python: str, scratch: Path) -> dict:
     started = time.time()
     try:
         subprocess.run([gpu_lock.uv(), "venv", "--quiet", "--python", python, str(venv)], env=env, check=True)
-        files = gpu_lock.split(folder)
+        gpu_lock.split(folder)
         wheels = gpu_lock.install_argv(gpu_lock.uv(), ["--python", str(venv / "bin" / "python")], folder)[0]
         print("+", " ".join(wheels), flush=True)
         t = time.time()
         subprocess.run(wheels, env=env, check=True)
+        # the source builds that need nothing of the host (antlr4: pure Python, the set's setuptools), with
+        # make setup-gpu's own flags for them; the ones needing nvcc are left out
+        plain = [b.name for b in SOURCE_BUILDS if not b.needs]
+        pins = gpu_lock.lock_pins()
+        (folder / "built.txt").write_text("".join(f"{n}=={pins[n]}\n" for n in plain))
+        built_cmd = gpu_lock.install_argv(gpu_lock.uv(), ["--python", str(venv / "bin" / "python")], folder)[1]
+        print("+", " ".join(built_cmd), flush=True)
+        subprocess.run(built_cmd, env=env, check=True)
         install_s = time.time() - t
         sizes = {"venv_bytes": du(venv), "cache_bytes": du(cache), "disk_bytes": du(folder)}
-        built = set(gpu_lock.lock_pins(files["built.txt"]))
+        built = {b.name for b in SOURCE_BUILDS if b.needs}
         set_problems = [p for p in gpu_lock.installed_problems(str(venv / "bin" / "python"))
                         if p.split(":")[0].split("==")[0] not in built]
         version = subprocess.run([str(venv / "bin" / "python"), "-c", "import platform; print(platform.python_version())"],
