@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 
 from adapters import tracking
 from fp8rl_core.vocabulary import VERL_K3_ABS_TOL, VERL_K3_REL_TOL
-from tests.flows.conftest import assert_closure_pinned, import_log, metric_history  # noqa: F401 — a fixture
+from tests.flows.conftest import assert_closure_pinned, metric_history
 
 ROOT = Path(__file__).resolve().parents[2]
 VERL_SMOKE = str(ROOT / "configs" / "verl-smoke.yaml")
