@@ -17,7 +17,7 @@ INSTALL := $(call uv_install,$(VENV))
 # Environments); their imports are tested in tests/verl
 VERL_NODEPS := verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 TransferQueue==0.1.11
 
-.PHONY: setup setup-sglang setup-gpu run test test-fast test-verl bench results results-small clean
+.PHONY: setup setup-sglang setup-gpu check-gpu-set run test test-fast test-verl bench results results-small clean
 
 setup: $(STAMP)
 
@@ -64,22 +64,31 @@ $(SGLANG_STAMP): constraints-sglang.txt
 	touch $(SGLANG_STAMP)
 
 # a GPU host (CUDA torch 2.13, vLLM 0.32, verl 0.9.1, Transformer Engine 2.16.1, Megatron-Core 0.18): not for CPU
-# machines. Installs exactly constraints-gpu.txt (tools/gpu_lock.py; why these versions: docs/gpu.md, The GPU
-# set): every pin --no-deps, the two without a PyPI wheel built against the torch just installed (needs nvcc)
+# machines. First the host floor (tools/gpu_host.py: glibc, Python 3.12, nvcc for the source builds; one line and
+# stop when below it, before anything installs), then exactly constraints-gpu.txt (tools/gpu_lock.py --install;
+# why these versions: docs/gpu.md, The GPU set): every pin --no-deps, the wheels binary only, then the source
+# builds (tools/gpu_host.py SOURCE_BUILDS, the one list) against what the wheels installed; fp8rl --no-deps; the
+# environment compared with the lock; last, an import of what a GPU run starts (tools/gpu_lock.py START_IMPORTS:
+# transfer_queue, hydra, verl's main_ppo, the vLLM rollout server, TE, Megatron) and CUDA visible
 GPU_VENV   ?= .venv-gpu
 GPU_PYTHON ?= python3.12
-GPU_BUILT  := ^(flash-attn|transformer-engine-torch)==
 setup-gpu:
+	@python3 tools/gpu_host.py --python $(GPU_PYTHON)
 	test -x $(GPU_VENV)/bin/python || $(GPU_PYTHON) -m venv $(GPU_VENV)
 	test -x $(GPU_VENV)/bin/uv || $(GPU_VENV)/bin/python -m pip install --quiet uv==$(UV_VERSION)
-	grep -vE '$(GPU_BUILT)' constraints-gpu.txt > $(GPU_VENV)/wheels.txt
-	$(GPU_VENV)/bin/uv pip install --python $(GPU_VENV)/bin/python --index-url https://pypi.org/simple --no-deps --only-binary :all: -r $(GPU_VENV)/wheels.txt
-	grep -E '$(GPU_BUILT)' constraints-gpu.txt > $(GPU_VENV)/built.txt
-	$(GPU_VENV)/bin/uv pip install --python $(GPU_VENV)/bin/python --index-url https://pypi.org/simple --no-deps --no-build-isolation -r $(GPU_VENV)/built.txt
+	$(GPU_VENV)/bin/python tools/gpu_lock.py --install $(GPU_VENV)
 	# fp8rl itself without dependencies (the lock holds them)
 	$(GPU_VENV)/bin/python -m pip install --quiet --no-deps -e .
 	$(GPU_VENV)/bin/python tools/gpu_lock.py --installed $(GPU_VENV)/bin/python
-	$(GPU_VENV)/bin/python -c "import torch, vllm, verl, transformer_engine.pytorch, megatron.core, megatron.bridge, fp8rl_core.verl; assert torch.cuda.is_available()"
+	$(GPU_VENV)/bin/python tools/gpu_lock.py --imports
+	$(GPU_VENV)/bin/python -c "import torch; assert torch.cuda.is_available(), 'torch sees no GPU'"
+
+# the GPU set's wheels installed for real on this (CPU) host in a scratch venv under /tmp, then every module a
+# GPU run starts imported where it can without a GPU, each that cannot named with why (tools/gpu_set_check.py;
+# several GB: not in CI, run by the nightly upstream-drift flow; time and disk: docs/gpu.md). The result as JSON
+GPU_SET_RESULT ?= gpu-set.json
+check-gpu-set:
+	$(PY) tools/gpu_set_check.py --python $(GPU_PYTHON) --out $(GPU_SET_RESULT)
 
 # the main job: the smoke sweep through the mxfp8-sweep flow (embedded Prefect, MLflow in ./mlflow.db)
 run: setup

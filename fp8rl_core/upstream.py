@@ -129,8 +129,25 @@ INTERNALS: tuple[Internal, ...] = (
              "fp8rl_core.sampler.vllm_compat"),
     Internal(_VL, "vllm.v1.core.block_pool:BlockHashToBlockMap._cache", "instance-attribute", "reads",
              "fp8rl_core.sampler.vllm_compat"),
+    # the worker extension's reach into the model runner: vLLM 0.32 on CUDA builds Model Runner V2
+    # (vllm.v1.worker.gpu.model_runner, Worker._make_model_runner when VllmConfig.use_v2_model_runner), on CPU the
+    # V1 runner (vllm.v1.worker.gpu_model_runner, which the CPU runner subclasses): both listed
     Internal(_VL, "vllm.v1.worker.gpu_model_runner:GPUModelRunner.reload_weights", "method", "calls",
              "fp8rl_core.sampler.worker", ("weights_iterator",)),
+    Internal(_VL, "vllm.v1.worker.gpu_model_runner:GPUModelRunner.get_model", "method", "calls",
+             "fp8rl_core.sampler.worker"),
+    Internal(_VL, "vllm.v1.worker.gpu_model_runner:GPUModelRunner.model_config", "instance-attribute", "reads",
+             "fp8rl_core.sampler.worker"),
+    Internal(_VL, "vllm.v1.worker.gpu.model_runner:GPUModelRunner.reload_weights", "method", "calls",
+             "fp8rl_core.sampler.worker", ("weights_iterator",)),
+    Internal(_VL, "vllm.v1.worker.gpu.model_runner:GPUModelRunner.get_model", "method", "calls",
+             "fp8rl_core.sampler.worker"),
+    Internal(_VL, "vllm.v1.worker.gpu.model_runner:GPUModelRunner.model_config", "instance-attribute", "reads",
+             "fp8rl_core.sampler.worker"),
+    Internal(_VL, "vllm.v1.worker.gpu_worker:Worker.model_runner", "instance-attribute", "reads",
+             "fp8rl_core.sampler.worker"),
+    Internal(_VL, "vllm.config.model:ModelConfig.hf_config", "attribute", "reads", "fp8rl_core.sampler.worker"),
+    Internal(_VL, "vllm.config.model:ModelConfig.dtype", "attribute", "reads", "fp8rl_core.sampler.worker"),
     Internal(_VL, "vllm.v1.worker.gpu_worker:Worker.compute_weight_checksums", "method", "calls",
              "fp8rl_core.sampler.vllm_engine"),
     Internal(_VL, "vllm.distributed:get_tensor_model_parallel_rank", "attribute", "calls", "fp8rl_core.sampler.worker"),
@@ -173,7 +190,14 @@ INTERNALS: tuple[Internal, ...] = (
              "fp8rl_core.sampler.vllm_compat"),
     Internal(_VL, "vllm.v1.engine.core_client:MPClient.resources", "instance-attribute", "reads",
              "fp8rl_core.sampler.vllm_compat"),
-    Internal(_VL, "vllm.model_executor.kernels.linear:init_mxfp8_linear_kernel", "attribute", "calls", PLUGIN),
+    # the native MXFP8 path on Blackwell (NativeMxfp8LinearMethod): vLLM's kernel selection, called by keyword,
+    # and the two methods fp8rl calls on the kernel it returns (Mxfp8LinearKernel's abstract interface)
+    Internal(_VL, "vllm.model_executor.kernels.linear:init_mxfp8_linear_kernel", "function", "calls", PLUGIN,
+             ("weight_shape",)),
+    Internal(_VL, "vllm.model_executor.kernels.linear.mxfp8.Mxfp8LinearKernel:"
+             "Mxfp8LinearKernel.process_weights_after_loading", "method", "calls", PLUGIN, ("layer",)),
+    Internal(_VL, "vllm.model_executor.kernels.linear.mxfp8.Mxfp8LinearKernel:Mxfp8LinearKernel.apply_weights",
+             "method", "calls", PLUGIN, ("layer", "x", "bias")),
     # ---- Transformer Engine ---------------------------------------------------------------------------
     Internal(_TE, "transformer_engine.pytorch:MXFP8Quantizer", "attribute", "calls", ROLLOUT),
     Internal(_TE, "transformer_engine.pytorch.tensor.mxfp8_tensor:MXFP8Quantizer.__init__", "method", "calls",

@@ -45,3 +45,31 @@ def env(store, monkeypatch):
 def metric_history(run: str, key: str) -> dict[int, float]:
     """MLflow run ``run``'s logged values of metric ``key``: step → value."""
     return {m.step: m.value for m in tracking.client().get_metric_history(run, key)}
+
+
+@pytest.fixture()
+def import_log(tmp_path, monkeypatch) -> Path:
+    """Every Python process started from here on records the top-level modules it imports into the folder
+    returned (tools/importlog/sitecustomize.py on ``PYTHONPATH``, ``FP8RL_IMPORT_LOG``); a folder already named
+    by ``FP8RL_IMPORT_LOG`` is used and kept (``python tools/import_closure.py --write`` reads it)."""
+    import os
+
+    folder = Path(os.environ.get("FP8RL_IMPORT_LOG") or tmp_path / "imports")
+    root = Path(__file__).resolve().parents[2]
+    path = [str(root / "tools" / "importlog"), os.environ.get("PYTHONPATH") or str(root)]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path))
+    monkeypatch.setenv("FP8RL_IMPORT_LOG", str(folder))
+    return folder
+
+
+def assert_closure_pinned(folder: Path) -> None:
+    """Each top-level module recorded in ``folder`` maps to a distribution constraints-gpu.txt pins, or one of
+    tools/import_closure.py's CPU-specific table; a miss names module, distribution and process."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    import import_closure
+
+    closure = import_closure.read_log(folder)
+    assert len({e.process for e in closure}) > 3, closure  # the trainer, Ray's workers, vLLM's engine
+    assert [str(m) for m in import_closure.unpinned(closure)] == []

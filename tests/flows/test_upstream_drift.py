@@ -6,6 +6,7 @@ FINISHED; an index that does not answer is a FAILED run with a one-line reason."
 from __future__ import annotations
 
 from importlib import metadata
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -81,3 +82,55 @@ def test_an_index_that_does_not_answer_fails_the_run_with_a_one_line_reason(stor
     assert run.info.status == "FAILED" and "verdict" not in run.data.tags
     assert run.data.tags["error"] == ("PyPIUnreachable: http://127.0.0.1:9/simple/verl/ did not answer: "
                                       "[Errno 111] Connection refused")
+
+
+#: the GPU set installed on this machine once (`make check-gpu-set`'s JSON, tools/gpu_set_check.py): the result
+#: the nightly run records, committed beside the docs that quote it (docs/gpu.md, The GPU set installed on CPU)
+GPU_SET_RESULT = Path(__file__).resolve().parents[2] / "docs" / "gpu-set-check.json"
+
+
+def test_the_gpu_sets_install_is_recorded_as_its_own_run(store):
+    """The flow given the result ``make check-gpu-set`` wrote (the real one, measured here; the install itself is
+    several GB and runs nightly, not in CI): a second run ``gpu-set`` with its numbers, the modules that do not
+    import as a table with why, the verdict."""
+    from flows.upstream_drift import upstream_drift
+    from tasks.upstream import GpuSetCheck
+
+    out = upstream_drift("installed", experiment=EXPERIMENT, gpu_set_result=str(GPU_SET_RESULT))
+    check = GpuSetCheck.read(GPU_SET_RESULT)
+    rec = out.gpu_set
+    run = tracking.client().get_run(rec.mlflow_run)
+    assert run.info.status == "FINISHED" and run.info.run_name == "gpu-set" and rec.mlflow_run != out.mlflow_run
+    assert run.data.tags["fp8rl.kind"] == "upstream-drift" and run.data.tags["verdict"] == rec.verdict
+    assert rec.verdict == ("drift" if check.drift else "holds")
+    assert run.data.params["python"] == check.python and run.data.params["pins"] == str(check.pins)
+    m = run.data.metrics
+    assert m["gpu_set/modules"] == len(check.imports) > 250 and m["gpu_set/imported"] == check.count("ok") > 0
+    assert m["gpu_set/install_s"] == check.install_s > 0 and m["gpu_set/disk_gb"] == check.disk_bytes / 1e9 > 1
+    failed = [i for i in check.imports if not i.ok]
+    assert sum(m[f"gpu_set/failed/{k}"] for k in ("gpu", "source-build", "not-in-set", "symbol", "library", "other")) == len(failed)
+    rows = pd.read_parquet(download_artifacts(run_id=rec.mlflow_run, artifact_path="tables/gpu_set_imports.parquet",
+                                              tracking_uri=tracking.tracking_uri()))
+    assert rows["module"].tolist() == [i.module for i in failed] and all(rows["why"] != "")
+
+
+def test_a_gpu_set_that_differs_from_the_lock_is_a_drift_and_a_missing_result_fails_the_run(store, tmp_path):
+    import json
+
+    from flows.upstream_drift import upstream_drift
+
+    planted = json.loads(GPU_SET_RESULT.read_text())
+    planted["set_problems"] = ["transferqueue: locked 0.1.11, installed nothing"]
+    path = tmp_path / "gpu-set.json"
+    path.write_text(json.dumps(planted))
+    rec = upstream_drift("installed", experiment=EXPERIMENT, gpu_set_result=str(path)).gpu_set
+    run = tracking.client().get_run(rec.mlflow_run)
+    assert run.info.status == "FINISHED" and rec.verdict == run.data.tags["verdict"] == "drift"
+    assert rec.check.drift[0] == "transferqueue: locked 0.1.11, installed nothing"
+    assert run.data.metrics["gpu_set/set_problems"] == 1
+    with pytest.raises(FileNotFoundError):
+        upstream_drift("installed", experiment=EXPERIMENT, gpu_set_result=str(tmp_path / "none.json"))
+    c = tracking.client()
+    failed = [r for r in c.search_runs([c.get_experiment_by_name(EXPERIMENT).experiment_id]) if r.info.status == "FAILED"]
+    assert [r.info.run_name for r in failed] == ["gpu-set"]
+    assert failed[0].data.tags["error"].startswith("FileNotFoundError: [Errno 2] No such file or directory")

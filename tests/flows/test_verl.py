@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 
 from adapters import tracking
 from fp8rl_core.vocabulary import VERL_K3_ABS_TOL, VERL_K3_REL_TOL
-from tests.flows.conftest import metric_history
+from tests.flows.conftest import assert_closure_pinned, metric_history
 
 ROOT = Path(__file__).resolve().parents[2]
 VERL_SMOKE = str(ROOT / "configs" / "verl-smoke.yaml")
@@ -149,7 +149,7 @@ def test_a_verl_sweep_trains_a_users_gsm8k_data_with_tokens_of_every_step_and_ev
     assert [r.status for r in again] == ["SKIPPED (done)"] * 3
 
 
-def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_next_and_one_stops_verl(env):
+def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_next_and_one_stops_verl(env, import_log):
     """One verl run of the MoE mini, the fault series under ``checks.on_failure: warn``: two clean syncs; the
     expert fault with the compute-copy check off at its sync, left to the behavioural alarm; each fault at a
     sync of its own with a clean one after it; last, the first fault once more at a sync under ``on_failure:
@@ -219,6 +219,9 @@ def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_ne
     assert run.info.status == "FAILED" and run.data.tags["mlflow.parentRunId"] == out["mlflow_run"]
     error = run.data.tags["error"]
     assert "CheckFailedError" in error and "(version 12): W2 failed" in error and "tp rank 1/2" in error, error
+    # every top-level module a process of this verl run imported (trainer, Ray workers, vLLM's engine and its
+    # ranks: tools/importlog) comes from a distribution the GPU set pins, or one the CPU set has in its place
+    assert_closure_pinned(import_log)
 
 
 def test_a_pre_flight_refusal_prints_only_its_message(tmp_path, gsm8k_home):
