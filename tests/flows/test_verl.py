@@ -198,7 +198,8 @@ def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_ne
         ("expert-copy-negated", 1, 10, (), None), ("sampler-requantizes-floor", 1, 12, (), "fail")]
     w2, w6, w7, vck = (metric_history(series, f"check/{c}") for c in ("W2", "W6", "W7", "vllm_checksum"))
     assert sorted(w2) == sorted(w6) == sorted(vck) == list(range(13))
-    assert w2[4] == w6[6] == w6[8] == w6[10] == w2[12] == 0.0 and w6[2] == 1.0 and w7[3] == 0.0
+    assert w2[4] == w6[6] == w6[8] == w6[10] == w2[12] == 0.0 and w6[2] == 1.0
+    assert 0.0 in (w7[2], w7[3])  # the blind fault: W7's probe at its sync or the alarm at the next (above)
     assert all(w2[v] == w6[v] == 1.0 for v in (0, 1, 3, 5, 7, 9, 11))  # clean before, and again after each fault
     # the checks ran on both live rollout ranks: W2 at every sync; at the clean ones the compute copy of every
     # on-grid tensor, experts included
