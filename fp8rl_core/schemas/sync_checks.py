@@ -68,7 +68,7 @@ CLEAN_SYNCS = Table("clean_syncs", {
     "false_alarm": col("bool", doc="a check failed on a clean sync"),
     "alarms": col("str", doc="the failed checks' message ('' when none)"),
     "checks_s": col("float", *SECONDS, doc="seconds of the checks"),
-    "step_s": col("float", *SECONDS, doc="seconds of the step without the checks"),
+    "step_s": col("float", *SECONDS, doc="the step's total_s (loop.RLStep): rollout, learner step, sync, checks"),
     "mean_reward": col("float", between(0, 1, "the task's reward is 0, 0.5·fraction or 1"), doc="mean reward"),
     CHECK_COLUMNS: pattern("boolean", doc="True passed, False failed, null: not run"),
     check_column(ENGINE_CHECKSUM): col("boolean", required=False, nullable=True,
