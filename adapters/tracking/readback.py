@@ -65,15 +65,14 @@ def sweep_tables(sweep: str, dest: str | Path, sweep_id: str | None = "latest") 
                      "params": dict(r.data.params), "metrics": dict(r.data.metrics)})
         folder = Path(dest) / r.info.run_id
         folder.mkdir(parents=True, exist_ok=True)
-        # by the run's artifact URI, which search_runs returned: the client's calls by run id look the run up
-        # again for each file (one database query per table and run)
+        # the run's tables/ folder in one download, by the run's artifact URI, which search_runs returned (the
+        # client's calls by run id look the run up again for each file: one database query per table and run)
         tables_uri = f"{r.info.artifact_uri.rstrip('/')}/tables"
-        have = {Path(f.path).stem for f in artifacts.list_artifacts(artifact_uri=tables_uri, tracking_uri=uri)}
+        got = Path(artifacts.download_artifacts(artifact_uri=tables_uri, dst_path=str(folder), tracking_uri=uri))
         for t in RUN_TABLES:
-            if t not in have:
+            path = got / f"{t}.parquet"
+            if not path.is_file():
                 continue
-            path = artifacts.download_artifacts(artifact_uri=f"{tables_uri}/{t}.parquet", dst_path=str(folder),
-                                                tracking_uri=uri)
             rows = pq.read_table(path).to_pylist()
             if t in ("steps", "tokens", "checks", "matching", "matching_checks", "matching_engines"):  # the others carry their run id already
                 rows = [row | {"run_id": rid} for row in rows]
