@@ -3,7 +3,7 @@ in docs/), and every relative link of README.md and the pages under docs/, bench
 the checkout and, with ``#anchor``, a heading of that file (GitHub's heading ids).
 
 docs/design.md's lists are held to the code: its commands to the ``fp8rl`` Typer app (and the CLI module's own
-usage lines), its configs to ``configs/*.yaml``, its layer table to the ranks tests/core/test_purity.py
+usage lines, and docs/configs.md's table of the command), its configs to ``configs/*.yaml``, its layer table to the ranks tests/core/test_purity.py
 enforces, its purity rule to that test's forbidden packages and lazy exception; the flows judge nothing."""
 
 from __future__ import annotations
@@ -108,6 +108,8 @@ def test_the_design_pages_command_list_is_the_cli():
 
     usage = set(re.findall(r"^\s+fp8rl ([a-z-]+)", flows.cli.__doc__, re.M))
     assert usage == cli_commands(), "flows/cli.py's docstring lists other commands than its app has"
+    reference = set(re.findall(r"^\| `fp8rl ([a-z-]+)", (ROOT / "docs" / "configs.md").read_text(), re.M))
+    assert reference == cli_commands(), "docs/configs.md's table of the fp8rl command lists other commands"
 
 
 def test_the_design_pages_config_list_is_the_configs_folder():
