@@ -12,9 +12,10 @@ the same identity, see :func:`fp8rl_core.sampler.pool.acquire`). :func:`run_rl` 
         sampler.sync(tensors, v+1)                                # transport, in-place load, cache reset
 
 and returns a per-step table (tokens, rewards, loss, timings: generate, learner, export, transport,
-load, reset, total — ``total_s`` as :class:`RLStep` measures it, the one definition; the version) and a per-token table (sampler and learner log-probs of every sampled
-token, same tokens, same weight version). Before every rollout the sampler's version must equal the
-learner's — a rollout on other weights than the learner believes is refused (W5).
+load, reset, total — ``total_s`` as :class:`RLStep` measures it, the one definition; the version) and a
+per-token table (sampler and learner log-probs of every sampled token, same tokens, same weight version).
+Before every rollout the sampler's version must equal the learner's — a rollout on other weights than the
+learner believes is refused (W5).
 """
 
 from __future__ import annotations
