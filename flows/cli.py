@@ -103,8 +103,28 @@ def run(
             raise _fail(f"{e} (log: {log})") from None
         finally:  # registered after Prefect's own exit hook for a temporary server: runs before it
             atexit.register(_quiet_server_stop)
-    typer.echo(f"MLflow UI: .venv/bin/fp8rl ui  (then http://127.0.0.1:5000); its links for this sweep: "
-               f".venv/bin/fp8rl runs --sweep {sweep.name}")
+    me = command_as_typed()
+    typer.echo(f"MLflow UI: {me} ui  (then http://127.0.0.1:5000); its links for this sweep: "
+               f"{me} runs --sweep {sweep.name}")
+
+
+def command_as_typed(argv0: str | None = None, cwd: str | None = None, path: str | None = None) -> str:
+    """The ``fp8rl`` command as the user can type it in the folder they ran it from (``cwd``, default the
+    current one): ``fp8rl`` when that name on ``PATH`` is this program (an activated venv) or when it was not
+    started as a ``fp8rl`` script (``python -m``, tests); else the program's path (``argv0``, default
+    ``sys.argv[0]``) relative to that folder when it lies under it (``.venv/bin/fp8rl``), else absolute."""
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    cwd = os.getcwd() if cwd is None else cwd
+    if Path(argv0).name != "fp8rl":
+        return "fp8rl"
+    program = os.path.abspath(os.path.join(cwd, argv0))
+    on_path = shutil.which("fp8rl", path=os.environ.get("PATH") if path is None else path)
+    if on_path and os.path.exists(program) and os.path.samefile(on_path, program):
+        return "fp8rl"
+    rel = os.path.relpath(program, cwd)
+    if rel.startswith(os.pardir):
+        return program
+    return rel if os.sep in rel else os.path.join(os.curdir, rel)
 
 
 def _quiet_server_stop() -> None:

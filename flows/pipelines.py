@@ -77,9 +77,7 @@ def experiment(run: Run, sweep: str = "adhoc", sweep_id: str = "adhoc", mlflow_r
             for step in range(1, cfg.loop.steps + 1):
                 row = stages.train_step(key, step)
                 row |= stages.weight_sync(key)
-                row |= stages.invariant_checks(key, [[row["version"], row["new_version"] - 1]], row)
-                row["total_s"] = row["train_stage_s"] + row["export_s"] + row["transport_s"] + row["load_s"] \
-                    + row["reset_s"] + row["checks_s"]
+                row |= stages.invariant_checks(key, [[row["version"], row["new_version"] - 1]], row)  # + total_s
                 stages.record_step(key, mlflow_run, row)
             summary = stages.extract_kl_timing(key)
             stages.record_run(key, mlflow_run, summary)
@@ -416,13 +414,13 @@ def nightly_correctness(config: str | Sweep = "configs/nightly.yaml", overrides:
 
 
 def _correctness(sweep: Sweep) -> dict:
-    from fp8rl_core.checks.faults import FAULTS
+    from fp8rl_core.correctness_series import wanted_faults
 
     runs = sweep.correctness
     if not runs:
         raise ValueError(f"{sweep.source}: no 'correctness' section; nothing to check")
     section = sweep.config.correctness
-    wanted = [f for f in FAULTS if section.faults is None or f.name in section.faults]
+    wanted = wanted_faults(section)
     params = tracking.flatten(section.model_dump(mode="json"))
     stage = section.id()
     mlflow_run = tracking.open_run(sweep.name, stage, f"correctness-{stage}", "correctness", params, _flow_run())

@@ -20,10 +20,10 @@ from fp8rl_core.checks.basic import CheckResult
 from fp8rl_core.checks.checksum import check_vllm_checksums
 from fp8rl_core.checks.faults import Fault
 from fp8rl_core.checks.runner import CheckReport, CheckRunner
-from fp8rl_core.loop import Pipeline, rollout_and_learn, sync_weights
+from fp8rl_core.loop import Pipeline, RLStep, sync_weights
 from fp8rl_core.sync.hooks import NO_HOOKS
 from fp8rl_core.sync.layout import ModelLayout
-from fp8rl_core.vocabulary import CONDITIONS, ENGINE_CHECKSUM, STEP_TIMES, check_column
+from fp8rl_core.vocabulary import CONDITIONS, ENGINE_CHECKSUM, check_column
 
 __all__ = ["clean_series", "engine_checksums", "inject", "step"]
 
@@ -53,27 +53,30 @@ def _message(report: CheckReport, vck: CheckResult | None) -> str:
 
 def step(pipe: Pipeline, runner: CheckRunner, task, index: int, *, prompts_per_step: int, seed: int,
          fault: Fault | None = None) -> tuple[dict, CheckReport, CheckResult | None]:
-    """One RL step with its sync (optionally faulty), the checks after it and vLLM's checksums."""
+    """One RL step with its sync (optionally faulty), the checks after it and vLLM's checksums: an
+    :class:`~fp8rl_core.loop.RLStep` whose ``total_s`` covers all of it (the checks and checksums are timed in)."""
     if fault is not None and fault.captures_pre_step:
         pipe.pre_step_export = pipe.export()
-    row, _ = rollout_and_learn(pipe, task, index, prompts_per_step=prompts_per_step, seed=seed)
-    row |= sync_weights(pipe, fault or NO_HOOKS)
-    report = runner.check(pipe, _tags(row), alarm_numbers(row), step=index)
-    vck = engine_checksums(pipe, report)
-    row["checks_s"] = report.seconds
-    return row, report, vck
+    rl = RLStep(pipe, task, index, prompts_per_step=prompts_per_step, seed=seed)
+    rl.learn()
+    rl.sync(fault or NO_HOOKS)
+    report = rl.timed(lambda: runner.check(pipe, _tags(rl.row), alarm_numbers(rl.row), step=index))
+    vck = rl.timed(lambda: engine_checksums(pipe, report))
+    rl.row["checks_s"] = report.seconds
+    return rl.row, report, vck
 
 
 def clean_series(pipe: Pipeline, runner: CheckRunner, task, syncs: int, *, prompts_per_step: int = 4,
                  seed: int = 0, on_sync=None) -> list[dict]:
-    """``syncs`` clean RL steps; one row per sync: the checks' verdicts, tier and timings."""
+    """``syncs`` clean RL steps; one row per sync: the checks' verdicts, tier and timings (``step_s``: the step's
+    ``total_s``, checks included)."""
     rows = []
     first = pipe.learner.version + 1
     for i in range(first, first + syncs):
         row, report, vck = step(pipe, runner, task, i, prompts_per_step=prompts_per_step, seed=seed)
         out = {"sync": report.sync, "version": report.version, "tier": "full" if report.full else "cheap",
                "false_alarm": _failed(report, vck), "alarms": _message(report, vck), "checks_s": report.seconds,
-               "step_s": sum(row[c] for c in STEP_TIMES), "mean_reward": row["mean_reward"],
+               "step_s": row["total_s"], "mean_reward": row["mean_reward"],
                check_column(ENGINE_CHECKSUM): None if vck is None else vck.passed,
                f"{ENGINE_CHECKSUM}_s": None if vck is None else vck.seconds}
         out |= {f"check/{c}": r.passed for c, r in report.results_by.items()}

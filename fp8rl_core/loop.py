@@ -12,9 +12,10 @@ the same identity, see :func:`fp8rl_core.sampler.pool.acquire`). :func:`run_rl` 
         sampler.sync(tensors, v+1)                                # transport, in-place load, cache reset
 
 and returns a per-step table (tokens, rewards, loss, timings: generate, learner, export, transport,
-load, reset, total; the version) and a per-token table (sampler and learner log-probs of every sampled
-token, same tokens, same weight version). Before every rollout the sampler's version must equal the
-learner's — a rollout on other weights than the learner believes is refused (W5).
+load, reset, total — ``total_s`` as :class:`RLStep` measures it, the one definition; the version) and a
+per-token table (sampler and learner log-probs of every sampled token, same tokens, same weight version).
+Before every rollout the sampler's version must equal the learner's — a rollout on other weights than the
+learner believes is refused (W5).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
@@ -43,8 +45,9 @@ from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 
 #: what the loop trains on: fp8rl's addition task or a user's dataset (prompts, reward, EOS and pad ids)
 Task = AdditionTask | DatasetTask
+T = TypeVar("T")
 
-__all__ = ["LoopResult", "Pipeline", "rollout_and_learn", "run_rl", "start_pipeline", "sync_weights"]
+__all__ = ["LoopResult", "Pipeline", "RLStep", "rollout_and_learn", "run_rl", "start_pipeline", "sync_weights"]
 
 
 @dataclass
@@ -198,6 +201,48 @@ def sync_weights(pipe: Pipeline, hooks: SyncHooks = NO_HOOKS) -> dict:
             "sync_bytes": sync.bytes, "sync_buckets": sync.buckets}
 
 
+class RLStep:
+    """One RL step on ``pipe``, assembled once for every caller: :meth:`learn` (rollout on the sampler → GRPO
+    step), :meth:`sync` (export → every replica), then :meth:`timed` for what runs after the sync (the checks,
+    a layer above this one, passed in as a call). :attr:`row` is the step's row; its ``total_s`` is the one
+    definition of an RL step's seconds: the wall time of these stages as this object measured them — the same
+    whether :func:`run_rl` drives them in one call, the ``experiment`` flow stage by stage in three tasks (the
+    time between its tasks is Prefect's, not the step's) or the correctness stage's step
+    (:func:`fp8rl_core.correctness.step`). A stage that raised still adds its seconds (a retried sync is paid
+    twice)."""
+
+    def __init__(self, pipe: Pipeline, task: Task, index: int, *, prompts_per_step: int, seed: int = 0,
+                 max_new_tokens: int | None = None) -> None:
+        self.pipe, self.task, self.index = pipe, task, index
+        self.prompts_per_step, self.seed, self.max_new_tokens = prompts_per_step, seed, max_new_tokens
+        self.row: dict = {}
+        self.tokens: list[dict] = []
+        self.seconds = 0.0
+
+    def timed(self, call: Callable[[], T]) -> T:
+        """``call()``, its wall time added to the step's (``row["total_s"]``)."""
+        t0 = time.perf_counter()
+        try:
+            return call()
+        finally:
+            self.seconds += time.perf_counter() - t0
+            self.row["total_s"] = self.seconds
+
+    def learn(self, microbatches: list | None = None) -> dict:
+        """The rollout and the learner step (:func:`rollout_and_learn`): the step's row so far."""
+        row, self.tokens = self.timed(lambda: rollout_and_learn(
+            self.pipe, self.task, self.index, prompts_per_step=self.prompts_per_step, seed=self.seed,
+            max_new_tokens=self.max_new_tokens, microbatches=microbatches))
+        self.row = row | self.row
+        return self.row
+
+    def sync(self, hooks: SyncHooks = NO_HOOKS) -> dict:
+        """The sync of the step's new weights (:func:`sync_weights`): its timing columns."""
+        out = self.timed(lambda: sync_weights(self.pipe, hooks))
+        self.row |= out
+        return out
+
+
 def run_rl(
     pipe: Pipeline,
     task: Task,
@@ -208,17 +253,16 @@ def run_rl(
     max_new_tokens: int | None = None,
     on_step: Callable[[dict], None] | None = None,
 ) -> LoopResult:
-    """Run ``steps`` RL steps (see the module docstring); ``on_step`` sees each step's row as it lands."""
+    """Run ``steps`` RL steps (see the module docstring; each an :class:`RLStep`: learn, then sync); ``on_step``
+    sees each step's row as it lands."""
     result = LoopResult()
     first = pipe.learner.version + 1
-    for step in range(first, first + steps):
-        t_step = time.perf_counter()
-        row, tokens = rollout_and_learn(pipe, task, step, prompts_per_step=prompts_per_step, seed=seed,
-                                        max_new_tokens=max_new_tokens)
-        row |= sync_weights(pipe)
-        row["total_s"] = time.perf_counter() - t_step
-        result.steps.append(row)
-        result.tokens.extend(tokens)
+    for index in range(first, first + steps):
+        step = RLStep(pipe, task, index, prompts_per_step=prompts_per_step, seed=seed, max_new_tokens=max_new_tokens)
+        step.learn()
+        step.sync()
+        result.steps.append(step.row)
+        result.tokens.extend(step.tokens)
         if on_step is not None:
-            on_step(row)
+            on_step(step.row)
     return result

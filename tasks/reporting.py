@@ -73,9 +73,7 @@ def sweep_data(sweep: str, dest: str | Path, sweep_id: str | None = "latest",
     for name in tracking.RUN_TABLES:
         if raw[name]:
             frame = pd.DataFrame(raw[name])
-            for _, part in frame.groupby("run_id", sort=False):  # each run's table, as it was logged
-                body = part.drop(columns=["run_id"]) if name in ("steps", "tokens", "checks") else part
-                validate(name, body.reset_index(drop=True))  # a report is only as good as its tables
+            validate(name, frame)  # every run's rows at once, by their run_id: a report is only as good as its tables
             tables[name] = frame
         else:
             tables[name] = pd.DataFrame()

@@ -20,9 +20,8 @@ from pathlib import Path
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from fp8rl_core import correctness, matching
+from fp8rl_core import correctness, correctness_series, matching
 from fp8rl_core.checks import CheckRunner, check_rows
-from fp8rl_core.checks import matrix as fault_matrix
 from fp8rl_core.checks.alarm import alarm_numbers
 from fp8rl_core.checks.faults import fault as lookup_fault
 from fp8rl_core.config.schema import RunConfig
@@ -31,7 +30,7 @@ from fp8rl_core.learner.config import WarmStartConfig
 from fp8rl_core.learner.grpo import microbatch_rows
 from fp8rl_core.learner.spec import ModelSpec
 from fp8rl_core.learner.warmstart import is_complete, warm_start, warmstart_key
-from fp8rl_core.loop import Pipeline, Task, rollout_and_learn, start_pipeline, sync_weights
+from fp8rl_core.loop import Pipeline, RLStep, Task, start_pipeline
 from fp8rl_core.metrics import summarize_steps
 from fp8rl_core.metrics.probe import probe_divergence, probe_interval
 from fp8rl_core.metrics.summary import run_kl_summary
@@ -60,6 +59,7 @@ class LiveRun:
     probe: list[dict] = field(default_factory=list)
     runner: CheckRunner | None = None
     last_good_version: int = 0  # the last version whose checks passed
+    step: RLStep | None = None  # the RL step in progress: its stages are three tasks, its seconds one clock
 
 
 def check_runner(cfg: RunConfig) -> CheckRunner:
@@ -125,18 +125,18 @@ def setup_sampler_grid(key: str, cfg: RunConfig, checkpoint: str) -> dict:
 
 @task(name="train-step", cache_policy=NO_CACHE)
 def train_step(key: str, step: int) -> dict:
-    """Rollout on the sampler + one GRPO step of the learner."""
+    """Rollout on the sampler + one GRPO step of the learner: the first stage of the run's
+    :class:`~fp8rl_core.loop.RLStep` ``step``."""
     live = _live(key)
-    t0 = time.perf_counter()
     timings: list = []
-    row, tokens = rollout_and_learn(live.pipe, live.task, step,
-                                    prompts_per_step=live.cfg.loop.prompts_per_step, seed=live.cfg.seed,
-                                    microbatches=timings)
-    live.tokens.extend(tokens)
+    live.step = RLStep(live.pipe, live.task, step, prompts_per_step=live.cfg.loop.prompts_per_step,
+                       seed=live.cfg.seed)
+    row = live.step.learn(microbatches=timings)
+    live.tokens.extend(live.step.tokens)
     live.microbatches.extend(microbatch_rows(key, live.pipe.learner.cfg.precision, step,
                                              live.cfg.learner.tokens_per_microbatch, timings))
-    row["train_stage_s"] = time.perf_counter() - t0
-    return row
+    row["train_stage_s"] = live.step.seconds
+    return dict(row)
 
 
 def _retry_unless_engine_dead(task, task_run, state) -> bool:
@@ -154,8 +154,9 @@ def _retry_unless_engine_dead(task, task_run, state) -> bool:
 @task(name="weight-sync", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=1,
       retry_condition_fn=_retry_unless_engine_dead)
 def weight_sync(key: str) -> dict:
-    """Export the learner's weights and land them in the live sampler (transport, load, cache reset)."""
-    return sync_weights(_live(key).pipe)
+    """Export the learner's weights and land them in the live sampler (transport, load, cache reset): the
+    second stage of the run's RL step (:func:`train_step`)."""
+    return _live(key).step.sync()
 
 
 @task(name="invariant-checks", cache_policy=NO_CACHE)
@@ -163,11 +164,14 @@ def invariant_checks(key: str, rollout_tags: list[list[int]], step_row: dict | N
     """W1–W7 on the live engine(s) after the sync (fp8rl_core.checks.runner: cheap tier every sync, full
     tier on the cadence and on suspicion). A failure fails the run (``checks.on_failure: fail``) or is
     logged as a warning (``warn``). ``step_row``: the train step's row, whose mismatch numbers the
-    behavioural alarm judges (W7, fp8rl_core.checks.alarm)."""
+    behavioural alarm judges (W7, fp8rl_core.checks.alarm). The last stage of the run's RL step
+    (:func:`train_step`): its ``total_s`` (:class:`~fp8rl_core.loop.RLStep`, the checks timed in) is in the result."""
     live = _live(key)
-    report = live.runner.check(live.pipe, [tuple(t) for t in rollout_tags], alarm_numbers(step_row or {}),
-                               step=None if step_row is None else step_row.get("step"))
-    out = report.metrics() | {"checks_s": report.seconds, "checks_full": float(report.full)}
+    report = live.step.timed(lambda: live.runner.check(
+        live.pipe, [tuple(t) for t in rollout_tags], alarm_numbers(step_row or {}),
+        step=None if step_row is None else step_row.get("step")))
+    out = report.metrics() | {"checks_s": report.seconds, "checks_full": float(report.full),
+                              "total_s": live.step.seconds}
     live.checks.append(report.as_dict())
     if report.failed:
         msg = f"weight sync to version {report.version}: {report.message()}"
@@ -321,12 +325,12 @@ def inject_fault(key: str, fault: str) -> dict:
 @task(name="record-matrix", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
 def record_matrix(mlflow_run: str, matrix: list[dict], clean: list[dict]) -> dict:
     """The detection matrix (CSV + PNG heat map), the clean series (parquet), the verdicts (JSON) and
-    the summary metrics ``faults/caught_first``, ``faults/total``, ``clean/false_alarms``."""
+    the summary metrics (:func:`fp8rl_core.correctness_series.native_metrics`)."""
     import csv
 
     validate("detection_matrix", matrix)
     validate("clean_syncs", clean)
-    summary = fault_matrix.summarize(matrix, clean)
+    summary, metrics = correctness_series.native_metrics(matrix, clean)
     out = Path(tempfile.mkdtemp(prefix="fp8rl-matrix-"))
     cols = list(dict.fromkeys(k for r in matrix for k in r))
     with open(out / "detection_matrix.csv", "w", newline="") as fh:
@@ -338,24 +342,11 @@ def record_matrix(mlflow_run: str, matrix: list[dict], clean: list[dict]) -> dic
     tracking.log_file(mlflow_run, png)
     tracking.log_table(mlflow_run, "clean_syncs", clean)
     tracking.log_json(mlflow_run, "matrix_summary.json", summary)
-    checks_s = [r["checks_s"] for r in clean]
-    step_s = [r["step_s"] for r in clean]
-    metrics = {k: float(v) for k, v in summary.items() if k.startswith(("faults/", "clean/"))}
-    metrics |= {"time/checks_s": sum(checks_s) / len(checks_s), "time/step_s": sum(step_s) / len(step_s),
-                "time/checks_fraction": sum(checks_s) / max(sum(step_s), 1e-9)}
-    metrics |= {f"check/{c}/necessary": float(v["necessary"]) for c, v in summary["checks"].items()}
-    second = summary[ENGINE_CHECKSUM]  # vLLM's own checksums: where they ran, disagreed, fired
-    metrics |= {f"{ENGINE_CHECKSUM}/clean_syncs": float(second["clean_syncs_run"]),
-                f"{ENGINE_CHECKSUM}/clean_disagreements": float(second["clean_disagreements"]),
-                f"{ENGINE_CHECKSUM}/faults_fired": float(len(second["fired_on"]))}
-    seconds = [r[f"{ENGINE_CHECKSUM}_s"] for r in clean if r.get(f"{ENGINE_CHECKSUM}_s") is not None]
-    if seconds:
-        metrics[f"time/{ENGINE_CHECKSUM}_s"] = sum(seconds) / len(seconds)
     tracking.log_metrics(mlflow_run, metrics)
     import shutil
 
     shutil.rmtree(out, ignore_errors=True)
-    return metrics | {"checks": summary["checks"], ENGINE_CHECKSUM: second}
+    return metrics | {"checks": summary["checks"], ENGINE_CHECKSUM: summary[ENGINE_CHECKSUM]}
 
 
 # ----------------------------------------------------------------------------------------------------

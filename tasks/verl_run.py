@@ -43,7 +43,7 @@ from fp8rl_core.metrics.summary import run_kl_summary
 from fp8rl_core.schemas import validate
 from fp8rl_core.learner.warmstart import warm_start
 from fp8rl_core.verl.capture import captures_whole_batches, read_tokens
-from fp8rl_core.verl.checking import read_reports, sync_results
+from fp8rl_core.verl.verdicts import read_reports, sync_results
 from fp8rl_core.verl.data import write_dataset, write_model_dir
 from fp8rl_core.verl.metrics import VERL_METRICS, summary
 from fp8rl_core.verl.overrides import Override, main_ppo_argv, verl_overrides

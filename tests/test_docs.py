@@ -1,6 +1,10 @@
 """The front door stays small and the docs' links lead somewhere: README.md ≤ 12 KB (reference material lives
 in docs/), and every relative link of README.md and the pages under docs/, bench/ and tests/ names a file of
-the checkout and, with ``#anchor``, a heading of that file (GitHub's heading ids)."""
+the checkout and, with ``#anchor``, a heading of that file (GitHub's heading ids).
+
+docs/design.md's lists are held to the code: its commands to the ``fp8rl`` Typer app (and the CLI module's own
+usage lines, and docs/configs.md's table of the command), its configs to ``configs/*.yaml``, its layer table to the ranks tests/core/test_purity.py
+enforces, its purity rule to that test's forbidden packages and lazy exception; the flows judge nothing."""
 
 from __future__ import annotations
 
@@ -67,3 +71,85 @@ def test_the_anchor_rule_is_githubs():
     page = ROOT / "docs" / "gpu.md"
     ids = anchors(page)
     assert {"environments-decision", "launching-fp8rl-run-with-backend-verl", "verl-on-cpu"} <= ids
+
+
+# ------------------------------------------------------------------------------- docs/design.md, held to the code
+DESIGN = ROOT / "docs" / "design.md"
+
+
+def _section(text: str, heading: str) -> str:
+    """The body of the Markdown section ``heading`` (to the next heading of any level)."""
+    m = re.search(rf"^#+ {re.escape(heading)}\n(.*?)(?=^#)", text, re.S | re.M)
+    assert m, f"docs/design.md has no section {heading!r}"
+    return m.group(1)
+
+
+def _shape_entry(folder: str) -> str:
+    """The text of ``folder``'s entry in the Shape block of design.md (to the next top-level entry)."""
+    block = _section(DESIGN.read_text(), "Shape")
+    m = re.search(rf"^{re.escape(folder)}\s(.*?)(?=^\S)", block, re.S | re.M)
+    assert m, f"docs/design.md's Shape block has no entry {folder}"
+    return m.group(1)
+
+
+def cli_commands() -> set[str]:
+    """The commands of the ``fp8rl`` Typer app, by the names a user types."""
+    from flows.cli import app
+
+    return {c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands}
+
+
+def test_the_design_pages_command_list_is_the_cli():
+    commands = _section(DESIGN.read_text(), "Commands")
+    listed = re.search(r"the `fp8rl` command\s*\(([^)]*)\)", commands)
+    assert listed, "docs/design.md, Commands: no '(…)' list after 'the `fp8rl` command'"
+    assert set(re.findall(r"`([a-z-]+)`", listed.group(1))) == cli_commands()
+    import flows.cli
+
+    usage = set(re.findall(r"^\s+fp8rl ([a-z-]+)", flows.cli.__doc__, re.M))
+    assert usage == cli_commands(), "flows/cli.py's docstring lists other commands than its app has"
+    reference = set(re.findall(r"^\| `fp8rl ([a-z-]+)", (ROOT / "docs" / "configs.md").read_text(), re.M))
+    assert reference == cli_commands(), "docs/configs.md's table of the fp8rl command lists other commands"
+
+
+def test_the_design_pages_config_list_is_the_configs_folder():
+    listed = set(re.findall(r"`([a-z0-9-]+)`", _shape_entry("configs/")))
+    assert listed == {p.stem for p in (ROOT / "configs").glob("*.yaml")}
+
+
+def test_the_design_pages_layer_table_is_the_purity_tests():
+    from tests.core.test_purity import LAYERS
+
+    table = _section(DESIGN.read_text(), "Layers")
+    doc: dict[str, int] = {}
+    for rank, names in re.findall(r"^\| (\d+) \| (.*) \|$", table, re.M):
+        for name in re.findall(r"`([a-z_]+)`", names):
+            doc[name if name in ("adapters", "tasks", "flows") else f"fp8rl_core.{name}"] = int(rank)
+    assert doc == LAYERS
+
+
+def test_the_docs_state_the_purity_rule_the_purity_test_enforces():
+    """fp8rl_core imports none of FORBIDDEN, but the lazy imports LAZY_ALLOWED grants a subpackage: the design
+    page says both; no page claims the library has no Ray imports at all."""
+    from tests.core.test_purity import FORBIDDEN, LAZY_ALLOWED
+
+    names = {"prefect": "Prefect", "mlflow": "MLflow", "ray": "Ray"}
+    entry = " ".join(re.split(r"\n  (?=\S)", _shape_entry("fp8rl_core/"))[0].split())  # its own lines, not its modules'
+    assert set(names) == FORBIDDEN and all(names[f] in entry for f in FORBIDDEN), entry
+    for sub, allowed in LAZY_ALLOWED.items():  # "… and Ray only inside functions of fp8rl_core/verl/"
+        for f in allowed:
+            assert re.search(rf"{names[f]} only inside functions of fp8rl_core/{sub}/", entry), entry
+    claims = [ROOT / "fp8rl_core" / "__init__.py", *PAGES]
+    false = re.compile(r"(?<!loads )no Prefect, MLflow or Ray\b")  # ("importing … loads no …, Ray" is true)
+    assert [p.relative_to(ROOT).as_posix() for p in claims if false.search(p.read_text())] == []
+
+
+def test_the_flows_judge_nothing():
+    """Flows only compose: what a stage plans and judges is the library's (fp8rl_core.correctness_series), so no
+    module of flows/ imports the checks' verdicts."""
+    from tests.core.test_purity import imports_in
+
+    judging = ("fp8rl_core.checks", "fp8rl_core.verl.verdicts")
+    found = [f"{p.name}:{line} {m}" for p in sorted((ROOT / "flows").glob("*.py")) for line, m in imports_in(p, ROOT)
+             if m.startswith(judging)]
+    assert found == []

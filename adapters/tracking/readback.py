@@ -32,7 +32,7 @@ def sweep_tables(sweep: str, dest: str | Path, sweep_id: str | None = "latest") 
     """Everything a report needs from a sweep's MLflow experiment: ``runs`` (one dict per FINISHED run —
     MLflow run id, fp8rl run id, name, params as logged, final metrics) and, per table of
     :data:`RUN_TABLES`, the concatenated rows of every run (with its fp8rl ``run_id``). Parquet files
-    are downloaded under ``dest``. The newest FINISHED MLflow run wins when a run id was run twice;
+    are read where a local artifact store keeps them, else downloaded under ``dest``. The newest FINISHED MLflow run wins when a run id was run twice;
     runs that are not FINISHED, and runs without an fp8rl run id (e.g. a report run), are left out.
     ``sweep_id``: only runs of that expansion of the config (tag ``fp8rl.sweep_id``, a hash of its run
     ids: a changed config is a new expansion); ``"latest"`` (default) the expansion of the newest
@@ -65,15 +65,16 @@ def sweep_tables(sweep: str, dest: str | Path, sweep_id: str | None = "latest") 
                      "params": dict(r.data.params), "metrics": dict(r.data.metrics)})
         folder = Path(dest) / r.info.run_id
         folder.mkdir(parents=True, exist_ok=True)
-        # by the run's artifact URI, which search_runs returned: the client's calls by run id look the run up
-        # again for each file (one database query per table and run)
+        # the run's tables/ folder: read where it lies when the artifact store is a local folder, else in one
+        # download, by the run's artifact URI, which search_runs returned (the client's calls by run id look the
+        # run up again for each file: one database query per table and run)
         tables_uri = f"{r.info.artifact_uri.rstrip('/')}/tables"
-        have = {Path(f.path).stem for f in artifacts.list_artifacts(artifact_uri=tables_uri, tracking_uri=uri)}
+        got = _local_folder(tables_uri) or Path(artifacts.download_artifacts(
+            artifact_uri=tables_uri, dst_path=str(folder), tracking_uri=uri))
         for t in RUN_TABLES:
-            if t not in have:
+            path = got / f"{t}.parquet"
+            if not path.is_file():
                 continue
-            path = artifacts.download_artifacts(artifact_uri=f"{tables_uri}/{t}.parquet", dst_path=str(folder),
-                                                tracking_uri=uri)
             rows = pq.read_table(path).to_pylist()
             if t in ("steps", "tokens", "checks", "matching", "matching_checks", "matching_engines"):  # the others carry their run id already
                 rows = [row | {"run_id": rid} for row in rows]
@@ -81,6 +82,17 @@ def sweep_tables(sweep: str, dest: str | Path, sweep_id: str | None = "latest") 
     return {"sweep": sweep, "experiment_id": exp.experiment_id, "sweep_id": sweep_id,
             "runs": list(reversed(runs))} | tables
 
+
+
+def _local_folder(artifact_uri: str) -> Path | None:
+    """The folder an artifact URI names when the store is a local folder (a path or ``file://``), if it exists."""
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(artifact_uri)
+    if parsed.scheme not in ("", "file") or (parsed.scheme == "file" and parsed.netloc not in ("", "localhost")):
+        return None
+    folder = Path(unquote(parsed.path) if parsed.scheme else artifact_uri)
+    return folder if folder.is_dir() else None
 
 
 def find_sweep_run(sweep: str, sweep_id: str | None = None) -> str | None:

@@ -136,9 +136,12 @@ def at_least(big: str, small: str, why: str, tol: float = 0.0) -> pa.Check:
                 lambda d: num(d, big) < num(d, small) - tol)
 
 
-def constant_per(group: Sequence[str], column: str, why: str) -> pa.Check:
+def constant_per(group: Sequence[str], column: str, why: str, optional: Sequence[str] = ()) -> pa.Check:
+    """``column`` is one value per ``group`` (and per ``optional`` columns, where present: a table read back
+    from several runs carries its ``run_id``)."""
+
     def bad(df):  # the rows that differ from their group's most common value
-        by = df.groupby(list(group), dropna=False)[column]
+        by = df.groupby([*(c for c in optional if c in df.columns), *group], dropna=False)[column]
         if (by.nunique(dropna=False) <= 1).all():  # the common case, vectorised: every group constant
             return pd.Series(False, index=df.index)
         common = by.transform(lambda s: s.mode(dropna=False).iloc[0])

@@ -20,15 +20,19 @@ __all__ = ["MICROBATCHES", "STEPS", "TOKENS"]
 
 
 def _stale_rollout(df: pd.DataFrame) -> pd.Series:
-    """A step's rollout version ≠ the previous step's new_version (consecutive step numbers only)."""
-    order = df.sort_values("step")
+    """A step's rollout version ≠ the previous step's new_version (consecutive step numbers of one run only)."""
+    runs = ["run_id"] if "run_id" in df.columns else []
+    order = df.sort_values([*runs, "step"])
     step, v, nv = num(order, "step"), num(order, "version"), num(order, "new_version")
     follows = step.diff() == 1
+    if runs:
+        follows &= order["run_id"].eq(order["run_id"].shift(1))
     bad = follows & (v != nv.shift(1))
     return bad.reindex(df.index)
 
 
 STEPS = Table("steps", {
+    "run_id": col("str", NONEMPTY, required=False, doc="the run's id (added when read back from several runs)"),
     "step": col("int", ge(1, "steps count from 1"), doc="RL step number"),
     "version": col("int", ge(0, "weight versions count from 0"), doc="weight version the rollout ran on"),
     "new_version": col("int", ge(1, "a version after an update"), doc="learner version after the update"),
@@ -60,7 +64,7 @@ STEPS = Table("steps", {
                              doc="preset requant: fraction of the sampler's own MXFP8 bytes that differ from the "
                                  "learner's (W2, measured)"),
 }, (
-    unique("step", what="one row per step: a retried record must not double a step"),
+    unique("step", optional=("run_id",), what="one row per step: a retried record must not double a step"),
     rule("new_version = version + 1", "'new_version' must equal 'version' + 1 (one learner update per rollout, "
          "and the rollout ran on the learner's weights: W5)", ("version", "new_version"),
          lambda d: num(d, "new_version") != num(d, "version") + 1),
@@ -81,10 +85,12 @@ STEPS = Table("steps", {
 
 def _gapped_positions(df: pd.DataFrame) -> pd.Series:
     """n distinct non-negative positions (their own rules) run 0 … n−1 iff none is ≥ n: flag those."""
-    return num(df, "position") >= df.groupby(["step", "sequence"])["position"].transform("size")
+    runs = ["run_id"] if "run_id" in df.columns else []
+    return num(df, "position") >= df.groupby([*runs, "step", "sequence"])["position"].transform("size")
 
 
 TOKENS = Table("tokens", {
+    "run_id": col("str", NONEMPTY, required=False, doc="the run's id (added when read back from several runs)"),
     "step": col("int", ge(1, "steps count from 1"), doc="RL step"),
     "version": col("int", ge(0, "weight versions count from 0"), doc="weight version the token was sampled with"),
     "sequence": col("int", ge(0, "a row index"), doc="row of the rollout batch"),
@@ -93,10 +99,10 @@ TOKENS = Table("tokens", {
     "sampler_logprob": col("float", *LOGPROB, doc="the sampler's log-prob of the token"),
     "learner_logprob": col("float", *LOGPROB, doc="the learner's log-prob of the same token, same version"),
 }, (
-    unique("step", "sequence", "position", what="one row per sampled token"),
+    unique("step", "sequence", "position", optional=("run_id",), what="one row per sampled token"),
     rule("positions without gaps", "positions of a (step, sequence) must run 0, 1, …, n−1 (no sampled token "
          "dropped or repeated)", ("step", "sequence", "position"), _gapped_positions),
-    constant_per(["step"], "version", "a rollout's tokens come from one weight version: W5"),
+    constant_per(["step"], "version", "a rollout's tokens come from one weight version: W5", optional=("run_id",)),
 ), "one row per sampled token (loop.rollout_and_learn)")
 
 

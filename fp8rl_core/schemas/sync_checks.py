@@ -24,6 +24,7 @@ __all__ = ["CHECKS", "CLEAN_SYNCS", "DETECTION_MATRIX"]
 
 
 CHECKS = Table("checks", {
+    "run_id": col("str", NONEMPTY, required=False, doc="the run's id (added when read back from several runs)"),
     "version": col("int", ge(0, "a weight version"), doc="learner version the sync carried"),
     "sync": col("int", ge(1, "syncs count from 1"), doc="the runner's sync counter"),
     "tier": col("str", isin(TIERS), doc="which tier ran"),
@@ -38,11 +39,11 @@ CHECKS = Table("checks", {
     "detail": col("str", doc="what was checked"),
     "offenders": col("str", required=False, nullable=True, doc="first offenders, '; '-joined"),
 }, (
-    unique("sync", "condition", what="one result per condition per sync"),
+    unique("sync", "condition", optional=("run_id",), what="one result per condition per sync"),
     rule("passed ⇒ no offenders", "'count' must be 0 when 'passed' is True (a passed check has no offenders)",
          ("passed", "count"), lambda d: d["passed"].astype(bool) & (num(d, "count") != 0)),
-    constant_per(["sync"], "version", "one report per sync"),
-    constant_per(["sync"], "tier", "one report per sync"),
+    constant_per(["sync"], "version", "one report per sync", optional=("run_id",)),
+    constant_per(["sync"], "tier", "one report per sync", optional=("run_id",)),
     rule(f"cheap tier runs no {'/'.join(FULL_TIER_ONLY)}",
          f"'condition' must not be {' or '.join(FULL_TIER_ONLY)} on a cheap-tier row (they run in the full tier only)",
          ("tier", "condition"), lambda d: (d["tier"] == "cheap") & d["condition"].isin(FULL_TIER_ONLY)),
@@ -68,7 +69,7 @@ CLEAN_SYNCS = Table("clean_syncs", {
     "false_alarm": col("bool", doc="a check failed on a clean sync"),
     "alarms": col("str", doc="the failed checks' message ('' when none)"),
     "checks_s": col("float", *SECONDS, doc="seconds of the checks"),
-    "step_s": col("float", *SECONDS, doc="seconds of the step without the checks"),
+    "step_s": col("float", *SECONDS, doc="the step's total_s (loop.RLStep): rollout, learner step, sync, checks"),
     "mean_reward": col("float", between(0, 1, "the task's reward is 0, 0.5·fraction or 1"), doc="mean reward"),
     CHECK_COLUMNS: pattern("boolean", doc="True passed, False failed, null: not run"),
     check_column(ENGINE_CHECKSUM): col("boolean", required=False, nullable=True,

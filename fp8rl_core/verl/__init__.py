@@ -15,7 +15,9 @@ module under it) loads neither verl nor Ray, so the rest of fp8rl_core stays imp
 ``reward``     verl's ``custom_reward_function``: fp8rl's own task reward on verl's decoded responses.
 ``platform``, ``engine``, ``patches``  verl's trainer on a CPU host: fp8rl's platform in verl's registry, verl's
                FSDP engine with fp8rl's MXFP8 layers for ``device="cpu"``, the one upstream patch.
-``rollout``, ``extension``, ``checking``  fp8rl's rollout classes in verl's registries, and W1–W7 after every sync.
+``rollout``, ``extension``  fp8rl's rollout classes in verl's registries.
+``checking``   W1–W7 after every sync of a replica; ``server_sampler`` the sampler seam on verl's vLLM server
+               they check; ``verdicts`` the verdicts on a run's check reports (a planted fault caught, repaired).
 ``metrics``    a verl run's summary metrics from verl's per-step ones.
 """
 

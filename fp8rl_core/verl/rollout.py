@@ -129,7 +129,8 @@ def _server_adapter() -> type:
             (rollout rank 0 of each replica checks every rank of its engine; no payload: none)."""
             if self.fp8rl_checks is not None or self.rollout_rank != 0:
                 return self.fp8rl_checks
-            from fp8rl_core.verl.checking import ServerSampler, SyncChecks
+            from fp8rl_core.verl.checking import SyncChecks
+            from fp8rl_core.verl.server_sampler import ServerSampler
 
             if run is None or not self._ensure_server_handle():
                 return None

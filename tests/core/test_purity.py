@@ -44,6 +44,7 @@ LAYERS: dict[str, int] = {
     "fp8rl_core.schemas": 6,
     "fp8rl_core.config": 6,
     "fp8rl_core.correctness": 7,
+    "fp8rl_core.correctness_series": 7,  # what the nightly correctness stage's series is: plan, verdicts, metrics
     "fp8rl_core.matching": 7,  # the fixed-weights experiment: drives the loop, asks the checks, over config
     "fp8rl_core.schedule": 7,  # the order a sweep's runs go to workers (over config's runs)
     "fp8rl_core.verl": 7,

@@ -385,3 +385,25 @@ def test_report_check_compares_a_stored_report_with_todays_rendering_of_its_inpu
     assert bad.exit_code == 1 and "| qwen3-dense-MINI | 0 | FINISHED |" in bad.output and ": 1 of " in bad.output
     none = _invoke("report", "x", "--out", str(tmp_path), "--check")
     assert none.exit_code == 1 and "no stored inputs" in none.output
+
+
+def test_the_closing_hints_name_the_command_as_the_user_can_type_it_where_they_are(tmp_path):
+    """`fp8rl run`'s last lines say how to open the UI and list the sweep's runs: with the program as it was
+    started, relative to the folder the user is in, or ``fp8rl`` when that is what PATH finds."""
+    from flows.cli import command_as_typed
+
+    venv = tmp_path / "checkout" / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    program = venv / "fp8rl"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    checkout = str(tmp_path / "checkout")
+    assert command_as_typed(".venv/bin/fp8rl", checkout, path="/usr/bin") == ".venv/bin/fp8rl"
+    assert command_as_typed(str(program), checkout, path="/usr/bin") == ".venv/bin/fp8rl"  # by its absolute path
+    assert command_as_typed(str(program), str(elsewhere), path="/usr/bin") == str(program)  # started from another folder
+    assert command_as_typed("../checkout/.venv/bin/fp8rl", str(elsewhere), path="/usr/bin") == str(program)
+    assert command_as_typed(str(program), str(elsewhere), path=f"/usr/bin:{venv}") == "fp8rl"  # an activated venv
+    assert command_as_typed("fp8rl", str(venv), path="/usr/bin") == "./fp8rl"
+    assert command_as_typed("/x/flows/cli.py", checkout) == "fp8rl"  # python -m flows.cli, a test runner

@@ -18,7 +18,7 @@ from fp8rl_core.sampler.engines import DEFAULT_ENGINE, ENGINES, engine_class, st
 from fp8rl_core.sampler.seam import Sampler, SamplerError, prompt_rows
 from fp8rl_core.sampler.sglang.engine import SglangSampler
 from fp8rl_core.sampler.vllm_engine import VllmChannel, VllmSampler
-from fp8rl_core.verl.checking import ServerSampler
+from fp8rl_core.verl.server_sampler import ServerSampler
 
 ROOT = Path(__file__).resolve().parents[3]
 #: what the loop, the sync and the checks call on a live engine (docs/design.md, Engines)

@@ -56,6 +56,7 @@ def _fake_step(monkeypatch, faulty: tuple[str, ...] = ()):
         full = fault is not None or syncs["n"] == 1
         rep = report(pipe.learner.version, syncs["n"], full, failed=faulty if fault is not None else ())
         row["checks_s"] = rep.seconds
+        row["total_s"] = sum(v for k, v in row.items() if k.endswith("_s"))  # what loop.RLStep measures
         return row, rep, None  # no engine: vLLM's checksums not run
 
     monkeypatch.setattr(fault_matrix, "step", step)

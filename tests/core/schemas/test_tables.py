@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from fp8rl_core.schemas import SCHEMAS, TABLES, validate
+from fp8rl_core.schemas import SCHEMAS, TABLES, TableError, validate
 from fp8rl_core.vocabulary import CONDITIONS, KL_METRICS, KL_OPTIONAL_METRICS, STEP_TIMES, TIMING_COLUMNS
 
 from .samples import BASES
@@ -41,3 +41,27 @@ def test_the_tables_use_the_vocabulary():
         spec = TABLES[table]
         assert all(spec.spec_for(f"check/{c}") is not None for c in CONDITIONS)
         assert spec.spec_for("check/W0") is None and spec.spec_for("check/W8") is None
+
+
+@pytest.mark.parametrize("name", ["steps", "tokens", "checks"])
+def test_several_runs_read_back_validate_at_once_each_run_on_its_own_rules(name):
+    """A report validates each table once over every run's rows (tasks.reporting.sweep_data): with ``run_id``
+    the per-run rules (one row per step, per token, per sync's condition; a rollout on the previous step's
+    weights; one version per step and per sync) hold within each run, and still catch a break inside one."""
+    rows = [r | {"run_id": rid} for rid in ("run-a", "run-b") for r in BASES[name]()]
+    assert len(validate(name, rows)) == 2 * len(BASES[name]())
+    with pytest.raises(TableError, match="unique") as err:  # a row doubled inside run-b
+        validate(name, rows + [rows[-1]])
+    assert "'run_id'" in str(err.value)
+    with pytest.raises(TableError, match="unique"):  # without run_id the two runs' rows collide
+        validate(name, [{k: v for k, v in r.items() if k != "run_id"} for r in rows])
+
+
+def test_the_previous_steps_weights_rule_reads_steps_within_one_run():
+    a = BASES["steps"]()
+    b = [r | {"version": r["version"] + 10, "new_version": r["new_version"] + 10} for r in a]  # another run's versions
+    assert len(validate("steps", [r | {"run_id": "a"} for r in a] + [r | {"run_id": "b"} for r in b])) == 2 * len(a)
+    stale = [dict(r) for r in b]
+    stale[-1] |= {"version": stale[-1]["version"] + 1, "new_version": stale[-1]["new_version"] + 1}
+    with pytest.raises(TableError, match="previous step"):
+        validate("steps", [r | {"run_id": "a"} for r in a] + [r | {"run_id": "b"} for r in stale])

@@ -1,11 +1,11 @@
-"""fp8rl_core.verl.checking without verl: the reports file and the verdict on a planted fault (its condition
+"""fp8rl_core.verl.verdicts without verl: the reports file and the verdict on a planted fault (its condition
 at its sync, its rank named, the next sync clean again)."""
 
 from __future__ import annotations
 
 import json
 
-from fp8rl_core.verl.checking import alarm_verdict, failed_results, fault_verdict, read_reports, sync_results
+from fp8rl_core.verl.verdicts import alarm_verdict, failed_results, fault_verdict, read_reports, sync_results
 
 
 def _report(sync: int, *results: dict) -> dict:
