@@ -9,6 +9,7 @@ signal) and the dispatcher that runs a sweep's experiments on Ray (:mod:`adapter
 # parameters against them on a Ray worker, where a postponed name (``Run``) does not resolve
 import logging
 import os
+import signal
 from pathlib import Path
 
 from adapters.logs import TO_API, configure_vllm_logging, engines_here, lines_stay_off_a_temporary_api, quiet_process
@@ -277,7 +278,10 @@ def _verl_sweep(sweep: Sweep, resume: bool, report: bool, ray_address: str | Non
     try:
         if work_pool and pending:
             rows |= {r.run_id: r for r in _verl_on_pool(sweep, pending, work_pool, parent.get(), ray_address)}
-        for run in [] if work_pool else pending:
+        together = 1 if work_pool else _side_by_side(sweep, ray_address)
+        if together > 1 and pending:
+            rows |= _verl_side_by_side(sweep, pending, together, flow_run, parent.get())
+        for run in [] if work_pool or together > 1 else pending:
             mlflow_run = _open(run, sweep.name, sweep.id, flow_run, parent.get())
             try:
                 rows[run.id], _ = _verl_run(run, sweep.name, sweep.id, flow_run, parent.get(), ray_address,
@@ -289,6 +293,66 @@ def _verl_sweep(sweep: Sweep, resume: bool, report: bool, ray_address: str | Non
         parent.end(list(rows.values()), interrupted=e)
         raise
     return _finish(sweep, [rows[r.id] for r in runs], parent, report, "verl runs")
+
+
+def _side_by_side(sweep: Sweep, ray_address: str | None) -> int:
+    """How many of a verl sweep's runs start together on this machine: on CPU (``verl.hardware: cpu``), each on
+    a Ray of its own (no cluster address), as many as fit this machine by the sweep's ``resources`` (its cores,
+    its memory: :func:`adapters.cluster.capacity`), at least one; else one (GPU runs on one host share its GPUs:
+    give each a worker of its own)."""
+    if ray_address or os.environ.get("RAY_ADDRESS") or any(r.config.verl.hardware != "cpu" for r in sweep.runs):
+        return 1
+    return max(1, cluster.capacity(sweep.config.resources.ray_options(), [cluster.this_machine()]))
+
+
+def _verl_side_by_side(sweep: Sweep, pending: list[Run], together: int, flow_run: str, parent: str) -> dict[str, RunRow]:
+    """The ``pending`` runs on this machine, ``together`` at a time, each in a thread of this process that runs
+    verl's trainer on a Ray of its own (:func:`_verl_run`); their rows. Every MLflow record is opened first
+    (SCHEDULED). SIGTERM/SIGINT: the trainers are terminated, the runs not finished end KILLED, and the
+    interrupt is raised."""
+    import concurrent.futures as cf
+    import contextvars
+
+    from adapters.signals import on_signals
+    from tasks.verl_run import stop_all
+
+    logger = get_run_logger()
+
+    def one(run: Run, mlflow_run: str) -> RunRow:
+        try:
+            return _verl_run(run, sweep.name, sweep.id, flow_run, parent, None, mlflow_run=mlflow_run)[0]
+        except Exception as e:  # noqa: BLE001 — its MLflow run ended FAILED with the error; the others go on
+            logger.error("run %s failed: %s: %s", run.name, type(e).__name__, tracking.plain_text(str(e)))
+            return RunRow(run.id, mlflow_run, run.name, f"FAILED: {type(e).__name__}")
+
+    def interrupt(signum, frame, previous):
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    todo = []
+    for run in pending:
+        mlflow_run = _open(run, sweep.name, sweep.id, flow_run, parent)
+        tracking.schedule(mlflow_run)
+        todo.append((run, mlflow_run))
+    logger.info("%d verl runs, %d at a time on this machine (resources: %s)", len(todo), together,
+                sweep.config.resources.describe())
+    rows: dict[str, RunRow] = {}
+    with cf.ThreadPoolExecutor(together, thread_name_prefix="verl-run") as pool_:
+        futures = {pool_.submit(contextvars.copy_context().run, one, run, m): (run, m) for run, m in todo}
+        try:
+            with on_signals(interrupt), console.progress(sweep.name, len(todo)) as done:
+                for f in cf.as_completed(futures):
+                    row = f.result()
+                    rows[row.run_id] = row
+                    done(row)
+        except BaseException as e:
+            reason = f"the sweep was interrupted ({type(e).__name__}: {e}) before this run finished"
+            for f in futures:
+                f.cancel()
+            stop_all()
+            for run, m in futures.values():
+                tracking.end_unfinished(m, "KILLED", reason)
+            raise
+    return rows
 
 
 def _verl_on_pool(sweep: Sweep, pending: list[Run], work_pool: str, parent: str, ray_address: str | None) -> list[RunRow]:

@@ -54,7 +54,7 @@ from adapters import tracking
 from adapters.ray_guard import refuse_shared_controller
 
 __all__ = ["VerlOutcome", "composed_config", "failure_reason", "launch_overrides", "launch_payload", "model_dir", "payload_path", "plain_lines",
-           "port_race", "prepare_model", "record", "run_verl", "token_metrics", "work_dir"]
+           "port_race", "prepare_model", "record", "run_verl", "stop_all", "token_metrics", "work_dir"]
 
 #: lines of verl's output that name an error (a Python exception line, Ray's and Hydra's error lines)
 _ERROR = re.compile(r"(\b\w*(Error|Exception)\b|error:)")
@@ -286,6 +286,18 @@ def composed_config(work: Path) -> Path | None:
     return found[-1] if found else None
 
 
+#: verl trainers this process started and that still run (runs side by side in threads: :func:`stop_all`)
+_LIVE: set[subprocess.Popen] = set()
+
+
+def stop_all() -> None:
+    """Terminate every verl trainer this process started that still runs (an interrupted sweep whose runs run in
+    threads: each run's thread then sees its trainer end and returns)."""
+    for proc in list(_LIVE):
+        if proc.poll() is None:
+            proc.terminate()
+
+
 def _die_with_parent() -> None:
     """In verl's trainer process before it runs (Linux): SIGKILL when the process that started it dies, so a
     killed run's launcher leaves no trainer behind (the trainer's own Ray shares its fate: Ray's head
@@ -305,6 +317,7 @@ def _main_ppo(argv: list[str], env: dict[str, str], work: Path, log: Path, on_ra
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=work,
                                 preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        _LIVE.add(proc)
         try:
             while on_ray is not None:
                 try:
@@ -315,6 +328,7 @@ def _main_ppo(argv: list[str], env: dict[str, str], work: Path, log: Path, on_ra
                         on_ray = None
             return proc.wait()
         finally:  # interrupted (a signal, KeyboardInterrupt): verl must not outlive the sweep
+            _LIVE.discard(proc)
             if on_ray is not None and address.exists():
                 on_ray(address.read_text().strip())
             if proc.poll() is None:
