@@ -67,10 +67,13 @@ def check_deployment(pool: str) -> int:
                    for w in c.read_workers_for_work_pool(pool))
 
 
-def _host(flow_run) -> str:
-    """The host of the worker that ran ``flow_run`` (a process worker records ``<host>:<pid>``), or a phrase."""
-    pid = getattr(flow_run, "infrastructure_pid", None) or ""
-    return pid.rsplit(":", 1)[0] if ":" in pid else "a worker that did not report its host"
+def _where(flow_run, tags: Mapping[str, str]) -> str:
+    """Where ``flow_run`` ran: its worker's host and its process, as the run tagged them when it started
+    (``fp8rl.host``, ``fp8rl.pid``), else the process id its worker reported, else a phrase."""
+    if "fp8rl.host" in tags:
+        return f"{tags['fp8rl.host']} (process {tags.get('fp8rl.pid', '?')})"
+    pid = getattr(flow_run, "infrastructure_pid", None)
+    return f"a worker's process {pid} (it never started the run)" if pid else "no worker (it never started)"
 
 
 def _collect(flow_run, job: PoolJob) -> RunRow:
@@ -88,7 +91,7 @@ def _collect(flow_run, job: PoolJob) -> RunRow:
         return RunRow(job.run_id, job.mlflow_run, job.name, f"FAILED: {error.split(':', 1)[0][:60]}")
     what = state.type.value.lower()
     message = tracking.plain_text(" ".join((state.message or "").split())) or "no message"
-    reason = f"its {VERL_RUN} flow run {flow_run.name} on {_host(flow_run)} ended {what}: {message}"
+    reason = f"its {VERL_RUN} flow run {flow_run.name} on {_where(flow_run, mlflow.data.tags)} ended {what}: {message}"
     if state.is_cancelled():
         tracking.end_unfinished(job.mlflow_run, "KILLED", reason)
     elif tracking.end_unfinished(job.mlflow_run, "FAILED", reason):

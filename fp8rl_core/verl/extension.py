@@ -110,8 +110,11 @@ def _record_ray_address() -> None:
     if not ray.is_initialized() or target.exists():
         return
     part = target.with_name(f"{RAY_ADDRESS_FILE}.{os.getpid()}")
-    part.write_text(ray.get_runtime_context().gcs_address)
-    part.replace(target)  # whole, never half written
+    try:
+        part.write_text(ray.get_runtime_context().gcs_address)
+        part.replace(target)  # whole, never half written
+    except OSError:  # a tag, not the run: a folder this process cannot write leaves the run untagged
+        part.unlink(missing_ok=True)
 
 
 def register() -> None:
