@@ -12,6 +12,8 @@ running and ends their MLflow runs KILLED. Specified in docs/deploy.md ("verl ru
 
 from __future__ import annotations
 
+import re
+import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +30,8 @@ __all__ = ["POLL_S", "VERL_RUN", "PoolJob", "check_deployment", "deployment_name
 VERL_RUN = "verl-run"
 #: seconds between two reads of the children's states
 POLL_S = 2.0
+#: signal number → name, for a child whose process a signal ended (its exit status -N)
+_SIGNALS = {s.value: s.name for s in signal.Signals}
 
 
 def deployment_name(pool: str) -> str:
@@ -91,6 +95,9 @@ def _collect(flow_run, job: PoolJob) -> RunRow:
         return RunRow(job.run_id, job.mlflow_run, job.name, f"FAILED: {error.split(':', 1)[0][:60]}")
     what = state.type.value.lower()
     message = tracking.plain_text(" ".join((state.message or "").split())) or "no message"
+    code = re.search(r"status code (-\d+)", message)
+    if code and -int(code[1]) in _SIGNALS:  # a process ended by a signal: name it
+        message += f" (signal {_SIGNALS[-int(code[1])]})"
     reason = f"its {VERL_RUN} flow run {flow_run.name} on {_where(flow_run, mlflow.data.tags)} ended {what}: {message}"
     if state.is_cancelled():
         tracking.end_unfinished(job.mlflow_run, "KILLED", reason)
