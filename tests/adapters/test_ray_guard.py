@@ -38,7 +38,7 @@ sys.stdin.read()
 
 def test_the_names_are_those_transfer_queue_creates_its_controller_under():
     source = (Path(find_spec("transfer_queue").origin).parent / "interface.py").read_text()
-    assert re.search(rf'\.options\(\s*name="{CONTROLLER}",\s*namespace="{NAMESPACE}"', source)
+    assert re.search(rf'\.options\((\s*#[^\n]*)?\s*name="{CONTROLLER}",\s*namespace="{NAMESPACE}"', source)
     assert f'ray.get_actor("{CONTROLLER}", namespace="{NAMESPACE}")' in source
 
 
