@@ -18,7 +18,7 @@ from adapters.ray_guard import CONTROLLER, NAMESPACE, SharedControllerError, con
 ROOT = Path(__file__).resolve().parents[2]
 
 #: a driver that starts a local Ray, holds an actor named ``sys.argv[1]`` in namespace ``sys.argv[2]`` (none
-#: when empty) and prints the cluster's address; it lives until its stdin closes
+#: when empty) and prints the cluster's address (``address=…``); it lives until its stdin closes
 HOLDER = """
 import sys, ray
 ray.init(include_dashboard=False, num_cpus=1, log_to_driver=False)
@@ -31,7 +31,7 @@ class Held:
 if sys.argv[1]:
     a = Held.options(name=sys.argv[1], namespace=sys.argv[2]).remote()
     ray.get(a.ping.remote())
-print(ray.get_runtime_context().gcs_address, flush=True)
+print("address=" + ray.get_runtime_context().gcs_address, flush=True)
 sys.stdin.read()
 """
 
@@ -50,7 +50,8 @@ def holders():
         for key, args in (("controller", [CONTROLLER, NAMESPACE]), ("other", ["SomethingElse", "elsewhere"])):
             procs[key] = subprocess.Popen([sys.executable, "-c", HOLDER, *args], stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE, text=True, cwd=ROOT)
-        yield {k: p.stdout.readline().strip() for k, p in procs.items()}
+        yield {k: next(x for x in p.stdout if x.startswith("address=")).strip().removeprefix("address=")
+               for k, p in procs.items()}
     finally:
         for p in procs.values():
             p.stdin.close()
