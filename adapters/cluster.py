@@ -24,8 +24,8 @@ from urllib.parse import urlparse
 
 from .tracking import is_loopback, require_shared_store, this_host_ips
 
-__all__ = ["ClusterError", "Node", "capacity", "fit_problem", "loopback_problem", "nodes", "preflight", "verl_fit_problem",
-           "where"]
+__all__ = ["ClusterError", "Node", "capacity", "fit_problem", "loopback_problem", "nodes", "preflight", "this_machine",
+           "verl_fit_problem", "where"]
 
 GIB = 2**30
 
@@ -42,6 +42,13 @@ class Node:
 
     def describe(self) -> str:
         return f"{self.ip} ({self.node_id[:8]}): num_cpus={self.cpus:g}, num_gpus={self.gpus:g}, memory_gb={self.memory_gb:.1f}"
+
+
+def this_machine() -> Node:
+    """This host as one node, for runs that start a Ray of their own here: its cores and memory, no GPUs counted."""
+    import psutil
+
+    return Node("this-machine", "127.0.0.1", float(os.cpu_count() or 1), 0.0, psutil.virtual_memory().total / GIB)
 
 
 def nodes() -> list[Node]:

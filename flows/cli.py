@@ -68,6 +68,9 @@ def run(
         "--ray-address", envvar="RAY_ADDRESS",
         help="join this Ray cluster (auto, host:6379, ray://host:10001); default: a local Ray on this machine")] = None,
     inline: Annotated[bool, typer.Option(help="no Ray: the runs one after another in this process (debugging)")] = False,
+    work_pool: Annotated[str | None, typer.Option(
+        "--work-pool", help="backend verl: each run a flow run of this Prefect work pool's verl-run deployment "
+                            "(default: resources.work_pool; none: this machine)")] = None,
 ) -> None:
     """Run a sweep through the mxfp8-sweep flow: each run a task on Ray (a local Ray unless --ray-address),
     Prefect's API (PREFECT_API_URL, else a temporary local one), MLflow (MLFLOW_TRACKING_URI, else
@@ -95,7 +98,7 @@ def run(
     with sweep_log(sweep.name) as log:
         typer.echo(f"log: {log}")
         try:
-            mxfp8_sweep(sweep, ray_address=ray_address, inline=inline)  # the flow takes the expansion as it is
+            mxfp8_sweep(sweep, ray_address=ray_address, inline=inline, work_pool=work_pool)  # the expansion as it is
         except RunsFailed as e:  # each failed run said why in its line as it ended: the sweep's end, not another error
             typer.echo(f"{e} (log: {log})", err=True)
             raise typer.Exit(1) from None

@@ -9,6 +9,7 @@ signal) and the dispatcher that runs a sweep's experiments on Ray (:mod:`adapter
 # parameters against them on a Ray worker, where a postponed name (``Run``) does not resolve
 import logging
 import os
+import signal
 from pathlib import Path
 
 from adapters.logs import TO_API, configure_vllm_logging, engines_here, lines_stay_off_a_temporary_api, quiet_process
@@ -24,7 +25,7 @@ from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.runtime import flow_run as runtime_flow_run  # noqa: E402
 
-from adapters import cluster, dispatch, engines, tracking  # noqa: E402
+from adapters import cluster, dispatch, engines, pool, tracking  # noqa: E402
 from adapters.tracking import RunRow  # noqa: E402
 from flows import console  # noqa: E402
 from flows.native_correctness import native_correctness  # noqa: E402
@@ -35,7 +36,7 @@ from fp8rl_core.sampler.pool import release_all  # noqa: E402
 from fp8rl_core.verl.payload import NO_VERL_HOOKS, VerlHooks  # noqa: E402
 from tasks import reporting, stages  # noqa: E402
 
-__all__ = ["RunsFailed", "experiment", "fixed_weights", "mxfp8_sweep", "nightly_correctness"]
+__all__ = ["RunsFailed", "experiment", "fixed_weights", "mxfp8_sweep", "nightly_correctness", "verl_run"]
 
 WARMSTART_CACHE = os.environ.get("FP8RL_CACHE", ".cache/warmstart")
 REPORTS = os.environ.get("FP8RL_REPORTS", "reports")
@@ -238,32 +239,47 @@ def _raise_if_failed(rows: list[RunRow], what: str = "runs") -> None:
                            "them (their MLflow runs say why)")
 
 
-def _verl_sweep(sweep: Sweep, resume: bool, report: bool, ray_address: str | None) -> list[RunRow]:
-    """A ``backend: verl`` sweep: check the cluster, then each run as verl's trainer
-    (:func:`tasks.verl_run.run_verl`), one after another — each takes ``verl.nnodes × verl.gpus_per_node``
-    GPUs (on CPU, ``verl.hardware: cpu``, without a cluster address: that many slots of the local Ray verl
-    starts itself). Nothing is opened in MLflow when the cluster cannot host the runs
-    (:class:`adapters.cluster.ClusterError`: too few GPUs per node, a tracking store other nodes cannot share).
-    The runs are nested under the sweep's parent run, as a native sweep's; each ends FINISHED, or FAILED
-    with verl's exit status and its error line (a failed check's line names condition, rank and layer), or
-    with the exception that stopped its launch (the next run starts all the same; KILLED on a signal); runs
-    already FINISHED are skipped when ``resume``; then the sweep's report."""
+def _verl_sweep(sweep: Sweep, resume: bool, report: bool, ray_address: str | None,
+                work_pool: str | None = None) -> list[RunRow]:
+    """A ``backend: verl`` sweep. With a work pool (``work_pool``, else ``resources.work_pool``): each run a
+    child flow run of the pool's ``verl-run`` deployment (:mod:`adapters.pool`), as many at once as the pool
+    has free workers, each starting its run on a Ray of its own on its node. Without one: check the cluster,
+    then each run as verl's trainer (:func:`tasks.verl_run.run_verl`) in this process, one after another —
+    each takes ``verl.nnodes × verl.gpus_per_node`` GPUs (on CPU, ``verl.hardware: cpu``, without a cluster
+    address: that many slots of the Ray of its own verl starts). Nothing is opened in MLflow when the
+    cluster or the pool cannot host the runs (:class:`adapters.cluster.ClusterError`). The runs are nested
+    under the sweep's parent run, as a native sweep's; each ends FINISHED, or FAILED with verl's exit status
+    and its error line (a failed check's line names condition, rank and layer), with the exception that
+    stopped its launch, or with how its flow run ended (its process killed, its worker lost); KILLED when
+    the sweep is interrupted or cancelled; runs already FINISHED are skipped when ``resume``; then the
+    sweep's report."""
     runs = sweep.runs
     if any(r.config.backend != "verl" for r in runs):
         raise ValueError(f"{sweep.source}: a sweep runs all its runs on one backend; this one mixes native and verl")
-    own_ray = ray_address is None and not os.environ.get("RAY_ADDRESS")
-    on_cluster = [r for r in runs if not (own_ray and r.config.verl.hardware == "cpu")]
-    if on_cluster:  # verl's main_ppo joins this cluster (or, locally, starts the same Ray) after the pre-flight
-        with dispatch.connected(ray_address) as (where, found):
-            cluster.preflight(found, [cluster.verl_fit_problem(r.config.verl.nnodes, r.config.verl.gpus_per_node,
-                                                               found, where) for r in on_cluster])
-    else:  # each run's verl starts its own local Ray with the slots the run asks for
-        cluster.preflight([], [])
+    work_pool = work_pool or sweep.config.resources.work_pool
+    if work_pool:
+        online = pool.check_deployment(work_pool)
+        get_run_logger().info("work pool %s: %d workers online; each run a flow run of %s", work_pool, online,
+                              pool.deployment_name(work_pool))
+    else:
+        own_ray = ray_address is None and not os.environ.get("RAY_ADDRESS")
+        on_cluster = [r for r in runs if not (own_ray and r.config.verl.hardware == "cpu")]
+        if on_cluster:  # verl's main_ppo joins this cluster (or, locally, starts a Ray of its own) after the pre-flight
+            with dispatch.connected(ray_address) as (where, found):
+                cluster.preflight(found, [cluster.verl_fit_problem(r.config.verl.nnodes, r.config.verl.gpus_per_node,
+                                                                   found, where) for r in on_cluster])
+        else:  # each run's verl starts its own local Ray with the slots the run asks for
+            cluster.preflight([], [])
     flow_run = _flow_run()
     rows, pending = _skip_finished(sweep, resume)
     parent = _ParentRun(sweep)
     try:
-        for run in pending:
+        if work_pool and pending:
+            rows |= {r.run_id: r for r in _verl_on_pool(sweep, pending, work_pool, parent.get(), ray_address)}
+        together = 1 if work_pool else _side_by_side(sweep, ray_address)
+        if together > 1 and pending:
+            rows |= _verl_side_by_side(sweep, pending, together, flow_run, parent.get())
+        for run in [] if work_pool or together > 1 else pending:
             mlflow_run = _open(run, sweep.name, sweep.id, flow_run, parent.get())
             try:
                 rows[run.id], _ = _verl_run(run, sweep.name, sweep.id, flow_run, parent.get(), ray_address,
@@ -275,6 +291,102 @@ def _verl_sweep(sweep: Sweep, resume: bool, report: bool, ray_address: str | Non
         parent.end(list(rows.values()), interrupted=e)
         raise
     return _finish(sweep, [rows[r.id] for r in runs], parent, report, "verl runs")
+
+
+def _side_by_side(sweep: Sweep, ray_address: str | None) -> int:
+    """How many of a verl sweep's runs start together on this machine: on CPU (``verl.hardware: cpu``), each on
+    a Ray of its own (no cluster address), as many as fit this machine by the sweep's ``resources`` (its cores,
+    its memory: :func:`adapters.cluster.capacity`), at least one; else one (GPU runs on one host share its GPUs:
+    give each a worker of its own)."""
+    if ray_address or os.environ.get("RAY_ADDRESS") or any(r.config.verl.hardware != "cpu" for r in sweep.runs):
+        return 1
+    return max(1, cluster.capacity(sweep.config.resources.ray_options(), [cluster.this_machine()]))
+
+
+def _verl_side_by_side(sweep: Sweep, pending: list[Run], together: int, flow_run: str, parent: str) -> dict[str, RunRow]:
+    """The ``pending`` runs on this machine, ``together`` at a time, each in a thread of this process that runs
+    verl's trainer on a Ray of its own (:func:`_verl_run`); their rows. Every MLflow record is opened first
+    (SCHEDULED). SIGTERM/SIGINT: the trainers are terminated, the runs not finished end KILLED, and the
+    interrupt is raised."""
+    import concurrent.futures as cf
+    import contextvars
+
+    from adapters.signals import on_signals
+    from tasks.verl_run import stop_all
+
+    logger = get_run_logger()
+
+    def one(run: Run, mlflow_run: str) -> RunRow:
+        try:
+            return _verl_run(run, sweep.name, sweep.id, flow_run, parent, None, mlflow_run=mlflow_run)[0]
+        except Exception as e:  # noqa: BLE001 — its MLflow run ended FAILED with the error; the others go on
+            logger.error("run %s failed: %s: %s", run.name, type(e).__name__, tracking.plain_text(str(e)))
+            return RunRow(run.id, mlflow_run, run.name, f"FAILED: {type(e).__name__}")
+
+    def interrupt(signum, frame, previous):
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    todo = []
+    for run in pending:
+        mlflow_run = _open(run, sweep.name, sweep.id, flow_run, parent)
+        tracking.schedule(mlflow_run)
+        todo.append((run, mlflow_run))
+    logger.info("%d verl runs, %d at a time on this machine (resources: %s)", len(todo), together,
+                sweep.config.resources.describe())
+    rows: dict[str, RunRow] = {}
+    with cf.ThreadPoolExecutor(together, thread_name_prefix="verl-run") as pool_:
+        futures = {pool_.submit(contextvars.copy_context().run, one, run, m): (run, m) for run, m in todo}
+        try:
+            with on_signals(interrupt), console.progress(sweep.name, len(todo)) as done:
+                for f in cf.as_completed(futures):
+                    row = f.result()
+                    rows[row.run_id] = row
+                    done(row)
+        except BaseException as e:
+            reason = f"the sweep was interrupted ({type(e).__name__}: {e}) before this run finished"
+            for f in futures:
+                f.cancel()
+            stop_all()
+            for run, m in futures.values():
+                tracking.end_unfinished(m, "KILLED", reason)
+            raise
+    return rows
+
+
+def _verl_on_pool(sweep: Sweep, pending: list[Run], work_pool: str, parent: str, ray_address: str | None) -> list[RunRow]:
+    """The ``pending`` runs as child flow runs of the pool's ``verl-run`` deployment: every MLflow record
+    opened first (SCHEDULED), then handed to Prefect; each child's process gets the tracking store, the
+    artifact root, the warm-start cache and verl's work folder of this process (:func:`_worker_env`)."""
+    env = _worker_env() | {"FP8RL_VERL_WORK": str(Path(os.environ.get("FP8RL_VERL_WORK", ".cache/verl")).resolve())}
+    source = str(Path(sweep.source).resolve())
+    jobs = []
+    for run in pending:
+        mlflow_run = _open(run, sweep.name, sweep.id, None, parent)
+        tracking.schedule(mlflow_run)
+        jobs.append(pool.PoolJob(run.id, run.name, mlflow_run, {
+            "config": source, "overrides": list(sweep.overrides), "run_id": run.id, "mlflow_run": mlflow_run,
+            "parent": parent, "ray_address": ray_address}))
+    with console.progress(sweep.name, len(jobs)) as done:
+        return pool.run_on_pool(work_pool, jobs, env, done)
+
+
+@flow(name="verl-run", log_prints=True)
+def verl_run(config: str, overrides: list[str], run_id: str, mlflow_run: str, parent: str,
+             ray_address: str | None = None) -> str:
+    """One run of a verl sweep, as a flow run of the ``verl-run`` deployment that a worker picked up: the run
+    ``run_id`` of the sweep ``config`` with ``overrides`` (read and expanded here as the sweep did), through
+    verl's trainer on a Ray of its own on this worker's node (``ray_address``: that cluster instead, after
+    the guard of :mod:`adapters.ray_guard`), recorded in the MLflow run ``mlflow_run`` the sweep opened under
+    its parent run ``parent`` (tags: this host, this process, verl's Ray address). Fails when the run
+    failed (its MLflow run says why); returns its status."""
+    sweep = Sweep.load(config, overrides)
+    found = [r for r in sweep.runs if r.id == run_id]
+    if not found:
+        raise ValueError(f"{config} with {overrides} has no run {run_id}: the sweep changed since it was dispatched")
+    row, out = _verl_run(found[0], sweep.name, sweep.id, _flow_run(), parent, ray_address, mlflow_run=mlflow_run)
+    if row.failed:
+        raise RuntimeError(out.reason)
+    return row.status
 
 
 def _verl_run(run: Run, sweep: str, sweep_id: str, flow_run: str, parent: str, ray_address: str | None = None,
@@ -339,11 +451,14 @@ def _load(config: str | Sweep, overrides: list[str] | None) -> Sweep:
 
 
 def _sweep(sweep: Sweep, resume: bool = True, report: bool = False, ray_address: str | None = None,
-           inline: bool = False) -> list[RunRow]:
+           inline: bool = False, work_pool: str | None = None) -> list[RunRow]:
     logger = get_run_logger()
     logger.info("sweep %s (%s): %d runs from %s", sweep.name, sweep.id, len(sweep.runs), sweep.source)
     if any(r.config.backend == "verl" for r in sweep.runs):  # verl's trainer runs them: never fall back to native
-        return _verl_sweep(sweep, resume=resume, report=report, ray_address=ray_address)
+        return _verl_sweep(sweep, resume=resume, report=report, ray_address=ray_address, work_pool=work_pool)
+    if work_pool or sweep.config.resources.work_pool:
+        raise ValueError(f"{sweep.source}: a work pool (resources.work_pool, --work-pool) dispatches backend verl "
+                         "runs; a native sweep's runs go to Ray (--ray-address)")
 
     rows, pending = _skip_finished(sweep, resume)
     parent = _ParentRun(sweep)
@@ -379,7 +494,7 @@ def _sweep(sweep: Sweep, resume: bool = True, report: bool = False, ray_address:
 
 @flow(name="mxfp8-sweep", log_prints=True)
 def mxfp8_sweep(config: str | Sweep = "configs/smoke.yaml", overrides: list[str] | None = None, report: bool = True,
-                ray_address: str | None = None, inline: bool = False) -> list[RunRow]:
+                ray_address: str | None = None, inline: bool = False, work_pool: str | None = None) -> list[RunRow]:
     """Run a sweep's experiments — ``config``: the sweep as ``fp8rl run`` expanded it (a
     :class:`~fp8rl_core.config.runs.Sweep`), or a sweep config file, expanded here with the ``key=value``
     ``overrides`` (a deployment's parameters) — each a task run on
@@ -387,9 +502,12 @@ def mxfp8_sweep(config: str | Sweep = "configs/smoke.yaml", overrides: list[str]
     ``RAY_ADDRESS``; else a local Ray on this machine), placed by the sweep's ``resources``. Runs already
     FINISHED in MLflow (same run id) are skipped, failed ones run again. ``report``: then write the
     sweep's report (Markdown summary with the paper's claims, PNG figures) to ``reports/<sweep>/`` and
-    log it to MLflow. ``inline``: no Ray, the runs one after another in this process (debugging)."""
+    log it to MLflow. ``inline``: no Ray, the runs one after another in this process (debugging).
+    ``work_pool`` (else ``resources.work_pool``): a ``backend: verl`` sweep's runs as flow runs of that
+    pool's ``verl-run`` deployment, one per free worker (docs/deploy.md, verl runs on workers)."""
     with lines_stay_off_a_temporary_api():
-        return _sweep(_load(config, overrides), report=report, ray_address=ray_address, inline=inline)
+        return _sweep(_load(config, overrides), report=report, ray_address=ray_address, inline=inline,
+                      work_pool=work_pool)
 
 
 @flow(name="nightly-correctness", log_prints=True)

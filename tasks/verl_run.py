@@ -46,14 +46,15 @@ from fp8rl_core.verl.capture import captures_whole_batches, read_tokens
 from fp8rl_core.verl.verdicts import read_reports, sync_results
 from fp8rl_core.verl.data import write_dataset, write_model_dir
 from fp8rl_core.verl.metrics import VERL_METRICS, summary
-from fp8rl_core.verl.overrides import Override, main_ppo_argv, verl_overrides
-from fp8rl_core.verl.payload import NO_VERL_HOOKS, PAYLOAD_FILE, TOKENS_DIR, VerlHooks, VerlPayload
+from fp8rl_core.verl.overrides import OWN_RAY, Override, main_ppo_argv, verl_overrides
+from fp8rl_core.verl.payload import NO_VERL_HOOKS, PAYLOAD_FILE, RAY_ADDRESS_FILE, TOKENS_DIR, VerlHooks, VerlPayload
 from fp8rl_core.vocabulary import ENGINE_CHECKSUM, KL_RUN_METRICS
 
 from adapters import tracking
+from adapters.ray_guard import refuse_shared_controller
 
 __all__ = ["VerlOutcome", "composed_config", "failure_reason", "launch_overrides", "launch_payload", "model_dir", "payload_path", "plain_lines",
-           "port_race", "prepare_model", "record", "run_verl", "token_metrics", "work_dir"]
+           "port_race", "prepare_model", "record", "run_verl", "stop_all", "token_metrics", "work_dir"]
 
 #: lines of verl's output that name an error (a Python exception line, Ray's and Hydra's error lines)
 _ERROR = re.compile(r"(\b\w*(Error|Exception)\b|error:)")
@@ -101,10 +102,11 @@ def launch_overrides(run: Run, sweep: str, payload: VerlPayload, *, mlflow_run_i
                      ray_address: str | None = None) -> list[Override]:
     """verl's overrides of ``run`` as the launcher runs them: the sweep as verl's project, the run id as
     its experiment, the dataset, the payload (:func:`payload_path`) and, on CPU, the model in :func:`work_dir`,
-    the tracking store, fp8rl's MLflow run and the Ray cluster to join."""
+    the tracking store, fp8rl's MLflow run and the Ray cluster to join (none: a Ray of the run's own,
+    :data:`~fp8rl_core.verl.overrides.OWN_RAY`)."""
     return verl_overrides(run, payload, experiment=sweep, run_name=run.id, mlflow_run_id=mlflow_run_id,
                           tracking_uri=tracking.tracking_uri() if mlflow_run_id else None,
-                          data_dir=work_dir(sweep, run), ray_address=ray_address, model_path=model_dir(sweep, run))
+                          data_dir=work_dir(sweep, run), ray_address=ray_address or OWN_RAY, model_path=model_dir(sweep, run))
 
 
 def prepare_model(run: Run, sweep: str, cache_root: str | Path) -> Path | None:
@@ -239,9 +241,12 @@ def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = No
     summary metrics. Returns how it ended (the caller ends the MLflow run)."""
     work = work_dir(sweep, run)
     work.mkdir(parents=True, exist_ok=True)
+    if ray_address:  # a cluster the run did not start: never a second trainer on one TransferQueue controller
+        refuse_shared_controller(ray_address)
     if run.config.data.is_task:
         write_dataset(run.config, work)
     (work / "checks.jsonl").unlink(missing_ok=True)
+    (work / RAY_ADDRESS_FILE).unlink(missing_ok=True)
     shutil.rmtree(work / TOKENS_DIR, ignore_errors=True)
     prepare_model(run, sweep, cache_root)
     payload = launch_payload(run, sweep, hooks)
@@ -253,15 +258,22 @@ def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = No
     tracking.log_file(mlflow_run, work / "main_ppo.args", "verl")
     tracking.log_file(mlflow_run, payload_path(sweep, run), "verl")
     env = os.environ | {"MLFLOW_RUN_ID": mlflow_run, "MLFLOW_TRACKING_URI": tracking.tracking_uri()}
+    if not ray_address:  # a Ray of the run's own: nothing of the host's Ray settings reaches verl's processes
+        env.pop("RAY_ADDRESS", None)
     log = work / "main_ppo.log"
-    returncode = _main_ppo(argv, env, work, log)
+
+    def tag_ray(address: str) -> None:
+        tracking.set_tag(mlflow_run, "ray.address", address)
+
+    returncode = _main_ppo(argv, env, work, log, tag_ray)
     reports = read_reports(work / "checks.jsonl")
     race = port_race(returncode, log.read_text(errors="replace"), reports)
     if race:  # once: the first attempt's log kept beside the second's, the retry tagged with its reason
         first = log.rename(work / "main_ppo.attempt1.log")
         tracking.log_file(mlflow_run, first, "verl")
         tracking.set_tag(mlflow_run, "verl.retried", f"the first start lost a port race before its first sync: {race}")
-        returncode = _main_ppo(argv, env, work, log)
+        (work / RAY_ADDRESS_FILE).unlink(missing_ok=True)
+        returncode = _main_ppo(argv, env, work, log, tag_ray)
         reports = read_reports(work / "checks.jsonl")
     tracking.log_file(mlflow_run, log, "verl")
     resolved = composed_config(work)
@@ -279,13 +291,51 @@ def composed_config(work: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def _main_ppo(argv: list[str], env: dict[str, str], work: Path, log: Path) -> int:
-    """Run verl's trainer to its end, its output in ``log``; its exit status."""
+#: verl trainers this process started and that still run (runs side by side in threads: :func:`stop_all`)
+_LIVE: set[subprocess.Popen] = set()
+
+
+def stop_all() -> None:
+    """Terminate every verl trainer this process started that still runs (an interrupted sweep whose runs run in
+    threads: each run's thread then sees its trainer end and returns)."""
+    for proc in list(_LIVE):
+        if proc.poll() is None:
+            proc.terminate()
+
+
+def _die_with_parent() -> None:
+    """In verl's trainer process before it runs (Linux): SIGKILL when the process that started it dies, so a
+    killed run's launcher leaves no trainer behind (the trainer's own Ray shares its fate: Ray's head
+    processes die with the driver that started them)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the finally below is what stops it
+        pass
+
+
+def _main_ppo(argv: list[str], env: dict[str, str], work: Path, log: Path, on_ray=None) -> int:
+    """Run verl's trainer to its end, its output in ``log``; its exit status. ``on_ray(address)``: called once
+    when the trainer's Ray workers have written the cluster's address (:data:`RAY_ADDRESS_FILE`)."""
+    address = work / RAY_ADDRESS_FILE
     with open(log, "w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=work)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=work,
+                                preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        _LIVE.add(proc)
         try:
+            while on_ray is not None:
+                try:
+                    return proc.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    if address.exists():
+                        on_ray(address.read_text().strip())
+                        on_ray = None
             return proc.wait()
         finally:  # interrupted (a signal, KeyboardInterrupt): verl must not outlive the sweep
+            _LIVE.discard(proc)
+            if on_ray is not None and address.exists():
+                on_ray(address.read_text().strip())
             if proc.poll() is None:
                 proc.terminate()
                 try:

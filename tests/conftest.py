@@ -46,7 +46,7 @@ ENGINE_FIXTURES = frozenset({"engines", "checkpoints"})
 #: tests that start engines on a model of their own (not the engine fixtures'): engine tests wherever they live
 ENGINE_TESTS: frozenset[str] = frozenset()
 #: files that do not get their folder's marker: path → marker
-EXCEPT = {"flows/test_cli.py": "flow", "flows/test_terminal_table.py": "flow", "flows/test_deployment_file.py": "flow",
+EXCEPT = {"flows/test_cli.py": "flow", "flows/test_placement.py": "flow", "flows/test_terminal_table.py": "flow", "flows/test_deployment_file.py": "flow",
           "core/sampler/test_quiet.py": "engine",
           "core/sampler/test_seam.py": "engine", "core/sampler/sglang/test_loader.py": "engine",
           "core/sampler/sglang/test_models.py": "engine"}
@@ -58,6 +58,7 @@ SLOW = frozenset({
     "tasks/test_verl_run.py",  # a fresh MLflow SQLite store per test (~10 s), a verl process
     "adapters/test_tracking.py",  # a fresh MLflow SQLite store per test (~10 s each)
     "adapters/test_cluster.py",  # a fresh MLflow SQLite store per test
+    "adapters/test_ray_guard.py",  # a local Ray started in a subprocess (~10-20 s)
     "core/learner/test_learner.py",  # warm-start fixture + five GRPO steps per preset (~2 min each)
     "core/learner/test_mxfp8.py::test_model_with_all_layers_on_grid_trains",  # 4 × ~5 s
     "core/learner/test_mxfp8.py::test_experts_on_grid_equal_hf_experts_when_operands_are_on_the_grid",  # 8 × 1-6 s
@@ -88,7 +89,7 @@ SLOW = frozenset({
 })
 #: the tests that start verl's trainer (each a verl run or more, tests/BUDGET.md): the ``verl`` tier
 VERL = frozenset({
-    "flows/test_verl.py::test_a_verl_sweep_trains_a_users_gsm8k_data_with_tokens_of_every_step_and_every_check_passing",
+    "flows/test_verl.py::test_a_verl_sweep_on_two_workers_runs_side_by_side_on_rays_of_their_own_and_reruns_only_a_killed_run",
     "flows/test_verl.py::test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_next_and_one_stops_verl",
     "flows/test_verl_moe.py::test_a_verl_sweep_of_the_moe_mini_judges_claim_d_from_verls_tokens",
 })

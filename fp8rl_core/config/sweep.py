@@ -281,6 +281,9 @@ class ResourcesSection(BaseModel):
     num_cpus: float = Field(1.0, gt=0, description="CPU cores per run (Ray also sets OMP_NUM_THREADS to it)")
     num_gpus: float = Field(0.0, ge=0, description="GPUs per run (fractions share a GPU)")
     memory_gb: float | None = Field(None, gt=0, description="RAM per run in GiB, reserved on the node (None: not reserved)")
+    work_pool: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                                  description="backend verl: the Prefect work pool whose verl-run deployment runs each "
+                                              "run, one per free worker, each on a Ray of its own (None: this machine)")
 
     def ray_options(self) -> dict[str, float]:
         """Ray's ``.options()``/``@ray.remote`` keywords for one run (memory in bytes)."""

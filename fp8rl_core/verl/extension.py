@@ -4,7 +4,7 @@ verl's ``HFModelConfig.__post_init__`` imports it in the driver, the actor worke
 servers. Importing it *after verl* (the only way verl imports it) calls :func:`register`; importing it on
 its own (fp8rl's purity test walks every module) defines names only and loads neither verl nor Ray.
 
-:func:`register` (idempotent) does three things:
+:func:`register` (idempotent) does four things:
 
 - **MXFP8 sequence padding.** Transformer Engine quantizes activations in 1×32 blocks along the token
   dimension too, so packed sequences must be padded to multiples of 32 (:data:`MXFP8_SEQ_ALIGN`). verl
@@ -22,6 +22,9 @@ its own (fp8rl's purity test walks every module) defines names only and loads ne
 - **Token capture.** Where the process has fp8rl's payload naming a tokens folder, verl's
   ``calculate_debug_metrics`` is wrapped to write each RL step's tokens and alarm numbers
   (:mod:`fp8rl_core.verl.capture`); verl's trainer process is where it is called.
+
+- **The Ray address.** A Ray worker of the run writes the address of its Ray cluster beside the payload
+  (:func:`_record_ray_address`): the launcher's ``ray.address`` tag, also for a Ray verl started itself.
 
 ``Fp8rlVerlWorkerExtension`` (the vLLM worker extension the generated config names; built on first
 attribute access, since its base class is verl's) lives in :mod:`fp8rl_core.verl.rollout` and is reachable
@@ -89,6 +92,31 @@ def _install_capture() -> None:
         capture.install(run.tokens, run.token_sequences)
 
 
+def _record_ray_address() -> None:
+    """In a Ray worker of an fp8rl run (its payload named by the environment): the address of the Ray cluster it
+    runs in, written once beside the payload (:data:`~fp8rl_core.verl.payload.RAY_ADDRESS_FILE`) for the launcher
+    to tag the run with — a run without a cluster address gets a Ray that only verl's trainer knows."""
+    import os
+    from pathlib import Path
+
+    from fp8rl_core.verl.payload import PAYLOAD_ENV, RAY_ADDRESS_FILE
+
+    named = os.environ.get(PAYLOAD_ENV)
+    if not named:
+        return
+    import ray
+
+    target = Path(named).parent / RAY_ADDRESS_FILE
+    if not ray.is_initialized() or target.exists():
+        return
+    part = target.with_name(f"{RAY_ADDRESS_FILE}.{os.getpid()}")
+    try:
+        part.write_text(ray.get_runtime_context().gcs_address)
+        part.replace(target)  # whole, never half written
+    except OSError:  # a tag, not the run: a folder this process cannot write leaves the run untagged
+        part.unlink(missing_ok=True)
+
+
 def register() -> None:
     """Install fp8rl's pieces into the verl already imported in this process."""
     global _DONE
@@ -99,6 +127,7 @@ def register() -> None:
     _patch_padding()
     _register_rollout()
     _install_capture()
+    _record_ray_address()
     if not torch.cuda.is_available():  # verl on CPU: the FSDP engine for device "cpu", the upstream patches
         from fp8rl_core.verl import engine, patches
 

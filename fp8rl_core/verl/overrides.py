@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from fp8rl_core.config.schema import RunConfig
     from fp8rl_core.verl.payload import VerlPayload
 
-__all__ = ["CHECKPOINTS_DIR", "EXTENSION", "FIELD", "MAIN_PPO", "MXFP8_SEQ_ALIGN", "Override", "REWARD_FUNCTION",
+__all__ = ["CHECKPOINTS_DIR", "EXTENSION", "FIELD", "MAIN_PPO", "MXFP8_SEQ_ALIGN", "OWN_RAY", "Override", "REWARD_FUNCTION",
            "SGLANG_CPU_SERVER", "TE_RECIPES", "WORKER_EXTENSION", "hydra_value", "main_ppo_argv", "user_overrides", "verl_overrides"]
 
 #: the module verl imports in every process (``actor_rollout_ref.model.external_lib``)
@@ -49,6 +49,9 @@ SGLANG_CPU_SERVER = {"device": "cpu", "attention_backend": "torch_native", "samp
                      "grammar_backend": "none", "disable_overlap_schedule": True, "enable_memory_saver": False}
 #: logical CPUs of the local Ray a ``hardware: cpu`` run starts (what verl's actors hold, not cores)
 RAY_CPUS = 8
+#: ``ray_kwargs.ray_init.address`` of a run without a cluster address: Ray starts a new local cluster for verl's
+#: trainer, whatever ``RAY_ADDRESS`` or the latest ``ray start`` on the host say (Ray's ``ray.init(address="local")``)
+OWN_RAY = "local"
 #: tokens a packed sequence is padded to under MXFP8 (TE quantizes 1×32 blocks along the sequence too)
 MXFP8_SEQ_ALIGN = 32
 #: where a run's verl checkpoints go in its folder (``verl.save_checkpoints``: ``global_step_N/actor/…``)
@@ -96,7 +99,8 @@ _WHY_SYNC = "verl's naive checkpoint engine calls the rollout adapter that carri
 _WHY_MODE = "fp8rl's rollout adapter is registered as verl's async vLLM rollout"
 _WHY_MLFLOW = "verl's MLflow logger writes into fp8rl's MLflow run (experiment = the sweep, name = the run id)"
 _WHY_PAYLOAD = "it names the payload fp8rl's pieces in verl's processes read"
-_WHY_CLUSTER = "verl joins the Ray cluster fp8rl checked (fp8rl run --ray-address)"
+_WHY_CLUSTER = ("verl joins the Ray cluster fp8rl checked (fp8rl run --ray-address), or starts a Ray of its own "
+                "(local) without one")
 _WHY_GRPO = "fp8rl's runs are GRPO: learner.group_size completions per prompt, no critic"
 _WHY_LOGPROBS = "fp8rl's mismatch metrics read the rollout's log-probs"
 _WHY_ORDER = "the addition task's rows are in the native loop's step order: verl's batch s is the native run's step s"
@@ -177,7 +181,7 @@ def _cpu_overrides(run: "RunConfig", ray_address: str | None) -> list[Override]:
             _o(f"{env}.VLLM_CPU_KVCACHE_SPACE", str(max(1, round(run.sampler.kv_cache_gib or 1))),
                "sampler.kv_cache_gib", append=True),
         ]
-    if not ray_address:  # verl's own local Ray: its "GPU" slots, logical CPUs (the trainer, TransferQueue's
+    if not ray_address or ray_address == OWN_RAY:  # verl's own local Ray: its "GPU" slots, logical CPUs (the trainer, TransferQueue's
         # controller and storage unit, the agent-loop and reward workers each hold one besides the workers'
         # bundles), no dashboard
         o += [_o("ray_kwargs.ray_init.num_gpus", v.nnodes * v.gpus_per_node, "verl.gpus_per_node", append=True),

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from fp8rl_core.learner.config import LearnerConfig
 
 __all__ = ["NO_VERL_HOOKS", "PAYLOAD_ENV", "PAYLOAD_FILE", "PAYLOAD_VERSION", "PayloadError", "PlantedFault",
-           "TOKENS_DIR",
+           "RAY_ADDRESS_FILE", "TOKENS_DIR",
            "VerlHooks", "VerlPayload", "payload", "rollout_schemes", "uses_fp8rl_method"]
 
 #: the payload's schema version: a reader refuses any other
@@ -49,6 +49,9 @@ PAYLOAD_ENV = "FP8RL_VERL_PAYLOAD"
 PAYLOAD_FILE = "payload.json"
 #: the folder of the run's captured tokens in its work folder (:mod:`fp8rl_core.verl.capture`)
 TOKENS_DIR = "tokens"
+#: the file beside the payload where verl's first worker writes the address of the Ray cluster it runs in
+#: (:mod:`fp8rl_core.verl.extension`); the launcher tags the run with it (``ray.address``)
+RAY_ADDRESS_FILE = "ray_address"
 
 
 class PayloadError(ValueError):

@@ -98,7 +98,7 @@ def test_run_hands_the_sweep_flow_the_sweep_it_expanded_once(store, monkeypatch)
     assert result.exit_code == 0, result.output
     assert "sweep smoke: 10 runs" in result.output
     ((sweep, kw),) = calls
-    assert kw == {"ray_address": None, "inline": False} and reads.count(SMOKE) == 1  # the config file: read once
+    assert kw == {"ray_address": None, "inline": False, "work_pool": None} and reads.count(SMOKE) == 1  # read once
     assert isinstance(sweep, Sweep) and (sweep.name, sweep.source, sweep.overrides) == (
         "smoke", str(SMOKE), ("axes.seed=[0]", "loop.steps=1"))
     assert sweep == Sweep.load(SMOKE, ["axes.seed=[0]", "loop.steps=1"]) and len(sweep.runs) == 10
@@ -106,8 +106,10 @@ def test_run_hands_the_sweep_flow_the_sweep_it_expanded_once(store, monkeypatch)
     assert _invoke("run", str(SMOKE), "--ray-address", "10.0.0.1:6379").exit_code == 0
     monkeypatch.setenv("RAY_ADDRESS", "auto")
     assert _invoke("run", str(SMOKE), "--inline").exit_code == 0
-    assert [c[1] for c in calls[1:]] == [{"ray_address": "10.0.0.1:6379", "inline": False},
-                                         {"ray_address": "auto", "inline": True}]
+    assert _invoke("run", str(SMOKE), "--work-pool", "fp8rl-b200").exit_code == 0  # verl runs to a pool's workers
+    assert [c[1] for c in calls[1:]] == [{"ray_address": "10.0.0.1:6379", "inline": False, "work_pool": None},
+                                         {"ray_address": "auto", "inline": True, "work_pool": None},
+                                         {"ray_address": "auto", "inline": False, "work_pool": "fp8rl-b200"}]
 
 
 def test_run_prints_the_sweep_log_which_gets_the_lines_the_terminal_does_not(store, monkeypatch):

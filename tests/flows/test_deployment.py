@@ -161,9 +161,15 @@ def test_deploy_run_worker_mlflow(server: Server, tmp_path: Path, warmstart_cach
         outputs["deploy"] = server.cli("deploy", "--all", "--prefect-file", PREFECT_FILE)
         deployments = {f"{d['name']}@{d['entrypoint']}": d for d in server.post("/deployments/filter", {})}
         assert set(deployments) == {"default@flows/pipelines.py:mxfp8_sweep",
+                                    "verl-smoke@flows/pipelines.py:mxfp8_sweep",
+                                    f"{POOL}@flows/pipelines.py:verl_run",
                                     "default@flows/pipelines.py:nightly_correctness",
                                     "verl@flows/pipelines.py:nightly_correctness",
                                     "default@flows/upstream_drift.py:upstream_drift"}, deployments
+        # a verl sweep's runs: flow runs of the pool's own verl-run deployment, on its queue `verl`
+        verl_run = deployments[f"{POOL}@flows/pipelines.py:verl_run"]
+        assert verl_run["work_queue_name"] == "verl" and verl_run["job_variables"]["working_dir"] == str(ROOT)
+        assert deployments["verl-smoke@flows/pipelines.py:mxfp8_sweep"]["parameters"]["work_pool"] == POOL
         drift = deployments["default@flows/upstream_drift.py:upstream_drift"]
         assert [s["schedule"].get("cron") for s in drift["schedules"]] == ["0 4 * * *"]
         verl_nightly = deployments["verl@flows/pipelines.py:nightly_correctness"]

@@ -11,7 +11,14 @@ behavioural alarm at the next); one fault stopping verl's trainer)."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -27,31 +34,152 @@ VERL_SMOKE = str(ROOT / "configs" / "verl-smoke.yaml")
 NIGHTLY_VERL = str(ROOT / "configs" / "nightly-verl.yaml")
 
 
+def _processes_in(folder: str) -> list[int]:
+    """The pids of the processes whose working directory is ``folder`` (a verl run's trainer runs in its work folder)."""
+    import psutil
 
-def test_a_verl_sweep_trains_a_users_gsm8k_data_with_tokens_of_every_step_and_every_check_passing(env, gsm8k_experiment):
-    """A user's own experiment through verl: GSM8K-format files, a checkpoint with its own BPE tokenizer, verl's
-    gsm8k scorer (tests/conftest.py, ``gsm8k_experiment``) — claims (a) and (b)'s three presets (`bf16-sampler`,
-    `half`, `all`) of its dense mini (verl-smoke's one actor rank and one rollout rank), so the report judges (a) and
-    (b) from verl's tokens and (c) over the on-grid syncs only ((d) on the MoE mini: tests/flows/test_verl_moe.py).
-    fp8rl's own warm start and addition task through verl, and the rollout at tensor parallel 2, are the MoE mini's
-    fault series below (clean syncs, tokens, the alarm and the checks on both ranks, experts included, in the same
-    records)."""
+    out = []
+    for p in psutil.process_iter(["pid", "cwd"]):
+        if p.info.get("cwd") == folder:
+            out.append(p.info["pid"])
+    return out
+
+
+def _kill_once_its_ray_is_up(c, sweep: str, name: str, sweep_thread: threading.Thread, timeout_s: float = 1200) -> dict:
+    """SIGKILL the flow-run process of the run ``name`` once its MLflow run is RUNNING with its verl's Ray up (the
+    ``ray.address`` tag); what was killed. Fails when the sweep ends or the time is up first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and sweep_thread.is_alive():
+        exp = c.get_experiment_by_name(sweep)
+        for r in c.search_runs([exp.experiment_id]) if exp else []:
+            if r.info.run_name == name and r.info.status == "RUNNING" and "ray.address" in r.data.tags:
+                pid = int(r.data.tags["fp8rl.pid"])
+                work = str(Path(os.environ["FP8RL_VERL_WORK"]).resolve() / sweep / r.data.tags["fp8rl.run_id"])
+                os.kill(pid, signal.SIGKILL)
+                time.sleep(10)  # the trainer and its Ray follow their launcher (PR_SET_PDEATHSIG, Ray's fate sharing)
+                return {"pid": pid, "work": work, "mlflow_run": r.info.run_id}
+        time.sleep(2)
+    raise AssertionError(f"{name} never ran with its Ray up")
+
+
+
+def test_a_verl_sweep_on_two_workers_runs_side_by_side_on_rays_of_their_own_and_reruns_only_a_killed_run(
+        env, gsm8k_experiment, tmp_path):
+    """A user's own experiment through verl, dispatched by Prefect: a real Prefect server, a process work pool
+    with two workers (deployments/prefect.yaml's ``verl-run/<pool>``), the sweep's three runs (claims (a) and
+    (b)'s presets `bf16-sampler`, `half`, `all` of the dense mini: GSM8K-format files, a checkpoint with its own
+    BPE tokenizer, verl's gsm8k scorer — tests/conftest.py ``gsm8k_experiment``; verl-smoke's one actor rank and
+    one rollout rank) as child flow runs of the sweep's, two at a time, each on a Ray of its own (two
+    addresses). `half`'s flow-run process is killed (SIGKILL) once its verl is up: it ends FAILED with the
+    cause (the worker's host, the exit status), the others FINISHED, the parent run says 1 of 3 failed, the
+    report is written, no trainer of the killed run is left; a rerun runs only `half`. Then what the records
+    hold: the report judges (a) and (b) from verl's tokens and (c) over the on-grid syncs only ((d) on the MoE
+    mini: tests/flows/test_verl_moe.py). fp8rl's own warm start and addition task through verl, and the rollout
+    at tensor parallel 2, are the MoE mini's fault series below."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
     from fp8rl_core.config.dataset import file_sha256
-    from flows.pipelines import mxfp8_sweep
+    from flows.pipelines import RunsFailed, mxfp8_sweep
+    from tests.flows.test_deployment import Server, _kill_group, _tail
 
     # verl.overrides: a setting of verl's own (an entropy bonus in the actor's loss) applied after fp8rl's;
     # verl.save_checkpoints: the actor's HF model after every step, what the fixed-weights experiment below measures
     data = gsm8k_experiment
+    pool = "fp8rl-verl-test"
     args = ["axes.preset=[bf16-sampler, half, all]", *data["overrides"], f"model_path={data['model']}",
-            "verl.save_checkpoints=true", "verl.overrides=[actor_rollout_ref.actor.entropy_coeff=0.001]"]
-    rows = mxfp8_sweep(VERL_SMOKE, args)
-    assert [(r.name, r.status) for r in rows] == [("dense-mini·bf16-sampler·s0", "FINISHED"),
-                                                  ("dense-mini·half·s0", "FINISHED"), ("dense-mini·all·s0", "FINISHED")]
+            "verl.save_checkpoints=true", "verl.overrides=[actor_rollout_ref.actor.entropy_coeff=0.001]",
+            f"resources.work_pool={pool}"]
+    names = ["dense-mini·bf16-sampler·s0", "dense-mini·half·s0", "dense-mini·all·s0"]
+    server = Server(tmp_path)
+    workers: list = []
     c = tracking.client()
+    try:
+        server.start()
+        server.cli("work-pool", "create", pool, "--type", "process")
+        server.cli("deploy", "--all", "--prefect-file", "deployments/prefect.yaml",
+                   env=server.env | {"FP8RL_WORK_POOL": pool}, timeout=600)  # imports the flows (torch, vLLM)
+        worker_env = server.env | {k: os.environ[k] for k in ("MLFLOW_TRACKING_URI", "FP8RL_ARTIFACTS", "FP8RL_VERL_WORK")} \
+            | {"FP8RL_CACHE": env["warmstart"], "PYTHONPATH": str(ROOT), "PREFECT_WORKER_QUERY_SECONDS": "2"}
+        for i in (1, 2):  # as docs/deploy.md starts a node's worker: one run at a time, verl runs only
+            log = (tmp_path / f"worker{i}.log").open("w")
+            workers.append((subprocess.Popen(
+                [str(Path(sys.executable).with_name("prefect")), "--no-prompt", "worker", "start", "--pool", pool,
+                 "--type", "process", "--work-queue", "verl", "--limit", "1", "--name", f"worker{i}"],
+                cwd=ROOT, env=worker_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True),
+                tmp_path / f"worker{i}.log"))
+
+        with temporary_settings(updates={PREFECT_API_URL: server.api}):
+            first: dict = {}
+
+            def sweep_once():  # Prefect's settings are a context variable: the thread sets its own
+                try:
+                    with temporary_settings(updates={PREFECT_API_URL: server.api}):
+                        first["rows"] = mxfp8_sweep(VERL_SMOKE, args)
+                except BaseException as e:  # noqa: BLE001 — asserted below
+                    first["error"] = e
+
+            t = threading.Thread(target=sweep_once)
+            t.start()
+            killed = _kill_once_its_ray_is_up(c, "verl-smoke", "dense-mini·half·s0", t)
+            t.join(timeout=1500)
+            assert not t.is_alive()
+            # the killed run's trainer died with it (verl's main_ppo, its Ray: the run's processes are gone)
+            assert _processes_in(killed["work"]) == [], killed
+            assert isinstance(first.get("error"), RunsFailed), first
+            assert "1 of 3 verl runs failed: dense-mini·half·s0" in str(first["error"])
+            exp = c.get_experiment_by_name("verl-smoke")
+            found = [r for r in c.search_runs([exp.experiment_id]) if r.data.tags.get("fp8rl.kind") != "sweep"]
+            by_name = {r.info.run_name: r for r in found}
+            assert sorted(by_name) == sorted(names)
+            half = by_name["dense-mini·half·s0"]
+            assert half.info.status == "FAILED", half.data.tags
+            error = half.data.tags["error"]
+            # the cause in plain text: its flow run, the worker's host, how its process ended
+            assert f"on {socket.gethostname()} (process {killed['pid']}) ended crashed" in error, error
+            assert "exited with non-zero status code -9" in error, error
+            assert by_name["dense-mini·bf16-sampler·s0"].info.status == by_name["dense-mini·all·s0"].info.status == "FINISHED"
+            # each on a Ray of its own, each started by one of the two workers' flow-run processes
+            assert len({r.data.tags["ray.address"] for r in found}) == 3, [r.data.tags.get("ray.address") for r in found]
+            assert len({r.data.tags["fp8rl.pid"] for r in found}) == 3
+            assert all(r.data.tags["fp8rl.host"] == socket.gethostname() for r in found)
+            (parent,) = [r for r in c.search_runs([exp.experiment_id]) if r.data.tags.get("fp8rl.kind") == "sweep"]
+            assert parent.info.status == "FAILED" and parent.data.metrics["runs/failed"] == 1
+            assert parent.data.tags["error"].startswith("1 of 3 runs failed"), parent.data.tags
+            assert (env["root"] / "reports" / "verl-smoke" / "summary.md").exists()  # of the two that finished
+            # in Prefect: three child flow runs of the sweep's flow run, one crashed
+            children = server.post("/flow_runs/filter", {"flow_runs": {"parent_task_run_id": {"is_null_": False}}})
+            states = sorted(f["state"]["type"] for f in children if f["name"] in names)
+            assert states == ["COMPLETED", "COMPLETED", "CRASHED"], [(f["name"], f["state"]) for f in children]
+            # two at a time: the runs' executions (their flow runs' start to end; MLflow's start_time is when the
+            # sweep opened the record, before dispatch) overlap in pairs, never all three at once (a worker each)
+            spans = {f["name"]: (f["start_time"], f["end_time"]) for f in children if f["name"] in names}
+            pairs = [(a, b) for a in spans for b in spans if a < b and spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]]
+            assert pairs and max(s0 for s0, _ in spans.values()) > min(s1 for _, s1 in spans.values()), spans
+            # in MLflow: the killed run ended while another run of the sweep ran on
+            assert any(r.info.start_time < half.info.end_time < r.info.end_time for r in found if r is not half), spans
+
+            # the rerun: only the killed run runs again
+            rows = mxfp8_sweep(VERL_SMOKE, args)
+        assert [(r.name, r.status) for r in rows] == [("dense-mini·bf16-sampler·s0", "SKIPPED (done)"),
+                                                      ("dense-mini·half·s0", "FINISHED"),
+                                                      ("dense-mini·all·s0", "SKIPPED (done)")]
+    except BaseException:
+        for proc_log in [server.log] + [log for _, log in workers]:
+            print(f"----- {proc_log.name} -----\n{_tail(proc_log)}")
+        raise
+    finally:
+        for w, _ in workers:  # each worker, its flow-run processes and theirs
+            _kill_group(w, signal.SIGTERM)
+        for w, _ in workers:
+            try:
+                w.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                _kill_group(w, signal.SIGKILL)
+                w.wait(timeout=10)
+        server.stop()
     exp = c.get_experiment_by_name("verl-smoke")
-    found = c.search_runs([exp.experiment_id])
-    (parent,) = [r for r in found if r.data.tags.get("fp8rl.kind") == "sweep"]
-    assert parent.info.status == "FINISHED"
+    (parent,) = [r for r in c.search_runs([exp.experiment_id]) if r.data.tags.get("fp8rl.kind") == "sweep"]
+    assert parent.info.status == "FINISHED" and "error" not in parent.data.tags  # the rerun repaired it
     for row in rows:
         run = c.get_run(row.mlflow_run)
         assert run.info.status == "FINISHED" and run.data.tags["mlflow.parentRunId"] == parent.info.run_id
@@ -144,8 +272,8 @@ def test_a_verl_sweep_trains_a_users_gsm8k_data_with_tokens_of_every_step_and_ev
     assert "not counted in (c): BF16 sampler (bf16-sampler): 3 syncs of 1 run" in c, c
     # fp8rl's KL against verl's own of the same tokens, run by run
     assert "**3 of 3 verl runs agree**." in summary, summary
-    # resume: FINISHED, skipped
-    again = mxfp8_sweep(VERL_SMOKE, args, report=False)
+    # resume: FINISHED, skipped, nothing dispatched
+    again = mxfp8_sweep(VERL_SMOKE, [a for a in args if not a.startswith("resources.")], report=False)
     assert [r.status for r in again] == ["SKIPPED (done)"] * 3
 
 

@@ -1,0 +1,172 @@
+"""What more workers buy a verl sweep: the same sweep dispatched by Prefect (docs/deploy.md, verl runs on workers)
+on a process work pool served by one worker, then by two, in this invocation — the wall clock of each pass, their
+ratio, and the CPU time every process of each pass used (sampled; a process's last ~2 s are missed).
+
+Each pass: a fresh Prefect server on loopback, a fresh pool (``verl-run/<pool>`` deployed from
+deployments/prefect.yaml), ``--work-queue verl --limit 1`` workers as a node would start them, the sweep's flow
+in this process, a fresh MLflow store (so no run is skipped). The warm starts are trained before either pass.
+
+What 2 cores can show: two verl runs side by side on one 2-core machine share the same two cores, so the ratio
+here is the overlap of what does not compute (process and Ray start-up, imports, waits) — not what a second
+node gives. With one worker per node, runs do not share cores: n workers run a sweep of R runs of ~t each in
+about ceil(R / n) × t plus the sweep's own start (the projection printed at the end uses the one-worker pass's
+seconds per run).
+
+    .venv/bin/python bench/verl_workers.py                                      # the dense mini's half and all
+    .venv/bin/python bench/verl_workers.py axes.model=[qwen3-moe-mini]          # other runs of verl-smoke
+
+The last line is ``wall_ratio=<two workers / one worker>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+PREFECT = str(Path(sys.executable).with_name("prefect"))
+CONFIG = "configs/verl-smoke.yaml"
+DEFAULT = ["axes.model=[qwen3-dense-mini]", "axes.preset=[half, all]"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _CpuMeter:
+    """Samples, every 2 s, the CPU seconds of this process's descendants (the last value seen per process)."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._me, self._seen, self._stop = psutil.Process(), {}, threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            for p in self._me.children(recursive=True):
+                try:
+                    t = p.cpu_times()
+                    self._seen[(p.pid, p.create_time())] = t.user + t.system
+                except psutil.Error:
+                    pass
+            self._stop.wait(2)
+
+    def seconds(self) -> float:
+        self._stop.set()
+        self._t.join()
+        return sum(self._seen.values())
+
+
+def _prepare(overrides: list[str], work: Path) -> None:
+    """Train (or load) the runs' warm starts into the warm-start cache before anything is timed."""
+    from fp8rl_core.config.runs import Sweep
+    from tasks.verl_run import prepare_model
+
+    os.environ["FP8RL_VERL_WORK"] = str(work)
+    for run in Sweep.load(CONFIG, overrides).runs:
+        prepare_model(run, "bench-warm", os.environ.get("FP8RL_CACHE", ".cache/warmstart"))
+
+
+def one_pass(workers: int, overrides: list[str], root: Path) -> tuple[float, float, int]:
+    """The sweep on a pool of ``workers`` workers: (wall seconds of the sweep, CPU seconds of every process, runs)."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.pipelines import RunsFailed, mxfp8_sweep
+
+    root.mkdir(parents=True)
+    port, pool = _free_port(), f"bench-{workers}w"
+    api = f"http://127.0.0.1:{port}/api"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))} | {
+        "PREFECT_HOME": str(root / "prefect-home"), "PREFECT_SERVER_DATABASE_CONNECTION_URL":
+            f"sqlite+aiosqlite:///{root / 'prefect.db'}", "PREFECT_SERVER_MEMO_STORE_PATH": str(root / "memo.toml"),
+        "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(root / "storage"), "PREFECT_API_URL": api, "DO_NOT_TRACK": "1",
+        "FP8RL_WORK_POOL": pool, "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}",
+        "FP8RL_ARTIFACTS": str(root / "artifacts"), "FP8RL_VERL_WORK": str(root / "verl"),
+        "PYTHONPATH": str(ROOT), "PREFECT_WORKER_QUERY_SECONDS": "2"}
+    os.environ.update({k: env[k] for k in ("MLFLOW_TRACKING_URI", "FP8RL_ARTIFACTS", "FP8RL_VERL_WORK")})
+    procs: list[subprocess.Popen] = []
+    try:
+        procs.append(subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port),
+                                       "--no-scheduler", "--no-late-runs", "--no-ui"], cwd=ROOT, env=env,
+                                      stdout=open(root / "server.log", "w"), stderr=subprocess.STDOUT,
+                                      start_new_session=True))
+        import httpx
+
+        for _ in range(360):
+            try:
+                if httpx.get(f"{api}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        for cmd in (["work-pool", "create", pool, "--type", "process"],
+                    ["deploy", "--all", "--prefect-file", "deployments/prefect.yaml"]):
+            subprocess.run([PREFECT, "--no-prompt", *cmd], cwd=ROOT, env=env, check=True, capture_output=True, timeout=900)
+        meter = _CpuMeter()
+        for i in range(workers):
+            procs.append(subprocess.Popen([PREFECT, "--no-prompt", "worker", "start", "--pool", pool, "--type", "process",
+                                           "--work-queue", "verl", "--limit", "1", "--name", f"w{i}"], cwd=ROOT, env=env,
+                                          stdout=open(root / f"worker{i}.log", "w"), stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+        t0 = time.monotonic()
+        with temporary_settings(updates={PREFECT_API_URL: api}):
+            try:
+                rows = mxfp8_sweep(CONFIG, [*overrides, f"resources.work_pool={pool}"], report=False)
+            except RunsFailed as e:
+                raise SystemExit(f"{workers} worker(s): {e} (logs in {root})") from None
+        wall = time.monotonic() - t0
+        for p in procs[1:]:
+            os.killpg(p.pid, signal.SIGTERM)
+            p.wait(timeout=60)
+        return wall, meter.seconds(), len(rows)
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("overrides", nargs="*", default=DEFAULT, help=f"sweep overrides of {CONFIG} (default: {DEFAULT})")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, stores)")
+    args = ap.parse_args()
+    os.chdir(ROOT)
+    tmp = Path(tempfile.mkdtemp(prefix="fp8rl-verl-workers-"))
+    try:
+        _prepare(args.overrides, tmp / "warm")
+        out = {}
+        for workers in (1, 2):
+            wall, cpu, runs = one_pass(workers, args.overrides, tmp / f"{workers}w")
+            out[workers] = (wall, cpu)
+            print(f"{workers} worker(s): {runs} runs, wall {wall:.0f} s, CPU {cpu:.0f} s", flush=True)
+        per_run = out[1][0] / runs
+        print(f"cores here: {os.cpu_count()}; CPU time two workers / one: {out[2][1] / out[1][1]:.2f}")
+        for n in (1, 2, 4, 8):
+            print(f"projected, {n} node(s) with a worker each, {runs} runs: ~{math.ceil(runs / n) * per_run:.0f} s "
+                  f"(ceil({runs}/{n}) x {per_run:.0f} s a run)")
+        print(f"wall_ratio={out[2][0] / out[1][0]:.3f}")
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
