@@ -16,8 +16,10 @@ over the runs' models with 95% intervals (Student t), then projected to the pape
 from the bandwidths in :data:`B200` (each with its source), not from this CPU's per-byte term.
 
 **Goals** (each printed as ``goal <name>: ratio=… (<= or >= bound) pass|miss``): fp8rl's addition <= 5% of a
-30B-A3B step (projected); the sync on the learner's grid <= 0.7x verl's BF16 update (measured here; projected
-at 8B); the cheap tier <= 1% of an 8B step (projected) and the CPU fingerprint >= 0.5x a memory copy (here);
+30B-A3B step (projected: export, both sides' fingerprints, the masters' copy to the host, and the fixed term
+measured here); the sync on the learner's grid <= 0.7x verl's BF16 update (measured here: fp8rl's
+``update_s`` of ``all`` over ``bf16-sampler``'s; projected at 8B: verl's documented 7B update scaled to 8B
+and taken as per-byte, carrying the grid's bytes instead, plus the export); the cheap tier <= 1% of an 8B step (projected) and the CPU fingerprint >= 0.5x a memory copy (here);
 the MXFP8 quantizer >= 0.8x a memory copy (here).
 
     .venv/bin/python bench/verl_overhead.py [--models qwen3-dense-mini,qwen3-moe-mini] [--steps 3]
@@ -242,8 +244,8 @@ def report(runs: list[RunCosts], cpu: dict[str, float]) -> None:
         grid_b, bf16_b = sync_bytes(load_model_spec(ROOT / "configs" / "models" / f"{name}.yaml"))
         params_bf16 = 2 * (grid_b * 32 // 33) + bf16_b  # every parameter as BF16
         p = projected_sync(grid_b + bf16_b, params_bf16, fixed)
-        proj[name] = p
         print(f"  {name}: " + ", ".join(f"{k} {v:.3f} s" for k, v in p.items()))
+        proj[name] = p | {"grid_bytes": grid_b + bf16_b, "bf16_bytes": params_bf16}
     print()
     p30 = proj["qwen3-30b-a3b"]
     added30 = p30["export"] + p30["cheap_tier"] + p30["masters_copy"] + p30["fixed"]
@@ -251,7 +253,12 @@ def report(runs: list[RunCosts], cpu: dict[str, float]) -> None:
     if ratios:
         print(goal("grid_sync_vs_bf16_update_measured", max(ratios), 0.7, True))
     p8 = proj["qwen3-8b"]
-    print(goal("grid_sync_vs_bf16_update_8b_projected", (p8["export"] + p8["transport"] + p8["fixed"]) / p8["bf16_update"], 0.7, True))
+    # verl's own BF16 update at 8B from its documented 7B figure, scaled by parameters and taken as per-byte
+    # (transport + load): the same update carrying the grid's bytes, plus fp8rl's export
+    bf16_8b = ANCHORS["bf16_update_7b_s"][0] * 8.2 / 7.6  # Qwen3-8B 8.2e9 parameters, Qwen2-7B 7.6e9
+    grid_8b = bf16_8b * p8["grid_bytes"] / p8["bf16_bytes"] + p8["export"]
+    print(f"  8B: verl's BF16 update {bf16_8b:.2f} s (verl docs, scaled), the grid's sync {grid_8b:.2f} s")
+    print(goal("grid_sync_vs_bf16_update_8b_projected", grid_8b / bf16_8b, 0.7, True))
     print(goal("cheap_tier_vs_step_8b_projected", p8["cheap_tier"] / ANCHORS["step_8b_s"][0], 0.01, True))
     print(goal("fingerprint_vs_memcpy_cpu", cpu["fingerprint_vs_copy"], 0.5, False))
     print(goal("quantizer_vs_memcpy_cpu", cpu["quantize_vs_copy"], 0.8, False))
