@@ -49,7 +49,7 @@ SGLANG_STAMP := $(SGLANG_VENV)/.installed
 SGLANG_INSTALL = $(call uv_install,$(SGLANG_VENV))
 SGLANG_DEPS  := numpy transformers pydantic pyyaml safetensors orjson psutil pybase64 requests triton pillow \
 	starlette ipython aiohttp pyzmq openai partial-json-parser dill sentencepiece einops compressed-tensors gguf msgspec \
-	uvloop fastapi uvicorn setproctitle prometheus-client python-multipart jsonschema soundfile
+	uvloop fastapi uvicorn setproctitle prometheus-client python-multipart jsonschema soundfile xxhash
 
 setup-sglang: $(SGLANG_STAMP)
 

@@ -162,13 +162,14 @@ def fingerprint_tensors(big: int) -> dict[str, torch.Tensor]:
 
 
 def fingerprints_on_device(device: torch.device, big: int) -> dict:
-    """``fp8rl_core.sync.fingerprint.fingerprints`` of the same tensors on the device and on the CPU: equal
-    per tensor; one byte flipped on the device changes its fingerprint."""
-    from fp8rl_core.sync.fingerprint import fingerprints
+    """``fp8rl_core.sync.fingerprint.fingerprints`` of the same tensors on the device (its kind's hash,
+    ``HASH_OF_DEVICE``) and on the CPU by the same hash: equal per tensor; one byte flipped on the device
+    changes its fingerprint."""
+    from fp8rl_core.sync.fingerprint import HASH_OF_DEVICE, fingerprints
 
     cpu = fingerprint_tensors(big)
     dev = {n: t.to(device) for n, t in cpu.items()}
-    want, got = fingerprints(cpu), fingerprints(dev)
+    want, got = fingerprints(cpu, HASH_OF_DEVICE.get(device.type, "words")), fingerprints(dev)
     flipped = dev["w.mx_data"].clone()
     flipped.view(-1)[flipped.numel() // 2] ^= 1
     changed = fingerprints({"w.mx_data": flipped})["w.mx_data"] != got["w.mx_data"]

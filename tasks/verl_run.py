@@ -45,6 +45,7 @@ from fp8rl_core.learner.warmstart import warm_start
 from fp8rl_core.verl.capture import captures_whole_batches, read_tokens
 from fp8rl_core.verl.verdicts import read_reports, sync_results
 from fp8rl_core.verl.data import write_dataset, write_model_dir
+from fp8rl_core.verl.costs import COSTS_FILE, cost_summary, per_step, read_costs
 from fp8rl_core.verl.metrics import VERL_METRICS, summary
 from fp8rl_core.verl.overrides import OWN_RAY, Override, main_ppo_argv, verl_overrides
 from fp8rl_core.verl.payload import NO_VERL_HOOKS, PAYLOAD_FILE, RAY_ADDRESS_FILE, TOKENS_DIR, VerlHooks, VerlPayload
@@ -119,13 +120,16 @@ def prepare_model(run: Run, sweep: str, cache_root: str | Path) -> Path | None:
     return write_model_dir(res.path, target, run.spec.vocab_size)
 
 
-def record(mlflow_run: str, reports: list[dict], run: Run | None = None, tokens: list[dict] = ()) -> dict[str, float]:
+def record(mlflow_run: str, reports: list[dict], run: Run | None = None, tokens: list[dict] = (),
+           costs: list[dict] = ()) -> dict[str, float]:
     """Log what fp8rl measured around verl's run into its MLflow run: the check ``reports`` of every sync (per
     condition ``check/W…`` at the sync's version, the ``checks`` table, ``checks.json``), the summary and
     headline metrics from verl's per-step metrics (:func:`fp8rl_core.verl.metrics.summary`) and, where the
     trainer captured ``tokens`` (:mod:`fp8rl_core.verl.capture`), the native runs' extraction of them: the
     ``tokens`` and ``kl_summary`` tables and the ``kl/*`` metrics with their intervals (replacing verl's
-    per-step means there; verl's stay under ``verl/``). Returns the summary."""
+    per-step means there; verl's stay under ``verl/``), and what fp8rl's parts cost per step (``costs``, the
+    run's ``costs.jsonl``: per-step ``fp8rl/<part>`` metrics and the run's :func:`cost_summary`). Returns the
+    summary."""
     from fp8rl_core.checks import check_rows
 
     for rep in reports:
@@ -146,6 +150,9 @@ def record(mlflow_run: str, reports: list[dict], run: Run | None = None, tokens:
     tails = [rep["tail_mass"] for rep in reports if rep.get("tail_mass") is not None]
     if tails:  # the learner's mass beyond the rollout's tokenizer at the last sync (its probe batch)
         out["kl/tail_mass"] = float(tails[-1])
+    for step, parts in per_step(costs).items():
+        tracking.log_metrics(mlflow_run, {f"fp8rl/{k}": v for k, v in parts.items()}, step=step)
+    out |= cost_summary(costs, [v for _, v in sorted(history.get("timing_s/step", []))])
     out["checks/syncs"] = float(len(reports))
     out["checks/failed"] = float(sum(not r["passed"] for rep in reports for r in sync_results(rep)))
     tracking.log_metrics(mlflow_run, out | tracking.headline_metrics(out))
@@ -247,6 +254,7 @@ def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = No
         write_dataset(run.config, work)
     (work / "checks.jsonl").unlink(missing_ok=True)
     (work / RAY_ADDRESS_FILE).unlink(missing_ok=True)
+    (work / COSTS_FILE).unlink(missing_ok=True)
     shutil.rmtree(work / TOKENS_DIR, ignore_errors=True)
     prepare_model(run, sweep, cache_root)
     payload = launch_payload(run, sweep, hooks)
@@ -280,7 +288,8 @@ def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = No
     if resolved is not None:
         tracking.log_file(mlflow_run, resolved, "verl")
     return VerlOutcome(returncode, failure_reason(returncode, log.read_text(errors="replace")), log,
-                       record(mlflow_run, reports, run, read_tokens(work / TOKENS_DIR)), tuple(reports))
+                       record(mlflow_run, reports, run, read_tokens(work / TOKENS_DIR), read_costs(work / COSTS_FILE)),
+                       tuple(reports))
 
 
 def composed_config(work: Path) -> Path | None:

@@ -275,6 +275,20 @@ def _verl_section(data: SweepData) -> list[str]:
            "", "k3 and k1: means over the run's steps.", ""]
 
 
+def _verl_cost_lines(data: SweepData) -> list[str]:
+    """What fp8rl cost: one line per verl run that timed its parts (fp8rl_core.verl.costs), its measured share."""
+    if data.runs.empty or "fp8rl/added_share" not in data.runs.columns:
+        return []
+    lines = [f"- {r['name']}: {100 * r['fp8rl/added_share']:.1f}% of the step ({r['fp8rl/added_s']:.2f} s a step: "
+             f"export {r['fp8rl/export_s']:.2f} s, checks {r['fp8rl/checks_s']:.2f} s, masters' copy "
+             f"{r['fp8rl/keep_s']:.2f} s, token capture {r['fp8rl/capture_s']:.2f} s)"
+             for r in data.runs.to_dict("records")
+             if r.get("backend") == "verl" and r.get("fp8rl/added_share") == r.get("fp8rl/added_share")
+             and r.get("fp8rl/added_share") is not None]
+    return ["## What fp8rl cost", "", "fp8rl's parts inside each verl run, timed in the run, as a share of verl's "
+            "mean step (`timing_s/step`; docs/gpu.md, What fp8rl costs inside verl):", "", *lines, ""] if lines else []
+
+
 def _checks_section(data: SweepData) -> list[str]:
     ch = data.checks
     if ch.empty or "condition" not in ch.columns:
@@ -409,6 +423,7 @@ def write_report(data: SweepData, out_dir: str | Path, *, trace_paths: Any = Non
         lines += _runs_section(data)
     lines += _kl_section(table, preset_order(data))
     lines += _verl_section(data)
+    lines += _verl_cost_lines(data)
     lines += _requant_section(data, n_boot, seed)
     lines += _factors_section(factors_across_models(data, n_boot=n_boot, seed=seed))
     lines += _power_section(power_rows(data))

@@ -2,10 +2,13 @@
 or the GPU a CUDA engine holds it on), so the learner and the live engine can compare what they hold
 without moving the tensors (W2/W4, the cheap tier of the checks).
 
-Rule: position-keyed little-endian 64-bit words, each mixed by an invertible xorshift-multiply chain,
-summed mod 2**64 and finalised by SplitMix64's ``fmix64`` — a change inside one word always changes the
-digest, random corruption goes unseen with probability ≈ 2**-64; not cryptographic. Specified in
-docs/correctness.md (The fingerprint).
+Rule, one hash per kind of device (``HASH_OF_DEVICE``): on the CPU ``xxh3``, XXH3-64 with seed 0 of the
+bytes (the ``xxhash`` library, xxHash 0.8 by Yann Collet: memory-bound on a CPU core); on a GPU (any other
+device) ``words``: position-keyed little-endian 64-bit words, each mixed by an invertible xorshift-multiply
+chain, summed mod 2**64 and finalised by SplitMix64's ``fmix64``, run where the tensor lives. Random
+corruption goes unseen with probability ≈ 2**-64 under either; not cryptographic. The two give different
+digests of the same bytes: both sides of a comparison hash on the same kind of device, or name the hash
+(``hash=``). Specified in docs/correctness.md (The fingerprint).
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ import hashlib
 from collections.abc import Iterable, Mapping
 
 import torch
+import xxhash
 
-__all__ = ["BLOCK_WORDS", "fingerprint", "fingerprints", "fmix64", "tensor_hash", "tensor_hashes"]
+__all__ = ["BLOCK_WORDS", "HASH_OF_DEVICE", "HASHES", "fingerprint", "fingerprints", "fmix64", "tensor_hash",
+           "tensor_hashes"]
 
 _M64 = (1 << 64) - 1
 #: words per block of the keys (docs/correctness.md, The fingerprint); a tensor of fewer words is one partial block
@@ -184,8 +189,8 @@ def _batches(idx: list[int], srcs: list[_Source], words: int) -> list[list[int]]
     return out
 
 
-def _hash_sources(srcs: list[_Source]) -> list[int]:
-    """The 64-bit hash of each source (docs/correctness.md, The fingerprint), grouped by device."""
+def _hash_words(srcs: list[_Source]) -> list[int]:
+    """The ``words`` hash of each source (docs/correctness.md, The fingerprint), computed on its device."""
     sums: list[int | None] = [None] * len(srcs)
     by_device: dict[torch.device, list[int]] = {}
     for i, s in enumerate(srcs):
@@ -202,18 +207,63 @@ def _hash_sources(srcs: list[_Source]) -> list[int]:
     return [fmix64((sums[i] & _M64) ^ fmix64(s.nbytes + _SEED_LEN)) for i, s in enumerate(srcs)]
 
 
+#: elements converted to float32 at a time by the ``xxh3`` hash of a floating tensor (256 KiB: stays in L2)
+_XXH3_CHUNK = 1 << 16
+
+
+def _xxh3_one(src: _Source) -> int:
+    """XXH3-64 (seed 0) of one source's bytes in logical order (floating: its float32 bytes, a chunk at a
+    time into the streaming state, which gives the one-shot digest). Host memory: a tensor on another device
+    is copied to the CPU first."""
+    flat = src.flat if src.flat.device.type == "cpu" else src.flat.cpu()
+    if not src.f32:
+        return xxhash.xxh3_64_intdigest(memoryview(flat.numpy()))
+    if flat.dtype == torch.float32:
+        return xxhash.xxh3_64_intdigest(memoryview(flat.contiguous().view(torch.uint8).numpy()))
+    state = xxhash.xxh3_64()
+    for e0 in range(0, flat.numel(), _XXH3_CHUNK):  # BF16, FP16, FP8 → float32: exact
+        state.update(memoryview(flat[e0:e0 + _XXH3_CHUNK].to(torch.float32).view(torch.uint8).numpy()))
+    return state.intdigest()
+
+
+def _hash_xxh3(srcs: list[_Source]) -> list[int]:
+    """The ``xxh3`` hash of each source."""
+    return [_xxh3_one(s) for s in srcs]
+
+
+#: the hashes by name (docs/correctness.md, The fingerprint)
+HASHES = {"xxh3": _hash_xxh3, "words": _hash_words}
+#: the hash a tensor gets by the kind of device it lives on; any kind not listed: ``words`` (on the device)
+HASH_OF_DEVICE = {"cpu": "xxh3"}
+
+
+def _hash_sources(srcs: list[_Source], hash: str | None) -> list[int]:
+    """The 64-bit hash of each source: ``hash`` for all, or each by its device (``HASH_OF_DEVICE``)."""
+    if hash is not None and hash not in HASHES:
+        raise ValueError(f"unknown fingerprint hash {hash!r}; valid: {sorted(HASHES)}")
+    groups: dict[str, list[int]] = {}
+    for i, s in enumerate(srcs):
+        groups.setdefault(hash or HASH_OF_DEVICE.get(s.t.device.type, "words"), []).append(i)
+    out: list[int] = [0] * len(srcs)
+    for name, idx in groups.items():
+        for i, h in zip(idx, HASHES[name]([srcs[i] for i in idx])):
+            out[i] = h
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------
 # public
 # ---------------------------------------------------------------------------------------------------
-def tensor_hashes(tensors: Iterable[torch.Tensor]) -> list[int]:
-    """:func:`tensor_hash` of each tensor, small ones hashed together in one batch per device."""
-    return _hash_sources([_Source(t, False) for t in tensors])
+def tensor_hashes(tensors: Iterable[torch.Tensor], hash: str | None = None) -> list[int]:
+    """:func:`tensor_hash` of each tensor (``words`` hashes small ones together in one batch per device)."""
+    return _hash_sources([_Source(t, False) for t in tensors], hash)
 
 
-def tensor_hash(t: torch.Tensor) -> int:
+def tensor_hash(t: torch.Tensor, hash: str | None = None) -> int:
     """The 64-bit hash (an unsigned int) of ``t``'s bytes in logical order (docs/correctness.md, The fingerprint):
-    equal for equal bytes whatever the dtype, shape, strides or device."""
-    return tensor_hashes([t])[0]
+    equal for equal bytes whatever the dtype, shape or strides; the hash is ``hash`` or the one of ``t``'s
+    kind of device (``HASH_OF_DEVICE``)."""
+    return tensor_hashes([t], hash)[0]
 
 
 def _header(t: torch.Tensor, floating: bool) -> int:
@@ -221,16 +271,17 @@ def _header(t: torch.Tensor, floating: bool) -> int:
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
 
 
-def fingerprints(tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> dict[str, str]:
-    """``{name: fingerprint}`` of a mapping or an iterable of (name, tensor) pairs, computed on each
-    tensor's device (small tensors in one batch)."""
+def fingerprints(tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
+                 hash: str | None = None) -> dict[str, str]:
+    """``{name: fingerprint}`` of a mapping or an iterable of (name, tensor) pairs, each computed on its
+    tensor's device by that kind of device's hash, or by ``hash`` (a name in ``HASHES``) for all."""
     items = list(tensors.items() if isinstance(tensors, Mapping) else tensors)
     floating = [t.dtype.is_floating_point for _, t in items]
-    hashes = _hash_sources([_Source(t, f) for (_, t), f in zip(items, floating)])
+    hashes = _hash_sources([_Source(t, f) for (_, t), f in zip(items, floating)], hash)
     return {name: f"{fmix64(h ^ _header(t, f)):016x}" for (name, t), f, h in zip(items, floating, hashes)}
 
 
-def fingerprint(t: torch.Tensor) -> str:
+def fingerprint(t: torch.Tensor, hash: str | None = None) -> str:
     """The fingerprint of ``t`` (canonical bytes + value class + shape; docs/correctness.md, The
     fingerprint), 16 hex chars."""
-    return fingerprints([("", t)])[""]
+    return fingerprints([("", t)], hash)[""]

@@ -8,7 +8,8 @@ the actor recomputed the batch's log-probs, with ``data`` holding ``responses`` 
 verl imports in the trainer process too): the wrapper calls verl's function unchanged and, from the same
 tensors, writes the step's ``tokens`` rows (the native table's schema; weight version = step − 1, the weights
 the rollout ran on) as ``step_NNNNN.parquet`` and the step's alarm numbers as ``step_NNNNN.json`` into the
-payload's ``tokens`` folder — as the run goes, each file complete or absent (written, then renamed).
+payload's ``tokens`` folder — as the run goes, each file complete or absent (written, then renamed) — and its
+own seconds as the step's ``capture_s`` line of the run's ``costs.jsonl`` (:mod:`fp8rl_core.verl.costs`).
 
 The alarm numbers: verl's ``training/rollout_probs_diff_mean`` (its function's own return value) and the k1 /
 k3 estimators of KL(rollout‖train) over the step's response tokens computed here with verl's formula
@@ -22,8 +23,11 @@ import functools
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
+
+from fp8rl_core.verl.costs import COSTS_FILE, append_cost
 
 __all__ = ["CAPTURED", "TRAINER_MODULES", "captures_whole_batches", "install", "read_numbers", "read_tokens",
            "step_numbers", "token_rows", "write_step"]
@@ -119,9 +123,11 @@ class _Capture:
         self.folder, self.max_sequences, self.steps = folder, max_sequences, 0
 
     def __call__(self, data: Any, debug: dict) -> None:
+        t0 = time.perf_counter()
         self.steps += 1
         step = int(data.meta_info.get("global_steps", self.steps)) if data.meta_info else self.steps
         write_step(self.folder, step, token_rows(data, step, self.max_sequences), step_numbers(data, debug))
+        append_cost(Path(self.folder).parent / COSTS_FILE, step, {"capture_s": time.perf_counter() - t0})
 
 
 def install(folder: str | Path, max_sequences: int | None = None) -> Any:

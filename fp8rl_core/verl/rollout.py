@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ import torch
 from fp8rl_core.grids import bf16_view, quantize
 from fp8rl_core.grids.te import compact_rowwise_scales
 from fp8rl_core.sync.layout import sync_name
+from fp8rl_core.verl.costs import COSTS_FILE, append_cost
 
 __all__ = ["TE_GRID", "mxfp8_weights", "quantize_rowwise", "scale_name"]
 
@@ -114,14 +116,27 @@ def _server_adapter() -> type:
             schemes, grid = (run.rollout_schemes, run.mx_grid) if run is not None else ({}, TE_GRID)
             checks = self._fp8rl_sync_checks(run, schemes, grid)
             masters: dict[str, torch.Tensor] = {}
+            cost: dict[str, float] = {"keep_s": 0.0}
+            weights = _timed(weights, cost, "source")  # verl's own stream (its gathering of the weights)
+            t0 = time.perf_counter()
             if checks is not None:
                 await asyncio.to_thread(checks.before_sync)
-                weights = _kept(weights, masters)
+                weights = _kept(weights, masters, cost)
+            checks_s = time.perf_counter() - t0
             version = int(global_steps or 0)
-            out = await super().update_weights(mxfp8_weights(weights, schemes, grid), global_steps=global_steps,
-                                               fp8rl_version=version, **kwargs)
+            t0 = time.perf_counter()
+            out = await super().update_weights(_timed(mxfp8_weights(weights, schemes, grid), cost, "pulled"),
+                                               global_steps=global_steps, fp8rl_version=version, **kwargs)
+            update_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
             if checks is not None:
                 await asyncio.to_thread(checks.after_sync, masters, version)
+            checks_s += time.perf_counter() - t0
+            if run is not None and run.reports and self.rollout_rank == 0:  # fp8rl_core.verl.costs: fp8rl's part
+                own = cost["pulled"] - cost["source"]  # producing fp8rl's stream, less verl's
+                append_cost(Path(run.reports).parent / COSTS_FILE, version,
+                            {"export_s": own - cost["keep_s"], "update_s": update_s - own,
+                             "keep_s": cost["keep_s"], "checks_s": checks_s})
             return out
 
         def _fp8rl_sync_checks(self, run, schemes: dict[str, str], grid: str):
@@ -143,12 +158,32 @@ def _server_adapter() -> type:
     return Fp8rlServerAdapter
 
 
-def _kept(weights: Iterable[tuple[str, torch.Tensor]], into: dict[str, torch.Tensor]) -> Iterator[tuple[str, torch.Tensor]]:
+def _timed(items: Iterable, into: dict[str, float], key: str) -> Iterator:
+    """``items`` unchanged; the seconds spent producing them added to ``into[key]``."""
+    into[key] = into.get(key, 0.0)
+    it = iter(items)
+    while True:
+        t0 = time.perf_counter()
+        try:
+            item = next(it)
+        except StopIteration:
+            into[key] += time.perf_counter() - t0
+            return
+        into[key] += time.perf_counter() - t0
+        yield item
+
+
+def _kept(weights: Iterable[tuple[str, torch.Tensor]], into: dict[str, torch.Tensor],
+          cost: dict[str, float] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """``weights`` unchanged, each floating tensor also kept in ``into`` (a CPU copy): the learner's weights
-    of this sync, from which the checks derive what the engine must hold."""
+    of this sync, from which the checks derive what the engine must hold; the copies' seconds added to
+    ``cost["keep_s"]``."""
     for name, t in weights:
         if t.is_floating_point():
+            t0 = time.perf_counter()
             into[name] = t.detach().to("cpu", copy=True)
+            if cost is not None:
+                cost["keep_s"] = cost.get("keep_s", 0.0) + time.perf_counter() - t0
         yield name, t
 
 

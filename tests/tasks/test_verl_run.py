@@ -100,3 +100,21 @@ def test_a_run_verl_refuses_ends_with_verls_status_and_its_own_message(store):
     assert not (work / "train.parquet").exists() and f"data.train_files={Path(run.config.data.train).expanduser().resolve()}" in expect
     files = {f.path for f in tracking.client().list_artifacts(mlflow_run, "verl")}
     assert files == {"verl/main_ppo.args", "verl/main_ppo.log", "verl/payload.json", "verl/config.yaml"}  # Hydra composed it
+
+
+def test_record_logs_fp8rls_parts_per_step_and_their_share_of_verls_step(store):
+    from fp8rl_core.verl.costs import COSTS_FILE, append_cost, read_costs
+    from tasks.verl_run import record
+
+    mlflow_run = tracking.open_run("s", "s", "r1", "r", {}, None)
+    tracking.log_metrics(mlflow_run, {"timing_s/step": 10.0}, step=1)
+    tracking.log_metrics(mlflow_run, {"timing_s/step": 30.0}, step=2)
+    path = store / COSTS_FILE
+    for step in (1, 2):  # the adapter's line and the trainer's capture line of each step
+        append_cost(path, step, {"export_s": 0.5, "update_s": 2.0, "keep_s": 0.25, "checks_s": float(step)})
+        append_cost(path, step, {"capture_s": 0.25})
+    out = record(mlflow_run, [], None, (), read_costs(path))
+    assert out["fp8rl/checks_s"] == 1.5 and out["fp8rl/added_s"] == pytest.approx(0.5 + 0.25 + 1.5 + 0.25)
+    assert out["fp8rl/added_share"] == pytest.approx(2.5 / 20.0)
+    history = tracking.client().get_metric_history(mlflow_run, "fp8rl/checks_s")
+    assert sorted((m.step, m.value) for m in history if m.step > 0) == [(1, 1.0), (2, 2.0)]

@@ -58,3 +58,18 @@ def test_the_report_says_which_runs_agree(tmp_path):
     assert "| dense-mini/bf16-sampler/s0 | 2 | 0.0015 | 0.0015 | 0.0002 | 0.0002 | 1e-07 | 2.2e-06 | yes |" in section
     assert "| dense-mini/half/s0 | 2 | 0.003 | 0.003 | -0.0001 | -0.0001 | 5e-05 | 4.2e-06 | **no** |" in section
     assert "dense-mini/all/s0" not in section  # the native run
+
+
+def test_the_report_says_what_fp8rl_cost_each_verl_run(tmp_path):
+    data = _sweep()
+    runs = data.runs.copy()
+    runs["fp8rl/added_share"] = [0.125, math.nan, math.nan]  # the second verl run timed nothing
+    for part, v in {"added_s": 2.5, "export_s": 0.5, "checks_s": 1.5, "keep_s": 0.25, "capture_s": 0.25}.items():
+        runs[f"fp8rl/{part}"] = [v, math.nan, math.nan]
+    data.runs = runs
+    text = write_report(data, tmp_path, n_boot=200).read_text(encoding="utf-8")
+    section = text.split("## What fp8rl cost", 1)[1].split("\n## ", 1)[0]
+    assert ("- dense-mini/bf16-sampler/s0: 12.5% of the step (2.50 s a step: export 0.50 s, checks 1.50 s, "
+            "masters' copy 0.25 s, token capture 0.25 s)") in section
+    assert "dense-mini/half/s0" not in section and "dense-mini/all/s0" not in section
+    assert "## What fp8rl cost" not in write_report(_sweep(), tmp_path / "b", n_boot=200).read_text(encoding="utf-8")

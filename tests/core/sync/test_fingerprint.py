@@ -1,6 +1,7 @@
-"""The 64-bit tensor hash and the checks' fingerprints: the definition (against a pure-Python reference),
-equality on equal bytes whatever the dtype/view/layout/storage, and a changed hash for every single-bit
-flip position class, swapped blocks, lengths and zero-length tensors."""
+"""The 64-bit tensor hash and the checks' fingerprints: both hashes' definitions (``words`` against a
+pure-Python reference, ``xxh3`` against the xxhash library on the raw bytes), equality on equal bytes whatever
+the dtype/view/layout/storage, and a changed hash for every single-bit flip position class, swapped blocks,
+lengths and zero-length tensors — under each hash."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import struct
 
 import pytest
 import torch
+import xxhash
 
-from fp8rl_core.sync.fingerprint import BLOCK_WORDS, fingerprint, fingerprints, fmix64, tensor_hash, tensor_hashes
+from fp8rl_core.sync.fingerprint import BLOCK_WORDS, HASH_OF_DEVICE, fingerprint, fingerprints, fmix64, tensor_hash, tensor_hashes
 
 M64 = (1 << 64) - 1
 GOLDEN, C1, C2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
@@ -39,13 +41,42 @@ def raw(t: torch.Tensor) -> bytes:
 
 @pytest.mark.parametrize("nbytes", [0, 1, 7, 8, 9, 4096, 8 * BLOCK_WORDS - 3, 8 * BLOCK_WORDS, 8 * (2 * BLOCK_WORDS + 5) + 3])
 def test_hash_is_the_documented_definition(nbytes):
-    # below one block the batched path, from one block on the block-by-block path: both the same sum
+    # words: below one block the batched path, from one block on the block-by-block path: both the same sum
     g = torch.Generator().manual_seed(nbytes)
     t = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=g)
-    assert tensor_hash(t) == reference_hash(raw(t))
+    assert tensor_hash(t, "words") == reference_hash(raw(t))
+    # xxh3, what a CPU tensor gets: XXH3-64 of the bytes, seed 0
+    assert HASH_OF_DEVICE["cpu"] == "xxh3"
+    assert tensor_hash(t) == tensor_hash(t, "xxh3") == xxhash.xxh3_64_intdigest(raw(t))
+    assert tensor_hash(t, "words") != tensor_hash(t)
 
 
-def test_deterministic_and_batched_equals_alone():
+def test_floating_tensors_hash_their_float32_bytes_a_chunk_at_a_time(monkeypatch):
+    # the xxh3 hash of a BF16 tensor streams its float32 bytes: the same digest as the whole float32 copy at once
+    import fp8rl_core.sync.fingerprint as fp
+
+    b = torch.randn(3 * 1000 + 7, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16)
+    want = fingerprint(b.float())
+    monkeypatch.setattr(fp, "_XXH3_CHUNK", 1000)
+    assert fingerprint(b) == want == fingerprint(b.to(torch.float16).float().bfloat16())
+    assert fingerprint(b, "words") == fingerprint(b.float(), "words") != want
+
+
+def test_an_unknown_hash_is_named():
+    with pytest.raises(ValueError, match="unknown fingerprint hash 'md5'.*valid: \\['words', 'xxh3'\\]"):
+        fingerprint(torch.zeros(3), "md5")
+
+
+@pytest.fixture(params=["xxh3", "words"])
+def cpu_hash(request, monkeypatch):
+    """The property tests run under each hash: the one a CPU tensor gets, set to each in turn."""
+    import fp8rl_core.sync.fingerprint as fp
+
+    monkeypatch.setitem(fp.HASH_OF_DEVICE, "cpu", request.param)
+    return request.param
+
+
+def test_deterministic_and_batched_equals_alone(cpu_hash):
     g = torch.Generator().manual_seed(0)
     ts = [torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g) for n in (3, 64, 1000, 8 * BLOCK_WORDS + 1)]
     alone = [tensor_hash(t) for t in ts]
@@ -54,7 +85,7 @@ def test_deterministic_and_batched_equals_alone():
     assert all(0 <= h <= M64 for h in alone)
 
 
-def test_equal_bytes_hash_alike_across_dtypes_views_layouts_and_storage():
+def test_equal_bytes_hash_alike_across_dtypes_views_layouts_and_storage(cpu_hash):
     g = torch.Generator().manual_seed(1)
     base = torch.randint(0, 256, (64, 96), dtype=torch.uint8, generator=g)
     h = tensor_hash(base)
@@ -71,7 +102,8 @@ def test_equal_bytes_hash_alike_across_dtypes_views_layouts_and_storage():
     assert tensor_hash(base.t()) == tensor_hash(base.t().contiguous()) != h  # the transpose's order differs
     # a view at an odd storage offset (not 8-byte aligned)
     flat = torch.randint(0, 256, (1001,), dtype=torch.uint8, generator=g)
-    assert tensor_hash(flat[3:]) == tensor_hash(flat[3:].clone()) == reference_hash(raw(flat[3:]))
+    assert tensor_hash(flat[3:]) == tensor_hash(flat[3:].clone())
+    assert tensor_hash(flat[3:], "words") == reference_hash(raw(flat[3:]))
 
 
 def flip(t: torch.Tensor, byte: int, bit: int) -> torch.Tensor:
@@ -81,7 +113,7 @@ def flip(t: torch.Tensor, byte: int, bit: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("nbytes", [24, 8 * BLOCK_WORDS + 24])  # the batched and the block-by-block path
-def test_every_single_bit_flip_position_class_changes_the_hash(nbytes):
+def test_every_single_bit_flip_position_class_changes_the_hash(nbytes, cpu_hash):
     t = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=torch.Generator().manual_seed(2))
     h = tensor_hash(t)
     positions = {0, nbytes - 1}  # first and last byte
@@ -98,7 +130,7 @@ def test_every_single_bit_flip_position_class_changes_the_hash(nbytes):
     assert len(seen) == 1 + 8 * len(positions)  # every flip gives its own hash
 
 
-def test_order_length_and_empty_tensors():
+def test_order_length_and_empty_tensors(cpu_hash):
     g = torch.Generator().manual_seed(3)
     t = torch.randint(0, 256, (4, 4096), dtype=torch.uint8, generator=g)
     h = tensor_hash(t)
@@ -117,12 +149,12 @@ def test_order_length_and_empty_tensors():
     assert len(set(hashes)) == 5
     empty = [torch.empty(0, dtype=torch.uint8), torch.empty(0, 5, dtype=torch.bfloat16), torch.empty(3, 0)]
     assert len({tensor_hash(e) for e in empty}) == 1  # no bytes: one hash
-    assert tensor_hash(empty[0]) == reference_hash(b"")
+    assert tensor_hash(empty[0], "words") == reference_hash(b"")
     assert fingerprint(empty[1]) != fingerprint(empty[2])  # the fingerprint adds value class and shape
     assert fingerprints({"a": empty[0], "b": t})["a"] == fingerprint(empty[0])
 
 
-def test_fingerprint_is_canonical_for_floats_and_tells_bytes_apart():
+def test_fingerprint_is_canonical_for_floats_and_tells_bytes_apart(cpu_hash):
     b = torch.randn(300, 7, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
     assert fingerprint(b) == fingerprint(b.float())  # the BF16 view held in float32
     assert fingerprint(b.t()) == fingerprint(b.t().contiguous())
@@ -136,7 +168,7 @@ def test_fingerprint_is_canonical_for_floats_and_tells_bytes_apart():
     assert fingerprint(q) != fingerprint(q.reshape(32, 16))
 
 
-def test_all_single_and_paired_bit_flips_give_distinct_hashes():
+def test_all_single_and_paired_bit_flips_give_distinct_hashes(cpu_hash):
     # every single-bit flip of 256 bytes, and the same bit flipped in two words (the pattern a weak
     # per-word mix passes on unchanged): all hashes distinct from each other and from the original
     t = torch.randint(0, 256, (256,), dtype=torch.uint8, generator=torch.Generator().manual_seed(6))
@@ -158,7 +190,7 @@ def test_any_step_gives_the_same_hash(monkeypatch, step):
     t = torch.randint(0, 256, (8 * (5 * BLOCK_WORDS + 7) + 5,), dtype=torch.uint8,
                       generator=torch.Generator().manual_seed(7))
     b = torch.randn(2 * BLOCK_WORDS + 9, generator=torch.Generator().manual_seed(8)).to(torch.bfloat16)
-    want, want_b = reference_hash(raw(t)), fingerprint(b)
+    want, want_b = reference_hash(raw(t)), fingerprint(b, "words")
     monkeypatch.setitem(fp._STEP_WORDS, "cpu", step)
-    assert tensor_hash(t) == want
-    assert fingerprint(b) == want_b
+    assert tensor_hash(t, "words") == want
+    assert fingerprint(b, "words") == want_b
