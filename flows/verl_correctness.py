@@ -34,7 +34,8 @@ def verl_correctness(sweep: Sweep, wanted: list, mlflow_run: str, flow_run: str,
     - Then each fault of the worker's load (the faults verl's path can carry: ``load`` / ``post-load``; one
       declared on the dense mini acts on the linear layers on the grid, which the MoE mini has too) — on one
       tensor-parallel rank where ``fault_ranks`` names one: each must be caught at its sync by its condition's
-      check, naming the rank, and repaired at the next.
+      check, naming the rank, and repaired at the next; a fault of ``cheap_faults`` has its sync checked at the
+      cheap tier (the cadence set aside there), so the cheap tier must catch it on its own.
     - Last, the **stop**: the first of those faults once more, its sync under ``checks.on_failure: fail``
       (:attr:`~fp8rl_core.verl.payload.PlantedFault.on_failure`): verl's trainer must stop at that sync, the
       run FAILED with the check's line.
@@ -64,7 +65,8 @@ def verl_correctness(sweep: Sweep, wanted: list, mlflow_run: str, flow_run: str,
                 clean = section.clean_syncs[kind]
                 at = [clean + 2 * i for i in range(len(plants))]  # a clean sync after each
                 stop_at = clean + 2 * len(plants) if mine else None  # the series' last sync: verl stops there
-                hooks = [PlantedFault(name=f.name, rank=section.fault_ranks.get(f.name), version=v, checks_off=off)
+                hooks = [PlantedFault(name=f.name, rank=section.fault_ranks.get(f.name), version=v, checks_off=off,
+                                      cheap_tier=not off and f.name in section.cheap_faults)
                          for (f, off), v in zip(plants, at)]
                 if mine:
                     hooks.append(PlantedFault(name=mine[0].name, rank=section.fault_ranks.get(mine[0].name),
