@@ -137,17 +137,20 @@ def native_verdict(matrix: Sequence[dict], clean: Sequence[dict]) -> StageVerdic
 @dataclass(frozen=True)
 class Plant:
     """One fault planted at the sync of ``version`` of a verl run: on tensor-parallel rank ``rank`` (None: every
-    rank), with ``checks_off`` switched off there (a blind plant), under ``on_failure`` (``fail``: the stop)."""
+    rank), with ``checks_off`` switched off there (a blind plant), under ``on_failure`` (``fail``: the stop);
+    ``cheap_tier``: its sync checked at the cheap tier only (a fault of ``cheap_faults``: the cheap tier must
+    catch it on its own)."""
 
     fault: Fault
     version: int
     rank: int | None
     checks_off: tuple[str, ...] = ()
     on_failure: str | None = None
+    cheap_tier: bool = False
 
     def hook(self) -> PlantedFault:
         return PlantedFault(name=self.fault.name, rank=self.rank, version=self.version, checks_off=self.checks_off,
-                            on_failure=self.on_failure)
+                            on_failure=self.on_failure, cheap_tier=self.cheap_tier)
 
 
 @dataclass(frozen=True)
@@ -234,12 +237,14 @@ def verl_series(section: CorrectnessSection, kind: str, wanted: Sequence[Fault])
     ``fault_ranks``) and the ``wanted`` worker faults: those of the model — and the dense mini's, which act on the
     linear layers on the grid the MoE mini has too — the blind plants first, on the policy the warm start made
     (the others' rollouts train it on faulted weights), then every fault with its checks on, each at a sync of
-    its own (``clean_syncs``, +2, …), the stop at the series' last sync."""
+    its own (``clean_syncs``, +2, …; a fault of ``cheap_faults`` checked at the cheap tier there), the stop at the
+    series' last sync."""
     mine = [f for f in wanted if f.worker is not None and f.model in (kind, "dense")]
     planned = [(f, tuple(section.blind_faults[f.name])) for f in mine if f.name in section.blind_faults]
     planned += [(f, ()) for f in mine]
     clean = section.clean_syncs[kind]
-    plants = tuple(Plant(f, clean + 2 * i, section.fault_ranks.get(f.name), off) for i, (f, off) in enumerate(planned))
+    plants = tuple(Plant(f, clean + 2 * i, section.fault_ranks.get(f.name), off,
+                         cheap_tier=not off and f.name in section.cheap_faults) for i, (f, off) in enumerate(planned))
     if not mine:
         return VerlSeries(kind, plants, None, max(1, clean - 1))
     stop_at = clean + 2 * len(plants)

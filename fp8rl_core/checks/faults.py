@@ -290,6 +290,38 @@ def worker_copy_on_other_grid(worker, phase: str) -> None:
         return
 
 
+@torch.no_grad()
+def worker_rotary_cache_nudged(worker, phase: str) -> None:
+    """On the last tensor-parallel rank only (rank 1 at tp 2; the only rank at tp 1), one element of the rotary
+    cos/sin cache every attention layer shares (a buffer vLLM builds at load, written by no sync) is moved to the
+    next float32 value after the reload: position 0's second cosine, 1.0, becomes 1.00000012 — as a load path
+    that rewrites the cache would, writing it wrong at this load (the next load writes it right again, so a
+    later sync repairs it). The held weights, the compute copies and every W1–W6 condition of the synced
+    tensors stay right, and the change is too slight for any output to show it; only the engine's other state
+    (:mod:`fp8rl_core.sampler.engine_state`) sees it."""
+    from fp8rl_core.sampler.engine_state import engine_tensors
+
+    where = worker.fp8rl_tp_rank()
+    if phase != "after" or where["rank"] != where["tp"] - 1:
+        return
+    runner = worker.model_runner
+    for name, t in engine_tensors(runner.get_model()):
+        if name.endswith("cos_sin_cache"):
+            flat = t.view(-1)
+            right = flat[1].clone()
+            flat[1] = torch.nextafter(right, torch.tensor(float("inf"), dtype=t.dtype, device=t.device))
+            reload = runner.reload_weights
+
+            def reload_writing_it_right(*args, **kwargs):  # the next load writes the cache right again
+                flat[1] = right
+                del runner.reload_weights
+                return reload(*args, **kwargs)
+
+            runner.reload_weights = reload_writing_it_right
+            return
+    raise ValueError("rotary-cache-nudged needs a model with a rotary cos/sin cache; this one has none")
+
+
 _W = "fp8rl_core.checks.faults:"
 
 FAULTS: list[Fault] = [
@@ -346,6 +378,10 @@ FAULTS: list[Fault] = [
     Fault("copy-on-other-grid", "W6", "post-load", "dense",
           "one layer computes on another grid (FLOOR-requantized copy) while holding the learner's RCEIL bytes",
           worker=_W + "worker_copy_on_other_grid"),
+    Fault("rotary-cache-nudged", "W6", "post-load", "dense",
+          "on the last tensor-parallel rank, one element of the rotary cos/sin cache the layers share moves by one "
+          "float32 step; no sync writes it, every synced tensor stays right",
+          worker=_W + "worker_rotary_cache_nudged"),
 ]
 
 

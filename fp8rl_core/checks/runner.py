@@ -32,6 +32,7 @@ from .basic import (
 )
 from .alarm import MismatchAlarm
 from .behaviour import check_behaviour
+from .engine_state import check_engine_state
 from .expected import Expected, expected_from_learner
 from .layout import check_layout
 from .ranks import check_engine_ranks
@@ -221,6 +222,10 @@ class CheckRunner:
             compute = check_compute_copies([rank.get("compute") for st in states for rank in st["ranks"]])
             if compute is not None:
                 parts["W6"].append(compute)
+        # the engine's other state (buffers, caches built at load): every rank against its own engine start
+        other = check_engine_state([rank.get("engine_state") for st in states for rank in st["ranks"]])
+        if other is not None:
+            parts["W6"].append(other)
         if self.alarm is not None and mismatch:
             alarm = self.alarm.observe(self.syncs if step is None else step, mismatch)
             if alarm is not None:

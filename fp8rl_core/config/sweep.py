@@ -48,8 +48,11 @@ class CorrectnessSection(BaseModel):
         default_factory=dict, description="backend verl: fault name → check switches turned off at a second plant "
         "of it (first in the series, at a sync of its own): left to W7, its probe there or the behavioural alarm "
         "at the next sync")
+    cheap_faults: list[str] = Field(default_factory=list, description="backend verl: faults whose plant's sync is "
+                                    "checked at the cheap tier (the cadence set aside there): the cheap tier must "
+                                    "catch them on its own")
 
-    @field_validator("faults", "blind_faults")
+    @field_validator("faults", "blind_faults", "cheap_faults")
     @classmethod
     def _known_faults(cls, v: list[str] | dict | None) -> list[str] | dict | None:
         """Every fault named (the list's items, the mapping's keys) is in the catalogue."""
@@ -82,9 +85,10 @@ class CorrectnessSection(BaseModel):
         return out
 
     def id(self) -> str:
-        """The correctness stage's id: 12 hex digits of the content hash of this section (``fault_ranks`` and
-        ``blind_faults`` counted only when set: a native section's id is that of its other settings)."""
-        unset = {k for k in ("fault_ranks", "blind_faults") if not getattr(self, k)}
+        """The correctness stage's id: 12 hex digits of the content hash of this section (``fault_ranks``,
+        ``blind_faults`` and ``cheap_faults`` counted only when set: a native section's id is that of its other
+        settings)."""
+        unset = {k for k in ("fault_ranks", "blind_faults", "cheap_faults") if not getattr(self, k)}
         return content_hash(self.model_dump(mode="json", exclude=unset), 12, compact=False)
 
 

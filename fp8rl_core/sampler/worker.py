@@ -115,6 +115,7 @@ class Fp8rlWorkerExtension:
         self.fp8rl_weight_version = int(version)
         if names is not None:
             self.__dict__["fp8rl_written"] = {n: int(version) for n in names}
+            self._fp8rl_engine_start()
         return self.fp8rl_weight_version
 
     def fp8rl_version(self) -> int:
@@ -221,8 +222,29 @@ class Fp8rlWorkerExtension:
         shapes = {n: [list(t.shape), str(t.dtype).removeprefix("torch.")] for n, t in tensors}
         fps = fingerprints(tensors) if with_fingerprints else {}
         compute = self.fp8rl_compute_check(False) if with_fingerprints else None
+        start = self._fp8rl_engine_start()
         return {"version": self.fp8rl_weight_version, "written": dict(self.__dict__.get("fp8rl_written", {})),
-                "layers": layers, "fingerprints": fps, "shapes": shapes, "compute": compute}
+                "layers": layers, "fingerprints": fps, "shapes": shapes, "compute": compute,
+                "engine_state": self.fp8rl_engine_state(start) if with_fingerprints else None}
+
+    # -- the engine's other state (fp8rl_core.sampler.engine_state) --------------------------------------
+    def _fp8rl_engine_start(self) -> dict:
+        """This rank's record of its model's other state at the engine's start: taken at the start's
+        ``fp8rl_set_version`` (native engines) or the first snapshot (an engine started by verl), kept after."""
+        from fp8rl_core.sampler.engine_state import record
+
+        if "fp8rl_engine_start" not in self.__dict__:
+            self.__dict__["fp8rl_engine_start"] = record(self.model_runner.get_model())
+        return self.__dict__["fp8rl_engine_start"]
+
+    @torch.no_grad()
+    def fp8rl_engine_state(self, start: dict | None = None) -> dict:
+        """This rank's other state (every buffer and tensor attribute no sync writes) against its engine
+        start; only the verdict crosses (:func:`fp8rl_core.sampler.engine_state.compare`)."""
+        from fp8rl_core.sampler.engine_state import compare
+
+        where = self.fp8rl_tp_rank()
+        return compare(self.model_runner.get_model(), start or self._fp8rl_engine_start(), where["rank"], where["tp"])
 
     # -- the compute copy ---------------------------------------------------------------------------
     def _fp8rl_compute_pairs(self):

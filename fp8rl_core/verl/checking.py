@@ -96,6 +96,8 @@ class SyncChecks:
         off = self.payload.hooks.checks_off(int(version))  # a planted fault's switches: this sync only
         if off:
             self.runner.policy = dataclasses.replace(policy, **{c: False for c in off})
+        if self.payload.hooks.cheap_tier(int(version)):  # the cadence set aside: the full tier only on suspicion
+            self.runner.policy = dataclasses.replace(self.runner.policy, full_every=self.runner.syncs + 2)
         try:
             report = self.runner.check(pipe, mismatch=numbers, step=int(version))
         finally:

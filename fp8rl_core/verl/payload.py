@@ -12,8 +12,9 @@ Fault injection: the payload's ``hooks`` (:class:`VerlHooks`, empty in productio
 a verl run's syncs — for a rank's sync of a version it gives the :class:`~fp8rl_core.sync.hooks.SyncHooks`
 the worker's load runs (:meth:`VerlHooks.at`): a catalogue fault planted there, else the no-op hooks; and the
 check switches a plant turns off at its sync (:meth:`VerlHooks.checks_off`), so a test can leave a fault to the
-behavioural alarm, and the ``checks.on_failure`` its sync is judged under (:meth:`VerlHooks.on_failure`), so one
-run can go on past some plants and stop at another.
+behavioural alarm, the ``checks.on_failure`` its sync is judged under (:meth:`VerlHooks.on_failure`), so one
+run can go on past some plants and stop at another, and whether its sync is checked at the cheap tier
+(:meth:`VerlHooks.cheap_tier`), so a fault must be caught by the cheap tier alone.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ class PlantedFault(BaseModel):
     #: what a failed check does at this plant's sync (None: the run's ``checks.on_failure``): ``fail`` stops
     #: verl's trainer there, ``warn`` lets it go on
     on_failure: Literal["warn", "fail"] | None = None
+    #: this plant's sync checked at the cheap tier: the run's cadence (``checks.full_every``) set aside there, so the
+    #: full tier runs only if the cheap tier fails (a fault the cheap tier must catch on its own)
+    cheap_tier: bool = False
 
     @field_validator("name")
     @classmethod
@@ -114,6 +118,10 @@ class VerlHooks(BaseModel):
     def on_failure(self, version: int) -> str | None:
         """What a failed check does at the sync of ``version`` by a plant there (None: the run's setting)."""
         return next((p.on_failure for p in self.faults if p.version in (None, version) and p.on_failure), None)
+
+    def cheap_tier(self, version: int) -> bool:
+        """Whether a plant at the sync of ``version`` has that sync checked at the cheap tier (the cadence set aside)."""
+        return any(p.cheap_tier for p in self.faults if p.version in (None, version))
 
     def names(self) -> list[str]:
         return [p.name for p in self.faults]

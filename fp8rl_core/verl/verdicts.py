@@ -55,12 +55,15 @@ class FaultVerdict:
     offenders: tuple[str, ...]
     version: int | None = None  #: the version of the sync it was planted at (None: the run's first sync)
     repaired: bool | None = None  #: every check passed again at the next sync (None: no next sync)
+    #: why its sync ran the tier it ran (the report's ``why``: ``cheap tier failed: W6`` where the cheap tier caught
+    #: it at a sync the cadence left to the cheap tier); "" where that sync has no report
+    why: str = ""
 
     def as_row(self) -> dict:
         return {"fault": self.fault, "condition": self.condition, "rank": -1 if self.rank is None else self.rank,
                 "version": -1 if self.version is None else self.version, "caught_first": self.caught_first,
                 "fired": ",".join(self.fired), "named_rank": self.named_rank, "offenders": "; ".join(self.offenders[:3]),
-                "repaired": self.repaired}
+                "repaired": self.repaired, "why": self.why}
 
 
 def fault_verdict(reports: list[dict], fault: str, condition: str, rank: int | None = None,
@@ -79,7 +82,8 @@ def fault_verdict(reports: list[dict], fault: str, condition: str, rank: int | N
     repaired = None
     if version is not None and at + 1 < len(reports):
         repaired = not failed_results(reports[at + 1], after_fault=True)
-    return FaultVerdict(fault, condition, rank, condition in fired and named, fired, named, offenders, version, repaired)
+    return FaultVerdict(fault, condition, rank, condition in fired and named, fired, named, offenders, version, repaired,
+                        first.get("why", ""))
 
 
 def alarm_verdict(reports: list[dict], fault: str, version: int, rank: int | None = None) -> FaultVerdict:
@@ -99,4 +103,5 @@ def alarm_verdict(reports: list[dict], fault: str, version: int, rank: int | Non
     probe = tuple(str(o) for r in plant["results"] if r["condition"] == "W7" and not r["passed"]
                   for o in r.get("offenders", []) if not str(o).startswith("step "))
     repaired = None if after is None else not failed_results(after, after_fault=True)
-    return FaultVerdict(fault, "W7", rank, bool(alarm or probe), fired, False, alarm or probe, version, repaired)
+    return FaultVerdict(fault, "W7", rank, bool(alarm or probe), fired, False, alarm or probe, version, repaired,
+                        plant.get("why", ""))

@@ -35,7 +35,8 @@ def test_the_payload_carries_the_runs_own_sections_and_reads_back_equal(run, tmp
     path = p.write(tmp_path / "payload.json")
     assert VerlPayload.read(path) == p
     assert json.loads(path.read_text())["hooks"] == {"faults": [{"name": "post-load-twice", "rank": 1, "version": 3,
-                                                                "checks_off": [], "on_failure": None}]}
+                                                                "checks_off": [], "on_failure": None,
+                                                                "cheap_tier": False}]}
 
 
 def test_another_schema_version_an_unknown_field_or_a_bad_value_is_refused_in_one_line(run, tmp_path):
@@ -95,6 +96,9 @@ def test_a_planted_fault_acts_on_its_rank_at_its_version():
     assert [stop.on_failure(v) for v in (3, 4, 5)] == [None, None, "fail"] and hooks.on_failure(3) is None
     with pytest.raises(ValueError, match="on_failure"):
         PlantedFault(name="post-load-twice", on_failure="ignore")
+    # a plant whose sync is checked at the cheap tier (the cadence set aside there): that sync only
+    cheap = VerlHooks(faults=(PlantedFault(name="rotary-cache-nudged", rank=1, version=4, cheap_tier=True),))
+    assert [cheap.cheap_tier(v) for v in (3, 4, 5)] == [False, True, False] and not hooks.cheap_tier(1)
     with pytest.raises(ValueError, match="dropped-bucket.*only worker faults"):
         PlantedFault(name="dropped-bucket")
     with pytest.raises(ValueError, match="unknown fault 'nope'"):

@@ -35,7 +35,10 @@ def test_a_fault_is_caught_by_its_condition_at_the_first_sync_naming_its_rank():
     assert not fault_verdict(late, "f", "W2").caught_first and not fault_verdict([], "f", "W2").caught_first
     assert fault_verdict(caught, "f", "W2", 1).as_row() == {
         "fault": "f", "condition": "W2", "rank": 1, "version": -1, "caught_first": True, "fired": "W2",
-        "named_rank": True, "offenders": "tp rank 1/2, layer x", "repaired": None}
+        "named_rank": True, "offenders": "tp rank 1/2, layer x", "repaired": None, "why": ""}
+    # why its sync ran the tier it ran: the cheap tier's failure brought the full tier there
+    cheap = [caught[0] | {"why": "cheap tier failed: W2"}]
+    assert fault_verdict(cheap, "f", "W2", 1, version=0).why == "cheap tier failed: W2"
 
 
 def test_a_fault_planted_at_one_sync_is_judged_there_and_repaired_by_the_next():

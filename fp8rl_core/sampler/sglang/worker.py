@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from fp8rl_core.sampler import engine_state
 from fp8rl_core.sampler.sglang.loader import fp8rl_name, load_into
 from fp8rl_core.sync.fingerprint import fingerprints
 from fp8rl_core.sync.layout import ModelLayout
@@ -59,6 +60,7 @@ def set_version(model, rank: int, tp: int, version: int, names: list[str] | None
     st["version"] = int(version)
     if names is not None:
         st["written"] = {n: int(version) for n in names}
+        _engine_start(model)
     return st["version"]
 
 
@@ -88,15 +90,33 @@ def compute_check(model, rank: int, tp: int, full: bool = False) -> dict:
             "offenders": [], "not_checked": skipped, "seconds": 0.0}
 
 
+def _engine_start(model) -> dict:
+    """This rank's record of its model's other state at the engine's start (:mod:`fp8rl_core.sampler.engine_state`):
+    taken at the start's ``set_version`` or the first snapshot, kept after."""
+    st = _state(model)
+    if "engine_start" not in st:
+        st["engine_start"] = engine_state.record(model)
+    return st["engine_start"]
+
+
+@torch.no_grad()
+def engine_state_check(model, rank: int, tp: int) -> dict:
+    """This rank's other state (buffers, tensor attributes no sync writes) against its engine start: the verdict."""
+    return engine_state.compare(model, _engine_start(model), rank, tp)
+
+
 @torch.no_grad()
 def state(model, rank: int, tp: int, fingerprints_too: bool = True) -> dict:
-    """The cheap-tier snapshot of this rank: version, written versions, shapes, fingerprints, compute check."""
+    """The cheap-tier snapshot of this rank: version, written versions, shapes, fingerprints, compute check,
+    the engine's other state."""
     tensors = list(_tensors(model))
     st = _state(model)
+    _engine_start(model)
     return {"rank": rank, "tp": tp, "version": st["version"], "written": dict(st["written"]), "layers": {},
             "fingerprints": fingerprints(tensors) if fingerprints_too else {},
             "shapes": {n: [list(t.shape), str(t.dtype).removeprefix("torch.")] for n, t in tensors},
-            "compute": compute_check(model, rank, tp) if fingerprints_too else None}
+            "compute": compute_check(model, rank, tp) if fingerprints_too else None,
+            "engine_state": engine_state_check(model, rank, tp) if fingerprints_too else None}
 
 
 @torch.no_grad()
@@ -109,7 +129,8 @@ def check_rank(model, rank: int, tp: int, fingerprints_by_rank: dict | None = No
 
 
 #: the operations a request may name
-OPS = {f.__name__: f for f in (load, set_version, version, tp_rank, read, compute_check, state, check_rank)}
+OPS = {f.__name__: f for f in (load, set_version, version, tp_rank, read, compute_check, engine_state_check, state,
+                               check_rank)}
 
 
 def call(model, rank: int, tp: int, op: str, args: dict):
