@@ -4,7 +4,9 @@ at every sync; an injected fault goes through the real sync path, is caught at i
 its declared condition (and by vLLM's checksums, naming the parameter), and a clean repair sync passes again.
 On the MoE mini: a negated expert copy planted after a later sync is named by the compute-copy check (W6) at
 that sync; with that check off, W7's probe fails there at a full-tier sync, and the behavioural alarm (W7) fails
-the next, the first step whose rollouts ran on it, where those rollouts' k3 rose above the alarm's floor."""
+the next, the first step whose rollouts ran on it, where those rollouts' k3 rose above the alarm's floor. At tensor
+parallel 2, a rotary cache nudged by one float32 step on rank 1 is named by W6's check of the engine's other
+state at that cheap-tier sync."""
 
 from __future__ import annotations
 
@@ -112,7 +114,8 @@ def test_at_tensor_parallel_2_the_negated_expert_copy_on_rank_1_is_named_there_a
     ``expert-copy-negated`` plants on the last rank, rank 1, leaving rank 0 and every held byte right. With the
     compute-copy check on, W6 names rank 1, the layer and the expert at the fault's own sync; with it off at a
     full-tier sync, W7's probe fails there; the reload at the next sync repairs it (W7's alarm aside, on the
-    faulted version's rollouts)."""
+    faulted version's rollouts). Then ``rotary-cache-nudged`` on rank 1 at a cheap-tier sync: W6's check of the
+    engine's other state names rank 1, the rotary cache and its element there."""
     pipe = tp2_pipeline(checkpoints["moe"], "all", tmp_path)
     sampler = pipe.sampler
     f = fault("expert-copy-negated")
@@ -136,5 +139,18 @@ def test_at_tensor_parallel_2_the_negated_expert_copy_on_rank_1_is_named_there_a
                 assert at.results_by["W7"].offenders[0].startswith("probe sequence "), at.results_by["W7"].offenders
             after = _step(pipe, runner)
             assert all(r.condition == "W7" for r in after.failed), after.message()  # the alarm at most
+        # the engine's other state: one element of the rotary cos/sin cache the layers share, moved by one float32
+        # step on rank 1 after the reload of a cheap-tier sync: no synced tensor changes, and the cheap tier's W6
+        # names rank 1, the buffer and the element at that sync; the next load writes it right again
+        runner = CheckRunner(CheckPolicy(full_every=100), probe=PROBE)
+        runner.start(pipe.samplers)
+        assert _step(pipe, runner).failed == []
+        at = _step(pipe, runner, fault("rotary-cache-nudged"))
+        assert at.results_by["W2"].passed and at.results_by["W1"].passed and at.why == "cheap tier failed: W6", at.message()
+        w6 = at.results_by["W6"]
+        assert w6.offenders == ["tp rank 1/2: model.layers.0.self_attn.rotary_emb.cos_sin_cache: changed since the "
+                                "engine started, first at [0, 1] (1 → 1.00000012; 1 of 2048 elements differ)"], w6.offenders
+        assert w6.failing_ranks == [1]
+        assert _step(pipe, runner).failed == []
     finally:
         sampler.close()

