@@ -58,7 +58,7 @@ def cycles(model_name: str, process: str, n: int) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="fp8rl-bench-engine-") as ckpt:
         model.save_pretrained(ckpt, save_original_format=True)
         learner = Learner(model, LearnerConfig(precision="mxfp8", layers="all"))
-        schemes = sampler_schemes(gemm_layers(model), "all", "learner")
+        schemes = sampler_schemes(gemm_layers(model), "all", "mxfp8")
         tensors = export_weights(model, learner.forward_weights(), schemes)
         cfg = SamplerConfig(dtype="bfloat16", max_model_len=spec.max_position_embeddings, max_num_seqs=64,
                             process=process)

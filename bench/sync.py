@@ -131,7 +131,7 @@ def with_engine(args, model_yaml: str) -> None:
     with tempfile.TemporaryDirectory(prefix="fp8rl-bench-ckpt-") as ckpt:
         model.save_pretrained(ckpt, save_original_format=True)
         learner = Learner(model, LearnerConfig(precision="mxfp8", layers="all"))
-        schemes = sampler_schemes(gemm_layers(model), "all", "learner")
+        schemes = sampler_schemes(gemm_layers(model), "all", "mxfp8")
         tensors = export_weights(model, learner.forward_weights(), schemes)
         cfg = SamplerConfig(dtype="bfloat16", bucket_mb=args.bucket_mb)
         sampler = VllmSampler(ckpt, schemes, tensors, cfg)

@@ -36,7 +36,7 @@ from fp8rl_core.learner.warmstart import load_policy
 from fp8rl_core.sampler.config import SamplerConfig
 from fp8rl_core.sampler.engines import start_sampler
 from fp8rl_core.sampler.pool import acquire
-from fp8rl_core.sampler.presets import PRESETS, Preset, sampler_schemes
+from fp8rl_core.sampler.presets import PRESETS, Preset
 from fp8rl_core.sampler.seam import Sampler
 from fp8rl_core.sync.export import SyncError, export_weights
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
@@ -106,7 +106,7 @@ def start_pipeline(
                          f"PRESETS[{preset.name!r}].learner_config(...)")
     model = load_policy(checkpoint)
     policy = Learner(model, cfg)
-    configured = sampler_schemes(gemm_layers(model), preset.sampler_layers, preset.sampler_grid)
+    configured = preset.schemes(gemm_layers(model))
     schemes = dict(hooks.schemes_for_engine(configured))
     tensors = export_weights(model, policy.forward_weights(), schemes)
     grid = cfg.recipe.fwd_grid

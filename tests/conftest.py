@@ -48,7 +48,8 @@ ENGINE_TESTS: frozenset[str] = frozenset()
 #: files that do not get their folder's marker: path → marker
 EXCEPT = {"flows/test_cli.py": "flow", "flows/test_terminal_table.py": "flow", "flows/test_deployment_file.py": "flow",
           "core/sampler/test_quiet.py": "engine",
-          "core/sampler/test_seam.py": "engine", "core/sampler/sglang/test_loader.py": "engine",
+          "core/sampler/test_seam.py": "engine", "core/sampler/test_capabilities.py": "engine",
+          "core/sampler/sglang/test_loader.py": "engine",
           "core/sampler/sglang/test_models.py": "engine"}
 #: slow without an engine, measured with ``pytest --durations=0`` on the 2-core machine (seconds there, loaded):
 #: a folder (``path/``), a file (``path``) or a test with all its parameters (``path::name``)

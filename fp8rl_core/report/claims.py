@@ -82,7 +82,7 @@ class Claim:
 
 #: what a sweep needs for a claim of a kind that is not a comparison of two presets
 _NEEDS: dict[str, str] = {"sync": "W2 checks of runs whose sampler holds layers on the learner's grid (presets "
-                                  + ", ".join(p.name for p in PRESETS.values() if p.on_learner_grid) + ")",
+                                  + ", ".join(p.name for p in PRESETS.values() if p.scheme.on_learner_grid) + ")",
                           "cost_fixed": "micro-batch timings of a BF16 and an MXFP8 learner",
                           "cost_break_even": "micro-batch timings of a BF16 and an MXFP8 learner",
                           "trace": "a GPU profiler trace of each precision"}

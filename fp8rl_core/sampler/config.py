@@ -8,28 +8,24 @@ engine's identity (the pool, :mod:`fp8rl_core.sampler.pool`, reuses engines by i
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from fp8rl_core.grids.schemes import MX_GRID, REQUANT_GRID  # defined with the schemes (fp8rl_core.grids.schemes)
 from fp8rl_core.identity import content_hash
+from fp8rl_core.sampler.capabilities import CAPABILITIES, DEFAULT_ENGINE
 
-__all__ = ["ENGINE_PROCESSES", "KV_CACHE_DTYPES", "SAMPLER_ENGINES", "MX_GRID", "REQUANT_GRID", "SamplerConfig", "cpu_fp8_kv_support", "engine_key",
-           "sglang_refusal"]
+__all__ = ["ENGINE_PROCESSES", "KV_CACHE_DTYPES", "SAMPLER_ENGINES", "MX_GRID", "REQUANT_GRID", "SamplerConfig", "cpu_fp8_kv_support",
+           "engine_key"]
 
 KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2")
-#: the engines a sampler can run on (:data:`fp8rl_core.sampler.engines.ENGINES`), the default first
-SAMPLER_ENGINES = ("vllm", "sglang")
+#: the engines a sampler can run on (:data:`fp8rl_core.sampler.capabilities.CAPABILITIES`), the default first
+SAMPLER_ENGINES = tuple(CAPABILITIES)
 #: where vLLM's engine core and its worker run (see :class:`SamplerConfig`.process)
 ENGINE_PROCESSES = ("spawn", "in-process")
-#: the MXFP8 grid of the sampler's on-grid layers unless the run names another (the learner's default rule)
-MX_GRID = "mxfp8-e4m3-rceil"
-#: the rule a ``requant`` layer quantizes its received BF16 view with: vLLM's online MXFP8 quantization
-#: (``_mxfp8_e4m3_quantize_torch`` in vLLM 0.32: E8M0 scale ``ceil(log2(amax/448))``, 1×32 blocks along K),
-#: which is fp8rl's ``mxfp8-e4m3-rceil`` applied to BF16 input, byte for byte
-REQUANT_GRID = "mxfp8-e4m3-rceil"
 
 
 class SamplerConfig(BaseModel):
@@ -38,7 +34,7 @@ class SamplerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     engine: Literal[SAMPLER_ENGINES] = Field(
-        "vllm", description="vllm: vLLM (every preset); sglang: SGLang's HTTP server in .venv-sglang (native runs "
+        DEFAULT_ENGINE, description="vllm: vLLM (every preset); sglang: SGLang's HTTP server in .venv-sglang (native runs "
         "whose sampler holds BF16 layers: bf16-e2e, bf16-sampler; docs/configs.md, The sampler engine)")
 
     dtype: Literal["bfloat16", "float32"] = Field(
@@ -66,7 +62,7 @@ class SamplerConfig(BaseModel):
         """The settings the engine is built with at its start: all but ``temperature`` (per request) and
         ``bucket_mb`` (per sync) — two engines with equal settings (and model) are interchangeable. ``engine``
         is among them unless it is the default (vLLM engines keep the keys they had before the field)."""
-        exclude = {"temperature", "bucket_mb"} | ({"engine"} if self.engine == SAMPLER_ENGINES[0] else set())
+        exclude = {"temperature", "bucket_mb"} | ({"engine"} if self.engine == DEFAULT_ENGINE else set())
         return self.model_dump(exclude=exclude)
 
     @field_validator("block_size")
@@ -96,16 +92,3 @@ def engine_key(model_cfg: Mapping, cfg: SamplerConfig) -> str:
     """What makes two engines interchangeable: model config (incl. schemes) and the engine settings vLLM
     builds at start (:meth:`SamplerConfig.engine_settings`)."""
     return content_hash({"model": model_cfg, "engine": cfg.engine_settings()}, 16, compact=False)
-
-
-def sglang_refusal(quantized: Sequence[str], *, gpu: bool) -> str | None:
-    """Why the SGLang engine cannot serve layers on the schemes ``quantized`` (one line), or None when there
-    are none: on CPU SGLang 0.5.12's MXFP8 methods need AMX; on a GPU they are not wired to fp8rl's loader yet."""
-    if not quantized:
-        return None
-    if gpu:
-        return (f"the SGLang engine runs BF16 layers only: schemes {sorted(set(quantized))} are not wired to SGLang's "
-                "quantized methods yet; use sampler.engine: vllm or a BF16-sampler preset (bf16-e2e, bf16-sampler)")
-    return (f"the SGLang engine cannot run schemes {sorted(set(quantized))} on CPU: SGLang 0.5.12's MXFP8 methods "
-            "(Fp8LinearMethod, Fp8MoEMethod) need AMX; use sampler.engine: vllm or a BF16-sampler preset "
-            "(bf16-e2e, bf16-sampler)")

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from fp8rl_core.grids import bf16_view, quantize
+from fp8rl_core.grids.schemes import Sent, layer_scheme
 from fp8rl_core.grids.te import compact_rowwise_scales
 from fp8rl_core.sync.layout import sync_name
 
@@ -76,7 +77,7 @@ def mxfp8_weights(weights: Iterable[tuple[str, torch.Tensor]], schemes: Mapping[
     docstring). ``schemes``: vLLM layer prefix → scheme, as in the rollout's ``quantization_config``."""
     for name, t in weights:
         prefix = sync_name(name).rpartition(".")[0]
-        if name.endswith(".weight") and schemes.get(prefix) == "mxfp8":
+        if name.endswith(".weight") and layer_scheme(schemes, prefix).sent is Sent.BYTES:
             data, scale = quantize_rowwise(t, grid)
             yield name, data
             yield scale_name(name), scale

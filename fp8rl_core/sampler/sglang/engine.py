@@ -32,7 +32,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from fp8rl_core.sampler.config import MX_GRID, SamplerConfig, engine_key, sglang_refusal
+from fp8rl_core.sampler.capabilities import refusal
+from fp8rl_core.sampler.config import MX_GRID, SamplerConfig, engine_key
 from fp8rl_core.sampler.sglang.compat import RPC, rpc_payload
 from fp8rl_core.sampler.seam import (Rollout, Sampler, SamplerDeadError, SamplerError, SyncTiming, engine_config,
                                      prompt_rows)
@@ -53,8 +54,8 @@ FLUSH_S = 30.0
 
 def mxfp8_refusal(schemes: Mapping[str, str]) -> str | None:
     """Why an SGLang engine cannot serve ``schemes`` here (one line), or None: only BF16 layers run on it
-    (:func:`fp8rl_core.sampler.config.sglang_refusal`)."""
-    return sglang_refusal([s for s in schemes.values() if s != "bf16"], gpu=torch.cuda.is_available())
+    (:data:`fp8rl_core.sampler.capabilities.CAPABILITIES`)."""
+    return refusal("sglang", schemes.values(), gpu=torch.cuda.is_available())
 
 
 #: what SGLang's server logs when its ``--port`` was taken before it could bind it

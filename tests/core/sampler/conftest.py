@@ -21,7 +21,7 @@ from fp8rl_core.learner.warmstart import load_policy, warm_start
 from fp8rl_core.loop import Pipeline, start_pipeline
 from fp8rl_core.sampler.config import SamplerConfig
 from fp8rl_core.sampler.pool import release_all
-from fp8rl_core.sampler.presets import PRESETS, sampler_schemes
+from fp8rl_core.sampler.presets import PRESETS
 from fp8rl_core.sampler.vllm_engine import VllmSampler
 from fp8rl_core.sync.export import export_weights
 from tests.conftest import run_wide_dir
@@ -76,7 +76,7 @@ def tp2_pipeline(checkpoint, preset: str, work_root) -> Pipeline:
     p = PRESETS[preset]
     model = load_policy(checkpoint)
     learner = Learner(model, p.learner_config(lr=1e-3))
-    schemes = sampler_schemes(gemm_layers(model), p.sampler_layers, p.sampler_grid)
+    schemes = p.schemes(gemm_layers(model))
     sampler = VllmSampler(checkpoint, schemes, export_weights(model, learner.forward_weights(), schemes),
                           SPAWNED.model_copy(update={"threads": 1}), mx_grid=learner.cfg.recipe.fwd_grid,
                           work_root=work_root, tensor_parallel=2)
