@@ -45,6 +45,7 @@ LAYERS, VOCAB = 16, 32000
 
 
 def best_of(fn, repeats: int) -> float:
+    """The fastest of ``repeats`` calls of ``fn``, in seconds (bench/'s one timer: checks.py and quantize.py use it)."""
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()

@@ -88,7 +88,9 @@ def cpu_fp8_kv_support(cpuinfo: str | None = None) -> tuple[bool, str]:
     return False, "this CPU has neither AVX-512 (avx512f) nor AMX, which vLLM's CPU attention needs for an FP8 KV cache"
 
 
-def engine_key(model_cfg: Mapping, cfg: SamplerConfig) -> str:
-    """What makes two engines interchangeable: model config (incl. schemes) and the engine settings vLLM
-    builds at start (:meth:`SamplerConfig.engine_settings`)."""
-    return content_hash({"model": model_cfg, "engine": cfg.engine_settings()}, 16, compact=False)
+def engine_key(model: Mapping, cfg: SamplerConfig) -> str:
+    """The one identity of an engine — what makes two engines interchangeable: what it serves (``model``: the
+    engine's model config with its schemes; before the checkpoint exists, what that is made from — the
+    scheduler's :func:`fp8rl_core.schedule.engine_group`) and the settings it is built with at start
+    (:meth:`SamplerConfig.engine_settings`)."""
+    return content_hash({"model": model, "engine": cfg.engine_settings()}, 16, compact=False)
