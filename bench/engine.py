@@ -2,7 +2,7 @@
 process (``in-process``), on the mini models, in the same run.
 
 For each model (``--models``, default the smoke sweep's dense and MoE minis) and each kind of engine
-(``SamplerConfig.process``), ``--cycles`` times: start a :class:`~fp8rl_core.sampler.vllm_engine.VllmSampler` on an
+(``SamplerConfig.process``), ``--cycles`` times: start a :class:`~fp8rl_core.sampler.vllm.engine.VllmSampler` on an
 MXFP8 learner's exported weights (every layer on the learner's grid, as preset ``all``), sync once, generate
 one batch, close it. It prints per cycle the start (``VllmSampler(...)``: vLLM's ``LLM`` construction and the
 first version handshake), the first sync, the generation and the close, and then per model the median
@@ -48,7 +48,7 @@ def cycles(model_name: str, process: str, n: int) -> list[dict]:
     from fp8rl_core.learner.patterns import gemm_layers
     from fp8rl_core.learner.spec import load_model_spec
     from fp8rl_core.sampler.config import SamplerConfig
-    from fp8rl_core.sampler.vllm_engine import VllmSampler
+    from fp8rl_core.sampler.vllm.engine import VllmSampler
     from fp8rl_core.sampler.presets import sampler_schemes
     from fp8rl_core.sync.export import export_weights
 

@@ -123,7 +123,7 @@ def with_engine(args, model_yaml: str) -> None:
     from fp8rl_core.learner.spec import load_model_spec
     from fp8rl_core.learner.patterns import gemm_layers
     from fp8rl_core.sampler.config import SamplerConfig
-    from fp8rl_core.sampler.vllm_engine import VllmSampler
+    from fp8rl_core.sampler.vllm.engine import VllmSampler
     from fp8rl_core.sampler.presets import sampler_schemes
     from fp8rl_core.sync.export import export_weights
 

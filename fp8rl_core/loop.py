@@ -112,7 +112,7 @@ def start_pipeline(
     grid = cfg.recipe.fwd_grid
     sampler, resync = acquire(checkpoint, schemes, tensors, sampler_cfg, version=policy.version, mx_grid=grid,
                               work_root=work_root)
-    # further replicas are further engines: spawned, since a process holds one in-process engine (vllm_compat, 3)
+    # further replicas are further engines: spawned, since a process holds one in-process engine (fp8rl_core.sampler.vllm.compat, 3)
     replica_cfg = sampler_cfg.model_copy(update={"process": "spawn"})
     extra = [start_sampler(checkpoint, schemes, tensors, replica_cfg, version=policy.version, mx_grid=grid,
                            work_root=work_root) for _ in range(replicas - 1)]

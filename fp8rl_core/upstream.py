@@ -62,7 +62,7 @@ _TE = "transformer-engine"
 _SG = "sglang"
 ROLLOUT = "fp8rl_core.verl.rollout"
 EXT = "fp8rl_core.verl.extension"
-PLUGIN = "fp8rl_core.sampler.plugin"
+PLUGIN = "fp8rl_core.sampler.vllm.plugin"
 
 INTERNALS: tuple[Internal, ...] = (
     # ---- verl ----------------------------------------------------------------------------------------
@@ -115,20 +115,20 @@ INTERNALS: tuple[Internal, ...] = (
              ("config", "use_reference_policy", "use_critic")),
     # ---- vLLM ----------------------------------------------------------------------------------------
     Internal(_VL, "vllm.v1.engine.core:EngineCore.reset_prefix_cache", "method", "patches",
-             "fp8rl_core.sampler.vllm_compat"),
+             "fp8rl_core.sampler.vllm.compat"),
     Internal(_VL, "vllm.v1.engine.core:EngineCore.scheduler", "instance-attribute", "reads",
-             "fp8rl_core.sampler.vllm_compat"),
+             "fp8rl_core.sampler.vllm.compat"),
     Internal(_VL, "vllm.v1.core.block_pool:BlockPool.cached_block_hash_to_block", "instance-attribute", "reads",
-             "fp8rl_core.sampler.vllm_compat"),
+             "fp8rl_core.sampler.vllm.compat"),
     Internal(_VL, "vllm.v1.core.block_pool:BlockHashToBlockMap._cache", "instance-attribute", "reads",
-             "fp8rl_core.sampler.vllm_compat"),
+             "fp8rl_core.sampler.vllm.compat"),
     Internal(_VL, "vllm.v1.worker.gpu_model_runner:GPUModelRunner.reload_weights", "method", "calls",
-             "fp8rl_core.sampler.worker", ("weights_iterator",)),
+             "fp8rl_core.sampler.vllm.worker", ("weights_iterator",)),
     Internal(_VL, "vllm.v1.worker.gpu_worker:Worker.compute_weight_checksums", "method", "calls",
-             "fp8rl_core.sampler.vllm_engine"),
-    Internal(_VL, "vllm.distributed:get_tensor_model_parallel_rank", "attribute", "calls", "fp8rl_core.sampler.worker"),
+             "fp8rl_core.sampler.vllm.engine"),
+    Internal(_VL, "vllm.distributed:get_tensor_model_parallel_rank", "attribute", "calls", "fp8rl_core.sampler.vllm.worker"),
     Internal(_VL, "vllm.distributed:get_tensor_model_parallel_world_size", "attribute", "calls",
-             "fp8rl_core.sampler.worker"),
+             "fp8rl_core.sampler.vllm.worker"),
     Internal(_VL, "vllm.model_executor.layers.fused_moe:RoutedExperts", "attribute", "imports", PLUGIN),
     Internal(_VL, "vllm.model_executor.layers.fused_moe.config:FusedMoEQuantConfig", "class", "imports", PLUGIN),
     Internal(_VL, "vllm.model_executor.layers.fused_moe.fused_moe_method_base:FusedMoEMethodBase", "class",
@@ -161,11 +161,11 @@ INTERNALS: tuple[Internal, ...] = (
              "overrides", PLUGIN, ("config",)),
     Internal(_VL, "vllm.model_executor.utils:set_weight_attrs", "function", "calls", PLUGIN),
     Internal(_VL, "vllm.v1.engine.core_client:SyncMPClient.utility_results", "instance-attribute", "patches",
-             "fp8rl_core.sampler.vllm_compat"),
+             "fp8rl_core.sampler.vllm.compat"),
     Internal(_VL, "vllm.v1.engine.core_client:SyncMPClient.outputs_queue", "instance-attribute", "patches",
-             "fp8rl_core.sampler.vllm_compat"),
+             "fp8rl_core.sampler.vllm.compat"),
     Internal(_VL, "vllm.v1.engine.core_client:MPClient.resources", "instance-attribute", "reads",
-             "fp8rl_core.sampler.vllm_compat"),
+             "fp8rl_core.sampler.vllm.compat"),
     Internal(_VL, "vllm.model_executor.kernels.linear:init_mxfp8_linear_kernel", "attribute", "calls", PLUGIN),
     # ---- Transformer Engine ---------------------------------------------------------------------------
     Internal(_TE, "transformer_engine.pytorch:MXFP8Quantizer", "attribute", "calls", ROLLOUT),

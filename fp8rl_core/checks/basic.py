@@ -275,7 +275,7 @@ def check_derived_state(prefix_cache_blocks: int, resets: int, processed_before:
 def check_compute_copies(reports: list[dict | None]) -> CheckResult | None:
     """W6, the compute copy: on every rank of every replica, what each quantized tensor's layer computes with
     (experts included) equals the dequantization of the bytes that rank holds. ``reports``: the ranks'
-    ``fp8rl_compute_check`` results (:mod:`fp8rl_core.sampler.worker`; by fingerprint in the cheap tier, bit
+    ``fp8rl_compute_check`` results (:mod:`fp8rl_core.sampler.vllm.worker`; by fingerprint in the cheap tier, bit
     for bit in the full tier), ``None`` for a rank that did not run it. ``count`` = offenders. Layers
     with no second copy (docs/correctness.md, The compute copy) and ranks that did not run it are named in
     ``detail`` as not checked, never counted as passed; ``None`` when no rank ran it."""

@@ -27,8 +27,8 @@ class EngineCapabilities:
     more than one tensor-parallel rank; ``kv_cache_dtypes``: the ``sampler.kv_cache_dtype`` values it takes
     (with why not the others: ``kv_why``); ``verl_native``: a ``backend: verl`` run may name it as
     ``sampler.engine`` (else the run's verl rollout is ``verl.rollout``); ``fp8rl_method``: it loads fp8rl's quantization method
-    (:mod:`fp8rl_core.sampler.plugin`), which serves every scheme; ``verl_cpu``: verl's rollout on it runs on CPU
-    (``verl.hardware: cpu``)."""
+    (:mod:`fp8rl_core.sampler.vllm.plugin`), which serves every scheme; ``verl_cpu``: verl's rollout on it runs on CPU
+    (``verl.hardware: cpu``); ``venv``: the project folder of the venv its server runs in (None: this one)."""
 
     name: str
     label: str
@@ -46,6 +46,7 @@ class EngineCapabilities:
     verl_native: bool
     fp8rl_method: bool
     verl_cpu: bool
+    venv: str | None
 
     def verl_refusal(self, name: str) -> str | None:
         """Why verl's rollout on this engine cannot serve a sampler on scheme ``name`` (one line), or None."""
@@ -71,7 +72,7 @@ _BF16_HINT = "use sampler.engine: vllm or a BF16-sampler preset (bf16-e2e, bf16-
 CAPABILITIES: dict[str, EngineCapabilities] = {c.name: c for c in (
     EngineCapabilities("vllm", "vLLM", _ALL_QUANTIZED, _ALL_QUANTIZED, "", "", _ALL_QUANTIZED, "", planted_faults=True,
                        checksums=True, tensor_parallel=True, kv_cache_dtypes=("auto", "fp8_e4m3", "fp8_e5m2"),
-                       kv_why="", verl_native=True, fp8rl_method=True, verl_cpu=True),
+                       kv_why="", verl_native=True, fp8rl_method=True, verl_cpu=True, venv=None),
     EngineCapabilities("sglang", "SGLang", frozenset(), frozenset(),
                        "SGLang 0.5.12's MXFP8 methods (Fp8LinearMethod, Fp8MoEMethod) need AMX; " + _BF16_HINT,
                        "they are not wired to SGLang's quantized methods yet; " + _BF16_HINT,
@@ -80,7 +81,7 @@ CAPABILITIES: dict[str, EngineCapabilities] = {c.name: c for c in (
                        "requantizes BF16 itself; use verl.rollout: vllm (fp8rl's vLLM method requantizes), or preset 'all'",
                        planted_faults=False, checksums=False, tensor_parallel=True,
                        kv_cache_dtypes=("auto",), kv_why="the SGLang engine keeps its KV cache in sampler.dtype",
-                       verl_native=False, fp8rl_method=False, verl_cpu=False),
+                       verl_native=False, fp8rl_method=False, verl_cpu=False, venv=".venv-sglang"),
 )}
 #: the engine a run samples on unless it names another
 DEFAULT_ENGINE = next(iter(CAPABILITIES))

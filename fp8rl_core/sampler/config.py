@@ -1,7 +1,7 @@
 """How the sampler's engine is built and samples (:class:`SamplerConfig`), in a light module: pydantic only —
 the experiment config (:mod:`fp8rl_core.config.schema`, :class:`~fp8rl_core.config.schema.RunConfig`) validates it without importing vLLM or SGLang.
 ``engine`` names the engine (:mod:`fp8rl_core.sampler.engines`: vLLM's
-:class:`~fp8rl_core.sampler.vllm_engine.VllmSampler` by default, or SGLang's
+:class:`~fp8rl_core.sampler.vllm.engine.VllmSampler` by default, or SGLang's
 :class:`~fp8rl_core.sampler.sglang.engine.SglangSampler`); :func:`engine_key` says which of these fields make an
 engine's identity (the pool, :mod:`fp8rl_core.sampler.pool`, reuses engines by it).
 """

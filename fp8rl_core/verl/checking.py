@@ -35,7 +35,7 @@ import torch
 
 from fp8rl_core.sampler.config import SamplerConfig
 from fp8rl_core.sampler.seam import Rollout, Sampler, SyncTiming, engine_config
-from fp8rl_core.sampler.vllm_engine import VllmWorkers
+from fp8rl_core.sampler.vllm.engine import VllmWorkers
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 from fp8rl_core.sync.ranks import RankCheck
 from fp8rl_core.vocabulary import ENGINE_CHECKSUM
@@ -55,7 +55,7 @@ class CheckFailedError(RuntimeError):
 class ServerSampler(Sampler):
     """The sampler seam on verl's vLLM server (``server``: its Ray actor handle, a
     :class:`fp8rl_core.verl.rollout.Fp8rlHttpServer`): the same vLLM operations as the native engine
-    (:class:`~fp8rl_core.sampler.vllm_engine.VllmWorkers`), with itself as their channel — worker RPCs
+    (:class:`~fp8rl_core.sampler.vllm.engine.VllmWorkers`), with itself as their channel — worker RPCs
     through the server's ``collective_rpc`` (every rank answers), engine-core utilities and generation
     through its ``fp8rl_utility`` / ``fp8rl_generate``. Starts and stops nothing: the engine is verl's
     (``startup_s`` 0, ``close`` a no-op, ``alive`` while verl runs it)."""

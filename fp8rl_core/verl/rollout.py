@@ -168,7 +168,7 @@ def _http_server() -> type:
             return await self.engine.collective_rpc(method=method, timeout=timeout, args=args, kwargs=kwargs)
 
         async def fp8rl_utility(self, method: str, *args):
-            """An engine-core utility (:func:`fp8rl_core.sampler.vllm_compat.patch_engine_core`'s snapshot)."""
+            """An engine-core utility (:func:`fp8rl_core.sampler.vllm.compat.patch_engine_core`'s snapshot)."""
             return await self.engine.engine_core.call_utility_async(method, *args)
 
         async def fp8rl_generate(self, prompts: list, params) -> list:
@@ -208,7 +208,7 @@ def _worker_extension() -> type:
     from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightReceiver
     from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 
-    from fp8rl_core.sampler.worker import Fp8rlWorkerExtension
+    from fp8rl_core.sampler.vllm.worker import Fp8rlWorkerExtension
     from fp8rl_core.sync.hooks import NO_HOOKS
     from fp8rl_core.verl.payload import payload
 

@@ -18,7 +18,7 @@ from fp8rl_core.learner.learner import Learner
 from fp8rl_core.learner.patterns import gemm_layers
 from fp8rl_core.learner.warmstart import load_policy
 from fp8rl_core.loop import Pipeline, rollout_and_learn
-from fp8rl_core.sampler import vllm_engine
+from fp8rl_core.sampler.vllm import engine as vllm_engine
 from fp8rl_core.sampler.presets import PRESETS
 from fp8rl_core.sync.export import export_weights
 from fp8rl_core.sync.layout import ModelLayout

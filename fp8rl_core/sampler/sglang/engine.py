@@ -115,7 +115,7 @@ class SglangSampler(Sampler):
         self.key = "sglang-" + engine_key(self.model_cfg, cfg) + (f"-tp{tensor_parallel}" if tensor_parallel > 1 else "")
         self.vocab_size = int(self.model_cfg["vocab_size"])
         self.work_root = Path(work_root) if work_root is not None else default_root() / "fp8rl"
-        from fp8rl_core.sampler.vllm_engine import prepare_engine_dir
+        from fp8rl_core.sampler.vllm.engine import prepare_engine_dir
 
         served = {k: v for k, v in self.model_cfg.items() if k != "quantization_config"}  # BF16 layers: no method
         self.dir = prepare_engine_dir(served, initial, self.work_root)

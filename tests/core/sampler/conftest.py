@@ -22,7 +22,7 @@ from fp8rl_core.loop import Pipeline, start_pipeline
 from fp8rl_core.sampler.config import SamplerConfig
 from fp8rl_core.sampler.pool import release_all
 from fp8rl_core.sampler.presets import PRESETS
-from fp8rl_core.sampler.vllm_engine import VllmSampler
+from fp8rl_core.sampler.vllm.engine import VllmSampler
 from fp8rl_core.sync.export import export_weights
 from tests.conftest import run_wide_dir
 

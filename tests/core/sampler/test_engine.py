@@ -19,7 +19,7 @@ from fp8rl_core.checks.faults import Fault, fault
 from fp8rl_core.sampler.config import SamplerConfig, cpu_fp8_kv_support
 from fp8rl_core.sampler import pool
 from fp8rl_core.sampler.seam import SamplerError
-from fp8rl_core.sampler.vllm_engine import VllmSampler
+from fp8rl_core.sampler.vllm.engine import VllmSampler
 
 from .conftest import ENGINE, SPAWNED, TASK, tp2_pipeline
 
@@ -358,7 +358,7 @@ def test_an_in_process_engine_leaves_the_process_as_it_found_it(engines, checkpo
 
     import numpy as np
 
-    from fp8rl_core.sampler.vllm_engine import VllmSampler
+    from fp8rl_core.sampler.vllm.engine import VllmSampler
 
     pipe = engines.get("dense", "all")
     cfg = ENGINE.model_copy(update={"max_num_seqs": 32})  # an identity of its own: a start, not the pool's

@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 
 from fp8rl_core.grids import QuantizedTensor, parse_grid, quantize
-from fp8rl_core.sampler import quiet
+from fp8rl_core.sampler.vllm import quiet
 from fp8rl_core.grids.schemes import BF16, BLOCK_GRID, MX_GRID, SCHEMES, scheme
-from fp8rl_core.sampler.vllm_compat import patch_engine_core
+from fp8rl_core.sampler.vllm.compat import patch_engine_core
 from vllm.model_executor.layers.fused_moe import RoutedExperts
 from vllm.model_executor.layers.fused_moe.config import FusedMoEQuantConfig
 from vllm.model_executor.layers.fused_moe.fused_moe_method_base import FusedMoEMethodBase
@@ -311,7 +311,7 @@ def register() -> None:
     global _REGISTERED
     if _REGISTERED:
         return
-    quiet.install()  # this vLLM process's known-harmless lines (fp8rl_core.sampler.quiet)
+    quiet.install()  # this vLLM process's known-harmless lines (fp8rl_core.sampler.vllm.quiet)
     register_quantization_config(QUANT_METHOD)(Fp8rlConfig)
     patch_engine_core()  # the checks' engine-core utilities (a vLLM 0.32 workaround)
     _REGISTERED = True

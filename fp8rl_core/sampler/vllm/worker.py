@@ -226,7 +226,7 @@ class Fp8rlWorkerExtension:
         quantized tensor on this rank, experts included (each [E, N, K]); and {layer: why not checked} for
         the layers whose compute form has no second copy here (docs/correctness.md, The compute copy)."""
         from fp8rl_core.grids import QuantizedTensor, parse_grid
-        from fp8rl_core.sampler.plugin import mx_weight
+        from fp8rl_core.sampler.vllm.plugin import mx_weight
 
         pairs, skipped = [], {}
         for prefix, module, name in self._fp8rl_layers():
