@@ -113,7 +113,7 @@ def start_pipeline(
     sampler, resync = acquire(checkpoint, schemes, tensors, sampler_cfg, version=policy.version, mx_grid=grid,
                               work_root=work_root)
     # further replicas are further engines: spawned, since a process holds one in-process engine (fp8rl_core.sampler.vllm.compat, 3)
-    replica_cfg = sampler_cfg.model_copy(update={"process": "spawn"})
+    replica_cfg = sampler_cfg.with_engine("vllm", process="spawn")
     extra = [start_sampler(checkpoint, schemes, tensors, replica_cfg, version=policy.version, mx_grid=grid,
                            work_root=work_root) for _ in range(replicas - 1)]
     return Pipeline(preset, policy, sampler, schemes, reused=resync is not None, configured=configured,

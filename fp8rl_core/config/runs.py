@@ -63,6 +63,7 @@ def run_id(run: RunConfig, spec: ModelSpec | None = None) -> str:
     an older architecture)."""
     spec = run.spec() if spec is None else spec
     dump = run.model_dump(mode="json", exclude={"models_dir"})
+    dump["sampler"] = run.sampler.flat()  # engine subsections hashed flat, where their fields were first
     for name, section in ID_PLACED.items():
         if isinstance(dump.get(section), dict):
             dump[section][name] = dump.pop(name)

@@ -89,7 +89,7 @@ def acquire(checkpoint: str | Path, schemes: Mapping[str, str], tensors: Mapping
         _ENGINES[key] = live  # most recently used last
         live.cfg = cfg
         return live, live.sync(tensors, version)
-    if cfg.process == "in-process":  # at most one in-process engine per process (fp8rl_core.sampler.vllm.compat, 3)
+    if cfg.vllm.process == "in-process":  # at most one in-process engine per process (fp8rl_core.sampler.vllm.compat, 3)
         for k in [k for k, s in _ENGINES.items() if s.in_process]:
             _ENGINES.pop(k).close()
     while len(_ENGINES) >= max(1, max_live):

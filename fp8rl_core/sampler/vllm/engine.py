@@ -289,11 +289,11 @@ class VllmSampler(Sampler):
             ok, why = cpu_fp8_kv_support()
             if not ok and not torch.cuda.is_available():
                 raise SamplerError(f"kv_cache_dtype={cfg.kv_cache_dtype!r} is not available here: {why}; use kv_cache_dtype='auto'")
-        self.in_process = cfg.process == "in-process"
+        self.in_process = cfg.vllm.process == "in-process"
         if tensor_parallel < 1 or (self.in_process and tensor_parallel > 1):
             raise SamplerError(f"tensor_parallel must be at least 1, and 1 for an in-process engine (vLLM's "
                                f"single-process executor runs one rank): got {tensor_parallel} with process="
-                               f"{cfg.process!r}")
+                               f"{cfg.vllm.process!r}")
         self.tensor_parallel = tensor_parallel
         if self.in_process and (live := [s for s in _IN_PROCESS if s.llm is not None]):
             raise SamplerError(f"an in-process engine ({live[0].key}) is already live in this process, and vLLM keeps its "
@@ -333,7 +333,7 @@ class VllmSampler(Sampler):
                     gpu_memory_utilization=cfg.memory_fraction,
                     # the CPU's KV cache; on a GPU memory_fraction sizes it (vLLM: explicit bytes override it)
                     **({} if torch.cuda.is_available() else {"kv_cache_memory_bytes": int(cfg.kv_cache_gib * 2**30)}),
-                    block_size=cfg.block_size,
+                    block_size=cfg.vllm.block_size,
                     enforce_eager=True,
                     worker_extension_cls=WORKER_EXTENSION,
                     max_logprobs=-1,

@@ -118,7 +118,7 @@ def test_bad_overrides_fail_with_a_message(override, expect):
         pytest.param("sweep: t\nbase: {models_dir: MODELS, model: qwen3-dense-mini, warmstart: {steps: 10, warmup: 30}}\n",
                      ["base.warmstart", "warmup (30)", "exceeds steps (10)"], id="warmstart-phases"),
         pytest.param("sweep: t\nbase: {models_dir: MODELS, model: qwen3-dense-mini, sampler: {block_size: 48}}\n",
-                     ["base.sampler.block_size", "multiple of 32"], id="kv-block-size"),
+                     ["base.sampler.vllm.block_size", "multiple of 32"], id="kv-block-size"),
         pytest.param("sweep: t\nbase: {models_dir: MODELS, model: qwen3-dense-mini, preset: requant, backend: verl,"
                      " verl: {hardware: cpu, rollout: sglang}}\n",
                      ["preset 'requant' with verl.rollout = 'sglang'", "use verl.rollout: vllm"],

@@ -43,7 +43,7 @@ WARM = WarmStartConfig(steps=200, batch_size=64, lr=3e-3, weight_decay=0.1, warm
 #: the tests' engines run in the test process (no process starts: ~3 s a start instead of ~25 s); the
 #: spawned kind (vLLM's engine core and worker in processes of their own) is tested where it differs
 ENGINE = SamplerConfig(dtype="float32", max_model_len=64, max_num_seqs=64, kv_cache_gib=0.0625, process="in-process")
-SPAWNED = ENGINE.model_copy(update={"process": "spawn"})
+SPAWNED = ENGINE.with_engine("vllm", process="spawn")
 
 
 @pytest.fixture(scope="session")

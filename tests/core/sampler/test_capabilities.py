@@ -38,3 +38,15 @@ def test_engine_checksums_on_a_native_run_is_refused_in_one_line():
     msg = str(e.value)
     assert "checks.engine_checksums with backend: native" in msg and "remove it or use backend: verl" in msg
     assert msg.count("\n") <= 3  # pydantic's header, the field, the one line
+
+
+def test_what_only_vllm_takes_is_its_own_subsection_and_may_be_written_flat():
+    flat, nested = SamplerConfig(process="in-process", block_size=64), SamplerConfig(vllm={"process": "in-process",
+                                                                                          "block_size": 64})
+    assert flat == nested and nested.vllm.process == "in-process" and "process" not in SamplerConfig.model_fields
+    assert nested.flat()["block_size"] == 64 and "vllm" not in nested.engine_settings()
+    assert nested.with_engine("vllm", process="spawn").vllm == SamplerConfig(block_size=64).vllm
+    with pytest.raises(ValueError, match="sampler.process and sampler.vllm.process are both set; keep one"):
+        SamplerConfig(process="spawn", vllm={"process": "in-process"})
+    with pytest.raises(ValueError, match="multiple of 32"):
+        SamplerConfig(block_size=48)
