@@ -247,8 +247,8 @@ def worker_requant_byte_flipped(worker, phase: str) -> None:
     for _, module in _fp8rl_linear_layers(worker, _requantizes):
         data = module.fp8rl_data.view(torch.uint8)
         data.view(-1)[0] ^= 1
-        module.fp8rl_w = QuantizedTensor(module.fp8rl_data, module.fp8rl_scale,
-                                         parse_grid(scheme(module.quant_method.scheme.name).rule), axis=1).dequantize()
+        module.fp8rl_w = QuantizedTensor(module.fp8rl_data, module.fp8rl_scale, parse_grid(module.quant_method.scheme.grid),
+                                         axis=1).dequantize()
         return
 
 
