@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fp8rl_core.sampler.capabilities import CAPABILITIES, capabilities
 from fp8rl_core.sampler.sglang.engine import PYTHON_ENV as SGLANG_PYTHON
 
 if TYPE_CHECKING:
@@ -21,15 +22,15 @@ if TYPE_CHECKING:
 
 __all__ = ["SGLANG_PYTHON", "SGLANG_VENV", "sglang_python"]
 
-#: the project's SGLang venv (the Makefile's SGLANG_VENV)
-SGLANG_VENV = Path(__file__).resolve().parents[1] / ".venv-sglang"
+#: the project's SGLang venv (the Makefile's SGLANG_VENV; the engine row's ``venv``)
+SGLANG_VENV = Path(__file__).resolve().parents[1] / next(c.venv for c in CAPABILITIES.values() if c.venv)
 
 
 def sglang_python(runs: Iterable["Run"]) -> str | None:
     """The interpreter ``runs`` start SGLang with, set in ``$FP8RL_SGLANG_PYTHON`` (None: no run needs SGLang).
     Unset, it defaults to the project's ``.venv-sglang/bin/python``; a ``ValueError`` in one line when the
     variable names no file or neither exists."""
-    if not any(run.config.backend == "native" and run.config.sampler.engine == "sglang" for run in runs):
+    if not any(run.config.backend == "native" and capabilities(run.config.sampler.engine).venv for run in runs):
         return None
     given = os.environ.get(SGLANG_PYTHON)
     if given:

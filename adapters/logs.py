@@ -4,7 +4,7 @@ sweep log file gets every log line (each run's lines also go to its ``run.log`` 
 :func:`quiet_process` silences what is known to be harmless, once per process, before the libraries
 start: vLLM's INFO lines (``VLLM_LOGGING_LEVEL=WARNING``, inherited by the engine processes), MLflow's
 "Downloading artifacts" progress bar (one per run while a report reads the runs back: a bar on a
-terminal, dozens of lines in a log), transformers' progress bars for local checkpoints, and the library lines of :mod:`fp8rl_core.sampler.quiet`.
+terminal, dozens of lines in a log), transformers' progress bars for local checkpoints, and the library lines of :mod:`fp8rl_core.sampler.vllm.quiet`.
 Settings a user made in the environment win (``setdefault``).
 
 :func:`sweep_log` is the block a sweep runs in: Prefect's console handler (on the root logger, see
@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from fp8rl_core.sampler import quiet
+from fp8rl_core.sampler.vllm import quiet
 
 __all__ = ["LOGS", "TO_API", "configure_vllm_logging", "driving_only", "engines_here", "lines_stay_off_a_temporary_api",
            "quiet_process", "sweep_log"]
@@ -39,7 +39,7 @@ ENV = {
 
 
 def quiet_process() -> None:
-    """Set the environment defaults in :data:`ENV` and install :func:`fp8rl_core.sampler.quiet.install`
+    """Set the environment defaults in :data:`ENV` and install :func:`fp8rl_core.sampler.vllm.quiet.install`
     (stdlib only: cheap enough for every ``fp8rl`` command). A process that will start engines also calls
     :func:`configure_vllm_logging` (``flows.pipelines`` does at import, unless :func:`driving_only`)."""
     for key, value in ENV.items():

@@ -35,7 +35,7 @@ import argparse
 import statistics
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -65,7 +65,7 @@ def mini(args) -> None:
     policy, probe = cfg.check_policy(), cfg.check_probe()
 
     def runner(full_every: int) -> CheckRunner:
-        r = CheckRunner(replace(policy, full_every=full_every), probe)
+        r = CheckRunner(policy.model_copy(update={"full_every": full_every}), probe)
         r.start(pipe.samplers)
         r.seen.update(s.instance for s in pipe.samplers)
         r.request_full("")

@@ -2,7 +2,7 @@
 process (``in-process``), on the mini models, in the same run.
 
 For each model (``--models``, default the smoke sweep's dense and MoE minis) and each kind of engine
-(``SamplerConfig.process``), ``--cycles`` times: start a :class:`~fp8rl_core.sampler.vllm_engine.VllmSampler` on an
+(``SamplerConfig.process``), ``--cycles`` times: start a :class:`~fp8rl_core.sampler.vllm.engine.VllmSampler` on an
 MXFP8 learner's exported weights (every layer on the learner's grid, as preset ``all``), sync once, generate
 one batch, close it. It prints per cycle the start (``VllmSampler(...)``: vLLM's ``LLM`` construction and the
 first version handshake), the first sync, the generation and the close, and then per model the median
@@ -48,7 +48,7 @@ def cycles(model_name: str, process: str, n: int) -> list[dict]:
     from fp8rl_core.learner.patterns import gemm_layers
     from fp8rl_core.learner.spec import load_model_spec
     from fp8rl_core.sampler.config import SamplerConfig
-    from fp8rl_core.sampler.vllm_engine import VllmSampler
+    from fp8rl_core.sampler.vllm.engine import VllmSampler
     from fp8rl_core.sampler.presets import sampler_schemes
     from fp8rl_core.sync.export import export_weights
 
@@ -58,7 +58,7 @@ def cycles(model_name: str, process: str, n: int) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="fp8rl-bench-engine-") as ckpt:
         model.save_pretrained(ckpt, save_original_format=True)
         learner = Learner(model, LearnerConfig(precision="mxfp8", layers="all"))
-        schemes = sampler_schemes(gemm_layers(model), "all", "learner")
+        schemes = sampler_schemes(gemm_layers(model), "all", "mxfp8")
         tensors = export_weights(model, learner.forward_weights(), schemes)
         cfg = SamplerConfig(dtype="bfloat16", max_model_len=spec.max_position_embeddings, max_num_seqs=64,
                             process=process)

@@ -15,17 +15,13 @@ import argparse
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-def best_of(fn, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+from bench.sync import best_of  # noqa: E402  (the one best-of timer of bench/)
 
 
 def main() -> int:

@@ -45,6 +45,7 @@ LAYERS, VOCAB = 16, 32000
 
 
 def best_of(fn, repeats: int) -> float:
+    """The fastest of ``repeats`` calls of ``fn``, in seconds (bench/'s one timer: checks.py and quantize.py use it)."""
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -122,7 +123,7 @@ def with_engine(args, model_yaml: str) -> None:
     from fp8rl_core.learner.spec import load_model_spec
     from fp8rl_core.learner.patterns import gemm_layers
     from fp8rl_core.sampler.config import SamplerConfig
-    from fp8rl_core.sampler.vllm_engine import VllmSampler
+    from fp8rl_core.sampler.vllm.engine import VllmSampler
     from fp8rl_core.sampler.presets import sampler_schemes
     from fp8rl_core.sync.export import export_weights
 
@@ -131,7 +132,7 @@ def with_engine(args, model_yaml: str) -> None:
     with tempfile.TemporaryDirectory(prefix="fp8rl-bench-ckpt-") as ckpt:
         model.save_pretrained(ckpt, save_original_format=True)
         learner = Learner(model, LearnerConfig(precision="mxfp8", layers="all"))
-        schemes = sampler_schemes(gemm_layers(model), "all", "learner")
+        schemes = sampler_schemes(gemm_layers(model), "all", "mxfp8")
         tensors = export_weights(model, learner.forward_weights(), schemes)
         cfg = SamplerConfig(dtype="bfloat16", bucket_mb=args.bucket_mb)
         sampler = VllmSampler(ckpt, schemes, tensors, cfg)

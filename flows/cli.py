@@ -36,7 +36,7 @@ from adapters.prefect_settings import use_project_settings
 __all__ = ["app"]
 
 # Before anything imports torch or vLLM: vLLM's spawned engine processes re-import this module first,
-# so the known-harmless lines of their imports are silenced too (adapters.logs, fp8rl_core.sampler.quiet).
+# so the known-harmless lines of their imports are silenced too (adapters.logs, fp8rl_core.sampler.vllm.quiet).
 quiet_process()
 # Before Prefect loads: the project's prefect.toml holds wherever the command is run from (adapters.prefect_settings)
 use_project_settings()

@@ -38,7 +38,7 @@ from fp8rl_core.learner.warmstart import load_policy
 from fp8rl_core.sampler.config import SamplerConfig
 from fp8rl_core.sampler.engines import start_sampler
 from fp8rl_core.sampler.pool import acquire
-from fp8rl_core.sampler.presets import PRESETS, Preset, sampler_schemes
+from fp8rl_core.sampler.presets import PRESETS, Preset
 from fp8rl_core.sampler.seam import Sampler
 from fp8rl_core.sync.export import SyncError, export_weights
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
@@ -111,14 +111,14 @@ def start_pipeline(
                          f"PRESETS[{preset.name!r}].learner_config(...)")
     model = load_policy(checkpoint)
     policy = Learner(model, cfg)
-    configured = sampler_schemes(gemm_layers(model), preset.sampler_layers, preset.sampler_grid)
+    configured = preset.schemes(gemm_layers(model))
     schemes = dict(hooks.schemes_for_engine(configured))
     tensors = export_weights(model, policy.forward_weights(), schemes)
     grid = cfg.recipe.fwd_grid
     sampler, resync = acquire(checkpoint, schemes, tensors, sampler_cfg, version=policy.version, mx_grid=grid,
                               work_root=work_root)
-    # further replicas are further engines: spawned, since a process holds one in-process engine (vllm_compat, 3)
-    replica_cfg = sampler_cfg.model_copy(update={"process": "spawn"})
+    # further replicas are further engines: spawned, since a process holds one in-process engine (fp8rl_core.sampler.vllm.compat, 3)
+    replica_cfg = sampler_cfg.with_engine("vllm", process="spawn")
     extra = [start_sampler(checkpoint, schemes, tensors, replica_cfg, version=policy.version, mx_grid=grid,
                            work_root=work_root) for _ in range(replicas - 1)]
     for s in (sampler, *extra):  # a pooled engine too: it carries the previous run's limit

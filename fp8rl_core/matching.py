@@ -39,7 +39,7 @@ from fp8rl_core.loop import Pipeline, Task, run_rl, start_pipeline
 from fp8rl_core.metrics.mismatch import full_vocab_divergence
 from fp8rl_core.sampler.config import SAMPLER_ENGINES, SamplerConfig
 from fp8rl_core.sampler.pool import acquire
-from fp8rl_core.sampler.presets import PRESETS, Variant, sampler_schemes
+from fp8rl_core.sampler.presets import PRESETS, Variant
 from fp8rl_core.sampler.seam import prompt_rows
 from fp8rl_core.sync.export import export_weights
 from fp8rl_core.sync.hooks import SyncHooks
@@ -180,7 +180,7 @@ def run_matching(checkpoint: str | Path | None, cfg: RunConfig, section: Matchin
     else:
         probe, w7 = dataset_probe_set(task, section.held_out, section.sampled, seed=cfg.seed), cfg.check_probe()
     return measure(checkpoint, cks, section.variants(cfg.model), probe, learner=cfg.learner.build(PRESETS["all"]),
-                   sampler_cfg=cfg.sampler, policy=cfg.checks.policy, w7_probe=w7, on_sync=on_sync,
+                   sampler_cfg=cfg.sampler, policy=cfg.checks.for_engine, w7_probe=w7, on_sync=on_sync,
                    emittable=cfg.emittable())
 
 
@@ -360,7 +360,7 @@ def measure(checkpoint: str | Path, checkpoints: Sequence[Checkpoint], variants:
         for ck in checkpoints:
             version += 1
             lrn = learners.get(precision, ck, version)
-            schemes = sampler_schemes(gemm_layers(lrn.model), preset.sampler_layers, preset.sampler_grid)
+            schemes = preset.schemes(gemm_layers(lrn.model))
             tensors = export_weights(lrn.model, lrn.forward_weights(), schemes)
             hook = (hooks or {}).get(variant.name)
             if hook is not None:

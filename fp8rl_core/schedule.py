@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 
 from fp8rl_core.config.runs import Run
 from fp8rl_core.learner.spec import spec_hash
+from fp8rl_core.sampler.config import engine_key
 
 __all__ = ["dispatch_order", "engine_group", "next_run"]
 
@@ -44,8 +45,9 @@ def engine_group(run: Run) -> str:
     """The runs that can share one live sampler engine: same model spec and warm start (the checkpoint
     the engine loads), same preset (the engine's grid schemes) and same engine settings — what
     :func:`fp8rl_core.sampler.config.engine_key` keys the pool by, read from the run's config (two
-    presets that happen to build identical engines count as two groups: a missed reuse, never a wrong one)."""
-    return json.dumps([*_warm_start_of(run), run.config.preset, run.config.sampler.engine_settings()], sort_keys=True)
+    presets that happen to build identical engines count as two groups: a missed reuse, never a wrong one). The
+    same identity: :func:`~fp8rl_core.sampler.config.engine_key` of what the engine's model is made from."""
+    return engine_key({"warm_start": _warm_start_of(run), "preset": run.config.preset}, run.config.sampler)
 
 
 def next_run(queued: Sequence[str], finished: str | None, running: Iterable[str]) -> int | None:

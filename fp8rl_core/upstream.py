@@ -62,7 +62,7 @@ _TE = "transformer-engine"
 _SG = "sglang"
 ROLLOUT = "fp8rl_core.verl.rollout"
 EXT = "fp8rl_core.verl.extension"
-PLUGIN = "fp8rl_core.sampler.plugin"
+PLUGIN = "fp8rl_core.sampler.vllm.plugin"
 
 INTERNALS: tuple[Internal, ...] = (
     # ---- verl ----------------------------------------------------------------------------------------
@@ -118,41 +118,41 @@ INTERNALS: tuple[Internal, ...] = (
              "fp8rl_core.learner.vocab_tail", ("model", "vocab_size")),
     # ---- vLLM ----------------------------------------------------------------------------------------
     Internal(_VL, "vllm.model_executor.models.qwen3:Qwen3ForCausalLM.compute_logits", "method", "patches",
-             "fp8rl_core.sampler.vocab_mask", ("hidden_states",)),
+             "fp8rl_core.sampler.vllm.vocab_mask", ("hidden_states",)),
     Internal(_VL, "vllm.model_executor.models.qwen3_moe:Qwen3MoeForCausalLM.compute_logits", "method", "patches",
-             "fp8rl_core.sampler.vocab_mask", ("hidden_states",)),
+             "fp8rl_core.sampler.vllm.vocab_mask", ("hidden_states",)),
     Internal(_VL, "vllm.v1.engine.core:EngineCore.reset_prefix_cache", "method", "patches",
-             "fp8rl_core.sampler.vllm_compat"),
+             "fp8rl_core.sampler.vllm.compat"),
     Internal(_VL, "vllm.v1.engine.core:EngineCore.scheduler", "instance-attribute", "reads",
-             "fp8rl_core.sampler.vllm_compat"),
+             "fp8rl_core.sampler.vllm.compat"),
     Internal(_VL, "vllm.v1.core.block_pool:BlockPool.cached_block_hash_to_block", "instance-attribute", "reads",
-             "fp8rl_core.sampler.vllm_compat"),
+             "fp8rl_core.sampler.vllm.compat"),
     Internal(_VL, "vllm.v1.core.block_pool:BlockHashToBlockMap._cache", "instance-attribute", "reads",
-             "fp8rl_core.sampler.vllm_compat"),
+             "fp8rl_core.sampler.vllm.compat"),
     # the worker extension's reach into the model runner: vLLM 0.32 on CUDA builds Model Runner V2
     # (vllm.v1.worker.gpu.model_runner, Worker._make_model_runner when VllmConfig.use_v2_model_runner), on CPU the
     # V1 runner (vllm.v1.worker.gpu_model_runner, which the CPU runner subclasses): both listed
     Internal(_VL, "vllm.v1.worker.gpu_model_runner:GPUModelRunner.reload_weights", "method", "calls",
-             "fp8rl_core.sampler.worker", ("weights_iterator",)),
+             "fp8rl_core.sampler.vllm.worker", ("weights_iterator",)),
     Internal(_VL, "vllm.v1.worker.gpu_model_runner:GPUModelRunner.get_model", "method", "calls",
-             "fp8rl_core.sampler.worker"),
+             "fp8rl_core.sampler.vllm.worker"),
     Internal(_VL, "vllm.v1.worker.gpu_model_runner:GPUModelRunner.model_config", "instance-attribute", "reads",
-             "fp8rl_core.sampler.worker"),
+             "fp8rl_core.sampler.vllm.worker"),
     Internal(_VL, "vllm.v1.worker.gpu.model_runner:GPUModelRunner.reload_weights", "method", "calls",
-             "fp8rl_core.sampler.worker", ("weights_iterator",)),
+             "fp8rl_core.sampler.vllm.worker", ("weights_iterator",)),
     Internal(_VL, "vllm.v1.worker.gpu.model_runner:GPUModelRunner.get_model", "method", "calls",
-             "fp8rl_core.sampler.worker"),
+             "fp8rl_core.sampler.vllm.worker"),
     Internal(_VL, "vllm.v1.worker.gpu.model_runner:GPUModelRunner.model_config", "instance-attribute", "reads",
-             "fp8rl_core.sampler.worker"),
+             "fp8rl_core.sampler.vllm.worker"),
     Internal(_VL, "vllm.v1.worker.gpu_worker:Worker.model_runner", "instance-attribute", "reads",
-             "fp8rl_core.sampler.worker"),
-    Internal(_VL, "vllm.config.model:ModelConfig.hf_config", "attribute", "reads", "fp8rl_core.sampler.worker"),
-    Internal(_VL, "vllm.config.model:ModelConfig.dtype", "attribute", "reads", "fp8rl_core.sampler.worker"),
+             "fp8rl_core.sampler.vllm.worker"),
+    Internal(_VL, "vllm.config.model:ModelConfig.hf_config", "attribute", "reads", "fp8rl_core.sampler.vllm.worker"),
+    Internal(_VL, "vllm.config.model:ModelConfig.dtype", "attribute", "reads", "fp8rl_core.sampler.vllm.worker"),
     Internal(_VL, "vllm.v1.worker.gpu_worker:Worker.compute_weight_checksums", "method", "calls",
-             "fp8rl_core.sampler.vllm_engine"),
-    Internal(_VL, "vllm.distributed:get_tensor_model_parallel_rank", "attribute", "calls", "fp8rl_core.sampler.worker"),
+             "fp8rl_core.sampler.vllm.engine"),
+    Internal(_VL, "vllm.distributed:get_tensor_model_parallel_rank", "attribute", "calls", "fp8rl_core.sampler.vllm.worker"),
     Internal(_VL, "vllm.distributed:get_tensor_model_parallel_world_size", "attribute", "calls",
-             "fp8rl_core.sampler.worker"),
+             "fp8rl_core.sampler.vllm.worker"),
     Internal(_VL, "vllm.model_executor.layers.fused_moe:RoutedExperts", "attribute", "imports", PLUGIN),
     Internal(_VL, "vllm.model_executor.layers.fused_moe.config:FusedMoEQuantConfig", "class", "imports", PLUGIN),
     Internal(_VL, "vllm.model_executor.layers.fused_moe.fused_moe_method_base:FusedMoEMethodBase", "class",
@@ -185,11 +185,11 @@ INTERNALS: tuple[Internal, ...] = (
              "overrides", PLUGIN, ("config",)),
     Internal(_VL, "vllm.model_executor.utils:set_weight_attrs", "function", "calls", PLUGIN),
     Internal(_VL, "vllm.v1.engine.core_client:SyncMPClient.utility_results", "instance-attribute", "patches",
-             "fp8rl_core.sampler.vllm_compat"),
+             "fp8rl_core.sampler.vllm.compat"),
     Internal(_VL, "vllm.v1.engine.core_client:SyncMPClient.outputs_queue", "instance-attribute", "patches",
-             "fp8rl_core.sampler.vllm_compat"),
+             "fp8rl_core.sampler.vllm.compat"),
     Internal(_VL, "vllm.v1.engine.core_client:MPClient.resources", "instance-attribute", "reads",
-             "fp8rl_core.sampler.vllm_compat"),
+             "fp8rl_core.sampler.vllm.compat"),
     # the native MXFP8 path on Blackwell (NativeMxfp8LinearMethod): vLLM's kernel selection, called by keyword,
     # and the two methods fp8rl calls on the kernel it returns (Mxfp8LinearKernel's abstract interface)
     Internal(_VL, "vllm.model_executor.kernels.linear:init_mxfp8_linear_kernel", "function", "calls", PLUGIN,

@@ -15,7 +15,7 @@ test file, so a new test lands in the right tier by itself:
 
 A file in :data:`EXCEPT` does not get its folder's marker (it starts no engine, runs no flow). ``pytest --fast`` (``make test-fast``) runs the
 tests in none of the tiers without importing the files wholly in one; a test that constructs a
-:class:`~fp8rl_core.sampler.vllm_engine.VllmSampler` or starts an SGLang server without being marked ``engine`` or
+:class:`~fp8rl_core.sampler.vllm.engine.VllmSampler` or starts an SGLang server without being marked ``engine`` or
 ``flow`` fails, naming this file.
 
 Two workers. ``make test`` runs two pytest-xdist workers (``-n 2 --dist loadfile``), each test file one unit,
@@ -49,6 +49,7 @@ ENGINE_TESTS: frozenset[str] = frozenset()
 EXCEPT = {"flows/test_cli.py": "flow", "flows/test_placement.py": "flow", "flows/test_terminal_table.py": "flow", "flows/test_deployment_file.py": "flow",
           "core/sampler/test_quiet.py": "engine",
           "core/sampler/test_seam.py": "engine", "core/sampler/test_engine_state.py": "engine",
+          "core/sampler/test_capabilities.py": "engine",
           "core/sampler/sglang/test_loader.py": "engine",
           "core/sampler/sglang/test_models.py": "engine"}
 #: slow without an engine, measured with ``pytest --durations=0`` on the 2-core machine (seconds there, loaded):
@@ -184,7 +185,7 @@ def _engines_only_in_engine_tiers(request: pytest.FixtureRequest):
         yield
         return
     from fp8rl_core.sampler.sglang.engine import SglangSampler
-    from fp8rl_core.sampler.vllm_engine import VllmSampler
+    from fp8rl_core.sampler.vllm.engine import VllmSampler
 
     started: list[int] = []
     originals = [(VllmSampler, "__init__", VllmSampler.__init__), (SglangSampler, "_start", SglangSampler._start)]

@@ -28,7 +28,8 @@ from .ranks import (
 )
 from .requant import RequantDifference, check_requant_bytes, requant_expected
 from .rows import check_rows
-from .runner import CONDITIONS, CheckPolicy, CheckReport, CheckRunner
+from .policy import CheckPolicy
+from .runner import CONDITIONS, CheckReport, CheckRunner
 from .sync import sampler_bf16_views
 
 __all__ = ["CONDITIONS", "CheckPolicy", "CheckReport", "CheckResult", "CheckRunner", "Expected", "RequantDifference",

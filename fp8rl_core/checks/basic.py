@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from fp8rl_core.grids.schemes import Sent, layer_scheme, scheme
 from fp8rl_core.sync.layout import fused_group
 
 __all__ = ["CheckResult", "byte_offenders", "check_compute_copies", "check_coverage", "check_derived_state", "check_grid_bytes", "check_grid_fingerprints",
@@ -85,8 +86,8 @@ def expected_grid_tensors(forward_weights: dict, schemes: dict[str, str], learne
     """The bytes (uint8) every on-grid engine tensor must hold: the learner's rowwise forward operands,
     lined up with the vLLM layer (fused members in the engine's order)."""
     out: dict[str, torch.Tensor] = {}
-    for prefix, scheme in sorted(schemes.items()):
-        if scheme != "mxfp8":
+    for prefix, name in sorted(schemes.items()):
+        if not scheme(name).on_learner_grid:
             continue
         qts = [forward_weights[m] for m in fused_group(prefix, learner_layers)]
         if prefix.endswith(".experts"):
@@ -172,7 +173,7 @@ def expected_sync_names(learner_params: list[str], gemm_layers: list[str], schem
             continue
         covered.add(pname)
         prefix = sampler_layer(layer)
-        on = schemes.get(prefix) == "mxfp8"
+        on = layer_scheme(schemes, prefix).sent is Sent.BYTES
         if prefix.endswith(".experts"):
             for w in ("w13", "w2"):
                 names.add(f"{prefix}.{w}_weight")
@@ -218,9 +219,9 @@ def check_precision_fingerprints(states: list[dict], expected: dict[str, str], c
 
 
 def _grid_set_diff(engine_schemes: dict[str, str], configured: dict[str, str]) -> list[str]:
-    on_engine = {p: s for p, s in engine_schemes.items() if s != "bf16"}
+    on_engine = {p: s for p, s in engine_schemes.items() if scheme(s).quantized}
     wrong = {p for p, _ in set(on_engine.items()) ^ set(configured.items())}
-    return [f"grid of {p}: engine {on_engine.get(p, 'bf16')}, configured {configured.get(p, 'bf16')}"
+    return [f"grid of {p}: engine {layer_scheme(on_engine, p).name}, configured {layer_scheme(configured, p).name}"
             for p in sorted(wrong)]
 
 
@@ -274,7 +275,7 @@ def check_derived_state(prefix_cache_blocks: int, resets: int, processed_before:
 def check_compute_copies(reports: list[dict | None]) -> CheckResult | None:
     """W6, the compute copy: on every rank of every replica, what each quantized tensor's layer computes with
     (experts included) equals the dequantization of the bytes that rank holds. ``reports``: the ranks'
-    ``fp8rl_compute_check`` results (:mod:`fp8rl_core.sampler.worker`; by fingerprint in the cheap tier, bit
+    ``fp8rl_compute_check`` results (:mod:`fp8rl_core.sampler.vllm.worker`; by fingerprint in the cheap tier, bit
     for bit in the full tier), ``None`` for a rank that did not run it. ``count`` = offenders. Layers
     with no second copy (docs/correctness.md, The compute copy) and ranks that did not run it are named in
     ``detail`` as not checked, never counted as passed; ``None`` when no rank ran it."""

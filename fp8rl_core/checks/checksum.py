@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 import torch
 
+from fp8rl_core.grids.schemes import scheme
 from fp8rl_core.sync.layout import ModelLayout
 from fp8rl_core.sync.ranks import slice_for_rank
 from fp8rl_core.vocabulary import ENGINE_CHECKSUM
@@ -105,7 +106,7 @@ def check_vllm_checksums(samplers, exp: Expected, states: list[dict], layout: Mo
     parts = []
     for i, (sampler, st) in enumerate(zip(samplers, states)):
         dtypes = {n: dt for rank in st["ranks"] for n, (_, dt) in rank.get("shapes", {}).items()}
-        bf16 = tuple(p for rank in st["ranks"][:1] for p, v in rank["layers"].items() if v["scheme"] == "bf16")
+        bf16 = tuple(p for rank in st["ranks"][:1] for p, v in rank["layers"].items() if not scheme(v["scheme"]).quantized)
         want, skipped = expected_checksums(exp, dtypes, list(range(len(st["ranks"]))), layout, bf16)
         res = check_engine_checksums(sampler.engine_checksums(), want, skipped)
         if res is None:

@@ -27,7 +27,7 @@ import torch
 
 from fp8rl_core.grids import QuantizedTensor, parse_grid, quantize
 from fp8rl_core.grids.formats import bf16_view
-from fp8rl_core.sampler.config import REQUANT_GRID
+from fp8rl_core.grids.schemes import SCHEMES, Scheme, scheme
 from fp8rl_core.sync.hooks import SyncHooks
 
 __all__ = ["FAULTS", "Fault", "fault"]
@@ -165,8 +165,12 @@ def _drop_bucket(handle) -> None:
     handle.manifest.write_text(json.dumps(m))
 
 
+#: the other grid the router-fp8 fault puts the MoE router on: the scheme that quantizes to 128×128 blocks itself
+_OTHER_GRID = next(s.name for s in SCHEMES.values() if s.quantized and not s.mx_blocks)
+
+
 def _router_fp8(schemes: dict[str, str]) -> dict[str, str]:
-    return schemes | {p.removesuffix(".experts") + ".gate": "block128" for p in schemes if p.endswith(".mlp.experts")}
+    return schemes | {p.removesuffix(".experts") + ".gate": _OTHER_GRID for p in schemes if p.endswith(".mlp.experts")}
 
 
 def _substring_gate(schemes: dict[str, str]) -> dict[str, str]:
@@ -178,9 +182,19 @@ def _substring_gate(schemes: dict[str, str]) -> dict[str, str]:
 # ----------------------------------------------------------------------------------------------------
 # worker-side hooks (run inside vLLM's worker process, after the reload)
 # ----------------------------------------------------------------------------------------------------
-def _fp8rl_linear_layers(worker, scheme: str = "mxfp8"):
+def _on_learner_grid(s: Scheme) -> bool:
+    return s.on_learner_grid
+
+
+def _requantizes(s: Scheme) -> bool:
+    """A scheme whose engine quantizes the BF16 view to MX blocks by a rule W2 checks (``requant``)."""
+    return s.rule_checked and s.mx_blocks
+
+
+def _fp8rl_linear_layers(worker, which=_on_learner_grid):
+    """(prefix, module) of the worker's linear layers whose scheme ``which`` selects (default: the learner's bytes)."""
     for prefix, module, s in worker._fp8rl_layers():
-        if s == scheme and not hasattr(module, "w13_weight"):
+        if which(scheme(s)) and not hasattr(module, "w13_weight"):
             yield prefix, module
 
 
@@ -207,7 +221,7 @@ def worker_process_twice(worker, phase: str) -> None:
     if phase != "after":
         return
     for prefix, module, s in worker._fp8rl_layers():
-        if s == "mxfp8":
+        if scheme(s).on_learner_grid:
             module.quant_method.process_weights_after_loading(module)
 
 
@@ -230,10 +244,10 @@ def worker_requant_byte_flipped(worker, phase: str) -> None:
     grid); the ``requant`` engine test plants it."""
     if phase != "after":
         return
-    for _, module in _fp8rl_linear_layers(worker, "requant"):
+    for _, module in _fp8rl_linear_layers(worker, _requantizes):
         data = module.fp8rl_data.view(torch.uint8)
         data.view(-1)[0] ^= 1
-        module.fp8rl_w = QuantizedTensor(module.fp8rl_data, module.fp8rl_scale, parse_grid(REQUANT_GRID),
+        module.fp8rl_w = QuantizedTensor(module.fp8rl_data, module.fp8rl_scale, parse_grid(module.quant_method.scheme.grid),
                                          axis=1).dequantize()
         return
 
@@ -258,7 +272,7 @@ def worker_expert_copy_negated(worker, phase: str) -> None:
     if phase != "after" or where["rank"] != where["tp"] - 1:
         return
     for _, module, s in worker._fp8rl_layers():
-        if s == "mxfp8" and hasattr(module, "fp8rl_w_w13"):
+        if scheme(s).on_learner_grid and hasattr(module, "fp8rl_w_w13"):
             module.fp8rl_w_w13[0].neg_()
             module.fp8rl_w_w2[0].neg_()
             return

@@ -15,7 +15,7 @@ import torch
 
 from fp8rl_core.grids import QuantizedTensor, parse_grid
 from fp8rl_core.grids.block import dequantize_block_weight
-from fp8rl_core.sampler.config import REQUANT_GRID
+from fp8rl_core.grids.schemes import scheme as scheme_of
 
 from .basic import CheckResult
 
@@ -44,25 +44,26 @@ def match_error(slot: torch.Tensor, master: torch.Tensor, rows: int = 1, cols: i
 
 def effective_weights(readback: dict[str, torch.Tensor], prefix: str, scheme: str, mx_grid: str,
                       experts: bool) -> dict[str, torch.Tensor] | None:
-    """The weight(s) a layer computes with, in fp32, from its read-back tensors (None: not readable)."""
+    """The weight(s) a layer computes with, in fp32, from its read-back tensors (None: not readable): the held
+    bytes dequantized (:attr:`~fp8rl_core.grids.schemes.Scheme.held`; MX blocks on the scheme's rule, else
+    ``mx_grid``, the learner's; 128×128 blocks as block FP8), or the held weight of a BF16 layer."""
+    s = scheme_of(scheme)
     names = ("w13", "w2") if experts else ("",)
     out: dict[str, torch.Tensor] = {}
     for w in names:
         base = f"{prefix}.{w}_" if w else f"{prefix}."
         try:
-            if scheme == "mxfp8":
-                grid = parse_grid(mx_grid)
-                data = readback[f"{base}weight"].view(grid.format.dtype)
-                out[w] = QuantizedTensor(data, readback[f"{base}weight_scale"], grid, axis=data.dim() - 1).dequantize()
-            elif scheme == "requant":
-                grid = parse_grid(REQUANT_GRID)
-                data = readback[f"{base}mx_data"].view(grid.format.dtype)
-                out[w] = QuantizedTensor(data, readback[f"{base}mx_scale"], grid, axis=data.dim() - 1).dequantize()
-            elif scheme == "block128":
-                data = readback[f"{base}fp8_data"].view(torch.float8_e4m3fn)
-                out[w] = dequantize_block_weight(data, readback[f"{base}fp8_scale_inv"].float())
-            else:
+            if not s.quantized:
                 out[w] = readback[f"{base}weight"].float()
+                continue
+            data_name, scale_name = s.held
+            if s.mx_blocks:
+                grid = parse_grid(s.rule or mx_grid)
+                data = readback[f"{base}{data_name}"].view(grid.format.dtype)
+                out[w] = QuantizedTensor(data, readback[f"{base}{scale_name}"], grid, axis=data.dim() - 1).dequantize()
+            else:
+                data = readback[f"{base}{data_name}"].view(torch.float8_e4m3fn)
+                out[w] = dequantize_block_weight(data, readback[f"{base}{scale_name}"].float())
         except KeyError:
             return None
     return out
@@ -142,9 +143,9 @@ def check_layout(readback: dict[str, torch.Tensor], engine_shapes: dict[str, tup
             continue
         experts = prefix.endswith(".experts")
         eff = effective_weights(readback, prefix, meta["scheme"], mx_grid, experts)
-        if eff is None or (experts and meta["scheme"] == "bf16"):
+        if eff is None or (experts and not scheme_of(meta["scheme"]).quantized):
             continue  # prepacked BF16 experts are not readable as values (covered by W7)
-        rows, cols = (128, 128) if meta["scheme"] == "block128" else (1, 32)
+        rows, cols = scheme_of(meta["scheme"]).block
         slots = _slots(prefix, eff, meta.get("sizes"), members, masters)
         for label, slot, want, master in slots:
             err = match_error(slot, master, rows, cols) / tolerance if master is not None else float("inf")

@@ -1,7 +1,7 @@
 """W2 on a sampler that requantizes: what a ``requant`` layer must hold, and how far that is from the learner.
 
 Rule: a ``requant`` layer receives the BF16 view of the learner's fp32 masters and quantizes it itself with
-vLLM's online MXFP8 rule (:data:`fp8rl_core.sampler.config.REQUANT_GRID`). The bytes it must hold are
+vLLM's online MXFP8 rule (:data:`fp8rl_core.grids.schemes.REQUANT_GRID`). The bytes it must hold are
 computed here from the learner — the rule applied to ``bf16(master)`` — and W2 compares the engine's bytes
 with them exactly, so a fault on top of the requantization is still caught; how many of those bytes differ
 from the learner's own quantization of the master (double rounding) is reported as a measured quantity,
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fp8rl_core.grids import QuantizedTensor, bf16_view, quantize
-from fp8rl_core.sampler.config import REQUANT_GRID
+from fp8rl_core.grids.schemes import REQUANT_GRID, scheme
 from fp8rl_core.sync.layout import fused_group
 from fp8rl_core.vocabulary import requant_column
 
@@ -87,11 +87,12 @@ def requant_expected(model: torch.nn.Module, forward_weights: Mapping[str, Quant
     params = dict(model.named_parameters())
     out: dict[str, torch.Tensor] = {}
     diff = RequantDifference()
-    for prefix, scheme in sorted(schemes.items()):
-        if scheme != "requant":
+    for prefix, name in sorted(schemes.items()):
+        s = scheme(name)
+        if not s.rule_checked:  # its own bytes are checked against its rule applied to the learner's BF16 view
             continue
         members = [m for m in fused_group(prefix, learner_layers) if (m if m in params else f"{m}.weight") in params]
-        qts = {m: quantize(bf16_view(params[m if m in params else f"{m}.weight"].detach()).float(), REQUANT_GRID,
+        qts = {m: quantize(bf16_view(params[m if m in params else f"{m}.weight"].detach()).float(), s.rule,
                            axis=-1) for m in members}
         kind = layer_kind(prefix)
         for m, q in qts.items():
@@ -100,13 +101,14 @@ def requant_expected(model: torch.nn.Module, forward_weights: Mapping[str, Quant
                 _add(diff.data, kind, q.data, own.data)
                 _add(diff.scale, kind, q.scale, own.scale)
         u8 = [(q.data.contiguous().view(torch.uint8), q.scale.contiguous().view(torch.uint8)) for q in qts.values()]
+        data_name, scale_name = s.held
         if prefix.endswith(".experts"):
             (gu, gus), (down, downs) = u8
-            out |= {f"{prefix}.w13_mx_data": gu, f"{prefix}.w13_mx_scale": gus,
-                    f"{prefix}.w2_mx_data": down, f"{prefix}.w2_mx_scale": downs}
+            out |= {f"{prefix}.w13_{data_name}": gu, f"{prefix}.w13_{scale_name}": gus,
+                    f"{prefix}.w2_{data_name}": down, f"{prefix}.w2_{scale_name}": downs}
         else:
-            out[f"{prefix}.mx_data"] = torch.cat([d for d, _ in u8])
-            out[f"{prefix}.mx_scale"] = torch.cat([s for _, s in u8])
+            out[f"{prefix}.{data_name}"] = torch.cat([d for d, _ in u8])
+            out[f"{prefix}.{scale_name}"] = torch.cat([sc for _, sc in u8])
     return out, diff
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import torch
 
 from fp8rl_core.grids import QuantizedTensor, parse_grid
+from fp8rl_core.grids.schemes import scheme
 from fp8rl_core.learner.vocab_tail import restrict, tail_mass
-from fp8rl_core.sampler.config import REQUANT_GRID
 from fp8rl_core.vocabulary import CONDITIONS
 
 from .basic import (
@@ -35,23 +35,11 @@ from .behaviour import check_behaviour
 from .engine_state import check_engine_state
 from .expected import Expected, expected_from_learner
 from .layout import check_layout
+from .policy import CheckPolicy
 from .ranks import check_engine_ranks
 from .requant import check_requant_bytes, requant_measure
 
 __all__ = ["CONDITIONS", "CheckPolicy", "CheckReport", "CheckRunner", "full_tier_reason", "merge"]
-
-
-@dataclass(frozen=True)
-class CheckPolicy:
-    full_every: int = 10  # full tier every N syncs (and at an engine's first sync, and on suspicion)
-    w7_mean: float = 1e-3  # W7 bound on the mean |Δlogp| over the probe batch
-    w7_max: float = 0.05  # W7 bound on the max |Δlogp|
-    layout_tolerance: float = 0.25  # W3: fraction of block amax (see :mod:`.layout`)
-    history: int = 4  # learner versions whose fingerprints are kept (W5 content)
-    compute_copy: bool = True  # W6: every rank's compute copy against its held bytes (:mod:`.basic`)
-    alarm: bool = True  # W7: the behavioural alarm on the run's per-step mismatch numbers (:mod:`.alarm`)
-    alarm_jump: float = 10.0  # the alarm's jump factor over the run's median of earlier clean steps
-    alarm_warmup: int = 2  # clean steps before a jump can fire
 
 
 @dataclass
@@ -278,14 +266,12 @@ class CheckRunner:
             schemes = {p: v["scheme"] for p, v in meta["layers"].items()}
             parts["W4"].append(check_precision(readback, exp.views, schemes, pipe.configured, exp.skip))
         stale = []
-        grid = parse_grid(sampler.mx_grid)
-        held_bytes = {"mxfp8": ("weight", "weight_scale", grid),
-                      "requant": ("mx_data", "mx_scale", parse_grid(REQUANT_GRID))}
         for p, v in meta["layers"].items():
             eff = readback.get(f"{p}.effective")
-            if v["scheme"] not in held_bytes or eff is None:
+            s = scheme(v["scheme"])
+            if not s.mx_blocks or eff is None:  # the held MX bytes dequantized along K against what it computes with
                 continue
-            data_name, scale_name, g = held_bytes[v["scheme"]]
+            (data_name, scale_name), g = s.held, parse_grid(s.rule or sampler.mx_grid)
             if f"{p}.{scale_name}" not in readback:
                 continue
             data = readback[f"{p}.{data_name}"].view(g.format.dtype)
@@ -302,4 +288,4 @@ class CheckRunner:
         if self.probe is not None:
             sl = sampler.prompt_logprobs(self.probe)
             ll = self._learner_probe(learner, full_logp)
-            parts["W7"].append(check_behaviour(sl, ll, self.policy.w7_mean, self.policy.w7_max))
+            parts["W7"].append(check_behaviour(sl, ll, *self.policy.w7_bounds()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from fp8rl_core.grids import bf16_view
+from fp8rl_core.grids.schemes import layer_scheme
 from fp8rl_core.learner.patterns import gemm_layers
 from fp8rl_core.sync.layout import fused_group, sampler_layer
 
@@ -26,7 +27,7 @@ def sampler_bf16_views(model: torch.nn.Module, schemes: dict[str, str]) -> tuple
             continue
         names = [m if m in params else f"{m}.weight" for m in members]
         covered.update(names)
-        if schemes.get(prefix) == "mxfp8":
+        if layer_scheme(schemes, prefix).on_learner_grid:  # its bytes are W2's, not a view
             continue
         if prefix.endswith(".experts"):
             views[f"{prefix}.w13_weight"], views[f"{prefix}.w2_weight"] = (bf16_view(params[n].detach()) for n in names)

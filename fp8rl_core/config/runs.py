@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from fp8rl_core.config.loading import ConfigError, read_sweep, set_dotted
-from fp8rl_core.checks.runner import CheckPolicy
+from fp8rl_core.checks.policy import CheckPolicy
 from fp8rl_core.config.schema import RunConfig
 from fp8rl_core.config.sweep import SweepConfig
 from fp8rl_core.errors import format_errors
@@ -42,7 +42,8 @@ __all__ = ["Run", "Sweep", "correctness_runs", "expand", "matching_runs", "run_d
 #: runs of an unchanged config keep their ids (a finished sweep is still skipped); section → field → value (a
 #: section left empty is left out)
 ID_NEUTRAL: dict[str, dict[str, object]] = {
-    "checks": {"compute_copy": True, "alarm": True, "alarm_jump": CheckPolicy().alarm_jump, "engine_checksums": False},
+    "checks": {k: getattr(CheckPolicy(), k) for k in ("compute_copy", "alarm", "alarm_jump", "alarm_warmup",
+                                                      "engine_checksums", "layout_tolerance", "history")},
     "verl": {"token_sequences": None, "overrides": [], "save_checkpoints": False},
     "sampler": {"engine": "vllm"},
     "data": {"prompt_key": "prompt", "train": None, "val": None, "max_prompt_length": None, "max_response_length": None,
@@ -63,6 +64,7 @@ def run_id(run: RunConfig, spec: ModelSpec | None = None) -> str:
     an older architecture)."""
     spec = run.spec() if spec is None else spec
     dump = run.model_dump(mode="json", exclude={"models_dir"})
+    dump["sampler"] = run.sampler.flat()  # engine subsections hashed flat, where their fields were first
     for name, section in ID_PLACED.items():
         if isinstance(dump.get(section), dict):
             dump[section][name] = dump.pop(name)

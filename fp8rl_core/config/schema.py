@@ -13,13 +13,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from fp8rl_core.checks.runner import CheckPolicy
-from fp8rl_core.config.sections import (ChecksSection, DataSection, LearnerSection, LoopSection, MetricsSection,
+from fp8rl_core.checks.policy import CheckPolicy
+from fp8rl_core.config.sections import (DataSection, LearnerSection, LoopSection, MetricsSection,
                                         VerlSection, known_preset)
 from fp8rl_core.learner.config import LearnerConfig, WarmStartConfig
 from fp8rl_core.learner.dataset import DatasetTask
 from fp8rl_core.learner.spec import ModelSpec, load_model_spec
-from fp8rl_core.sampler.config import SamplerConfig, sglang_refusal
+from fp8rl_core.sampler.capabilities import capabilities
+from fp8rl_core.sampler.config import SamplerConfig
 from fp8rl_core.sampler.presets import PRESETS
 
 __all__ = ["RunConfig"]
@@ -42,7 +43,7 @@ class RunConfig(BaseModel):
     learner: LearnerSection = LearnerSection()
     sampler: SamplerConfig = SamplerConfig()
     loop: LoopSection = LoopSection()
-    checks: ChecksSection = ChecksSection()
+    checks: CheckPolicy = CheckPolicy()
     metrics: MetricsSection = MetricsSection()
     data: DataSection = DataSection()
     backend: Literal["native", "verl"] = "native"
@@ -60,8 +61,8 @@ class RunConfig(BaseModel):
         return self.learner.build(PRESETS[self.preset])
 
     def check_policy(self) -> CheckPolicy:
-        """The run's check policy: the ``checks`` section for its engine dtype and preset."""
-        return self.checks.policy(self.sampler.dtype, self.preset)
+        """The run's check policy: the ``checks`` section with W7's bound for its engine dtype and preset."""
+        return self.checks.for_engine(self.sampler.dtype, self.preset)
 
     def check_prompts(self):
         """The W7 probe batch's problems: ``checks.probe_sequences`` held-out task prompts with their answers."""
@@ -158,8 +159,11 @@ class RunConfig(BaseModel):
         if self.model_path is None and self.verl is not None and self.verl.hardware != "cpu":
             raise ValueError(f"model_path is required on verl.hardware {self.verl.hardware!r} (a hub id or a directory "
                              "with config.json); only hardware: cpu trains the run's own warm start")
-        if self.sampler.engine == "sglang":
-            self._sglang_fits()
+        self._engine_fits()
+        if self.checks.engine_checksums and self.backend == "native":
+            raise ValueError("checks.engine_checksums with backend: native: the native experiment does not ask the "
+                             "engine's checksums (the native correctness stage always does; a verl run does with this "
+                             "switch); remove it or use backend: verl")
         spec = self.spec((info.context or {}).get("specs"))  # validated with a sweep's expansion: its specs
         task = self.warmstart.task
         if self.sampler.max_model_len < task.seq_len:
@@ -175,35 +179,36 @@ class RunConfig(BaseModel):
         self._data_fits()
         if self.preset == "half" and spec.num_hidden_layers < 2:
             raise ValueError(f"preset 'half' needs at least 2 decoder blocks; model {self.model!r} has 1")
-        if self.preset == "requant" and self.verl is not None and self.verl.rollout == "sglang":
-            raise ValueError("preset 'requant' with verl.rollout = 'sglang': fp8rl loads SGLang's MXFP8 method with "
-                             "the learner's bytes and has no SGLang layer that requantizes BF16 itself; use "
-                             "verl.rollout: vllm (fp8rl's vLLM method requantizes), or preset 'all'")
+        if self.verl is not None:
+            why = capabilities(self.verl.rollout).verl_refusal(PRESETS[self.preset].sampler_scheme)
+            if why is not None:
+                raise ValueError(f"preset {self.preset!r} with verl.rollout = {self.verl.rollout!r}: {why}")
         return self
 
-    def _sglang_fits(self) -> None:
-        """``sampler.engine: sglang`` (docs/configs.md, "The sampler engine"): the native loop with a sampler
-        that holds BF16 layers (``bf16-e2e``, ``bf16-sampler``) in ``sampler.dtype`` BF16 or FP32, the KV cache
-        in that dtype; verl's rollout engine is ``verl.rollout``."""
-        if self.backend == "verl":
-            raise ValueError("sampler.engine: sglang with backend: verl: verl's rollout engine is verl.rollout "
-                             "(sampler.engine is the native loop's); set verl.rollout: sglang and leave sampler.engine")
-        holds = PRESETS[self.preset].sampler_holds
-        why = sglang_refusal([] if holds == "bf16" else [holds], gpu=False)
+    def _engine_fits(self) -> None:
+        """``sampler.engine`` can serve the run (its row of :data:`fp8rl_core.sampler.capabilities.CAPABILITIES`;
+        docs/configs.md, "The sampler engine"): the preset's scheme, the KV cache dtype, and a verl run only on an
+        engine verl's rollout is (``verl.rollout`` names verl's)."""
+        caps, s = capabilities(self.sampler.engine), self.sampler
+        if self.backend == "verl" and not caps.verl_native:
+            raise ValueError(f"sampler.engine: {s.engine} with backend: verl: verl's rollout engine is verl.rollout "
+                             f"(sampler.engine is the native loop's); set verl.rollout: {s.engine} and leave sampler.engine")
+        why = caps.refusal([PRESETS[self.preset].sampler_scheme])
         if why is not None:
             raise ValueError(why)
-        if self.sampler.kv_cache_dtype != "auto":
-            raise ValueError(f"sampler.kv_cache_dtype = {self.sampler.kv_cache_dtype!r} with sampler.engine: sglang: "
-                             "the SGLang engine keeps its KV cache in sampler.dtype; use kv_cache_dtype: auto")
+        if s.kv_cache_dtype not in caps.kv_cache_dtypes:
+            raise ValueError(f"sampler.kv_cache_dtype = {s.kv_cache_dtype!r} with sampler.engine: {s.engine}: "
+                             f"{caps.kv_why}; use kv_cache_dtype: {' or '.join(caps.kv_cache_dtypes)}")
         if self.model_path is not None:
-            from fp8rl_core.learner.vocab_tail import emittable_ids
+            from fp8rl_core.learner.vocab_tail import MASKS_TAIL, emittable_ids
 
             n = emittable_ids(self.model_path, self.spec().vocab_size)
-            if n is not None:
-                raise ValueError(f"sampler.engine: sglang with model_path {self.model_path}: its tokenizer has {n} ids, "
-                                 f"fewer than the model's vocab_size {self.spec().vocab_size}, and fp8rl's SGLang engine "
-                                 "does not mask the ids beyond the tokenizer (fp8rl_core.learner.vocab_tail); use "
-                                 "sampler.engine: vllm, which does, as verl's vLLM rollout does")
+            if n is not None and not MASKS_TAIL[s.engine]:
+                raise ValueError(f"sampler.engine: {s.engine} with model_path {self.model_path}: its tokenizer has {n} "
+                                 f"ids, fewer than the model's vocab_size {self.spec().vocab_size}, and fp8rl's "
+                                 f"{caps.label} engine does not mask the ids beyond the tokenizer "
+                                 "(fp8rl_core.learner.vocab_tail); use an engine that does (sampler.engine: vllm), as "
+                                 "verl's vLLM rollout does")
 
     def _data_fits(self) -> None:
         """A dataset (``data.train``): trained from ``model_path``, a checkpoint with its own tokenizer, its

@@ -1,7 +1,7 @@
-"""The run config's sections, one per stage — learner, loop, checks, metrics, data, verl — as frozen pydantic
+"""The run config's sections, one per stage — learner, loop, metrics, data, verl — as frozen pydantic
 models (``extra="forbid"``), every default declared once, in the component's own config class where it has
 one. :class:`fp8rl_core.config.schema.RunConfig` holds one of each (and the sampler's,
-:class:`fp8rl_core.sampler.config.SamplerConfig`). Every field, with its default: docs/configs.md.
+:class:`fp8rl_core.sampler.config.SamplerConfig`, and the checks' policy, :class:`fp8rl_core.checks.policy.CheckPolicy`). Every field, with its default: docs/configs.md.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from fp8rl_core.checks.runner import CheckPolicy
 from fp8rl_core.learner.config import GRAD_FORMATS, RULES, GRPOConfig, LearnerConfig, Recipe
 from fp8rl_core.metrics.summary import BOOTSTRAP_RESAMPLES, CI_LEVEL
+from fp8rl_core.sampler.capabilities import DEFAULT_ENGINE
+from fp8rl_core.sampler.config import SAMPLER_ENGINES
 from fp8rl_core.sampler.presets import PRESETS, Preset
 
 __all__ = [
-    "ChecksSection",
     "DataSection",
     "LearnerSection",
     "LoopSection",
@@ -35,7 +35,7 @@ def known_preset(name: str) -> str:
 
 
 # Each section's defaults are its component's (declared once, in the component's config class).
-_RECIPE, _GRPO, _LEARNER, _POLICY = Recipe(), GRPOConfig(), LearnerConfig(), CheckPolicy()
+_RECIPE, _GRPO, _LEARNER = Recipe(), GRPOConfig(), LearnerConfig()
 
 
 class LearnerSection(BaseModel):
@@ -81,43 +81,6 @@ class LoopSection(BaseModel):
 
     steps: int = Field(3, ge=1)
     prompts_per_step: int = Field(8, ge=1)
-
-
-class ChecksSection(BaseModel):
-    """The weight-sync checks after every sync (fp8rl_core.checks.runner)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    full_every: int = Field(_POLICY.full_every, ge=1, description="full tier every N syncs (and at an engine's first sync, and on suspicion)")
-    on_failure: Literal["fail", "warn"] = Field("fail", description="fail: a failed check fails the run; warn: log it and go on")
-    probe_sequences: int = Field(8, ge=1, description="W7 probe batch: held-out task sequences")
-    w7_mean: float | None = Field(None, gt=0, description="W7 bound on mean |Δlogp| (None: by engine dtype and preset)")
-    w7_max: float | None = Field(None, gt=0, description="W7 bound on max |Δlogp| (None: by engine dtype and preset)")
-    compute_copy: bool = Field(_POLICY.compute_copy, description="W6: every rank's compute copy against its held bytes")
-    alarm: bool = Field(_POLICY.alarm, description="W7: the behavioural alarm on the run's per-step mismatch numbers")
-    alarm_jump: float = Field(_POLICY.alarm_jump, gt=1, description="the alarm fires at this factor over the run's "
-                              "median of earlier clean steps (its absolute bounds: docs/correctness.md)")
-    engine_checksums: bool = Field(False, description="backend verl: at every sync also the engine's own weight "
-                                   "checksums (vLLM's weight checker) against the learner's bytes, a second opinion on "
-                                   "W2/W4 (SHA-256 of every parameter; the native correctness stage always asks)")
-
-    def w7_bounds(self, dtype: str, preset: str) -> tuple[float, float]:
-        """The run's declared W7 bound: float32 engines run the learner's arithmetic (tight: measured mean
-        ≤ 1e-4 on the learner's grid); a BF16 engine adds BF16 activations and accumulation (measured on
-        the peaked smoke mini, preset all: mean 0.09, max 0.79 over held-out sequences), and a sampler on
-        another grid (block FP8) or one that requantizes (``requant``) its own rounding, which the learner's
-        probe does not model — there W7 is a coarse backstop; run the exact check with
-        ``sampler.dtype: float32``."""
-        mean, mx = (_POLICY.w7_mean, _POLICY.w7_max) if dtype == "float32" else (0.5, 8.0)
-        if PRESETS[preset].sampler_grid != "learner":
-            mean, mx = max(mean, 0.5), max(mx, 8.0)
-        return self.w7_mean or mean, self.w7_max or mx
-
-    def policy(self, dtype: str, preset: str) -> CheckPolicy:
-        """The checks' policy of a run with this engine dtype and preset (cadence, W7 bound)."""
-        mean, mx = self.w7_bounds(dtype, preset)
-        return CheckPolicy(full_every=self.full_every, w7_mean=mean, w7_max=mx, compute_copy=self.compute_copy,
-                           alarm=self.alarm, alarm_jump=self.alarm_jump)
 
 
 class MetricsSection(BaseModel):
@@ -224,7 +187,7 @@ class VerlSection(BaseModel):
     tensor_parallel: int = Field(1, ge=1, description="Megatron tensor parallel size of the learner")
     expert_parallel: int = Field(1, ge=1, description="Megatron expert parallel size of the learner (MoE)")
     micro_batch_size_per_gpu: int | None = Field(None, ge=1, description="None: token-budget micro-batches (learner.tokens_per_microbatch)")
-    rollout: Literal["vllm", "sglang"] = "vllm"
+    rollout: Literal[SAMPLER_ENGINES] = DEFAULT_ENGINE
     rollout_tensor_parallel: int = Field(1, ge=1)
     rollout_expert_parallel: int = Field(1, ge=1, description="vLLM/SGLang expert parallel size (MoE)")
     token_sequences: int | None = Field(None, ge=1, description="sequences per RL step whose tokens the trainer "

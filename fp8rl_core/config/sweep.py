@@ -18,7 +18,8 @@ from fp8rl_core.config.sections import known_preset
 from fp8rl_core.grids.spec import MX_RULES
 from fp8rl_core.identity import content_hash
 from fp8rl_core.learner.spec import ModelSpec
-from fp8rl_core.sampler.config import sglang_refusal
+from fp8rl_core.sampler.capabilities import CAPABILITIES, DEFAULT_ENGINE, capabilities, refusal
+from fp8rl_core.sampler.config import SAMPLER_ENGINES
 from fp8rl_core.sampler.presets import PRESETS, Variant
 
 __all__ = [
@@ -79,9 +80,10 @@ class CorrectnessSection(BaseModel):
         for kind, model in self.models.items():
             data = json.loads(json.dumps(self.base)) | {"model": model, "preset": self.preset, "models_dir": models_dir}
             out[kind] = RunConfig.model_validate(data, context={"specs": specs})
-            if out[kind].sampler.engine != "vllm":
+            if not capabilities(out[kind].sampler.engine).planted_faults:
+                host = next(c for c in CAPABILITIES.values() if c.planted_faults)
                 raise ValueError(f"sampler.engine: {out[kind].sampler.engine} in the correctness stage: its faults are "
-                                 "planted in vLLM's engine and its workers; use sampler.engine: vllm there")
+                                 f"planted in {host.label}'s engine and its workers; use sampler.engine: {host.name} there")
         return out
 
     def id(self) -> str:
@@ -104,8 +106,8 @@ class AblationSpec(BaseModel):
         "training", description="training: the learner's BF16-autocast forward; fp32: its fp32 function of the synced weights")
     activation_rule: Literal[MX_RULES] | None = Field(
         None, description="the E8M0 rule the sampler's on-grid layers quantize activations with (None: the learner's)")
-    engine: Literal["vllm", "sglang"] = Field(
-        "vllm", description="the engine serving the sampler: vllm, or sglang (SGLang's server, .venv-sglang; the "
+    engine: Literal[SAMPLER_ENGINES] = Field(
+        DEFAULT_ENGINE, description="the engine serving the sampler: vllm, or sglang (SGLang's server, .venv-sglang; the "
         "presets whose sampler layers are all BF16: bf16-e2e, bf16-sampler)")
 
     @field_validator("preset")
@@ -115,11 +117,9 @@ class AblationSpec(BaseModel):
 
     @model_validator(mode="after")
     def _engine_serves_it(self) -> "AblationSpec":
-        if self.engine != "vllm":
-            holds = PRESETS[self.preset].sampler_holds
-            why = sglang_refusal([] if holds == "bf16" else [holds], gpu=False)
-            if why is not None:
-                raise ValueError(f"preset {self.preset!r} with engine {self.engine!r}: {why}")
+        why = refusal(self.engine, [PRESETS[self.preset].sampler_scheme])
+        if why is not None:
+            raise ValueError(f"preset {self.preset!r} with engine {self.engine!r}: {why}")
         return self
 
     def variant(self) -> Variant:
@@ -271,7 +271,7 @@ class MatchingSection(BaseModel):
         hash — counted only when set, an ablation's ``engine`` only when not vLLM: a section without them has the
         id it had before the fields)."""
         dump = self.model_dump(mode="json", exclude=set() if self.checkpoints is not None else {"checkpoints"})
-        dump["ablations"] = [{k: v for k, v in a.items() if (k, v) != ("engine", "vllm")} for a in dump["ablations"]]
+        dump["ablations"] = [{k: v for k, v in a.items() if (k, v) != ("engine", DEFAULT_ENGINE)} for a in dump["ablations"]]
         return content_hash(dump, 12, compact=False)
 
 

@@ -21,7 +21,7 @@ import torch
 
 from .formats import FP8Format, saturating_cast
 
-__all__ = ["quantize_kv", "default_kv_scale"]
+__all__ = ["KV_WRITERS", "quantize_kv", "default_kv_scale"]
 
 
 def default_kv_scale(x: torch.Tensor, fmt: FP8Format) -> torch.Tensor:
@@ -38,8 +38,13 @@ def quantize_kv(
     s = default_kv_scale(x, fmt) if scale is None else torch.as_tensor(scale, dtype=torch.float32).reshape(())
     if not bool(torch.isfinite(s)) or float(s) <= 0:
         raise ValueError(f"KV-cache scale must be a positive finite number, got {float(s)!r}")
-    if writer == "vllm":
-        return saturating_cast(x.to(torch.float32) / s, fmt), s
-    if writer == "sglang":
-        return x.div(s).to(fmt.dtype), s  # division in x's dtype; torch's own cast, no clamp
-    raise ValueError(f"unknown KV-cache writer {writer!r}; expected vllm or sglang")
+    if writer not in KV_WRITERS:
+        raise ValueError(f"unknown KV-cache writer {writer!r}; expected {' or '.join(KV_WRITERS)}")
+    return KV_WRITERS[writer](x, s, fmt), s
+
+
+#: the engine whose cache write is modelled → its rule (module docstring)
+KV_WRITERS = {
+    "vllm": lambda x, s, fmt: saturating_cast(x.to(torch.float32) / s, fmt),
+    "sglang": lambda x, s, fmt: x.div(s).to(fmt.dtype),  # division in x's dtype; torch's own cast, no clamp
+}

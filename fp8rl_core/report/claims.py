@@ -66,6 +66,9 @@ class Claim:
     direction: Direction | None = None
     models: ModelClass = "any"
     note: str = ""
+    #: a comparison of two presets in a few words, and the paper's number in fewer (the fixed-weights report's rows)
+    short: str = ""
+    paper_short: str = ""
 
     def __post_init__(self) -> None:
         for field, value, valid in (("kind", self.kind, CLAIM_KINDS),
@@ -87,27 +90,29 @@ class Claim:
 
 #: what a sweep needs for a claim of a kind that is not a comparison of two presets
 _NEEDS: dict[str, str] = {"sync": "W2 checks of runs whose sampler holds layers on the learner's grid (presets "
-                                  + ", ".join(p.name for p in PRESETS.values() if p.on_learner_grid) + ")",
+                                  + ", ".join(p.name for p in PRESETS.values() if p.scheme.on_learner_grid) + ")",
                           "cost_fixed": "micro-batch timings of a BF16 and an MXFP8 learner",
                           "cost_break_even": "micro-batch timings of a BF16 and an MXFP8 learner",
                           "trace": "a GPU profiler trace of each precision"}
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("a", "half-on-grid sampler: KL 11% lower than a BF16 sampler (MXFP8 learner)", "11% lower (ratio 0.89)",
-          "kl_ratio", "bf16-sampler", "half", paper_ratio=0.89, direction="lower"),
+          "kl_ratio", "bf16-sampler", "half", paper_ratio=0.89, direction="lower",
+          short="half on the learner's grid vs BF16 sampler", paper_short="−11%"),
     Claim("b", "all-on-grid sampler: KL 16% lower than a BF16 sampler (MXFP8 learner)", "16% lower (ratio 0.84)",
-          "kl_ratio", "bf16-sampler", "all", paper_ratio=0.84, direction="lower"),
+          "kl_ratio", "bf16-sampler", "all", paper_ratio=0.84, direction="lower",
+          short="all on the learner's grid vs BF16 sampler", paper_short="−16%"),
     Claim("c", "synced weights equal the learner's FP8 forward weights byte for byte", "byte for byte at every sync",
           "sync"),
     Claim("d", "MoE: a sampler on another FP8 grid has ≈2× the KL of the shared grid, from the first step",
           "≈2× (whole run and step 1)", "kl_ratio_first_step", "all", "other-grid", paper_ratio=2.0,
-          direction="higher", models="moe"),
+          direction="higher", models="moe", short="another FP8 grid (128×128 blocks) vs the learner's", paper_short="≈2×"),
     Claim("e", "without a quantized KV cache, BF16 end to end is 2.5–10× more consistent",
           "KL(all) / KL(bf16-e2e) = 2.5–10", "kl_ratio", "bf16-e2e", "all", paper_range=(2.5, 10.0),
           direction="higher",
           note="measured as KL(all) / KL(bf16-e2e): `all` is the most consistent FP8 pipeline (every sampler layer "
                "on the learner's grid), so this is the smallest factor the statement can mean; 'more consistent' = "
-               "lower train–rollout KL"),
+               "lower train–rollout KL", short="all on the learner's grid vs BF16 end to end", paper_short="2.5–10×"),
     Claim("f1", "MXFP8 training adds a fixed cost per micro-batch", "Δfixed > 0 per micro-batch", "cost_fixed",
           direction="higher"),
     Claim("f2", "MXFP8 saves a per-token cost; dense break-even ≈ 4.5k tokens per micro-batch",

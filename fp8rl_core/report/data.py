@@ -26,6 +26,7 @@ import pandas as pd
 
 from fp8rl_core.model_kind import is_moe
 from fp8rl_core.metrics import cluster_bootstrap, metric_units, sequence_table
+from fp8rl_core.sampler.presets import PRESETS
 
 __all__ = [
     "CANONICAL_PRESETS",
@@ -46,7 +47,7 @@ __all__ = [
 ]
 
 #: the paper's pipelines in the order the configs list them (``fp8rl_core.sampler.presets.PRESETS``)
-CANONICAL_PRESETS = ("bf16-e2e", "bf16-sampler", "half", "all", "requant", "other-grid")
+CANONICAL_PRESETS = tuple(PRESETS)
 
 #: the mismatch metrics the report tabulates with confidence intervals (token means)
 REPORT_METRICS = ("k1", "k3", "k3_rev", "mean_abs_logprob_diff", "mean_abs_prob_diff", "token_mult_prob_error",

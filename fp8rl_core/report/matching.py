@@ -18,7 +18,7 @@ from fp8rl_core.model_kind import is_moe
 from fp8rl_core.metrics.matching import MatchingPower, MatchingRatio, matching_power, matching_ratio
 from fp8rl_core.sampler.config import SAMPLER_ENGINES
 
-from .claims import claim_verdict, needed_text
+from .claims import CLAIMS, KL_KINDS, Claim, claim_verdict, needed_text
 from .data import SweepData, matching_frame
 from .engines import engine_rows, engines_figure, engines_section
 from .text import f3, ratio_text, table
@@ -40,14 +40,20 @@ class Comparison:
     models: str = "any"  # "any", "dense", "moe"
 
 
-#: the comparisons, in report order (the paper's: docs/design.md, reference results)
+    @classmethod
+    def of(cls, claim: Claim) -> "Comparison":
+        """The comparison of a KL claim of the paper (:data:`~fp8rl_core.report.claims.CLAIMS`): its presets, number
+        (a range's lower end), claimed side and models."""
+        paper = claim.paper_ratio if claim.paper_ratio is not None else claim.paper_range[0]
+        return cls(f"({claim.id}) {claim.short}", claim.baseline, claim.candidate, paper, claim.paper_short,
+                   claim.direction, claim.models)
+
+
+#: the comparisons, in report order: the paper's KL claims (:data:`~fp8rl_core.report.claims.CLAIMS`,
+#: docs/design.md, reference results), then what the experiment measures besides them
 COMPARISONS: tuple[Comparison, ...] = (
-    Comparison("(a) half on the learner's grid vs BF16 sampler", "bf16-sampler", "half", 0.89, "−11%", "lower"),
-    Comparison("(b) all on the learner's grid vs BF16 sampler", "bf16-sampler", "all", 0.84, "−16%", "lower"),
+    *(Comparison.of(c) for c in CLAIMS if c.kind in KL_KINDS),
     Comparison("requantized from BF16 vs the learner's bytes", "all", "requant", None, "—", ""),
-    Comparison("(d) another FP8 grid (128×128 blocks) vs the learner's", "all", "other-grid", 2.0, "≈2×", "higher",
-               "moe"),
-    Comparison("(e) all on the learner's grid vs BF16 end to end", "bf16-e2e", "all", 2.5, "2.5–10×", "higher", "moe"),
     Comparison("the BF16 sampler on SGLang vs on vLLM", "bf16-sampler", "bf16-sampler@sglang", None, "—", ""),
     Comparison("BF16 end to end on SGLang vs on vLLM", "bf16-e2e", "bf16-e2e@sglang", None, "—", ""),
 )

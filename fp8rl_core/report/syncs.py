@@ -1,10 +1,10 @@
 """A sweep's weight-sync checks grouped by what each run's sampler holds after a sync.
 
-Rule: a run's syncs belong to the group its preset names (:attr:`fp8rl_core.sampler.presets.Preset.sampler_holds`):
-``learner`` — layers on the learner's grid holding the learner's own FP8 bytes, the syncs claim (c) is about;
-``bf16`` — BF16 views only; ``requant`` / ``block128`` — the sampler's own quantization of the BF16 view it is
-sent; ``unknown`` — check rows of runs not among the sweep's runs. :data:`HOLDS` says which conditions carry
-each group's evidence and what they show there. Used by claim (c)'s verdict and the report's checks section
+Rule: a run's syncs belong to the group of its preset's sampler scheme (:attr:`fp8rl_core.sampler.presets.Preset.scheme`,
+:data:`fp8rl_core.grids.schemes.SCHEMES`): ``mxfp8`` — layers on the learner's grid holding the learner's own FP8
+bytes, the syncs claim (c) is about; ``bf16`` — BF16 views only; ``requant`` / ``block128`` — the sampler's own
+quantization of the BF16 view it is sent; ``unknown`` — check rows of runs not among the sweep's runs. :data:`HOLDS`
+(each scheme's label, evidence and meaning) says which conditions carry each group's evidence and what they show there. Used by claim (c)'s verdict and the report's checks section
 (docs/metrics.md, "Claims and verdicts").
 """
 
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from fp8rl_core.grids.schemes import SCHEMES
 from fp8rl_core.sampler.presets import PRESETS
 from fp8rl_core.vocabulary import CONDITIONS
 
@@ -32,24 +33,11 @@ class Holds:
     shows: str
 
 
-#: what the sampler holds after a sync → the group's label, key conditions and their meaning
-HOLDS: dict[str, Holds] = {
-    "learner": Holds("on the learner's grid", ("W2",),
-                     "the sampler's FP8 data and scale bytes read back equal the learner's rowwise quantization of "
-                     "its master weights"),
-    "bf16": Holds("BF16 sampler", ("W4",),
-                  "every tensor the sampler holds equals the learner's BF16 view (no layer on an FP8 grid, so W2 "
-                  "compares no tensor)"),
-    "requant": Holds("sampler requantizes", ("W2", "W4"),
-                     "W2: its FP8 bytes equal vLLM's online MXFP8 rule applied to the learner's BF16 view (the "
-                     "sampler's own rule, not the learner's bytes); W4: its BF16 tensors equal the learner's BF16 "
-                     "view"),
-    "block128": Holds("another grid (128×128 block FP8)", ("W4",),
-                      "the BF16 view it is sent equals the learner's; the block-FP8 bytes it makes of that view "
-                      "itself are checked for layout (W3) and compute copy (W6), not against a rule (W2 compares "
-                      "no tensor)"),
-    "unknown": Holds("runs not among the sweep's runs", tuple(CONDITIONS), "checks of runs without a known preset"),
-}
+#: what the sampler holds after a sync (a scheme) → the group's label, key conditions and their meaning; the
+#: groups on the learner's grid first (claim (c)'s), then the schemes in their table's order
+HOLDS: dict[str, Holds] = {s.name: Holds(s.label, s.evidence, s.shows)
+                           for s in sorted(SCHEMES.values(), key=lambda s: not s.on_learner_grid)} | {
+    "unknown": Holds("runs not among the sweep's runs", tuple(CONDITIONS), "checks of runs without a known preset")}
 
 
 @dataclass(frozen=True)
@@ -81,6 +69,11 @@ class SyncGroup:
     tallies: tuple[tuple[str, Tally], ...]
     checks: Tally
     failures: tuple[tuple[str, str], ...]
+
+    @property
+    def on_learner_grid(self) -> bool:
+        """The group's sampler holds the learner's own FP8 bytes (a scheme's :attr:`~fp8rl_core.grids.schemes.Scheme.on_learner_grid`)."""
+        return self.holds in SCHEMES and SCHEMES[self.holds].on_learner_grid
 
     @property
     def label(self) -> str:
@@ -120,7 +113,7 @@ def _n(k: int, noun: str) -> str:
 
 def _holds(preset) -> str:
     p = PRESETS.get(str(preset)) if preset is not None and preset == preset else None
-    return p.sampler_holds if p is not None else "unknown"
+    return p.sampler_scheme if p is not None else "unknown"
 
 
 def sync_groups(data: SweepData) -> list[SyncGroup]:

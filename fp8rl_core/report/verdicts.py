@@ -263,7 +263,7 @@ def _eval_sync(ctx: _Ctx, claim: Claim) -> list[ClaimRow]:
     """Claim (c) over the syncs whose sampler holds layers on the learner's grid (:mod:`.syncs`), judged by
     their W2 checks; the other syncs' checks are stated beside it, not counted. No such sync: no row."""
     groups = sync_groups(ctx.data)
-    on = next((g for g in groups if g.holds == "learner"), None)
+    on = next((g for g in groups if g.on_learner_grid), None)
     w2 = None if on is None else on.tally("W2")
     if w2 is None:
         return []

@@ -21,7 +21,7 @@ __all__ = ["DEFAULT_ENGINE", "ENGINES", "engine_class", "start_sampler"]
 
 
 def _vllm() -> type[Sampler]:
-    from fp8rl_core.sampler.vllm_engine import VllmSampler
+    from fp8rl_core.sampler.vllm.engine import VllmSampler
 
     return VllmSampler
 

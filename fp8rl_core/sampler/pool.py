@@ -73,7 +73,7 @@ def acquire(checkpoint: str | Path, schemes: Mapping[str, str], tensors: Mapping
     down — its final garbage collection over vLLM's and torch's object graph (measured: bench/README.md, Engine
     shutdown). Waiting would add all of it to the next run's engine start, so :func:`acquire` hands the evicted
     engine to a thread and starts the next one meanwhile. The processes are still left to exit on their own (not
-    killed): that is what frees their shared-memory queues (:data:`fp8rl_core.sampler.quiet.SHUTDOWN_S`).
+    killed): that is what frees their shared-memory queues (:data:`fp8rl_core.sampler.vllm.quiet.SHUTDOWN_S`).
     :func:`release_all` closes the live engines the same way, all at once, and returns when every shutdown it
     started, or an eviction started, has finished. An in-process engine (``SamplerConfig.process = "in-process"``)
     has no process to wait for: it is closed at once, in the caller's thread; and since vLLM keeps an in-process
@@ -89,7 +89,7 @@ def acquire(checkpoint: str | Path, schemes: Mapping[str, str], tensors: Mapping
         _ENGINES[key] = live  # most recently used last
         live.cfg = cfg
         return live, live.sync(tensors, version)
-    if cfg.process == "in-process":  # at most one in-process engine per process (vllm_compat, 3)
+    if cfg.vllm.process == "in-process":  # at most one in-process engine per process (fp8rl_core.sampler.vllm.compat, 3)
         for k in [k for k, s in _ENGINES.items() if s.in_process]:
             _ENGINES.pop(k).close()
     while len(_ENGINES) >= max(1, max_live):

@@ -12,9 +12,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from fp8rl_core.grids.schemes import DEFAULT_SCHEME, SCHEMES, Scheme, scheme
 from fp8rl_core.learner.config import LearnerConfig
 from fp8rl_core.learner.patterns import resolve_names
-from fp8rl_core.sampler.config import SAMPLER_ENGINES, sglang_refusal
+from fp8rl_core.sampler.capabilities import DEFAULT_ENGINE, refusal
+from fp8rl_core.sampler.config import SAMPLER_ENGINES
 from fp8rl_core.sync.layout import sampler_layer
 
 __all__ = ["ENGINE_DTYPES", "LEARNER_FORWARDS", "PRESETS", "Preset", "Variant", "sampler_schemes"]
@@ -26,20 +28,25 @@ class Preset:
     learner_precision: Literal["bf16", "mxfp8"]
     learner_layers: str
     sampler_layers: str
-    sampler_grid: Literal["learner", "requant", "block128"]
+    sampler_scheme: str
     what: str
 
-    @property
-    def sampler_holds(self) -> Literal["bf16", "learner", "requant", "block128"]:
-        """What the sampler's selected GEMM layers hold after a sync: ``learner`` — the learner's own FP8 data
-        and scale bytes (the layers on the learner's grid); ``requant`` / ``block128`` — the sampler's own
-        quantization of the BF16 view it is sent; ``bf16`` when no layer is selected (BF16 views only)."""
-        return "bf16" if self.sampler_layers == "none" else self.sampler_grid
+    def __post_init__(self) -> None:
+        quantized = scheme(self.sampler_scheme).quantized
+        if quantized == (self.sampler_layers == "none"):
+            raise ValueError(f"preset {self.name!r}: sampler layers {self.sampler_layers!r} on scheme "
+                             f"{self.sampler_scheme!r}; a BF16 sampler selects no layer, an FP8 one some")
 
     @property
-    def on_learner_grid(self) -> bool:
-        """Whether some sampler layer holds the learner's own FP8 bytes after a sync (:attr:`sampler_holds`)."""
-        return self.sampler_holds == "learner"
+    def scheme(self) -> Scheme:
+        """What the sampler's selected GEMM layers hold after a sync (:data:`~fp8rl_core.grids.schemes.SCHEMES`):
+        ``bf16`` when no layer is selected (BF16 views only)."""
+        return SCHEMES[self.sampler_scheme]
+
+    def schemes(self, gemm_names: Sequence[str]) -> dict[str, str]:
+        """vLLM layer prefix → scheme of this preset's sampler over the learner's ``gemm_names``
+        (:func:`sampler_schemes`)."""
+        return sampler_schemes(gemm_names, self.sampler_layers, self.sampler_scheme)
 
     def learner_config(self, **settings) -> LearnerConfig:
         """The learner's config under this preset: its precision and layers; recipe, lr, GRPO … as given
@@ -48,10 +55,10 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (
-    Preset("bf16-e2e", "bf16", "none", "none", "learner", "BF16 learner and BF16 sampler"),
-    Preset("bf16-sampler", "mxfp8", "all", "none", "learner", "MXFP8 learner, BF16 sampler"),
-    Preset("half", "mxfp8", "all", "half", "learner", "MXFP8 learner, half the sampler's layers on its grid"),
-    Preset("all", "mxfp8", "all", "all", "learner", "MXFP8 learner, every sampler layer on its grid"),
+    Preset("bf16-e2e", "bf16", "none", "none", "bf16", "BF16 learner and BF16 sampler"),
+    Preset("bf16-sampler", "mxfp8", "all", "none", "bf16", "MXFP8 learner, BF16 sampler"),
+    Preset("half", "mxfp8", "all", "half", "mxfp8", "MXFP8 learner, half the sampler's layers on its grid"),
+    Preset("all", "mxfp8", "all", "all", "mxfp8", "MXFP8 learner, every sampler layer on its grid"),
     Preset("requant", "mxfp8", "all", "all", "requant",
            "MXFP8 learner, sampler requantizes the BF16 view with vLLM's online MXFP8 rule"),
     Preset("other-grid", "mxfp8", "all", "all", "block128", "MXFP8 learner, sampler on 128x128 block FP8"),
@@ -79,7 +86,7 @@ class Variant:
     engine_dtype: Literal[ENGINE_DTYPES] = "bfloat16"
     learner_forward: Literal[LEARNER_FORWARDS] = "training"
     activation_rule: str | None = None
-    engine: Literal[SAMPLER_ENGINES] = SAMPLER_ENGINES[0]
+    engine: Literal[SAMPLER_ENGINES] = DEFAULT_ENGINE
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -90,42 +97,36 @@ class Variant:
             raise ValueError(f"learner_forward must be one of {LEARNER_FORWARDS}, got {self.learner_forward!r}")
         if self.engine not in SAMPLER_ENGINES:
             raise ValueError(f"engine must be one of {SAMPLER_ENGINES}, got {self.engine!r}")
-        if self.engine == "sglang":
-            holds = PRESETS[self.preset].sampler_holds
-            why = sglang_refusal([] if holds == "bf16" else [holds], gpu=False)
-            if why is not None:
-                raise ValueError(f"preset {self.preset!r} on engine sglang: {why}")
+        why = refusal(self.engine, [PRESETS[self.preset].sampler_scheme])
+        if why is not None:
+            raise ValueError(f"preset {self.preset!r} on engine {self.engine}: {why}")
 
     @property
     def ablation(self) -> bool:
         return (self.engine_dtype, self.learner_forward, self.activation_rule, self.engine) != (
-            "bfloat16", "training", None, SAMPLER_ENGINES[0])
+            "bfloat16", "training", None, DEFAULT_ENGINE)
 
     @property
     def name(self) -> str:
         """The preset's name, with the switches that differ from a run's: ``all@engine=float32,learner=fp32``;
         an engine other than vLLM first, by its name: ``bf16-sampler@sglang``, ``bf16-sampler@sglang,engine=float32``."""
-        parts = [self.engine] if self.engine != SAMPLER_ENGINES[0] else []
+        parts = [self.engine] if self.engine != DEFAULT_ENGINE else []
         parts += [f"engine={self.engine_dtype}"] if self.engine_dtype != "bfloat16" else []
         parts += [f"learner={self.learner_forward}"] if self.learner_forward != "training" else []
         parts += [f"activations={self.activation_rule}"] if self.activation_rule else []
         return f"{self.preset}@{','.join(parts)}" if parts else self.preset
 
 
-def sampler_schemes(
-    gemm_names: Sequence[str], selection: str | Iterable[str],
-    grid: Literal["learner", "requant", "block128"] = "learner",
-) -> dict[str, str]:
-    """vLLM layer prefix → scheme (``mxfp8`` for the learner's grid and bytes, ``requant`` for that grid
-    requantized by the sampler from BF16, ``block128``) for the selected learner GEMM layers; layers not
-    selected stay ``bf16`` (absent from the mapping)."""
-    if grid not in ("learner", "requant", "block128"):
-        raise ValueError(f"sampler grid must be 'learner', 'requant' or 'block128', got {grid!r}")
+def sampler_schemes(gemm_names: Sequence[str], selection: str | Iterable[str], scheme_name: str = DEFAULT_SCHEME) -> dict[str, str]:
+    """vLLM layer prefix → scheme ``scheme_name`` (:data:`~fp8rl_core.grids.schemes.SCHEMES`: ``mxfp8`` for the
+    learner's grid and bytes, ``requant``, ``block128``) for the selected learner GEMM layers; layers not
+    selected stay ``bf16`` (absent from the mapping, as every layer of a scheme that quantizes nothing)."""
+    if not scheme(scheme_name).quantized:
+        return {}
     chosen = set(resolve_names(gemm_names, selection))
     groups: dict[str, list[str]] = {}
     for name in gemm_names:
         groups.setdefault(sampler_layer(name), []).append(name)
-    scheme = {"learner": "mxfp8", "requant": "requant", "block128": "block128"}[grid]
     out: dict[str, str] = {}
     for prefix, members in groups.items():
         picked = [m for m in members if m in chosen]
@@ -139,5 +140,5 @@ def sampler_schemes(
             )
         if prefix.endswith("lm_head"):
             raise ValueError("the sampler keeps lm_head in BF16 (vLLM's LM head takes no fp8rl scheme); deselect it")
-        out[prefix] = scheme
+        out[prefix] = scheme_name
     return out

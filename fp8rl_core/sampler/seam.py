@@ -2,7 +2,7 @@
 
 Rule: the loop, the sync, the checks and the experiments type their engine as :class:`Sampler` and call
 only its operations; each engine implements all of them (vLLM in this process's control:
-:class:`fp8rl_core.sampler.vllm_engine.VllmSampler`; verl's vLLM server:
+:class:`fp8rl_core.sampler.vllm.engine.VllmSampler`; verl's vLLM server:
 :class:`fp8rl_core.verl.checking.ServerSampler`; SGLang's server: :class:`fp8rl_core.sampler.sglang.engine.SglangSampler`)
 and :mod:`.engines` starts the one a config names. The pieces every
 engine shares (results, sync timing, errors, the model config an engine is identified by) live here.

@@ -14,6 +14,7 @@ import torch
 import torch.nn as nn
 
 from fp8rl_core.grids import QuantizedTensor, bf16_view
+from fp8rl_core.grids.schemes import Sent, layer_scheme
 from fp8rl_core.learner.patterns import gemm_layers
 from fp8rl_core.sync.layout import fused_group, sampler_layer
 
@@ -39,7 +40,8 @@ def export_weights(
     sampler wants on the learner's grid must be on it in the learner (else :class:`SyncError`: the
     sampler would have to quantize it itself, which is a different grid).
 
-    For every vLLM layer (see :mod:`fp8rl_core.sync.layout`) the sampler's scheme decides what is sent:
+    For every vLLM layer (see :mod:`fp8rl_core.sync.layout`) the sampler's scheme decides what is sent
+    (:attr:`fp8rl_core.grids.schemes.Scheme.sent`):
 
     ``mxfp8`` (on the learner's grid)
         the learner's *forward weights* — the rowwise MXFP8 operand of the fprop GEMM
@@ -47,8 +49,8 @@ def export_weights(
         = E8M0 bytes (1×32 blocks along K). Fused layers concatenate their members' rows in vLLM's order
         (rowwise 1×32 blocks never straddle rows, so concatenating the quantized members is byte-equal to
         quantizing the concatenation). W2: never requantized on the way.
-    ``bf16`` and ``block128``
-        the learner's BF16 view: round-to-nearest-even BF16 of each fp32 master weight (``block128``
+    ``bf16``, ``requant`` and ``block128``
+        the learner's BF16 view: round-to-nearest-even BF16 of each fp32 master weight (``requant`` and ``block128``
         samplers requantize it themselves, in the plugin, as verl's FP8 rollout does).
 
     Everything that is not a GEMM layer — embeddings, norms, and the MoE router unless a sampler puts it
@@ -60,7 +62,7 @@ def export_weights(
     by_prefix: dict[str, list[str]] = {}
     for layer in gemms:
         if _param_name(params, layer) not in params:  # a tied lm_head: the embedding, sent as such
-            if schemes.get(layer, "bf16") != "bf16":
+            if layer_scheme(schemes, layer).quantized:
                 raise SyncError(f"{layer!r} is tied to the embeddings and stays BF16; it cannot be on a grid")
             continue
         by_prefix.setdefault(sampler_layer(layer), []).append(layer)
@@ -72,9 +74,8 @@ def export_weights(
     covered: set[str] = set()
     for prefix, members in by_prefix.items():
         members = fused_group(prefix, members)
-        scheme = schemes.get(prefix, "bf16")
         experts = prefix.endswith(".experts")
-        if scheme == "mxfp8":
+        if layer_scheme(schemes, prefix).sent is Sent.BYTES:
             missing = [m for m in members if m not in forward_weights]
             if missing:
                 raise SyncError(

@@ -361,7 +361,7 @@ def check_rank_tensors(tensors: Iterable[tuple[str, torch.Tensor]], layout: Mode
     sync: by the fingerprints the caller cut for every rank (cheap tier), or byte for byte against the full
     expected tensors of the sync at ``manifest``, cut here (full tier; only the slice's tensors are read —
     coverage of every name is W1's check). Exactly one of the two is given. What each engine's worker runs
-    for ``check_ranks`` (vLLM: :mod:`fp8rl_core.sampler.worker`; SGLang: :mod:`fp8rl_core.sampler.sglang.worker`)."""
+    for ``check_ranks`` (vLLM: :mod:`fp8rl_core.sampler.vllm.worker`; SGLang: :mod:`fp8rl_core.sampler.sglang.worker`)."""
     if (fingerprints_by_rank is None) == (manifest is None):
         raise ValueError("a rank check takes either fingerprints_by_rank (cheap tier) or a manifest (full tier), "
                          "exactly one")

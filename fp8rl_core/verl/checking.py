@@ -21,7 +21,6 @@ run ends FAILED with that line. The verdicts on those reports: :mod:`fp8rl_core.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import tempfile
@@ -95,9 +94,9 @@ class SyncChecks:
         policy = self.runner.policy
         off = self.payload.hooks.checks_off(int(version))  # a planted fault's switches: this sync only
         if off:
-            self.runner.policy = dataclasses.replace(policy, **{c: False for c in off})
+            self.runner.policy = policy.model_copy(update={c: False for c in off})
         if self.payload.hooks.cheap_tier(int(version)):  # the cadence set aside: the full tier only on suspicion
-            self.runner.policy = dataclasses.replace(self.runner.policy, full_every=self.runner.syncs + 2)
+            self.runner.policy = self.runner.policy.model_copy(update={"full_every": self.runner.syncs + 2})
         try:
             report = self.runner.check(pipe, mismatch=numbers, step=int(version))
         finally:

@@ -141,6 +141,27 @@ def _dict_key(key: Any) -> str:
     return key
 
 
+def _sglang_cpu(run: "RunConfig", env: str) -> list[Override]:
+    """The CPU server arguments of fp8rl's SGLang engine, through verl's engine_kwargs (verl's SGLang path stops on
+    CPU before a step: fp8rl_core.verl.preflight.SGLANG_CPU_STOP)."""
+    kw, sm = f"{_ROLLOUT}.engine_kwargs.sglang", run.sampler
+    o = [_o(f"{kw}.{k}", val, "verl.hardware", append=True) for k, val in SGLANG_CPU_SERVER.items()]
+    return o + [_o(f"{kw}.max_total_tokens", sm.max_model_len * sm.max_num_seqs, "sampler.max_num_seqs", append=True),
+                _o(f"{env}.SGLANG_USE_CPU_ENGINE", "1", "verl.hardware", append=True)]
+
+
+def _vllm_cpu(run: "RunConfig", env: str) -> list[Override]:
+    """vLLM-CPU binds each tensor-parallel worker's threads to a NUMA node of its own by default and refuses
+    tp > 1 on a one-node host: the OS schedules them instead; its KV cache space from ``sampler.kv_cache_gib``."""
+    return [_o(f"{env}.VLLM_CPU_OMP_THREADS_BIND", "nobind", "verl.rollout_tensor_parallel", append=True),
+            _o(f"{env}.VLLM_CPU_KVCACHE_SPACE", str(max(1, round(run.sampler.kv_cache_gib or 1))),
+               "sampler.kv_cache_gib", append=True)]
+
+
+#: ``verl.rollout`` → the overrides its engine needs on ``verl.hardware: cpu``
+_CPU_ROLLOUT = {"vllm": _vllm_cpu, "sglang": _sglang_cpu}
+
+
 def _cpu_overrides(run: "RunConfig", ray_address: str | None) -> list[Override]:
     """``verl.hardware: cpu``: verl's FSDP engine (fsdp2) on fp32 master weights with fp8rl's MXFP8 layers for
     the preset's learner (:mod:`fp8rl_core.verl.engine`), vLLM-CPU as the rollout, a Ray node whose "GPU"
@@ -168,19 +189,7 @@ def _cpu_overrides(run: "RunConfig", ray_address: str | None) -> list[Override]:
         _o("transfer_queue.backend.SimpleStorage.num_data_storage_units", 1, "verl.hardware"),
         _o(f"{env}.VERL_PLATFORM", PLATFORM, "verl.hardware", append=True),
     ]
-    if v.rollout == "sglang":  # the CPU server arguments of fp8rl's SGLang engine, through verl's engine_kwargs
-        # (verl's SGLang path stops on CPU before a step: fp8rl_core.verl.preflight.SGLANG_CPU_STOP)
-        kw, sm = f"{_ROLLOUT}.engine_kwargs.sglang", run.sampler
-        o += [_o(f"{kw}.{k}", val, "verl.hardware", append=True) for k, val in SGLANG_CPU_SERVER.items()]
-        o += [_o(f"{kw}.max_total_tokens", sm.max_model_len * sm.max_num_seqs, "sampler.max_num_seqs", append=True),
-              _o(f"{env}.SGLANG_USE_CPU_ENGINE", "1", "verl.hardware", append=True)]
-    else:
-        o += [  # vLLM-CPU binds each tensor-parallel worker's threads to a NUMA node of its own by default and
-            # refuses tp > 1 on a one-node host: the OS schedules them instead
-            _o(f"{env}.VLLM_CPU_OMP_THREADS_BIND", "nobind", "verl.rollout_tensor_parallel", append=True),
-            _o(f"{env}.VLLM_CPU_KVCACHE_SPACE", str(max(1, round(run.sampler.kv_cache_gib or 1))),
-               "sampler.kv_cache_gib", append=True),
-        ]
+    o += _CPU_ROLLOUT[v.rollout](run, env)
     if not ray_address or ray_address == OWN_RAY:  # verl's own local Ray: its "GPU" slots, logical CPUs (the trainer, TransferQueue's
         # controller and storage unit, the agent-loop and reward workers each hold one besides the workers'
         # bundles), no dashboard
@@ -395,6 +404,7 @@ def _rollout_quantization(run: "RunConfig", payload: "VerlPayload") -> list[Over
     """How the rollout engine loads the weights: fp8rl's vLLM method on the learner's grid (its bytes, or
     BF16 requantized by the method for ``requant``; the payload's schemes), verl's own block FP8 for
     ``other-grid``, nothing for a BF16 rollout."""
+    from fp8rl_core.grids.schemes import VerlRollout
     from fp8rl_core.sampler.presets import PRESETS
     from fp8rl_core.verl.payload import uses_fp8rl_method
 
@@ -409,9 +419,9 @@ def _rollout_quantization(run: "RunConfig", payload: "VerlPayload") -> list[Over
         ]
     # (a vLLM rollout on CPU loads with fp8rl's method above for every preset: a BF16 one with every layer bf16,
     # block FP8 requantized from the BF16 views by that method, as the native sampler does)
-    if preset.sampler_layers == "none":
+    if preset.scheme.verl is VerlRollout.DEFAULT:
         return []
-    if preset.sampler_grid == "block128":
+    if preset.scheme.verl is VerlRollout.VERL_FP8:
         # verl's own FP8 rollout: BF16 sent, 128×128 requantized in the worker (Triton: GPUs only)
         return [_o(f"{_ROLLOUT}.quantization", "fp8", "preset", why=_WHY_METHOD)]
     # SGLang's MXFP8 method, loaded with fp8rl's bytes by fp8rl's loader (sampler.sglang)

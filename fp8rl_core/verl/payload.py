@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from fp8rl_core.config.sections import ChecksSection, LearnerSection, known_preset
+from fp8rl_core.checks.policy import CheckPolicy
+from fp8rl_core.config.sections import LearnerSection, known_preset
 from fp8rl_core.learner.spec import ModelSpec
 from fp8rl_core.sampler.config import SamplerConfig
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 
 if TYPE_CHECKING:
-    from fp8rl_core.checks.runner import CheckPolicy
     from fp8rl_core.config.runs import Run
     from fp8rl_core.config.schema import RunConfig
     from fp8rl_core.learner.config import LearnerConfig
@@ -69,7 +69,7 @@ class PlantedFault(BaseModel):
     name: str
     rank: int | None = Field(None, ge=0)
     version: int | None = Field(None, ge=0)
-    #: check switches (:class:`~fp8rl_core.checks.runner.CheckPolicy` fields) off at this plant's sync: the fault
+    #: check switches (:class:`~fp8rl_core.checks.policy.CheckPolicy` fields) off at this plant's sync: the fault
     #: is then left to what else can see it (``compute_copy`` off: the behavioural alarm at the next sync)
     checks_off: tuple[Literal["compute_copy"], ...] = ()
     #: what a failed check does at this plant's sync (None: the run's ``checks.on_failure``): ``fail`` stops
@@ -134,12 +134,13 @@ def uses_fp8rl_method(config: "RunConfig") -> bool:
     """Whether the run's rollout loads with fp8rl's vLLM quantization method: a vLLM rollout on CPU (every
     preset), or on GPUs with layers on the learner's grid (``half``, ``all``, ``requant``); not a GPU BF16
     rollout, verl's own block FP8 (``other-grid``) or SGLang (its own MXFP8 method)."""
+    from fp8rl_core.grids.schemes import VerlRollout
+    from fp8rl_core.sampler.capabilities import capabilities
     from fp8rl_core.sampler.presets import PRESETS
 
-    preset = PRESETS[config.preset]
-    if config.verl is None or config.verl.rollout != "vllm":
+    if config.verl is None or not capabilities(config.verl.rollout).fp8rl_method:
         return False
-    return config.verl.hardware == "cpu" or (preset.sampler_layers != "none" and preset.sampler_grid != "block128")
+    return config.verl.hardware == "cpu" or PRESETS[config.preset].scheme.verl is VerlRollout.FP8RL
 
 
 def rollout_schemes(config: "RunConfig", spec: ModelSpec) -> dict[str, str]:
@@ -149,12 +150,11 @@ def rollout_schemes(config: "RunConfig", spec: ModelSpec) -> dict[str, str]:
     from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
 
     from fp8rl_core.learner.patterns import gemm_layers
-    from fp8rl_core.sampler.presets import PRESETS, sampler_schemes
+    from fp8rl_core.sampler.presets import PRESETS
 
     with torch.device("meta"):
         model = (Qwen3MoeForCausalLM if spec.is_moe else Qwen3ForCausalLM)(spec.hf_config())
-    preset = PRESETS[config.preset]
-    return sampler_schemes(gemm_layers(model), preset.sampler_layers, preset.sampler_grid)
+    return PRESETS[config.preset].schemes(gemm_layers(model))
 
 
 class VerlPayload(BaseModel):
@@ -168,7 +168,7 @@ class VerlPayload(BaseModel):
     preset: str
     learner: LearnerSection
     sampler: SamplerConfig
-    checks: ChecksSection
+    checks: CheckPolicy
     #: vLLM layer prefix → scheme where the rollout loads with fp8rl's method (empty: it does not), its MX grid
     rollout_schemes: dict[str, str] = {}
     mx_grid: str
@@ -216,7 +216,7 @@ class VerlPayload(BaseModel):
 
     def check_policy(self) -> "CheckPolicy":
         """The checks' policy (cadence, W7 bound for the run's engine dtype and preset)."""
-        return self.checks.policy(self.sampler.dtype, self.preset)
+        return self.checks.for_engine(self.sampler.dtype, self.preset)
 
     def dumps(self) -> str:
         """The payload as JSON, one top-level field a line."""

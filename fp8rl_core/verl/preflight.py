@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from fp8rl_core.sampler.capabilities import capabilities
+
 if TYPE_CHECKING:
     from fp8rl_core.config.runs import Run
 
@@ -38,7 +40,7 @@ SGLANG_CPU_STOP = (
 def check_rollout(run: "Run") -> None:
     """A ``ValueError`` of one line (:data:`SGLANG_CPU_STOP`) for ``verl.rollout: sglang`` on CPU."""
     v = run.config.verl
-    if v is not None and v.rollout == "sglang" and v.hardware == "cpu":
+    if v is not None and v.hardware == "cpu" and not capabilities(v.rollout).verl_cpu:
         raise ValueError(SGLANG_CPU_STOP)
 
 

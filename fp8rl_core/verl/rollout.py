@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from fp8rl_core.grids import bf16_view, quantize
+from fp8rl_core.grids.schemes import Sent, layer_scheme
 from fp8rl_core.grids.te import compact_rowwise_scales
 from fp8rl_core.sync.layout import sync_name
 from fp8rl_core.verl.costs import COSTS_FILE, append_cost
@@ -78,7 +79,7 @@ def mxfp8_weights(weights: Iterable[tuple[str, torch.Tensor]], schemes: Mapping[
     docstring). ``schemes``: vLLM layer prefix → scheme, as in the rollout's ``quantization_config``."""
     for name, t in weights:
         prefix = sync_name(name).rpartition(".")[0]
-        if name.endswith(".weight") and schemes.get(prefix) == "mxfp8":
+        if name.endswith(".weight") and layer_scheme(schemes, prefix).sent is Sent.BYTES:
             data, scale = quantize_rowwise(t, grid)
             yield name, data
             yield scale_name(name), scale
@@ -203,7 +204,7 @@ def _http_server() -> type:
             return await self.engine.collective_rpc(method=method, timeout=timeout, args=args, kwargs=kwargs)
 
         async def fp8rl_utility(self, method: str, *args):
-            """An engine-core utility (:func:`fp8rl_core.sampler.vllm_compat.patch_engine_core`'s snapshot)."""
+            """An engine-core utility (:func:`fp8rl_core.sampler.vllm.compat.patch_engine_core`'s snapshot)."""
             return await self.engine.engine_core.call_utility_async(method, *args)
 
         async def fp8rl_generate(self, prompts: list, params) -> list:
@@ -243,7 +244,7 @@ def _worker_extension() -> type:
     from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightReceiver
     from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 
-    from fp8rl_core.sampler.worker import Fp8rlWorkerExtension
+    from fp8rl_core.sampler.vllm.worker import Fp8rlWorkerExtension
     from fp8rl_core.sync.hooks import NO_HOOKS
     from fp8rl_core.verl.payload import payload
 

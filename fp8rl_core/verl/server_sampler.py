@@ -1,7 +1,7 @@
 """The sampler seam on verl's vLLM server: :class:`ServerSampler`, what the checks after each sync of a verl run
 (:mod:`fp8rl_core.verl.checking`) call instead of an engine fp8rl started.
 
-The same vLLM operations as the native engine (:class:`~fp8rl_core.sampler.vllm_engine.VllmWorkers`: snapshot,
+The same vLLM operations as the native engine (:class:`~fp8rl_core.sampler.vllm.engine.VllmWorkers`: snapshot,
 read-back, per-rank checks, probe generation), with verl's ``Fp8rlHttpServer`` (:mod:`fp8rl_core.verl.rollout`)
 as their channel, reached through Ray (imported inside the calls: importing this module loads no Ray).
 """
@@ -16,7 +16,7 @@ import torch
 
 from fp8rl_core.sampler.config import SamplerConfig
 from fp8rl_core.sampler.seam import Rollout, Sampler, SamplerError, SyncTiming, engine_config
-from fp8rl_core.sampler.vllm_engine import VllmWorkers
+from fp8rl_core.sampler.vllm.engine import VllmWorkers
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 from fp8rl_core.sync.ranks import RankCheck
 
@@ -26,7 +26,7 @@ __all__ = ["ServerSampler"]
 class ServerSampler(Sampler):
     """The sampler seam on verl's vLLM server (``server``: its Ray actor handle, a
     :class:`fp8rl_core.verl.rollout.Fp8rlHttpServer`): the same vLLM operations as the native engine
-    (:class:`~fp8rl_core.sampler.vllm_engine.VllmWorkers`), with itself as their channel — worker RPCs
+    (:class:`~fp8rl_core.sampler.vllm.engine.VllmWorkers`), with itself as their channel — worker RPCs
     through the server's ``collective_rpc`` (every rank answers), engine-core utilities and generation
     through its ``fp8rl_utility`` / ``fp8rl_generate``. Starts and stops nothing: the engine is verl's
     (``startup_s`` 0, ``close`` a no-op, ``alive`` while verl runs it)."""

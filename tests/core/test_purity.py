@@ -271,8 +271,8 @@ PLANTED = [
     ("fp8rl_core/sync/export.py", "from fp8rl_core.sampler.seam import Sampler",
      "fp8rl_core.sync.export (fp8rl_core.sync, rank 3) → fp8rl_core.sampler.seam (fp8rl_core.sampler, rank 4)"),
     # lazy imports inside a function
-    ("fp8rl_core/sampler/worker.py", "def f():\n    import fp8rl_core.loop",
-     "fp8rl_core.sampler.worker (fp8rl_core.sampler, rank 4) → fp8rl_core.loop (fp8rl_core.loop, rank 5)"),
+    ("fp8rl_core/sampler/vllm/worker.py", "def f():\n    import fp8rl_core.loop",
+     "fp8rl_core.sampler.vllm.worker (fp8rl_core.sampler, rank 4) → fp8rl_core.loop (fp8rl_core.loop, rank 5)"),
     ("fp8rl_core/grids/api.py", "def f():\n    from fp8rl_core.learner import models",
      "fp8rl_core.grids.api (fp8rl_core.grids, rank 1) → fp8rl_core.learner.models (fp8rl_core.learner, rank 2)"),
     # relative imports, one and two levels up

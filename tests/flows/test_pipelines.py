@@ -185,7 +185,7 @@ def test_an_engine_dying_mid_sync_fails_the_run_with_its_last_good_version_and_a
     import json
 
     from flows.pipelines import mxfp8_sweep
-    from fp8rl_core.sampler.vllm_engine import VllmSampler
+    from fp8rl_core.sampler.vllm.engine import VllmSampler
 
     original_sync, original_rpc = VllmSampler.sync, VllmSampler.rpc
     state = {"armed": False, "killed": []}

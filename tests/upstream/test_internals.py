@@ -44,4 +44,4 @@ def test_the_cuda_model_runner_and_the_mxfp8_kernel_are_checked_in_vllms_own_rel
     renamed = dict(src.files, **{path: lambda: src.files[path]().replace("def reload_weights(", "def reload_all(")})
     broken = upstream.check_one(replace(src, files=renamed, _trees={}), items[f"{v2}:GPUModelRunner.reload_weights"])
     assert broken is not None and str(broken) == (f"{v2}:GPUModelRunner.reload_weights (calls by "
-                                                  "fp8rl_core.sampler.worker): GPUModelRunner has no reload_weights")
+                                                  "fp8rl_core.sampler.vllm.worker): GPUModelRunner has no reload_weights")

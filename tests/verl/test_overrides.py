@@ -10,7 +10,7 @@ import pytest
 from fp8rl_core.config.loading import ConfigError
 from fp8rl_core.config.runs import Run, Sweep
 from fp8rl_core.config.schema import RunConfig
-from fp8rl_core.config.sections import ChecksSection
+
 from fp8rl_core.verl import Override, hydra_value, verl_overrides
 from fp8rl_core.verl.overrides import main_ppo_argv
 from fp8rl_core.verl.payload import PAYLOAD_ENV

@@ -80,7 +80,7 @@ def test_registering_as_verl_imports_the_extension_points_verls_registries_to_fp
     assert issubclass(server, vLLMHttpServer) and server.collective_rpc is not vLLMHttpServer.collective_rpc
     assert server._get_worker_extension_cls(None) == "fp8rl_core.verl.extension.Fp8rlVerlWorkerExtension"
     from fp8rl_core.verl.extension import Fp8rlVerlWorkerExtension
-    from fp8rl_core.sampler.worker import Fp8rlWorkerExtension
+    from fp8rl_core.sampler.vllm.worker import Fp8rlWorkerExtension
     from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 
     assert Fp8rlVerlWorkerExtension is rollout.Fp8rlVerlWorkerExtension

@@ -18,8 +18,8 @@ from fp8rl_core.learner.learner import Learner
 from fp8rl_core.learner.patterns import gemm_layers
 from fp8rl_core.learner.warmstart import load_policy
 from fp8rl_core.loop import Pipeline, rollout_and_learn
-from fp8rl_core.sampler import vllm_engine
-from fp8rl_core.sampler.presets import PRESETS, sampler_schemes
+from fp8rl_core.sampler.vllm import engine as vllm_engine
+from fp8rl_core.sampler.presets import PRESETS
 from fp8rl_core.sync.export import export_weights
 from fp8rl_core.sync.layout import ModelLayout
 from fp8rl_core.verl.overrides import WORKER_EXTENSION
@@ -40,7 +40,7 @@ def test_verls_transfer_loads_the_learners_bytes_into_a_live_engine_and_every_ch
     model = load_policy(checkpoints["dense"])
     learner = Learner(model, preset.learner_config(lr=1e-3))
     grid = learner.cfg.recipe.fwd_grid
-    schemes = sampler_schemes(gemm_layers(model), preset.sampler_layers, preset.sampler_grid)
+    schemes = preset.schemes(gemm_layers(model))
     initial = export_weights(model, learner.forward_weights(), schemes)
     # spawned, as verl's server runs it: vLLM mixes a worker extension into the worker *class*, so verl's extension
     # in this process would clash with fp8rl's, which the tests' in-process engines carry

@@ -32,7 +32,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from fp8rl_core.sampler.config import MX_GRID, SamplerConfig, engine_key, sglang_refusal
+from fp8rl_core.sampler.capabilities import refusal
+from fp8rl_core.sampler.config import MX_GRID, SamplerConfig, engine_key
 from fp8rl_core.sampler.sglang.compat import RPC, rpc_payload
 from fp8rl_core.sampler.seam import (Rollout, Sampler, SamplerDeadError, SamplerError, SyncTiming, engine_config,
                                      prompt_rows, stop_ids)
@@ -53,8 +54,8 @@ FLUSH_S = 30.0
 
 def mxfp8_refusal(schemes: Mapping[str, str]) -> str | None:
     """Why an SGLang engine cannot serve ``schemes`` here (one line), or None: only BF16 layers run on it
-    (:func:`fp8rl_core.sampler.config.sglang_refusal`)."""
-    return sglang_refusal([s for s in schemes.values() if s != "bf16"], gpu=torch.cuda.is_available())
+    (:data:`fp8rl_core.sampler.capabilities.CAPABILITIES`)."""
+    return refusal("sglang", schemes.values(), gpu=torch.cuda.is_available())
 
 
 #: what SGLang's server logs when its ``--port`` was taken before it could bind it
@@ -114,7 +115,7 @@ class SglangSampler(Sampler):
         self.key = "sglang-" + engine_key(self.model_cfg, cfg) + (f"-tp{tensor_parallel}" if tensor_parallel > 1 else "")
         self.vocab_size = int(self.model_cfg["vocab_size"])
         self.work_root = Path(work_root) if work_root is not None else default_root() / "fp8rl"
-        from fp8rl_core.sampler.vllm_engine import prepare_engine_dir
+        from fp8rl_core.sampler.vllm.engine import prepare_engine_dir
 
         served = {k: v for k, v in self.model_cfg.items() if k != "quantization_config"}  # BF16 layers: no method
         self.dir = prepare_engine_dir(served, initial, self.work_root)

@@ -34,9 +34,9 @@ MOE = ModelSpec(**(DENSE.model_dump() | dict(kind="moe", moe_intermediate_size=3
 TIED = ModelSpec(**(DENSE.model_dump() | dict(tie_word_embeddings=True)))
 
 
-@pytest.fixture(params=[(DENSE, "all", "learner"), (DENSE, "half", "learner"), (DENSE, "none", "learner"),
-                        (DENSE, "all", "requant"), (MOE, "all", "learner"), (MOE, "all", "block128"),
-                        (MOE, "all", "requant"), (TIED, "all", "learner")],
+@pytest.fixture(params=[(DENSE, "all", "mxfp8"), (DENSE, "half", "mxfp8"), (DENSE, "none", "mxfp8"),
+                        (DENSE, "all", "requant"), (MOE, "all", "mxfp8"), (MOE, "all", "block128"),
+                        (MOE, "all", "requant"), (TIED, "all", "mxfp8")],
                 ids=["dense-all", "dense-half", "dense-bf16", "dense-requant", "moe-all", "moe-block128", "moe-requant",
                      "tied-all"])
 def case(request):

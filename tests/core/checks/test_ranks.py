@@ -142,7 +142,7 @@ def _requant(spec):
     its requant layers compute) with the model's layout."""
     preset = PRESETS["requant"]
     learner = Learner(build_model(spec, 0), preset.learner_config())
-    schemes = sampler_schemes(gemm_layers(learner.model), preset.sampler_layers, preset.sampler_grid)
+    schemes = preset.schemes(gemm_layers(learner.model))
     assert set(schemes.values()) == {"requant"}
     exp = expected_from_learner(learner, schemes)
     return learner, exp, ModelLayout.from_hf_config(spec.hf_config().to_dict())

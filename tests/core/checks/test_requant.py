@@ -14,7 +14,7 @@ from fp8rl_core.learner.learner import Learner
 from fp8rl_core.learner.models import build_model
 from fp8rl_core.learner.patterns import gemm_layers
 from fp8rl_core.sampler.config import REQUANT_GRID
-from fp8rl_core.sampler.presets import PRESETS, sampler_schemes
+from fp8rl_core.sampler.presets import PRESETS
 
 from .test_basic import DENSE, MOE
 
@@ -22,7 +22,7 @@ from .test_basic import DENSE, MOE
 def _setup(spec, preset="requant"):
     learner = Learner(build_model(spec, 0), PRESETS[preset].learner_config())
     p = PRESETS[preset]
-    schemes = sampler_schemes(gemm_layers(learner.model), p.sampler_layers, p.sampler_grid)
+    schemes = p.schemes(gemm_layers(learner.model))
     return learner, schemes
 
 

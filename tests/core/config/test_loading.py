@@ -118,13 +118,13 @@ def test_bad_overrides_fail_with_a_message(override, expect):
         pytest.param("sweep: t\nbase: {models_dir: MODELS, model: qwen3-dense-mini, warmstart: {steps: 10, warmup: 30}}\n",
                      ["base.warmstart", "warmup (30)", "exceeds steps (10)"], id="warmstart-phases"),
         pytest.param("sweep: t\nbase: {models_dir: MODELS, model: qwen3-dense-mini, sampler: {block_size: 48}}\n",
-                     ["base.sampler.block_size", "multiple of 32"], id="kv-block-size"),
+                     ["base.sampler.vllm.block_size", "multiple of 32"], id="kv-block-size"),
         pytest.param("sweep: t\nbase: {models_dir: MODELS, model: qwen3-dense-mini, preset: requant, backend: verl,"
                      " verl: {hardware: cpu, rollout: sglang}}\n",
                      ["preset 'requant' with verl.rollout = 'sglang'", "use verl.rollout: vllm"],
                      id="requant-on-sglang"),
         pytest.param("sweep: t\nbase: {models_dir: MODELS, model: qwen3-dense-mini, preset: all, sampler: {engine: sglang}}\n",
-                     ["the SGLang engine cannot run schemes ['learner'] on CPU", "need AMX",
+                     ["the SGLang engine cannot run schemes ['mxfp8'] on CPU", "need AMX",
                       "use sampler.engine: vllm or a BF16-sampler preset"], id="mxfp8-on-sglang"),
         pytest.param("sweep: t\nbase: {models_dir: MODELS, model: qwen3-dense-mini, preset: bf16-e2e,"
                      " sampler: {engine: sglang, kv_cache_dtype: fp8_e4m3}}\n", ["kv_cache_dtype = 'fp8_e4m3' with sampler.engine: sglang",

@@ -84,6 +84,9 @@ def test_shipped_config_loads_and_expands(name):
     # a field moved since ids were issued is hashed where it was (model_path: in the verl section of a verl run;
     # left out of a native run's while unset)
     assert ID_PLACED == {"model_path": "verl"}
+    # the sampler's engine subsections (sampler.vllm) are hashed flat, where their fields were first
+    assert r.sampler.flat()["process"] == r.sampler.vllm.process and "vllm" not in r.sampler.flat()
+    body["sampler"] = r.sampler.flat()
     if isinstance(body["verl"], dict):
         body["verl"]["model_path"] = body.pop("model_path")
     else:

@@ -51,12 +51,16 @@ def test_every_learner_setting_reaches_the_learner_config():
 def test_the_checks_and_metrics_sections_defaults_are_their_components():
     import inspect
 
-    from fp8rl_core.checks.runner import CheckPolicy
+    from fp8rl_core.checks.policy import W7_COARSE, W7_EXACT, CheckPolicy
     from fp8rl_core.metrics.summary import run_kl_summary
 
     run = RunConfig(sampler={"dtype": "float32"})
-    assert run.check_policy() == CheckPolicy()  # float32 engine, learner grid: the policy's own bounds
+    assert run.checks == CheckPolicy()  # the section is the policy: one class, one set of defaults
+    assert run.check_policy() == CheckPolicy(w7_mean=1e-3, w7_max=0.05)  # float32 engine, learner grid: exact
+    assert W7_EXACT == (1e-3, 0.05) and CheckPolicy().w7_bounds() == W7_EXACT
     assert RunConfig().check_policy() == CheckPolicy(w7_mean=0.5, w7_max=8.0)  # BF16 engine: the coarse bound
+    assert RunConfig(preset="requant", sampler={"dtype": "float32"}).check_policy().w7_bounds() == W7_COARSE
+    assert RunConfig(checks={"w7_mean": 0.2}, sampler={"dtype": "float32"}).check_policy().w7_bounds() == (0.2, 0.05)
     assert RunConfig(checks={"full_every": 3}).check_policy().full_every == 3
     defaults = inspect.signature(run_kl_summary).parameters
     assert (run.metrics.bootstrap, run.metrics.ci_level) == (defaults["n_boot"].default, defaults["level"].default)
@@ -116,7 +120,7 @@ def test_an_ablation_on_sglang_is_a_variant_of_its_own_and_the_id_of_a_section_w
     written = MatchingSection(ablations=[{"preset": "all", "engine_dtype": "float32", "engine": "vllm"}])
     assert written.id() == plain.id() != MatchingSection(ablations=[{"preset": "bf16-sampler", "engine": "sglang"}]).id()
     with pytest.raises(ValueError, match=r"preset 'all' with engine 'sglang': the SGLang engine cannot run schemes "
-                                         r"\['learner'\] on CPU"):
+                                         r"\['mxfp8'\] on CPU"):
         MatchingSection(ablations=[{"preset": "all", "engine": "sglang"}])
     with pytest.raises(ValueError, match="ablations repeat a variant"):
         MatchingSection(ablations=[{"preset": "bf16-sampler", "engine": "sglang"}] * 2)

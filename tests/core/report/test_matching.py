@@ -61,8 +61,11 @@ def data():
 
 
 def test_claims_are_judged_per_checkpoint_and_pooled(data):
-    rows = {r.comparison.b: r for r in claim_rows(data, n_boot=300)}
-    assert set(rows) == {"half", "all", "requant"}  # (d) and (e) are about MoE models: not on a dense one
+    by_pair = {(r.comparison.a, r.comparison.b): r for r in claim_rows(data, n_boot=300)}
+    # (d) is about MoE models: not on a dense one; (e) about any model, as claim e of the RL report (CLAIMS)
+    assert set(by_pair) == {("bf16-sampler", "half"), ("bf16-sampler", "all"), ("all", "requant"), ("bf16-e2e", "all")}
+    assert by_pair["bf16-e2e", "all"].comparison.claim == "(e) all on the learner's grid vs BF16 end to end"
+    rows = {b: r for (a, b), r in by_pair.items() if a != "bf16-e2e"}
     b = rows["all"]
     assert b.pooled.ratio == pytest.approx(0.55, rel=0.02) and b.counts() == {"lower": 4, "higher": 0, "unresolved": 0}
     assert b.verdict == ("reproduced: the pooled CI lies below 1; 4 of 4 checkpoints on the claimed side; the effect "

@@ -14,10 +14,10 @@ EVERY_PRESET = ("bf16-e2e", "bf16-sampler", "half", "all", "requant", "other-gri
 
 
 def test_the_presets_say_what_their_sampler_holds():
-    assert {n: p.sampler_holds for n, p in PRESETS.items()} == {
-        "bf16-e2e": "bf16", "bf16-sampler": "bf16", "half": "learner", "all": "learner", "requant": "requant",
+    assert {n: p.scheme.name for n, p in PRESETS.items()} == {
+        "bf16-e2e": "bf16", "bf16-sampler": "bf16", "half": "mxfp8", "all": "mxfp8", "requant": "requant",
         "other-grid": "block128"}
-    assert [n for n, p in PRESETS.items() if p.on_learner_grid] == ["half", "all"]
+    assert [n for n, p in PRESETS.items() if p.scheme.on_learner_grid] == ["half", "all"]
 
 
 def test_each_runs_syncs_fall_in_the_group_its_preset_names():
@@ -26,7 +26,7 @@ def test_each_runs_syncs_fall_in_the_group_its_preset_names():
     groups = sync_groups(data)
     got = [(g.holds, g.presets, g.runs, g.syncs, g.key_tallies(), g.checks, g.failures) for g in groups]
     assert got == [
-        ("learner", ("half", "all"), 4, 8, [("W2", Tally(8, 8))], Tally(40, 40), ()),
+        ("mxfp8", ("half", "all"), 4, 8, [("W2", Tally(8, 8))], Tally(40, 40), ()),
         ("bf16", ("bf16-e2e", "bf16-sampler"), 4, 8, [("W4", Tally(8, 8))], Tally(40, 40), ()),
         ("requant", ("requant",), 2, 4, [("W2", Tally(4, 4)), ("W4", Tally(4, 4))], Tally(20, 20), ()),
         ("block128", ("other-grid",), 2, 4, [("W4", Tally(4, 4))], Tally(20, 20), ()),
@@ -49,7 +49,7 @@ def test_checks_of_runs_outside_the_sweep_are_their_own_group():
     stray = data.checks.assign(run_id="not-a-run")
     data.checks = pd.concat([data.checks, stray], ignore_index=True)
     learner, unknown = sync_groups(data)
-    assert (learner.holds, learner.runs, learner.syncs, learner.checks) == ("learner", 1, 2, Tally(10, 10))
+    assert (learner.holds, learner.runs, learner.syncs, learner.checks) == ("mxfp8", 1, 2, Tally(10, 10))
     assert (unknown.holds, unknown.presets, unknown.runs, unknown.syncs) == ("unknown", (), 1, 2)
     assert unknown.summary().startswith("runs not among the sweep's runs (no preset): 2 syncs of 1 run, W1 2/2 passed")
 

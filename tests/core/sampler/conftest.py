@@ -21,8 +21,8 @@ from fp8rl_core.learner.warmstart import load_policy, warm_start
 from fp8rl_core.loop import Pipeline, start_pipeline
 from fp8rl_core.sampler.config import SamplerConfig
 from fp8rl_core.sampler.pool import release_all
-from fp8rl_core.sampler.presets import PRESETS, sampler_schemes
-from fp8rl_core.sampler.vllm_engine import VllmSampler
+from fp8rl_core.sampler.presets import PRESETS
+from fp8rl_core.sampler.vllm.engine import VllmSampler
 from fp8rl_core.sync.export import export_weights
 from tests.conftest import run_wide_dir
 
@@ -43,7 +43,7 @@ WARM = WarmStartConfig(steps=200, batch_size=64, lr=3e-3, weight_decay=0.1, warm
 #: the tests' engines run in the test process (no process starts: ~3 s a start instead of ~25 s); the
 #: spawned kind (vLLM's engine core and worker in processes of their own) is tested where it differs
 ENGINE = SamplerConfig(dtype="float32", max_model_len=64, max_num_seqs=64, kv_cache_gib=0.0625, process="in-process")
-SPAWNED = ENGINE.model_copy(update={"process": "spawn"})
+SPAWNED = ENGINE.with_engine("vllm", process="spawn")
 
 
 @pytest.fixture(scope="session")
@@ -76,7 +76,7 @@ def tp2_pipeline(checkpoint, preset: str, work_root) -> Pipeline:
     p = PRESETS[preset]
     model = load_policy(checkpoint)
     learner = Learner(model, p.learner_config(lr=1e-3))
-    schemes = sampler_schemes(gemm_layers(model), p.sampler_layers, p.sampler_grid)
+    schemes = p.schemes(gemm_layers(model))
     sampler = VllmSampler(checkpoint, schemes, export_weights(model, learner.forward_weights(), schemes),
                           SPAWNED.model_copy(update={"threads": 1}), mx_grid=learner.cfg.recipe.fwd_grid,
                           work_root=work_root, tensor_parallel=2)

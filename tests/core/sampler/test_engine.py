@@ -16,11 +16,10 @@ from fp8rl_core.checks import CheckPolicy, CheckRunner, expected_from_learner, e
 from fp8rl_core.learner.task import EOS
 from fp8rl_core.loop import run_rl
 from fp8rl_core.checks.faults import Fault, fault
-from fp8rl_core.config.sections import ChecksSection
 from fp8rl_core.sampler.config import SamplerConfig, cpu_fp8_kv_support
 from fp8rl_core.sampler import pool
 from fp8rl_core.sampler.seam import SamplerError
-from fp8rl_core.sampler.vllm_engine import VllmSampler
+from fp8rl_core.sampler.vllm.engine import VllmSampler
 
 from .conftest import ENGINE, SPAWNED, TASK, tp2_pipeline
 
@@ -205,8 +204,7 @@ REQUANT_FAULT_RANK1 = Fault("requant-byte-flipped-rank1", "W2", "post-load", "de
 def _requant_runner() -> CheckRunner:
     """The checks as a run configures them for preset requant on a float32 engine (W7: the coarse bound of a
     sampler whose bytes are not the learner's)."""
-    mean, mx = ChecksSection().w7_bounds("float32", "requant")
-    return CheckRunner(CheckPolicy(w7_mean=mean, w7_max=mx), probe=PROBE)
+    return CheckRunner(CheckPolicy().for_engine("float32", "requant"), probe=PROBE)
 
 
 def _vllm_online_mxfp8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -360,7 +358,7 @@ def test_an_in_process_engine_leaves_the_process_as_it_found_it(engines, checkpo
 
     import numpy as np
 
-    from fp8rl_core.sampler.vllm_engine import VllmSampler
+    from fp8rl_core.sampler.vllm.engine import VllmSampler
 
     pipe = engines.get("dense", "all")
     cfg = ENGINE.model_copy(update={"max_num_seqs": 32})  # an identity of its own: a start, not the pool's

@@ -8,8 +8,8 @@ import torch
 from fp8rl_core.grids import quantize
 from fp8rl_core.learner.config import Recipe
 from fp8rl_core.learner.mxfp8 import linear
-from fp8rl_core.sampler.config import REQUANT_GRID
-from fp8rl_core.sampler.plugin import SCHEMES, _Scheme, block_gemm, mx_gemm, mx_weight
+from fp8rl_core.grids.schemes import REQUANT_GRID, SCHEMES
+from fp8rl_core.sampler.vllm.plugin import _Scheme, block_gemm, mx_gemm, mx_weight
 
 
 @pytest.mark.parametrize("rule", ["rceil", "floor"])
@@ -42,9 +42,9 @@ def test_block128_layer_matches_a_hand_written_reference():
 
 
 def test_unknown_scheme_is_refused():
-    from fp8rl_core.sampler.plugin import Fp8rlConfig
+    from fp8rl_core.sampler.vllm.plugin import Fp8rlConfig
 
-    assert SCHEMES == ("bf16", "mxfp8", "requant", "block128")
+    assert tuple(SCHEMES) == ("bf16", "mxfp8", "requant", "block128")
     with pytest.raises(ValueError, match="unknown scheme"):
         Fp8rlConfig({"model.layers.0.self_attn.qkv_proj": "fp4"})
     cfg = Fp8rlConfig.from_config({"quant_method": "fp8rl", "layers": {"a": "mxfp8"}, "mx_grid": "mxfp8-e4m3-floor"})

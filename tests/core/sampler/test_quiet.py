@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from fp8rl_core.sampler import quiet
+from fp8rl_core.sampler.vllm import quiet
 
 # (logger, format, args) as the libraries log them (torch/utils/_pytree.py, torchao/__init__.py,
 # vllm/renderers/base.py, vllm/model_executor/model_loader/reload/layerwise.py, vllm/v1/worker/cpu_worker.py,
@@ -90,7 +90,7 @@ def test_install_is_idempotent():
 
 
 def _import_torchao(install: bool) -> str:
-    code = ("from fp8rl_core.sampler import quiet\n" + ("quiet.install()\n" if install else "") + "import torchao\n")
+    code = ("from fp8rl_core.sampler.vllm import quiet\n" + ("quiet.install()\n" if install else "") + "import torchao\n")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
 
 

@@ -17,7 +17,7 @@ from fp8rl_core.sampler.config import SamplerConfig
 from fp8rl_core.sampler.engines import DEFAULT_ENGINE, ENGINES, engine_class, start_sampler
 from fp8rl_core.sampler.seam import Sampler, SamplerError, prompt_rows
 from fp8rl_core.sampler.sglang.engine import SglangSampler
-from fp8rl_core.sampler.vllm_engine import VllmChannel, VllmSampler
+from fp8rl_core.sampler.vllm.engine import VllmChannel, VllmSampler
 from fp8rl_core.verl.server_sampler import ServerSampler
 
 ROOT = Path(__file__).resolve().parents[3]

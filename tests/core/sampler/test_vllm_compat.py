@@ -1,4 +1,4 @@
-"""The vLLM 0.32 workarounds (fp8rl_core.sampler.vllm_compat): the watchdog fails a call whose engine core
+"""The vLLM 0.32 workarounds (fp8rl_core.sampler.vllm.compat): the watchdog fails a call whose engine core
 died, and a test that tells when vLLM no longer needs it. No engine is started here."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fp8rl_core.sampler.vllm_compat import EngineCoreDied, engine_core_alive, watched_call
+from fp8rl_core.sampler.vllm.compat import EngineCoreDied, engine_core_alive, watched_call
 
 
 def test_vllm_still_leaves_a_dead_engines_pending_waits_unresolved():
@@ -82,7 +82,7 @@ def test_model_classes_here_lets_vllm_inspect_the_class_without_a_subprocess(tmp
     from vllm import ModelRegistry
     from vllm.model_executor.models import registry
 
-    from fp8rl_core.sampler.vllm_compat import model_classes_here
+    from fp8rl_core.sampler.vllm.compat import model_classes_here
 
     arch = "Qwen3MoeForCausalLM"
     # the entry a fresh process has (an engine started earlier in this process may have registered the class)

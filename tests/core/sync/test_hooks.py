@@ -37,7 +37,7 @@ def test_every_fault_is_a_set_of_sync_hooks_acting_where_its_stage_says():
 
 def test_production_signatures_of_the_sync_path_carry_no_fault_argument():
     from fp8rl_core.loop import start_pipeline, sync_weights
-    from fp8rl_core.sampler.vllm_engine import VllmSampler
+    from fp8rl_core.sampler.vllm.engine import VllmSampler
 
     for fn in (VllmSampler.sync, sync_weights, start_pipeline):
         params = set(inspect.signature(fn).parameters)

@@ -4,7 +4,7 @@ Rule: one workaround per entry point, its reason and its *when it can go* in its
 :func:`watched_call` (a dead engine core hangs the caller), :func:`patch_engine_core` (no engine-core
 utilities for the checks' engine state), :func:`in_process_engine` (an in-process engine changes its host
 process), :func:`model_classes_here` (vLLM inspects a model class in a Python process of its own). Nothing
-here imports vLLM at module level; the engine (:mod:`.vllm_engine`) and the quantization plugin (:mod:`.plugin`)
+here imports vLLM at module level; the engine (:mod:`.engine`) and the quantization plugin (:mod:`.plugin`)
 call in. Why in-process engines exist: docs/design.md (Engines).
 """
 
@@ -104,7 +104,7 @@ def patch_engine_core() -> None:
     prefix cache can hit, how many times the cache was reset (counted by wrapping
     ``EngineCore.reset_prefix_cache``), and both with the workers' ``fp8rl_state`` in one call
     (``fp8rl_snapshot``: the checks' cheap tier in one round trip). Idempotent; runs in every vLLM
-    process (from :func:`fp8rl_core.sampler.plugin.register`).
+    process (from :func:`fp8rl_core.sampler.vllm.plugin.register`).
 
     Works around: no engine-core utilities for the checks' engine state.
     The checks (W6) need the number of blocks the prefix cache can hit and how many times it was reset,
@@ -180,7 +180,7 @@ def in_process_engine(threads: int | None = None, *, freeze_caller: bool = True)
     (tensor, pipeline, expert parallel; torch.distributed's group) and its worker extension (mixed into the
     worker *class*) process-wide, so two in-process engines in one process share them — a MoE engine started
     beside a dense one finds the groups made without the expert-parallel group, and closing either tears
-    the groups down under the other. :class:`~fp8rl_core.sampler.vllm_engine.VllmSampler` therefore refuses a second
+    the groups down under the other. :class:`~fp8rl_core.sampler.vllm.engine.VllmSampler` therefore refuses a second
     live in-process engine in a process (the pool closes the live one first). The in-process client has no
     ``call_utility``: :func:`call_utility` calls the engine core's method directly. Its shutdown collects
     garbage twice over the caller's whole heap: :func:`collected_once` makes that one collection.

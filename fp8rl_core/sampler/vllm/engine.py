@@ -5,7 +5,7 @@ into the worker extension (:mod:`.worker`), so what the engine computes with is 
 read from the learner's bytes; the engine runs spawned (default) or in-process (:class:`VllmSampler`).
 :class:`VllmWorkers` holds the seam operations any vLLM engine with fp8rl's worker extension shares
 (verl's server too: :class:`fp8rl_core.verl.checking.ServerSampler`). Engine reuse: :mod:`.pool`; vLLM
-0.32 workarounds: :mod:`.vllm_compat`. Described in docs/library.md (The sampler and the weight sync) and
+0.32 workarounds: :mod:`.compat`. Described in docs/library.md (The sampler and the weight sync) and
 docs/design.md (Engines).
 """
 
@@ -27,7 +27,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from fp8rl_core.sampler.config import MX_GRID, SamplerConfig, cpu_fp8_kv_support, engine_key
-from fp8rl_core.sampler.quiet import SHUTDOWN_S
+from fp8rl_core.sampler.vllm.quiet import SHUTDOWN_S
 from fp8rl_core.sampler.seam import (
     Rollout, Sampler, SamplerDeadError, SamplerError, SyncTiming, engine_config, prompt_rows, stop_ids,
 )
@@ -36,15 +36,15 @@ from fp8rl_core.sync.layout import ModelLayout, to_checkpoint
 from fp8rl_core.sync.ranks import RankCheck, slice_for_rank
 from fp8rl_core.sync.transport import SyncHandle, default_root, write_sync
 
-from .vllm_compat import (
+from .compat import (
     EngineCoreDied, call_utility, collected_once, engine_core_alive, in_process_engine, model_classes_here,
     watched_call,
 )
 
 __all__ = ["VllmChannel", "VllmSampler", "VllmWorkers", "prepare_engine_dir", "prompt_logprob_tensor"]
 
-WORKER_EXTENSION = "fp8rl_core.sampler.worker.Fp8rlWorkerExtension"
-#: the live in-process engine of this process, if any (at most one: vllm_compat, 3)
+WORKER_EXTENSION = "fp8rl_core.sampler.vllm.worker.Fp8rlWorkerExtension"
+#: the live in-process engine of this process, if any (at most one: compat, 3)
 _IN_PROCESS: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -76,7 +76,7 @@ class VllmChannel(Protocol):
         """``collective_rpc`` of a worker-extension method: one answer per worker (rank)."""
 
     def utility(self, method: str, *args) -> Any:
-        """An engine-core utility (:func:`.vllm_compat.patch_engine_core`'s, or vLLM's own)."""
+        """An engine-core utility (:func:`.compat.patch_engine_core`'s, or vLLM's own)."""
 
     def outputs(self, what: str, prompts: list, params: Any) -> list:
         """vLLM's final ``RequestOutput`` per prompt (one request each) under ``params`` (one, or one per prompt)."""
@@ -136,7 +136,7 @@ class VllmWorkers:
     def state(self, instance: str, *, fingerprints: bool = True) -> dict:
         """The engine's cheap-tier snapshot (see ``fp8rl_state`` in :mod:`.worker`) per rank, plus the
         engine core's prefix-cache blocks and reset count."""
-        snap = self.channel.utility("fp8rl_snapshot", fingerprints)  # one round trip (vllm_compat.patch_engine_core)
+        snap = self.channel.utility("fp8rl_snapshot", fingerprints)  # one round trip (compat.patch_engine_core)
         return {"ranks": snap["ranks"], "cache_blocks": int(snap["cache_blocks"]),
                 "cache_resets": int(snap["cache_resets"]), "instance": instance}
 
@@ -255,7 +255,7 @@ class VllmSampler(Sampler):
     importing vLLM (``bench/engine.py`` measures it); an in-process start skips both and its close tears no
     process down. What it gives up: the engine cannot die alone (a crash ends the caller, which the flow
     records as a killed run), and its start-up changes process-wide state that
-    :func:`.vllm_compat.in_process_engine` puts back around every start and call. One tensor-parallel rank
+    :func:`.compat.in_process_engine` puts back around every start and call. One tensor-parallel rank
     only.
 
     Tensor parallelism (``tensor_parallel`` > 1, spawned engines only): vLLM's multiprocess executor runs
@@ -290,11 +290,11 @@ class VllmSampler(Sampler):
             ok, why = cpu_fp8_kv_support()
             if not ok and not torch.cuda.is_available():
                 raise SamplerError(f"kv_cache_dtype={cfg.kv_cache_dtype!r} is not available here: {why}; use kv_cache_dtype='auto'")
-        self.in_process = cfg.process == "in-process"
+        self.in_process = cfg.vllm.process == "in-process"
         if tensor_parallel < 1 or (self.in_process and tensor_parallel > 1):
             raise SamplerError(f"tensor_parallel must be at least 1, and 1 for an in-process engine (vLLM's "
                                f"single-process executor runs one rank): got {tensor_parallel} with process="
-                               f"{cfg.process!r}")
+                               f"{cfg.vllm.process!r}")
         self.tensor_parallel = tensor_parallel
         if self.in_process and (live := [s for s in _IN_PROCESS if s.llm is not None]):
             raise SamplerError(f"an in-process engine ({live[0].key}) is already live in this process, and vLLM keeps its "
@@ -311,7 +311,7 @@ class VllmSampler(Sampler):
             env["OMP_NUM_THREADS"] = str(cfg.threads)
         if tensor_parallel > 1 and not torch.cuda.is_available():  # one NUMA node: the OS schedules the ranks
             env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
-        if self.in_process:  # no thread pinning of the caller; in-process client (vllm_compat, 3)
+        if self.in_process:  # no thread pinning of the caller; in-process client (compat, 3)
             env.update(VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_ENABLE_V1_MULTIPROCESSING="0")
         old_env = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
@@ -320,7 +320,7 @@ class VllmSampler(Sampler):
             from vllm import LLM
 
             with self._process_guard(starting=True):
-                if self.in_process:  # no inspection subprocess (vllm_compat.model_classes_here)
+                if self.in_process:  # no inspection subprocess (compat.model_classes_here)
                     model_classes_here(self.model_cfg["architectures"])
                 self.llm = LLM(
                     model=str(self.dir),
@@ -334,7 +334,7 @@ class VllmSampler(Sampler):
                     gpu_memory_utilization=cfg.memory_fraction,
                     # the CPU's KV cache; on a GPU memory_fraction sizes it (vLLM: explicit bytes override it)
                     **({} if torch.cuda.is_available() else {"kv_cache_memory_bytes": int(cfg.kv_cache_gib * 2**30)}),
-                    block_size=cfg.block_size,
+                    block_size=cfg.vllm.block_size,
                     enforce_eager=True,
                     worker_extension_cls=WORKER_EXTENSION,
                     max_logprobs=-1,
@@ -368,7 +368,7 @@ class VllmSampler(Sampler):
         return engine_core_alive(self.llm)
 
     def _process_guard(self, *, starting: bool = False):
-        """For an in-process engine, :func:`.vllm_compat.in_process_engine` (what its start or call changes in this
+        """For an in-process engine, :func:`.compat.in_process_engine` (what its start or call changes in this
         process is put back afterwards; the caller's heap frozen while it starts); nothing for a spawned one."""
         if not getattr(self, "in_process", False):
             return contextlib.nullcontext()
@@ -376,7 +376,7 @@ class VllmSampler(Sampler):
 
     def _call(self, what: str, fn: Callable, *args, **kwargs):
         """Run one call into the engine, failing fast with :class:`SamplerDeadError` if the engine core
-        dies meanwhile (vLLM 0.32 would wait forever: :func:`.vllm_compat.watched_call`)."""
+        dies meanwhile (vLLM 0.32 would wait forever: :func:`.compat.watched_call`)."""
         if not self.alive:
             raise SamplerDeadError(f"the vLLM engine core is not running (it exited or was closed; {what} refused); "
                                    "its weights are lost — start a new engine")
@@ -398,7 +398,7 @@ class VllmSampler(Sampler):
         return self._call(method, self.llm.collective_rpc, method, args=args)
 
     def utility(self, method: str, *args):
-        """An engine-core utility (:func:`.vllm_compat.call_utility`)."""
+        """An engine-core utility (:func:`.compat.call_utility`)."""
         return self._call(method, call_utility, self.llm, method, *args)
 
     def outputs(self, what: str, prompts: list, params) -> list:

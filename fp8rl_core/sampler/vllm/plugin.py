@@ -4,10 +4,12 @@ Rule: registered in every vLLM process through the ``vllm.general_plugins`` entr
 ``quant_method = "fp8rl"``; each layer prefix gets a scheme — ``bf16`` (vLLM's own method), ``mxfp8``
 (holds the learner's synced bytes and scales, never requantized; fp32 products of dequantized operands
 like the learner's fprop), ``requant`` (receives the BF16 view and quantizes it itself in the load path,
-post-load processing, with vLLM's online MXFP8 rule: :data:`~fp8rl_core.sampler.config.REQUANT_GRID`,
+post-load processing, with vLLM's online MXFP8 rule: :data:`~fp8rl_core.grids.schemes.REQUANT_GRID`,
 byte-equal to vLLM's ``_mxfp8_e4m3_quantize_torch``) or ``block128`` (requantizes the BF16 view to 128×128
-block FP8, as verl's FP8 rollout); post-load processing runs once per sync and is counted (W6). Specified
-in docs/library.md (The fp8rl quantization method).
+block FP8, as verl's FP8 rollout) — the schemes of :data:`fp8rl_core.grids.schemes.SCHEMES`, whose fields say
+what a layer receives (``sent``), which rule it quantizes with itself (``rule``) and its blocks (``block``);
+post-load processing runs once per sync and is counted (W6). Specified in docs/library.md (The fp8rl
+quantization method).
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import torch
 import torch.nn.functional as F
 
 from fp8rl_core.grids import QuantizedTensor, parse_grid, quantize
-from fp8rl_core.sampler import quiet
-from fp8rl_core.sampler.config import MX_GRID, REQUANT_GRID
-from fp8rl_core.sampler.vllm_compat import patch_engine_core
+from fp8rl_core.sampler.vllm import quiet
+from fp8rl_core.grids.schemes import BF16, BLOCK_GRID, MX_GRID, SCHEMES, scheme
+from fp8rl_core.sampler.vllm.compat import patch_engine_core
 from vllm.model_executor.layers.fused_moe import RoutedExperts
 from vllm.model_executor.layers.fused_moe.config import FusedMoEQuantConfig
 from vllm.model_executor.layers.fused_moe.fused_moe_method_base import FusedMoEMethodBase
@@ -33,10 +35,9 @@ from vllm.model_executor.layers.quantization.base_config import QuantizationConf
 from vllm.model_executor.parameter import GroupQuantScaleParameter, ModelWeightParameter
 from vllm.model_executor.utils import set_weight_attrs
 
-__all__ = ["QUANT_METHOD", "SCHEMES", "register", "native_mxfp8_available"]
+__all__ = ["QUANT_METHOD", "register", "native_mxfp8_available"]
 
 QUANT_METHOD = "fp8rl"
-SCHEMES = ("bf16", "mxfp8", "requant", "block128")
 MX_BLOCK = 32
 _REGISTERED = False
 
@@ -68,33 +69,32 @@ def block_gemm(x: torch.Tensor, w_deq: torch.Tensor, grid: str) -> torch.Tensor:
 
 
 class _Scheme:
-    """What a scheme does to a [.., N, K] weight after loading and to activations in the forward."""
+    """What a scheme (:data:`~fp8rl_core.grids.schemes.SCHEMES`) does to a [.., N, K] weight after loading and to
+    activations in the forward: its MX blocks on its own rule, else the run's ``mx_grid`` (the learner's); its
+    128×128 blocks on its own rule, else ``block_grid``."""
 
     def __init__(self, name: str, mx_grid: str, block_grid: str) -> None:
         self.name, self.mx_grid, self.block_grid = name, mx_grid, block_grid
+        self.spec = scheme(name)
+        self.grid = self.spec.rule or (mx_grid if self.spec.mx_blocks else block_grid)
 
     @property
     def receives_bytes(self) -> bool:
         """The layer is loaded with the learner's FP8 bytes and scales (else with the BF16 view)."""
-        return self.name == "mxfp8"
+        return self.spec.on_learner_grid
 
     def process(self, weight: torch.Tensor, scale: torch.Tensor | None) -> dict[str, torch.Tensor]:
-        if self.name == "mxfp8":
-            return {"fp8rl_w": mx_weight(weight, scale, self.mx_grid)}
-        if self.name == "requant":
-            # quantize the received BF16 view with vLLM's online MXFP8 rule (1×32 blocks along K)
-            qt = quantize(weight.float(), REQUANT_GRID, axis=-1)
+        if self.receives_bytes:
+            return {"fp8rl_w": mx_weight(weight, scale, self.grid)}
+        if self.spec.mx_blocks:  # quantize the received BF16 view with its rule (1×32 blocks along K)
+            qt = quantize(weight.float(), self.grid, axis=-1)
             return {"fp8rl_data": qt.data, "fp8rl_scale": qt.scale, "fp8rl_w": qt.dequantize(torch.float32)}
-        # block128: requantize the received BF16 view itself (what verl's FP8 rollout does)
-        qt = quantize(weight.float(), self.block_grid, role="weight")
+        # 128×128 blocks: requantize the received BF16 view itself (what verl's FP8 rollout does)
+        qt = quantize(weight.float(), self.grid, role="weight")
         return {"fp8rl_data": qt.data, "fp8rl_scale_inv": qt.scale, "fp8rl_w": qt.dequantize(torch.float32)}
 
     def gemm(self, x: torch.Tensor, w_deq: torch.Tensor) -> torch.Tensor:
-        if self.name == "mxfp8":
-            return mx_gemm(x, w_deq, self.mx_grid)
-        if self.name == "requant":
-            return mx_gemm(x, w_deq, REQUANT_GRID)
-        return block_gemm(x, w_deq, self.block_grid)
+        return (mx_gemm if self.spec.mx_blocks else block_gemm)(x, w_deq, self.grid)
 
 
 def _count(layer: torch.nn.Module) -> None:
@@ -103,7 +103,7 @@ def _count(layer: torch.nn.Module) -> None:
 class CountingLinearMethod(UnquantizedLinearMethod):
     """vLLM's unquantized linear method; counts post-load processing."""
 
-    fp8rl_scheme = "bf16"
+    fp8rl_scheme = BF16.name
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         _count(layer)
@@ -112,7 +112,7 @@ class CountingLinearMethod(UnquantizedLinearMethod):
 class CountingMoEMethod(UnquantizedFusedMoEMethod):
     """vLLM's unquantized fused-MoE method; counts post-load processing."""
 
-    fp8rl_scheme = "bf16"
+    fp8rl_scheme = BF16.name
     #: Redo the experts kernel's own post-load step (CPU: pad + prepack) on a weight update. vLLM
     #: 0.32's unquantized method runs it only on the first load; on an in-place reload the fresh,
     #: unpacked weights are copied over the packed ones and the CPU kernel reads them as packed —
@@ -136,7 +136,7 @@ class Fp8rlLinearMethod(LinearMethodBase):
                        output_size, params_dtype, **extra_weight_attrs):
         weight_loader = extra_weight_attrs.pop("weight_loader")
         n, k = sum(output_partition_sizes), input_size_per_partition
-        if self.scheme.name in ("mxfp8", "requant") and k % MX_BLOCK:
+        if self.scheme.spec.mx_blocks and k % MX_BLOCK:
             raise ValueError(f"fp8rl {self.scheme.name} layer: K = {k} is not a multiple of {MX_BLOCK}")
         if self.scheme.receives_bytes:
             weight = ModelWeightParameter(data=torch.empty(n, k, dtype=torch.uint8), input_dim=1,
@@ -218,7 +218,7 @@ class Fp8rlMoEMethod(FusedMoEMethodBase):
         dtype = torch.uint8 if mx else params_dtype
         shapes = {"w13_weight": (e, 2 * i, h), "w2_weight": (e, h, i)}
         for name, shp in shapes.items():
-            if self.scheme.name in ("mxfp8", "requant") and shp[-1] % MX_BLOCK:
+            if self.scheme.spec.mx_blocks and shp[-1] % MX_BLOCK:
                 raise ValueError(f"fp8rl {self.scheme.name} experts: K = {shp[-1]} is not a multiple of {MX_BLOCK}")
             p = torch.nn.Parameter(torch.empty(*shp, dtype=dtype), requires_grad=False)
             layer.register_parameter(name, p)
@@ -257,11 +257,11 @@ class Fp8rlConfig(QuantizationConfig):
     """Per-layer sampler grids for fp8rl (the schemes: docs/library.md, The fp8rl quantization method)."""
 
     def __init__(self, layers: dict[str, str], mx_grid: str = MX_GRID,
-                 block_grid: str = "fp8-block128-e4m3") -> None:
+                 block_grid: str = BLOCK_GRID) -> None:
         super().__init__()
         bad = {p: s for p, s in layers.items() if s not in SCHEMES}
         if bad:
-            raise ValueError(f"fp8rl quantization_config.layers: unknown scheme(s) {bad}; valid: {SCHEMES}")
+            raise ValueError(f"fp8rl quantization_config.layers: unknown scheme(s) {bad}; valid: {tuple(SCHEMES)}")
         self.layers = dict(layers)
         self.mx_grid = mx_grid
         self.block_grid = block_grid
@@ -284,23 +284,23 @@ class Fp8rlConfig(QuantizationConfig):
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "Fp8rlConfig":
         return cls(config.get("layers", {}), config.get("mx_grid", MX_GRID),
-                   config.get("block_grid", "fp8-block128-e4m3"))
+                   config.get("block_grid", BLOCK_GRID))
 
     def _scheme(self, prefix: str) -> _Scheme:
         self.seen.add(prefix)
-        return _Scheme(self.layers.get(prefix, "bf16"), self.mx_grid, self.block_grid)
+        return _Scheme(self.layers.get(prefix, BF16.name), self.mx_grid, self.block_grid)
 
     def get_quant_method(self, layer: torch.nn.Module, prefix: str):
         if isinstance(layer, LinearBase):
             scheme = self._scheme(prefix)
-            if scheme.name == "bf16":
+            if not scheme.spec.quantized:
                 return CountingLinearMethod()
-            if scheme.name == "mxfp8" and _use_native():
+            if scheme.receives_bytes and _use_native():
                 return NativeMxfp8LinearMethod(scheme)
             return Fp8rlLinearMethod(scheme)
         if isinstance(layer, RoutedExperts):
             scheme = self._scheme(prefix.removesuffix(".routed_experts"))
-            if scheme.name == "bf16":
+            if not scheme.spec.quantized:
                 return CountingMoEMethod(layer.moe_config)
             return Fp8rlMoEMethod(layer.moe_config, scheme)
         return None
@@ -311,7 +311,7 @@ def register() -> None:
     global _REGISTERED
     if _REGISTERED:
         return
-    quiet.install()  # this vLLM process's known-harmless lines (fp8rl_core.sampler.quiet)
+    quiet.install()  # this vLLM process's known-harmless lines (fp8rl_core.sampler.vllm.quiet)
     register_quantization_config(QUANT_METHOD)(Fp8rlConfig)
     patch_engine_core()  # the checks' engine-core utilities (a vLLM 0.32 workaround)
     _REGISTERED = True

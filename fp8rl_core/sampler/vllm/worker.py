@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from fp8rl_core.grids.schemes import Scheme, scheme
 from fp8rl_core.sync.fingerprint import fingerprints
 from fp8rl_core.sync.layout import ModelLayout, sync_name, to_checkpoint
 from fp8rl_core.sync.ranks import check_rank_tensors
@@ -26,6 +27,21 @@ __all__ = ["Fp8rlWorkerExtension"]
 
 def _prefix(module_name: str) -> str:
     return module_name.removesuffix(".routed_experts")
+
+
+def _held(s: Scheme, module: torch.nn.Module, base: str, w: str):
+    """(read-back name, tensor) of the FP8 bytes a layer of scheme ``s`` holds besides its ``weight``, under the
+    scheme's names (:attr:`~fp8rl_core.grids.schemes.Scheme.held`; ``base``: the layer's prefix and dot, with
+    ``w13_`` / ``w2_`` for experts; ``w``: the expert weight, "" for a linear layer)."""
+    if not s.quantized:
+        return
+    data_name, scale_name = s.held
+    if s.on_learner_grid:  # the synced bytes themselves: the weight (read as such) and its scale parameter
+        yield f"{base}{scale_name}", getattr(module, f"{w}_weight_scale" if w else "weight_scale")
+        return
+    sfx = f"_{w}" if w else ""
+    yield f"{base}{data_name}", getattr(module, f"fp8rl_data{sfx}").view(torch.uint8)
+    yield f"{base}{scale_name}", getattr(module, ("fp8rl_scale" if s.mx_blocks else "fp8rl_scale_inv") + sfx)
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -123,8 +139,8 @@ class Fp8rlWorkerExtension:
 
     def fp8rl_limit_vocabulary(self, emittable: int | None) -> int | None:
         """Mask the logits of ids ≥ ``emittable`` (None: none) — the vocabulary tail's rule
-        (:mod:`fp8rl_core.sampler.vocab_mask`); returns the limit now in force."""
-        from fp8rl_core.sampler.vocab_mask import limit_vocabulary
+        (:mod:`fp8rl_core.sampler.vllm.vocab_mask`); returns the limit now in force."""
+        from fp8rl_core.sampler.vllm.vocab_mask import limit_vocabulary
 
         return limit_vocabulary(self.model_runner.get_model(), emittable)
 
@@ -151,33 +167,20 @@ class Fp8rlWorkerExtension:
     def _fp8rl_tensors(self, effective: bool = False):
         """(sync name, tensor) of everything the engine computes with (see :meth:`fp8rl_read`)."""
         owned: set[int] = set()
-        for prefix, module, scheme in self._fp8rl_layers():
+        for prefix, module, name in self._fp8rl_layers():
             owned.update(id(p) for p in module.parameters(recurse=False))
+            s = scheme(name)
             if hasattr(module, "w13_weight"):
                 for w in ("w13", "w2"):
                     yield f"{prefix}.{w}_weight", getattr(module, f"{w}_weight")
-                    if scheme == "mxfp8":
-                        yield f"{prefix}.{w}_weight_scale", getattr(module, f"{w}_weight_scale")
-                    if scheme == "requant":
-                        yield f"{prefix}.{w}_mx_data", getattr(module, f"fp8rl_data_{w}").view(torch.uint8)
-                        yield f"{prefix}.{w}_mx_scale", getattr(module, f"fp8rl_scale_{w}")
-                    if scheme == "block128":
-                        yield f"{prefix}.{w}_fp8_data", getattr(module, f"fp8rl_data_{w}").view(torch.uint8)
-                        yield f"{prefix}.{w}_fp8_scale_inv", getattr(module, f"fp8rl_scale_inv_{w}")
+                    yield from _held(s, module, f"{prefix}.{w}_", w)
                 continue
-            if scheme == "bf16":
+            if not s.quantized:
                 yield f"{prefix}.weight", self._fp8rl_probe(module)
                 continue
             w = module.weight
             yield f"{prefix}.weight", w.view(torch.uint8) if w.dtype == torch.float8_e4m3fn else w
-            if scheme == "mxfp8":
-                yield f"{prefix}.weight_scale", module.weight_scale
-            elif scheme == "requant":
-                yield f"{prefix}.mx_data", module.fp8rl_data.view(torch.uint8)
-                yield f"{prefix}.mx_scale", module.fp8rl_scale
-            else:
-                yield f"{prefix}.fp8_data", module.fp8rl_data.view(torch.uint8)
-                yield f"{prefix}.fp8_scale_inv", module.fp8rl_scale_inv
+            yield from _held(s, module, f"{prefix}.", "")
             if effective:
                 yield f"{prefix}.effective", self._fp8rl_probe(module)
         for name, p in self.model_runner.get_model().named_parameters():
@@ -252,13 +255,13 @@ class Fp8rlWorkerExtension:
         quantized tensor on this rank, experts included (each [E, N, K]); and {layer: why not checked} for
         the layers whose compute form has no second copy here (docs/correctness.md, The compute copy)."""
         from fp8rl_core.grids import QuantizedTensor, parse_grid
-        from fp8rl_core.sampler.config import REQUANT_GRID
-        from fp8rl_core.sampler.plugin import mx_weight
+        from fp8rl_core.sampler.vllm.plugin import mx_weight
 
         pairs, skipped = [], {}
-        for prefix, module, scheme in self._fp8rl_layers():
+        for prefix, module, name in self._fp8rl_layers():
             experts = hasattr(module, "w13_weight")
-            if scheme == "bf16":
+            s = scheme(name)
+            if not s.quantized:
                 skipped[prefix] = ("BF16 experts: vLLM's kernel computes from the held weights" if experts else
                                    "BF16: the CPU kernel's prepacked weight is the only copy (read by probe, W4)")
                 continue
@@ -269,17 +272,17 @@ class Fp8rlWorkerExtension:
                 if copy is None:
                     skipped[prefix] = f"{type(method).__name__}: the kernel computes from the held bytes"
                     break
-                if scheme == "mxfp8":
+                if s.on_learner_grid:
                     weight = getattr(module, f"{w}_weight" if w else "weight")
                     scale = getattr(module, f"{w}_weight_scale" if w else "weight_scale")
-                    derived = mx_weight(weight.data, scale.data, method.scheme.mx_grid)
-                elif scheme == "requant":
+                    derived = mx_weight(weight.data, scale.data, method.scheme.grid)
+                elif s.mx_blocks:
                     data = getattr(module, f"fp8rl_data{sfx}")
-                    derived = QuantizedTensor(data, getattr(module, f"fp8rl_scale{sfx}"), parse_grid(REQUANT_GRID),
+                    derived = QuantizedTensor(data, getattr(module, f"fp8rl_scale{sfx}"), parse_grid(method.scheme.grid),
                                               axis=data.dim() - 1).dequantize(torch.float32)
-                else:  # block128
+                else:  # 128×128 blocks
                     derived = QuantizedTensor(getattr(module, f"fp8rl_data{sfx}"), getattr(module, f"fp8rl_scale_inv{sfx}"),
-                                              parse_grid(method.scheme.block_grid), role="weight").dequantize(torch.float32)
+                                              parse_grid(method.scheme.grid), role="weight").dequantize(torch.float32)
                 pairs.append((f"{prefix}.{w}_weight" if w else f"{prefix}.weight", copy, derived))
         return pairs, skipped
 

@@ -55,7 +55,7 @@ RULES: tuple[Rule, ...] = (
          "an in-process engine (SamplerConfig.process='in-process') starts vLLM's CPU worker in the calling process; the "
          "worker replaces torch.set_num_threads with this warning, and vLLM's own start-up then calls it a few "
          "times; fp8rl puts the real function and the thread count back after the start "
-         "(fp8rl_core.sampler.vllm_compat.in_process_engine)"),
+         "(fp8rl_core.sampler.vllm.compat.in_process_engine)"),
     Rule("vllm.platforms.cpu", ("Triton is not installed",),
          "a performance hint: vLLM's CPU path runs without Triton kernels here (enforce_eager, fp8rl's own "
          "quantized GEMMs); no result depends on it"),
@@ -118,7 +118,7 @@ def install(rules: tuple[Rule, ...] = RULES) -> None:
     :func:`install` puts the rules in place as filters on those loggers (stdlib only; it imports none of the
     libraries, so it can run before them and catch their import-time lines). A filter is per process: vLLM runs
     its engine core and worker in processes of their own (spawned), so it must run in each —
-    :func:`fp8rl_core.sampler.plugin.register` calls it (vLLM calls that in every process it starts) and the
+    :func:`fp8rl_core.sampler.vllm.plugin.register` calls it (vLLM calls that in every process it starts) and the
     ``fp8rl`` command calls it at import (a spawned process re-imports the main module before anything else, so
     the import-time lines of the child processes are caught too). :func:`install` is idempotent.
 

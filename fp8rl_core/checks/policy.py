@@ -1,0 +1,63 @@
+"""The check policy: the run config's ``checks`` section and what the check runner reads, one frozen pydantic
+model (``extra="forbid"``) — :class:`CheckPolicy`.
+
+Rule: the cheap tier runs after every sync, the full tier every ``full_every`` syncs (and at an engine's first
+sync, and on suspicion: :func:`fp8rl_core.checks.runner.full_tier_reason`); W7's bound is the run's own where set,
+else by the engine's dtype and the sampler's scheme (:meth:`CheckPolicy.w7_bounds`). Every field, with its
+default: docs/configs.md (checks); what each condition checks: docs/correctness.md.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fp8rl_core.grids.schemes import BF16, Scheme
+
+__all__ = ["CheckPolicy", "W7_COARSE", "W7_EXACT"]
+
+#: W7's (mean, max) bound on |Δlogp| where the engine runs the learner's arithmetic: a float32 engine on the
+#: learner's bytes or BF16 views (measured mean ≤ 1e-4 on the learner's grid)
+W7_EXACT = (1e-3, 0.05)
+#: W7's bound where the engine adds its own rounding: a BF16 engine (BF16 activations and accumulation; measured
+#: on the peaked smoke mini, preset all: mean 0.09, max 0.79), or a scheme whose rounding the learner's probe
+#: does not model (``requant``, ``block128``: there W7 is a coarse backstop; the exact check is a float32 engine)
+W7_COARSE = (0.5, 8.0)
+
+
+class CheckPolicy(BaseModel):
+    """The weight-sync checks after every sync (:class:`fp8rl_core.checks.runner.CheckRunner`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    full_every: int = Field(10, ge=1, description="full tier every N syncs (and at an engine's first sync, and on suspicion)")
+    on_failure: Literal["fail", "warn"] = Field("fail", description="fail: a failed check fails the run; warn: log it and go on")
+    probe_sequences: int = Field(8, ge=1, description="W7 probe batch: held-out task sequences")
+    w7_mean: float | None = Field(None, gt=0, description="W7 bound on mean |Δlogp| (None: by engine dtype and preset)")
+    w7_max: float | None = Field(None, gt=0, description="W7 bound on max |Δlogp| (None: by engine dtype and preset)")
+    compute_copy: bool = Field(True, description="W6: every rank's compute copy against its held bytes")
+    alarm: bool = Field(True, description="W7: the behavioural alarm on the run's per-step mismatch numbers")
+    alarm_jump: float = Field(10.0, gt=1, description="the alarm fires at this factor over the run's median of earlier "
+                              "clean steps (its absolute bounds: docs/correctness.md)")
+    alarm_warmup: int = Field(2, ge=0, description="clean steps before the alarm's jump can fire")
+    engine_checksums: bool = Field(False, description="backend verl: at every sync also the engine's own weight "
+                                   "checksums (vLLM's weight checker) against the learner's bytes, a second opinion on "
+                                   "W2/W4 (SHA-256 of every parameter; the native correctness stage always asks; a "
+                                   "native experiment run refuses it)")
+    layout_tolerance: float = Field(0.25, gt=0, description="W3: a slot holds a member when it is within this "
+                                    "fraction of the block amax of the member's master")
+    history: int = Field(4, ge=1, description="learner versions whose fingerprints are kept (W5 content)")
+
+    def w7_bounds(self, dtype: str = "float32", scheme: Scheme = BF16) -> tuple[float, float]:
+        """W7's (mean, max) bound: the run's own where set, else :data:`W7_EXACT` for a ``float32`` engine on a
+        scheme whose rounding the learner's probe models (:attr:`Scheme.probe_exact`), :data:`W7_COARSE` otherwise."""
+        mean, mx = W7_EXACT if dtype == "float32" and scheme.probe_exact else W7_COARSE
+        return self.w7_mean or mean, self.w7_max or mx
+
+    def for_engine(self, dtype: str, preset: str) -> "CheckPolicy":
+        """This policy with W7's bound resolved for an engine of ``dtype`` serving ``preset``'s sampler."""
+        from fp8rl_core.sampler.presets import PRESETS
+
+        mean, mx = self.w7_bounds(dtype, PRESETS[preset].scheme)
+        return self.model_copy(update={"w7_mean": mean, "w7_max": mx})
