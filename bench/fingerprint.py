@@ -8,7 +8,7 @@ pool), and fp8rl's two hashes (``fp8rl_core.sync.fingerprint``: ``xxh3``, what a
 bytes as uint8 (FP8 data, scales) and as BF16 (hashed as their float32 values). Baselines: a memory copy into a
 fresh tensor (``torch.empty_like(t).copy_(t)``, what bench/sync.py and bench/checks.py use: it pays the
 output's page faults) and into a tensor allocated before (the bandwidth ceiling). ``x copy`` = copy time /
-hash time: 1.00 is as fast as the copy; the goal (issue 56) is ``fingerprint_vs_copy`` >= 0.5 against the
+hash time: 1.00 is as fast as the copy; the goal is ``fingerprint_vs_copy`` >= 0.5 against the
 fresh copy. A package that is not installed is reported, not measured.
 
     .venv/bin/python bench/fingerprint.py [--mb 256] [--repeats 5]

@@ -1,6 +1,7 @@
 """fp8rl's price inside verl: verl's own step phases and each part fp8rl adds, side by side in the same verl
 runs on CPU; a cost model of fp8rl's per-sync time projected to Qwen3-8B and Qwen3-30B-A3B on a B200 node;
-the goals of issue 56 as ratios with pass/miss.
+its cost goals (fp8rl's addition, the grid sync against verl's BF16 update, the cheap tier) as ratios with
+pass/miss.
 
 **Runs** (verl's trainer, ``backend: verl``, CPU; configs/verl-smoke.yaml's settings): for each ``--models``
 two runs with the same model, data and seed — preset ``all`` (the sync on the learner's grid: MXFP8 data +
