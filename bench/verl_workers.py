@@ -2,9 +2,12 @@
 on a process work pool served by one worker, then by two, in this invocation — the wall clock of each pass, their
 ratio, and the CPU time every process of each pass used (sampled; a process's last ~2 s are missed).
 
-Each pass: a fresh Prefect server on loopback, a fresh pool (``verl-run/<pool>`` deployed from
-deployments/prefect.yaml), ``--work-queue verl --limit 1`` workers as a node would start them, the sweep's flow
-in this process, a fresh MLflow store (so no run is skipped). The warm starts are trained before either pass.
+Each pass: a fresh Prefect server on loopback, a fresh pool with every deployment of deployments/prefect.yaml
+on it, ``--work-queue verl --limit 1`` workers as a node would start them and one worker on queue ``default``
+for the sweep's own flow run, a fresh MLflow store (so no run is skipped); the sweep is started as a user starts
+it, ``prefect deployment run mxfp8-sweep/verl-smoke --watch`` (with the overrides as its ``overrides``
+parameter), and its wall time is from that command's start to its end, the report included. The warm starts
+are trained before either pass.
 
 What 2 cores can show: two verl runs side by side on one 2-core machine share the same two cores, so the ratio
 here is the overlap of what does not compute (process and Ray start-up, imports, waits) — not what a second
@@ -12,8 +15,8 @@ node gives. With one worker per node, runs do not share cores: n workers run a s
 about ceil(R / n) × t plus the sweep's own start (the projection printed at the end uses the one-worker pass's
 seconds per run).
 
-    .venv/bin/python bench/verl_workers.py                                      # the dense mini's half and all
-    .venv/bin/python bench/verl_workers.py axes.model=[qwen3-moe-mini]          # other runs of verl-smoke
+    .venv/bin/python bench/verl_workers.py                                      # the whole verl smoke (8 runs)
+    .venv/bin/python bench/verl_workers.py axes.model=[qwen3-dense-mini] 'axes.preset=[half, all]'   # 2 of them
 
 The last line is ``wall_ratio=<two workers / one worker>``.
 """
@@ -37,7 +40,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 PREFECT = str(Path(sys.executable).with_name("prefect"))
 CONFIG = "configs/verl-smoke.yaml"
-DEFAULT = ["axes.model=[qwen3-dense-mini]", "axes.preset=[half, all]"]
 
 
 def _free_port() -> int:
@@ -86,9 +88,7 @@ def _prepare(overrides: list[str], work: Path) -> None:
 
 def one_pass(workers: int, overrides: list[str], root: Path) -> tuple[float, float, int]:
     """The sweep on a pool of ``workers`` workers: (wall seconds of the sweep, CPU seconds of every process, runs)."""
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    from flows.pipelines import RunsFailed, mxfp8_sweep
+    import json
 
     root.mkdir(parents=True)
     port, pool = _free_port(), f"bench-{workers}w"
@@ -119,18 +119,25 @@ def one_pass(workers: int, overrides: list[str], root: Path) -> tuple[float, flo
                     ["deploy", "--all", "--prefect-file", "deployments/prefect.yaml"]):
             subprocess.run([PREFECT, "--no-prompt", *cmd], cwd=ROOT, env=env, check=True, capture_output=True, timeout=900)
         meter = _CpuMeter()
+        procs.append(subprocess.Popen([PREFECT, "--no-prompt", "worker", "start", "--pool", pool, "--type", "process",
+                                       "--work-queue", "default", "--limit", "1", "--name", "sweeps"], cwd=ROOT,
+                                      env=env, stdout=open(root / "worker-sweeps.log", "w"), stderr=subprocess.STDOUT,
+                                      start_new_session=True))
         for i in range(workers):
             procs.append(subprocess.Popen([PREFECT, "--no-prompt", "worker", "start", "--pool", pool, "--type", "process",
                                            "--work-queue", "verl", "--limit", "1", "--name", f"w{i}"], cwd=ROOT, env=env,
                                           stdout=open(root / f"worker{i}.log", "w"), stderr=subprocess.STDOUT,
                                           start_new_session=True))
         t0 = time.monotonic()
-        with temporary_settings(updates={PREFECT_API_URL: api}):
-            try:
-                rows = mxfp8_sweep(CONFIG, [*overrides, f"resources.work_pool={pool}"], report=False)
-            except RunsFailed as e:
-                raise SystemExit(f"{workers} worker(s): {e} (logs in {root})") from None
+        done = subprocess.run([PREFECT, "--no-prompt", "deployment", "run", "mxfp8-sweep/verl-smoke", "--watch",
+                               "--params", json.dumps({"overrides": overrides})], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=4 * 3600)
         wall = time.monotonic() - t0
+        (root / "deployment-run.log").write_text(done.stdout + done.stderr)
+        if done.returncode:
+            raise SystemExit(f"{workers} worker(s): the sweep's flow run did not complete (logs in {root}):\n"
+                             + "\n".join((done.stdout + done.stderr).splitlines()[-15:]))
+        rows = _finished_runs(root / "mlflow.db")
         for p in procs[1:]:
             os.killpg(p.pid, signal.SIGTERM)
             p.wait(timeout=60)
@@ -143,9 +150,19 @@ def one_pass(workers: int, overrides: list[str], root: Path) -> tuple[float, flo
                 pass
 
 
+def _finished_runs(db: Path) -> list[str]:
+    """The child runs the sweep recorded FINISHED in this pass's MLflow store (the sweep's parent run excluded)."""
+    import sqlite3
+
+    with sqlite3.connect(db) as c:
+        return [r[0] for r in c.execute(
+            "SELECT r.name FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = 'mlflow.parentRunId' "
+            "WHERE r.status = 'FINISHED'")]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("overrides", nargs="*", default=DEFAULT, help=f"sweep overrides of {CONFIG} (default: {DEFAULT})")
+    ap.add_argument("overrides", nargs="*", default=[], help=f"sweep overrides of {CONFIG} (default: none, all its runs)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, stores)")
     args = ap.parse_args()
     os.chdir(ROOT)
