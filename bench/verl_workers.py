@@ -99,7 +99,7 @@ def one_pass(workers: int, overrides: list[str], root: Path) -> tuple[float, flo
         "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(root / "storage"), "PREFECT_API_URL": api, "DO_NOT_TRACK": "1",
         "FP8RL_WORK_POOL": pool, "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}",
         "FP8RL_ARTIFACTS": str(root / "artifacts"), "FP8RL_VERL_WORK": str(root / "verl"),
-        "PYTHONPATH": str(ROOT), "PREFECT_WORKER_QUERY_SECONDS": "2"}
+        "FP8RL_REPORTS": str(root / "reports"), "PYTHONPATH": str(ROOT), "PREFECT_WORKER_QUERY_SECONDS": "2"}
     os.environ.update({k: env[k] for k in ("MLFLOW_TRACKING_URI", "FP8RL_ARTIFACTS", "FP8RL_VERL_WORK")})
     procs: list[subprocess.Popen] = []
     try:
@@ -138,10 +138,15 @@ def one_pass(workers: int, overrides: list[str], root: Path) -> tuple[float, flo
             raise SystemExit(f"{workers} worker(s): the sweep's flow run did not complete (logs in {root}):\n"
                              + "\n".join((done.stdout + done.stderr).splitlines()[-15:]))
         rows = _finished_runs(root / "mlflow.db")
-        for p in procs[1:]:
+        cpu = meter.seconds()
+        for p in procs[1:]:  # the workers: asked to stop, killed if they take longer than a minute
             os.killpg(p.pid, signal.SIGTERM)
-            p.wait(timeout=60)
-        return wall, meter.seconds(), len(rows)
+        for p in procs[1:]:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+        return wall, cpu, len(rows)
     finally:
         for p in procs:
             try:
@@ -164,22 +169,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("overrides", nargs="*", default=[], help=f"sweep overrides of {CONFIG} (default: none, all its runs)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, stores)")
+    ap.add_argument("--workers", type=lambda v: [int(x) for x in v.split(",")], default=[1, 2],
+                    help="the passes, by workers (default 1,2; the ratio needs both)")
     args = ap.parse_args()
     os.chdir(ROOT)
     tmp = Path(tempfile.mkdtemp(prefix="fp8rl-verl-workers-"))
     try:
         _prepare(args.overrides, tmp / "warm")
         out = {}
-        for workers in (1, 2):
+        for workers in args.workers:
             wall, cpu, runs = one_pass(workers, args.overrides, tmp / f"{workers}w")
             out[workers] = (wall, cpu)
             print(f"{workers} worker(s): {runs} runs, wall {wall:.0f} s, CPU {cpu:.0f} s", flush=True)
-        per_run = out[1][0] / runs
-        print(f"cores here: {os.cpu_count()}; CPU time two workers / one: {out[2][1] / out[1][1]:.2f}")
-        for n in (1, 2, 4, 8):
-            print(f"projected, {n} node(s) with a worker each, {runs} runs: ~{math.ceil(runs / n) * per_run:.0f} s "
-                  f"(ceil({runs}/{n}) x {per_run:.0f} s a run)")
-        print(f"wall_ratio={out[2][0] / out[1][0]:.3f}")
+        if 1 in out:
+            per_run = out[1][0] / runs
+            for n in (1, 2, 4, 8):
+                print(f"projected, {n} node(s) with a worker each, {runs} runs: ~{math.ceil(runs / n) * per_run:.0f} s "
+                      f"(ceil({runs}/{n}) x {per_run:.0f} s a run)")
+        if 1 in out and 2 in out:
+            print(f"cores here: {os.cpu_count()}; CPU time two workers / one: {out[2][1] / out[1][1]:.2f}")
+            print(f"wall_ratio={out[2][0] / out[1][0]:.3f}")
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
