@@ -191,10 +191,15 @@ def quantize_mx(x: torch.Tensor, fmt: FP8Format, rule: str, nan: str, axis: int,
     return torch.movedim(data, -1, axis).contiguous(), torch.movedim(scale, -1, axis).contiguous()
 
 
-def dequantize_mx(data: torch.Tensor, scale: torch.Tensor, axis: int) -> torch.Tensor:
-    """``fp32(q) · 2^(byte − 127)`` broadcast over each block of 32 along ``axis`` (fp32 result)."""
+def dequantize_mx(data: torch.Tensor, scale: torch.Tensor, axis: int, backend: str | None = None) -> torch.Tensor:
+    """``fp32(q) · 2^(byte − 127)`` broadcast over each block of 32 along ``axis`` (fp32 result). Rowwise, the
+    C kernel (:func:`.native.mx_dequantize_native`: the same products, bit-identical) unless ``backend`` is
+    ``"eager"`` (this PyTorch path, the reference) or the kernel is unavailable."""
     k = data.shape[axis]
     s = e8m0_to_scale(scale)
     if k % BLOCK == 0 and axis == data.dim() - 1:  # rowwise: broadcast over [..., blocks, 32], no expanded copy
+        out = native.mx_dequantize_native(data, s) if backend != "eager" else None
+        if out is not None:  # the same products in C, bit-identical (tests/core/grids/test_native.py)
+            return out
         return (data.to(torch.float32).unflatten(-1, (-1, BLOCK)) * s.unsqueeze(-1)).flatten(-2)
     return data.to(torch.float32) * s.repeat_interleave(BLOCK, dim=axis).narrow(axis, 0, k)

@@ -231,3 +231,16 @@ void mx_quantize_bf16(const uint16_t *x, int64_t nblocks, uint8_t *data, uint8_t
         group(v, nb, data + 32 * b, scales + b, p, &c);
     }
 }
+
+/* MXFP8 dequantization of [n, 32] blocks (rowwise): out = fp32(q) * scale, the C twin of mx.dequantize_mx.
+ * fp32(q) is read from `lut` (the 256 values of the element format, converted by torch itself), `scales` are
+ * the blocks' fp32 multipliers (mx.e8m0_to_scale); the one IEEE product per element rounds as torch's does
+ * (-ffp-contract=off, denormals on), so the result is bit-identical to the PyTorch path. */
+void mx_dequantize(const uint8_t *data, int64_t nblocks, const float *scales, const float *lut, float *out) {
+    for (int64_t b = 0; b < nblocks; b++) {
+        const float s = scales[b];
+        const uint8_t *q = data + 32 * b;
+        float *o = out + 32 * b;
+        for (int j = 0; j < 32; j++) o[j] = lut[q[j]] * s;
+    }
+}

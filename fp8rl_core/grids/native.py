@@ -1,4 +1,6 @@
-"""The compiled MXFP8 kernel: ``mx_kernel.c`` built with the system C compiler and called through ctypes.
+"""The compiled MXFP8 kernels: ``mx_kernel.c`` built with the system C compiler and called through ctypes —
+quantization (:func:`mx_quantize_native`) and rowwise dequantization (:func:`mx_dequantize_native`: a CPU
+engine's compute copies at every sync).
 
 Why a C kernel: the quantization is one read of the input and one write of data and scales, but
 neither eager PyTorch (a dozen passes with temporaries, each paying page faults on fresh memory) nor
@@ -34,7 +36,7 @@ import torch
 
 from .formats import FP8Format
 
-__all__ = ["kernel_path", "load", "mx_quantize_native"]
+__all__ = ["kernel_path", "load", "mx_dequantize_native", "mx_quantize_native"]
 
 SOURCE = Path(__file__).with_name("mx_kernel.c")
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC", "-std=gnu99")
@@ -107,6 +109,9 @@ def load() -> ctypes.CDLL | None:
         fn.argtypes = [ctypes.POINTER(elem), ctypes.c_int64, ctypes.POINTER(ctypes.c_uint8),
                        ctypes.POINTER(ctypes.c_uint8), ctypes.POINTER(_Params)]
         fn.restype = None
+    f32 = ctypes.POINTER(ctypes.c_float)
+    lib.mx_dequantize.argtypes = [ctypes.POINTER(ctypes.c_uint8), ctypes.c_int64, f32, f32, f32]
+    lib.mx_dequantize.restype = None
     return lib
 
 
@@ -155,6 +160,40 @@ def mx_quantize_native(xb: torch.Tensor, fmt: FP8Format, rule: str, nan: str) ->
         cuts = [n * i // threads for i in range(threads + 1)]
         list(_pool(threads).map(run, cuts[:-1], cuts[1:]))
     return data.view(fmt.dtype), scales
+
+
+@functools.lru_cache(maxsize=None)
+def _lut(dtype: torch.dtype) -> torch.Tensor:
+    """The 256 fp32 values of an FP8 element format's bytes, as torch converts them."""
+    return torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype).to(torch.float32)
+
+
+def mx_dequantize_native(data: torch.Tensor, scale: torch.Tensor) -> torch.Tensor | None:
+    """``fp32(data) · scale`` per block of 32 along the last dim with the C kernel (``data`` FP8 [..., K],
+    K a multiple of 32; ``scale`` the blocks' fp32 multipliers [..., K/32]), or ``None`` if unavailable."""
+    if data.device.type != "cpu" or data.dtype.itemsize != 1 or not data.is_floating_point() \
+            or data.shape[-1] % 32 or scale.dtype != torch.float32:
+        return None
+    lib = load()
+    if lib is None:
+        return None
+    q, s = data.contiguous(), scale.contiguous()
+    n = q.numel() // 32
+    out = torch.empty(q.shape, dtype=torch.float32)
+    lut = _lut(q.dtype)
+    u8, f32 = ctypes.POINTER(ctypes.c_uint8), ctypes.POINTER(ctypes.c_float)
+
+    def run(lo: int, hi: int) -> None:
+        lib.mx_dequantize(ctypes.cast(q.data_ptr() + lo * 32, u8), hi - lo, ctypes.cast(s.data_ptr() + lo * 4, f32),
+                          ctypes.cast(lut.data_ptr(), f32), ctypes.cast(out.data_ptr() + lo * 128, f32))
+
+    threads = max(1, min(torch.get_num_threads(), n // MIN_BLOCKS_PER_THREAD))
+    if threads == 1:
+        run(0, n)
+    else:
+        cuts = [n * i // threads for i in range(threads + 1)]
+        list(_pool(threads).map(run, cuts[:-1], cuts[1:]))
+    return out
 
 
 if __name__ == "__main__":  # make setup: build once so first use does not pay the compile

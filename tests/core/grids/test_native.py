@@ -85,3 +85,28 @@ def test_the_built_kernel_is_cached_by_source_and_cpu():
     path = native.kernel_path()
     assert path.exists() and path.suffix == ".so"
     assert native.build() == path  # a second build is a no-op
+
+
+@pytest.mark.parametrize("elem", ["e4m3", "e5m2"])
+def test_native_dequantization_gives_the_reference_bits(elem):
+    """Every element byte under every scale byte (0 → 2^-127, 0xFF → NaN), and a random [N, K] weight as a
+    CPU engine's compute copy: the C kernel's fp32 bits are the PyTorch path's, NaNs included; threads split."""
+    from fp8rl_core.grids.mx import dequantize_mx
+
+    fmt = FORMATS[elem]
+    q = torch.arange(256, dtype=torch.int32).to(torch.uint8).repeat(256).reshape(-1, 32).view(fmt.dtype)
+    s = torch.arange(256, dtype=torch.int32).to(torch.uint8).repeat_interleave(8).reshape(-1, 1)  # 8 blocks each
+    native_out, eager = dequantize_mx(q, s, 1), dequantize_mx(q, s, 1, backend="eager")
+    assert native_out.dtype == torch.float32 and torch.equal(native_out.view(torch.int32), eager.view(torch.int32))
+    assert native_out.isnan().any() and (native_out == 0).any() and (native_out.abs() > 1e38).any()
+    w = quantize(torch.randn(1536, 2048, generator=torch.Generator().manual_seed(3)), "mxfp8-e4m3-rceil")
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            got = dequantize_mx(w.data, w.scale, 1)
+            assert torch.equal(got.view(torch.int32), dequantize_mx(w.data, w.scale, 1, backend="eager").view(torch.int32))
+    finally:
+        torch.set_num_threads(before)
+    # columnwise blocks and a tail that is not a whole block stay on the PyTorch path
+    assert native.mx_dequantize_native(w.data[:, :48], torch.ones(1536, 2)) is None
