@@ -6,8 +6,10 @@ one run each. The sweep's flow run creates the runs' flow runs as its child flow
 ``as_subflow``), waits for each to end, and records how each ended: the MLflow run the child ended
 (FINISHED, or FAILED with verl's reason), else — the child's process killed, its worker lost, its flow
 run cancelled — FAILED or KILLED with the child's final Prefect state, its worker's host and the state's
-message. Interrupted (a signal, the sweep's flow run cancelled), it cancels the children still queued or
-running and ends their MLflow runs KILLED. Specified in docs/deploy.md ("verl runs on workers").
+message. Interrupted (a signal; the sweep's flow run cancelled in Prefect, whose worker then sends its process
+SIGTERM), it cancels the children still queued or running (as Prefect's Cancel does: state Cancelling, which the
+server turns into Cancelled for a child no worker holds, and a child's worker into SIGTERM to its process) and
+ends their MLflow runs KILLED with the reason in plain text. Specified in docs/deploy.md ("verl runs on workers").
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from adapters import tracking
 from adapters.cluster import ClusterError
 from adapters.tracking import RunRow
 
-__all__ = ["POLL_S", "VERL_RUN", "PoolJob", "check_deployment", "deployment_name", "run_on_pool"]
+__all__ = ["POLL_S", "VERL_RUN", "PoolJob", "cancelled", "check_deployment", "deployment_name", "interruption",
+           "run_on_pool"]
 
 #: the flow (and deployment) name of one verl run (flows/pipelines.py ``verl_run``; deployments/prefect.yaml)
 VERL_RUN = "verl-run"
@@ -71,6 +74,34 @@ def check_deployment(pool: str) -> int:
                    for w in c.read_workers_for_work_pool(pool))
 
 
+def cancelled() -> str | None:
+    """When this process runs a flow run that was cancelled in Prefect (state Cancelling or Cancelled: the UI's
+    Cancel, ``prefect flow-run cancel``, or the sweep cancelling its runs), that in plain text with the state's
+    message; else (no flow run here, not cancelled, the server out of reach) None."""
+    from prefect import get_client
+    from prefect.runtime import flow_run as runtime_flow_run
+
+    fid = runtime_flow_run.id
+    if not fid:
+        return None
+    try:
+        with get_client(sync_client=True) as c:
+            me = c.read_flow_run(fid)
+    except Exception:  # noqa: BLE001 — the caller says what it knows without it
+        return None
+    if me.state is None or not (me.state.is_cancelling() or me.state.is_cancelled()):
+        return None
+    message = tracking.plain_text(" ".join((me.state.message or "").split()))
+    return f"flow run {me.name} was cancelled in Prefect" + (f" ({message})" if message else "")
+
+
+def interruption(e: BaseException) -> str:
+    """Why a sweep stopped, in plain text: its flow run cancelled in Prefect (:func:`cancelled`), else the
+    interrupt (``Type: message``)."""
+    why = cancelled()
+    return f"the sweep's {why}" if why else f"the sweep was interrupted ({type(e).__name__}: {e})"
+
+
 def _where(flow_run, tags: Mapping[str, str]) -> str:
     """Where ``flow_run`` ran: its worker's host and its process, as the run tagged them when it started
     (``fp8rl.host``, ``fp8rl.pid``), else the process id its worker reported, else a phrase."""
@@ -110,8 +141,8 @@ def run_on_pool(pool: str, jobs: Sequence[PoolJob], env: Mapping[str, str],
                 done: Callable[[RunRow], None]) -> list[RunRow]:
     """Each job as a child flow run of :func:`deployment_name` (``pool``), ``env`` set in its process (the
     process pool's ``env`` job variable); wait for all, ``done(row)`` as each ends; the rows in the order the
-    runs ended. Interrupted: the children still queued or running are cancelled, their MLflow runs KILLED,
-    and the interrupt raised."""
+    runs ended. Interrupted: the children still queued or running are cancelled (state Cancelling, as Prefect's
+    Cancel sets it), their MLflow runs KILLED with :func:`interruption`'s reason, and the interrupt raised."""
     from prefect import get_client
     from prefect.deployments import run_deployment
     from prefect.states import Cancelling
@@ -137,11 +168,11 @@ def run_on_pool(pool: str, jobs: Sequence[PoolJob], env: Mapping[str, str],
                 if waiting:
                     time.sleep(POLL_S)
     except BaseException as e:  # interrupted: nothing of the sweep keeps running, nothing is left SCHEDULED/RUNNING
-        reason = f"the sweep was interrupted ({type(e).__name__}: {e}) before this run finished"
+        reason = f"{interruption(e)}, before this run finished"
         with get_client(sync_client=True) as c:
             for fid, job in waiting.items():
-                try:
-                    c.set_flow_run_state(fid, Cancelling(message=reason), force=True)
+                try:  # orchestrated, not forced: a child no worker holds yet goes straight to Cancelled
+                    c.set_flow_run_state(fid, Cancelling(message=reason))
                 except Exception as err:  # noqa: BLE001 — its MLflow record is ended all the same
                     logger.warning("could not cancel the flow run of %s: %s", job.name, err)
         ended = {r.run_id for r in rows}

@@ -222,7 +222,7 @@ class _ParentRun:
                 "config": sweep.source, "overrides": list(sweep.overrides)})
         return self.id
 
-    def end(self, rows: list[RunRow], interrupted: BaseException | None = None) -> None:
+    def end(self, rows: list[RunRow], interrupted: BaseException | str | None = None) -> None:
         """End it by its runs' rows (:func:`adapters.tracking.end_sweep_run`), if it was opened."""
         if self.id is not None:
             tracking.end_sweep_run(self.id, rows, interrupted=interrupted)
@@ -287,8 +287,8 @@ def _verl_sweep(sweep: Sweep, resume: bool, report: bool, ray_address: str | Non
             except Exception as e:  # noqa: BLE001 — its MLflow run ended FAILED with the error; the next one runs
                 get_run_logger().error("run %s failed: %s: %s", run.name, type(e).__name__, tracking.plain_text(str(e)))
                 rows[run.id] = RunRow(run.id, mlflow_run, run.name, f"FAILED: {type(e).__name__}")
-    except BaseException as e:  # interrupted, or the sweep itself broke: its parent run says so
-        parent.end(list(rows.values()), interrupted=e)
+    except BaseException as e:  # interrupted (its flow run cancelled in Prefect), or the sweep broke: its parent run says so
+        parent.end(list(rows.values()), interrupted=pool.interruption(e))
         raise
     return _finish(sweep, [rows[r.id] for r in runs], parent, report, "verl runs")
 
@@ -402,7 +402,9 @@ def _verl_run(run: Run, sweep: str, sweep_id: str, flow_run: str, parent: str, r
         mlflow_run = _open(run, sweep, sweep_id, flow_run, parent)
     tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run, "verl.launch": "subprocess"}
                    | ({"fp8rl.fault": ", ".join(faults)} if faults else {}))
-    with tracking.ending(mlflow_run) as end:  # verl's own MLflow logger may end the run too: fp8rl's is the last word
+    # verl's own MLflow logger may end the run too: fp8rl's is the last word; a signal ends it KILLED, naming a
+    # cancel in Prefect when its flow run (a verl-run on a worker, or the sweep's) was cancelled
+    with tracking.ending(mlflow_run, _killed_by) as end:
         out = run_verl(run, sweep, mlflow_run, ray_address, WARMSTART_CACHE, hooks)
         if out.reason:
             end.fail(out.reason)
@@ -410,6 +412,13 @@ def _verl_run(run: Run, sweep: str, sweep_id: str, flow_run: str, parent: str, r
                          run.name, out.reason or "verl's trainer finished", out.log)
     status = "FAILED: verl exit status " + str(out.returncode) if out.reason else "FINISHED"
     return RunRow(run.id, mlflow_run, run.name, status, tracking.headline_metrics(out.summary)), out
+
+
+def _killed_by(signal_name: str) -> str:
+    """Why a verl run's MLflow run ended KILLED: its flow run cancelled in Prefect (:func:`adapters.pool.cancelled`)
+    and the signal its worker sent, else the signal."""
+    why = pool.cancelled()
+    return f"its {why}; stopped by signal {signal_name}" if why else f"interrupted by signal {signal_name}"
 
 
 def _finish(sweep: Sweep, rows: list[RunRow], parent: "_ParentRun", report: bool, what: str = "runs") -> list[RunRow]:

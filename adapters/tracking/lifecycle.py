@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
@@ -96,8 +96,9 @@ def open_sweep_run(sweep: str, sweep_id: str, params: Mapping[str, str], descrip
     return run.info.run_id
 
 
-def end_sweep_run(parent: str, rows: Sequence[RunRow], interrupted: BaseException | None = None) -> str:
-    """End the parent run: KILLED when the sweep was ``interrupted``, FAILED naming the failed runs (tag
+def end_sweep_run(parent: str, rows: Sequence[RunRow], interrupted: BaseException | str | None = None) -> str:
+    """End the parent run: KILLED when the sweep was ``interrupted`` (the exception, or why in plain text: its
+    ``error`` tag), FAILED naming the failed runs (tag
     ``error``), else FINISHED (an ``error`` an earlier pass of the same sweep left is removed: the rerun
     repaired it); with ``runs/*`` counts as metrics. Returns the status."""
     failed = [r.name for r in rows if r.failed]
@@ -105,7 +106,8 @@ def end_sweep_run(parent: str, rows: Sequence[RunRow], interrupted: BaseExceptio
                          "runs/finished": sum(r.status.startswith(("FINISHED", "SKIPPED")) for r in rows)})
     if interrupted is not None:
         status = "KILLED"
-        set_tag(parent, "error", f"the sweep was interrupted ({type(interrupted).__name__}: {interrupted})")
+        set_tag(parent, "error", interrupted if isinstance(interrupted, str) else
+                f"the sweep was interrupted ({type(interrupted).__name__}: {interrupted})")
     elif failed:
         status = "FAILED"
         set_tag(parent, "error", f"{len(failed)} of {len(rows)} runs failed: {', '.join(failed)}")
@@ -183,18 +185,25 @@ class RunEnd:
         self.reason = reason
 
 
+def _by_signal(name: str) -> str:
+    return f"interrupted by signal {name}"
+
+
 @contextmanager
-def ending(mlflow_run: str):
+def ending(mlflow_run: str, killed_by: Callable[[str], str] = _by_signal):
     """Run the block as the MLflow run's execution and end the run by how the block ends: FINISHED; FAILED
     with ``error`` = the exception (``Type: message``), or the reason given to the yielded
-    :class:`RunEnd`'s ``fail``; KILLED with ``error`` = the signal on SIGTERM/SIGINT (main thread only),
-    after which the signal acts as before. A run something else already ended (a signal) keeps that
-    end when the block raises; metrics and artifacts logged before stay."""
+    :class:`RunEnd`'s ``fail``; KILLED on SIGTERM/SIGINT (main thread only) with ``error`` =
+    ``killed_by(signal name)`` (default: ``interrupted by signal SIGTERM``), unless the run is KILLED already
+    (a sweep that cancelled it ended it with its reason), after which the signal acts as before. A run
+    something else already ended (a signal) keeps that end when the block raises; metrics and artifacts
+    logged before stay."""
     end = RunEnd()
 
     def killed(signum, frame, previous):
-        set_tag(mlflow_run, "error", f"interrupted by signal {signal.Signals(signum).name}")
-        terminate(mlflow_run, "KILLED")
+        if status(mlflow_run) != "KILLED":
+            set_tag(mlflow_run, "error", killed_by(signal.Signals(signum).name))
+            terminate(mlflow_run, "KILLED")
         if callable(previous):
             previous(signum, frame)
         raise KeyboardInterrupt(f"signal {signum}")

@@ -91,6 +91,9 @@ def parent_and_runs_round_trip(store: Path) -> None:
     assert tracking.end_sweep_run(parent, [tracking.RunRow("r", "m", "moe-mini·all·s0", "FINISHED")]) == "FINISHED"
     assert "error" not in c.get_run(parent).data.tags and tracking.status(parent) == "FINISHED"
     assert tracking.end_sweep_run(other, [], interrupted=KeyboardInterrupt("signal SIGTERM")) == "KILLED"
+    assert c.get_run(other).data.tags["error"] == "the sweep was interrupted (KeyboardInterrupt: signal SIGTERM)"
+    assert tracking.end_sweep_run(other, [], interrupted="the sweep's flow run x was cancelled in Prefect") == "KILLED"
+    assert c.get_run(other).data.tags["error"] == "the sweep's flow run x was cancelled in Prefect"  # as given
     assert tracking.find_finished("sweep-p", "r1") == child
 
 
@@ -195,7 +198,7 @@ def test_a_run_ends_finished_failed_or_killed_by_how_its_block_ends(store):
 
 
 def _ends(store):
-    runs = [tracking.open_run("sweep-e", "sid", f"r{i}", f"n{i}", {}, None) for i in range(4)]
+    runs = [tracking.open_run("sweep-e", "sid", f"r{i}", f"n{i}", {}, None) for i in range(6)]
     with tracking.ending(runs[0]):
         tracking.log_metrics(runs[0], {"x": 1.0})
     assert _status_and_error(runs[0]) == ("FINISHED", None)
@@ -210,6 +213,17 @@ def _ends(store):
         time.sleep(5)  # the handler raises here, in the main thread
     assert _status_and_error(runs[3]) == ("KILLED", "interrupted by signal SIGTERM")  # not overwritten as FAILED
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the previous handler is back
+    # the reason a caller gives for a signal (a flow run cancelled in Prefect)
+    with pytest.raises(KeyboardInterrupt), tracking.ending(runs[4], lambda name: f"cancelled; stopped by {name}"):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    assert _status_and_error(runs[4]) == ("KILLED", "cancelled; stopped by SIGTERM")
+    # a run its sweep ended KILLED first (cancelling it) keeps the sweep's reason when its own signal comes
+    with pytest.raises(KeyboardInterrupt), tracking.ending(runs[5]):
+        tracking.end_unfinished(runs[5], "KILLED", "the sweep's flow run x was cancelled in Prefect")
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    assert _status_and_error(runs[5]) == ("KILLED", "the sweep's flow run x was cancelled in Prefect")
 
 
 def test_a_run_recorded_under_its_pinned_id_is_found_as_its_config_loads_today(store):

@@ -12,6 +12,7 @@ behavioural alarm at the next); one fault stopping verl's trainer)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -63,6 +64,38 @@ def _kill_once_its_ray_is_up(c, sweep: str, name: str, sweep_thread: threading.T
     raise AssertionError(f"{name} never ran with its Ray up")
 
 
+#: the final types of a Prefect flow run's state
+FINAL = ("COMPLETED", "FAILED", "CANCELLED", "CRASHED")
+
+
+def _cancel_once_a_run_runs(server, c, sweep_run: str, names: list[str], timeout_s: float = 900) -> float:
+    """Cancel the flow run ``sweep_run`` as Prefect's UI and `prefect flow-run cancel` do (state Cancelling)
+    once one of its runs ``names`` runs: its child flow run RUNNING, its MLflow run RUNNING; when (monotonic)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = server.get(f"/flow_runs/{sweep_run}")["state"]["type"]
+        assert state not in FINAL, f"the sweep's flow run ended {state} before any of its runs ran"
+        exp = c.get_experiment_by_name("verl-smoke")
+        mlflow_running = {r.info.run_name for r in c.search_runs([exp.experiment_id])
+                          if r.info.run_name in names and r.info.status == "RUNNING"}
+        children = server.post("/flow_runs/filter", {"flow_runs": {"name": {"any_": names}}})
+        if any(f["state"]["type"] == "RUNNING" and f["name"] in mlflow_running for f in children):
+            server.cli("flow-run", "cancel", sweep_run)
+            return time.monotonic()
+        time.sleep(2)
+    raise AssertionError(f"none of {names} ran within {timeout_s} s")
+
+
+def _gone(pid: int) -> bool:
+    """The process ``pid`` no longer runs (ended, or a zombie its parent has not reaped yet)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 
 def test_a_verl_sweep_on_two_workers_runs_side_by_side_on_rays_of_their_own_and_reruns_only_a_killed_run(
         env, gsm8k_experiment, tmp_path):
@@ -75,8 +108,12 @@ def test_a_verl_sweep_on_two_workers_runs_side_by_side_on_rays_of_their_own_and_
     cause (the worker's host, the exit status), the others FINISHED, the parent run says 1 of 3 failed, the
     report is written, no trainer of the killed run is left; a rerun runs only `half`. Then what the records
     hold: the report judges (a) and (b) from verl's tokens and (c) over the on-grid syncs only ((d) on the MoE
-    mini: tests/flows/test_verl_moe.py). fp8rl's own warm start and addition task through verl, and the rollout
-    at tensor parallel 2, are the MoE mini's fault series below."""
+    mini: tests/flows/test_verl_moe.py). Then the sweep again with another seed, started as a user starts it
+    (`prefect deployment run mxfp8-sweep/verl-smoke`, its flow run on a third worker, queue `default`) and
+    cancelled in Prefect (`prefect flow-run cancel`, what the UI's Cancel does) once one of its runs runs: the
+    sweep's flow run and its three child flow runs end CANCELLED, their MLflow runs KILLED naming the cancel,
+    the parent run KILLED, no process of theirs left, within three minutes. fp8rl's own warm start and
+    addition task through verl, and the rollout at tensor parallel 2, are the MoE mini's fault series below."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from fp8rl_core.config.dataset import file_sha256
@@ -101,13 +138,14 @@ def test_a_verl_sweep_on_two_workers_runs_side_by_side_on_rays_of_their_own_and_
                    env=server.env | {"FP8RL_WORK_POOL": pool}, timeout=600)  # imports the flows (torch, vLLM)
         worker_env = server.env | {k: os.environ[k] for k in ("MLFLOW_TRACKING_URI", "FP8RL_ARTIFACTS", "FP8RL_VERL_WORK")} \
             | {"FP8RL_CACHE": env["warmstart"], "PYTHONPATH": str(ROOT), "PREFECT_WORKER_QUERY_SECONDS": "2"}
-        for i in (1, 2):  # as docs/deploy.md starts a node's worker: one run at a time, verl runs only
-            log = (tmp_path / f"worker{i}.log").open("w")
+        # as docs/deploy.md starts a node's worker (one run at a time, verl runs only), and the sweeps' own worker
+        for name, queue in (("worker1", "verl"), ("worker2", "verl"), ("sweeps", "default")):
+            log = (tmp_path / f"{name}.log").open("w")
             workers.append((subprocess.Popen(
                 [str(Path(sys.executable).with_name("prefect")), "--no-prompt", "worker", "start", "--pool", pool,
-                 "--type", "process", "--work-queue", "verl", "--limit", "1", "--name", f"worker{i}"],
+                 "--type", "process", "--work-queue", queue, "--limit", "1", "--name", name],
                 cwd=ROOT, env=worker_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True),
-                tmp_path / f"worker{i}.log"))
+                tmp_path / f"{name}.log"))
 
         with temporary_settings(updates={PREFECT_API_URL: server.api}):
             first: dict = {}
@@ -164,6 +202,47 @@ def test_a_verl_sweep_on_two_workers_runs_side_by_side_on_rays_of_their_own_and_
         assert [(r.name, r.status) for r in rows] == [("dense-mini·bf16-sampler·s0", "SKIPPED (done)"),
                                                       ("dense-mini·half·s0", "FINISHED"),
                                                       ("dense-mini·all·s0", "SKIPPED (done)")]
+        first_sweep = found[0].data.tags["fp8rl.sweep_id"]
+
+        # cancelling: the sweep with another seed (none of its runs finished), started as a user starts it, cancelled
+        # in Prefect as soon as one of its runs runs
+        seed1 = [n.replace("·s0", "·s1") for n in names]
+        out = server.cli("deployment", "run", "mxfp8-sweep/verl-smoke", "--params",
+                         json.dumps({"config": VERL_SMOKE, "overrides": [*args, "axes.seed=[1]"]}))
+        sweep_run = re.search(r"UUID:\s*([0-9a-f-]{36})", out)[1]
+        cancelled_at = _cancel_once_a_run_runs(server, c, sweep_run, seed1)
+        while time.monotonic() < cancelled_at + 180:
+            sweep_state = server.get(f"/flow_runs/{sweep_run}")
+            children = server.post("/flow_runs/filter", {"flow_runs": {"name": {"any_": seed1}}})
+            if sweep_state["state"]["type"] in FINAL and all(f["state"]["type"] in FINAL for f in children):
+                break
+            time.sleep(2)
+        # the sweep's flow run and every one of its runs' flow runs CANCELLED (the one no worker held yet too)
+        assert sweep_state["state"]["type"] == "CANCELLED", sweep_state["state"]
+        assert sorted((f["name"], f["state"]["type"]) for f in children) == sorted((n, "CANCELLED") for n in seed1), \
+            [(f["name"], f["state"]) for f in children]
+        assert {f["parent_task_run_id"] is not None for f in children} == {True}  # shown as the sweep's children
+        # in MLflow: each run KILLED naming the cancel (the sweep's or its own flow run's), the parent run KILLED
+        because = f"the sweep's flow run {sweep_state['name']} was cancelled in Prefect"
+        exp = c.get_experiment_by_name("verl-smoke")
+        killed_runs = [r for r in c.search_runs([exp.experiment_id]) if r.info.run_name in seed1]
+        assert sorted(r.info.run_name for r in killed_runs) == sorted(seed1)
+        for r in killed_runs:
+            assert r.info.status == "KILLED" and because in r.data.tags["error"], (r.info.run_name, r.data.tags)
+        (parent1,) = [r for r in c.search_runs([exp.experiment_id]) if r.data.tags.get("fp8rl.kind") == "sweep"
+                      and r.data.tags["fp8rl.sweep_id"] == killed_runs[0].data.tags["fp8rl.sweep_id"]]
+        assert parent1.info.status == "KILLED" and parent1.data.tags["error"].startswith(because), parent1.data.tags
+        # no process of theirs left: the sweep's flow-run process, each run's flow-run process, verl's trainer
+        work = Path(os.environ["FP8RL_VERL_WORK"]).resolve() / "verl-smoke"
+        pids = [int(sweep_state["infrastructure_pid"])] + [int(r.data.tags["fp8rl.pid"]) for r in killed_runs
+                                                            if "fp8rl.pid" in r.data.tags]
+        while time.monotonic() < cancelled_at + 180 and not (
+                all(map(_gone, pids)) and all(_processes_in(str(work / r.data.tags["fp8rl.run_id"])) == []
+                                              for r in killed_runs)):
+            time.sleep(2)
+        assert all(map(_gone, pids)), [(p, _gone(p)) for p in pids]
+        assert [_processes_in(str(work / r.data.tags["fp8rl.run_id"])) for r in killed_runs] == [[]] * 3
+        print(f"cancelled: everything ended {time.monotonic() - cancelled_at:.0f} s after the cancel")
     except BaseException:
         for proc_log in [server.log] + [log for _, log in workers]:
             print(f"----- {proc_log.name} -----\n{_tail(proc_log)}")
@@ -179,7 +258,8 @@ def test_a_verl_sweep_on_two_workers_runs_side_by_side_on_rays_of_their_own_and_
                 w.wait(timeout=10)
         server.stop()
     exp = c.get_experiment_by_name("verl-smoke")
-    (parent,) = [r for r in c.search_runs([exp.experiment_id]) if r.data.tags.get("fp8rl.kind") == "sweep"]
+    (parent,) = [r for r in c.search_runs([exp.experiment_id]) if r.data.tags.get("fp8rl.kind") == "sweep"
+                 and r.data.tags["fp8rl.sweep_id"] == first_sweep]
     assert parent.info.status == "FINISHED" and "error" not in parent.data.tags  # the rerun repaired it
     for row in rows:
         run = c.get_run(row.mlflow_run)
