@@ -158,7 +158,8 @@ def run_sweep(models: list[str], steps: int, cache: Path, warmstart_steps: int |
                 overrides = ["sweep=verl-overhead", f"axes.model=[{model}]", f"axes.preset=[{preset}]",
                              "axes.seed=[0]", f"base.loop.steps={steps}"]
                 if warmstart_steps is not None:
-                    overrides.append(f"base.warmstart.steps={warmstart_steps}")
+                    overrides += [f"base.warmstart.steps={warmstart_steps}",  # warm-up within the steps
+                                  f"base.warmstart.warmup={min(50, warmstart_steps // 4)}"]
                 t0 = time.perf_counter()
                 rows = pipelines.mxfp8_sweep(str(ROOT / "configs" / "verl-smoke.yaml"), overrides, report=False,
                                              inline=True)
