@@ -159,7 +159,7 @@ def _ends(lines: list[dict]) -> dict[str, float]:
     syncs = {int(ln["version"]): float(ln["t"]) for ln in lines if ln["milestone"] == "sync_done"}
     starts = [float(ln["t"]) for ln in lines if ln["milestone"] == "sync_start" and int(ln["version"]) == 0]
     raylets = [float(ln["raylet_start"]) for ln in regs if "raylet_start" in ln]
-    runners = [float(ln["t"]) for ln in regs if ln.get("role") == "TaskRunner"]
+    runners = [float(ln["t"]) for ln in regs if str(ln.get("role", "")).startswith("TaskRunner")]  # TaskRunnerV1 too
     out = {k: first[k] for k in ("config", "server", "run_end") if k in first}
     if raylets:
         out["ray_up"] = min(raylets)

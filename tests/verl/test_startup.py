@@ -26,7 +26,7 @@ def _run(path, *, retry: bool = False) -> None:
         mark(path, "register", T0 + 9.0, pid=10, role="TaskRunner", process_start=T0 + 8.0, raylet_start=T0 + 7.0, seconds=0.5)
         mark(path, "launch", T0 + 10.0)
     base = T0 + 10.0 if retry else T0
-    mark(path, "register", base + 20.0, pid=11, role="TaskRunner", process_start=base + 18.0, raylet_start=base + 15.0, seconds=0.25)
+    mark(path, "register", base + 20.0, pid=11, role="TaskRunnerV1", process_start=base + 18.0, raylet_start=base + 15.0, seconds=0.25)
     mark(path, "register", base + 30.0, pid=12, role="WorkerDict", process_start=base + 25.0, raylet_start=base + 15.0, seconds=0.5)
     mark(path, "server", base + 40.0, pid=13)
     mark(path, "register", base + 45.0, pid=13, role="Fp8rlHttpServer", process_start=base + 39.0, raylet_start=base + 15.0, seconds=0.25)
@@ -69,7 +69,7 @@ def test_the_phases_of_a_two_step_run_sum_to_its_wall(tmp_path):
     # two steps of 6 s and 4 s: the warm step is the second; start-up and end = wall less the steps
     assert split.steps == 2 and split.warm_step_s == 4.0
     assert split.startup_s == 80.0 and split.projected(200) == 80.0 + 200 * 4.0
-    assert split.processes == ("TaskRunner", "WorkerDict", "Fp8rlHttpServer")
+    assert split.processes == ("TaskRunnerV1", "WorkerDict", "Fp8rlHttpServer")
     assert split.fp8rl == {"preparation/dataset_s": 0.5, "preparation/warm_start_copy_s": 2.0,
                            "preparation/payload_s": 0.25, "preparation/config_s": 0.25, "register_s": 1.0,
                            "first_sync_s": 0.25 + 0.125 + 0.5}
@@ -87,7 +87,7 @@ def test_a_second_start_takes_its_own_processes_the_first_attempt_falls_in_the_d
     phases = {p.name: p.seconds for p in split.phases}
     assert phases["verl_driver"] == 22.0 and phases["taskrunner"] == 5.0  # Ray of the second start: T0 + 25
     assert sum(phases.values()) == 100.0
-    assert split.processes == ("TaskRunner", "WorkerDict", "Fp8rlHttpServer")
+    assert split.processes == ("TaskRunnerV1", "WorkerDict", "Fp8rlHttpServer")
     assert "first_sync_s" not in split.fp8rl  # no costs given
 
 
