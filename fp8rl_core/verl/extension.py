@@ -147,7 +147,6 @@ def register() -> None:
     t0 = time.perf_counter()
     import torch
 
-
     _patch_padding()
     _register_rollout()
     _install_capture()

@@ -116,7 +116,7 @@ def _server_adapter() -> type:
 
             run = payload()
             version = int(global_steps or 0)
-            timeline = run is not None and run.reports and self.rollout_rank == 0
+            timeline = bool(run is not None and run.reports and self.rollout_rank == 0)
             if timeline:  # fp8rl_core.verl.startup: the sync's start and end
                 mark(Path(run.reports).parent / STARTUP_FILE, "sync_start", version=version)
             schemes, grid = (run.rollout_schemes, run.mx_grid) if run is not None else ({}, TE_GRID)
