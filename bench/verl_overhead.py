@@ -219,14 +219,16 @@ def print_wall(r: RunCosts, step: float) -> None:
           f"{r.wall_s - wall:.1f} s; the task's phases:")
     for name, holds, _ in PHASES:
         v = s.get(f"time/startup/{name}_s", math.nan)
-        extra = (f" ({s['time/startup/steps']:.0f} x {s['time/startup/warm_step_s']:.2f} s warm; verl's step "
-                 f"{step:.2f} s)") if name == "steps" else ""
+        extra = (f" ({s['time/startup/steps']:.0f} steps, warm step {s['time/startup/warm_step_s']:.2f} s sync to "
+                 f"sync; verl's timing_s/step {step:.2f} s)") if name == "steps" else ""
         print(f"      {name:12s}{v:8.1f} s {v / wall:7.1%}  {holds}{extra}")
     own = {k.removeprefix("time/startup/fp8rl/"): v for k, v in s.items() if k.startswith("time/startup/fp8rl/")}
     print("      fp8rl inside them: " + ", ".join(f"{k} {v:.2f} s" for k, v in sorted(own.items()))
           + f" ({s.get('time/startup/processes', 0):.0f} processes registered)")
-    print(f"      a 200-step run: {wall - s['time/startup/steps_s']:.1f} s start-up and end + 200 x "
-          f"{s['time/startup/warm_step_s']:.2f} s = {s['time/startup/projected_200_steps_s']:.0f} s")
+    n = s["time/startup/steps"]
+    print(f"      a 200-step run: this run's {wall:.1f} s + {200 - n:.0f} x {s['time/startup/warm_step_s']:.2f} s warm "
+          f"= {s['time/startup/projected_200_steps_s']:.0f} s; the wall less the steps (start-up and end) "
+          f"{wall - s['time/startup/steps_s']:.1f} s")
 
 
 def report(runs: list[RunCosts], cpu: dict[str, float]) -> None:

@@ -45,9 +45,10 @@ PHASES = (
     ("workers", "verl's trainer set-up: TransferQueue, the actor/ref workers and their models, reward workers",
      "server"),
     ("vllm_server", "the vLLM server actor: its engine's start (verl's launch_server)", "server_up"),
-    ("agent_loop", "the agent loop's workers, the checkpoint engine, verl's logger, to the first sync", "sync_start"),
-    ("first_sync", "the first weight sync with fp8rl's checks", "first_sync_done"),
-    ("steps", "the RL steps (each: the previous sync done to its own sync done)", "last_sync_done"),
+    ("first_sync", "the checkpoint engine, the first weight sync with fp8rl's checks", "first_sync_done"),
+    ("agent_loop", "the agent loop's workers, started at the first step: their processes to their first fp8rl code",
+     "agent_loop"),
+    ("steps", "the RL steps to the last one's weight sync (the first step's generation onwards)", "last_sync_done"),
     ("end", "after the last step's sync: its metrics, verl's and Ray's shutdown", "run_end"),
 )
 
@@ -74,8 +75,8 @@ def read_milestones(path: str | Path) -> list[dict]:
 
 
 def process_fields() -> dict:
-    """This process: ``pid``, ``role`` (its title as Ray (``ray::TaskRunner.run`` → ``TaskRunner``) or vLLM
-    set it, else the module or program it runs), ``process_start`` and, where its parent is Ray's raylet (a
+    """This process: ``pid``, ``role`` (its title as Ray (``ray::TaskRunnerV1.run`` → ``TaskRunnerV1``,
+    ``ray::vllm_server_0_0:Fp8rlHttpServer`` → ``Fp8rlHttpServer``) or vLLM set it, else the module or program it runs), ``process_start`` and, where its parent is Ray's raylet (a
     Ray worker), ``raylet_start`` (psutil's creation times, seconds since the epoch)."""
     import psutil
 
@@ -95,8 +96,8 @@ def _role(cmdline: list[str]) -> str:
         return "unknown"
     title = cmdline[0]
     if "::" in title:  # Ray's "ray::Class.method", vLLM's "VLLM::EngineCore"
-        head, _, rest = title.partition("::")
-        return rest.split(".")[0].strip() or head
+        head, _, rest = title.partition("::")  # a named actor's: "ray::vllm_server_0_0:Fp8rlHttpServer"
+        return rest.split(".")[0].rpartition(":")[2].strip() or head
     if "-m" in cmdline[:-1]:
         return cmdline[cmdline.index("-m") + 1]
     return Path(title).name
@@ -136,8 +137,8 @@ class WallSplit:
         return next(p for p in self.phases if p.name == name)
 
     def projected(self, steps: int) -> float:
-        """A run of ``steps`` RL steps: this run's start-up and end plus ``steps`` warm steps."""
-        return self.startup_s + steps * self.warm_step_s
+        """A run of ``steps`` RL steps: this run's wall plus its missing steps as warm steps."""
+        return self.wall_s + (steps - self.steps) * self.warm_step_s
 
     def metrics(self, projected_steps: int = 200) -> dict[str, float]:
         """``time/startup/<phase>_s`` of every phase, ``…/wall_s``, ``…/steps``, ``…/warm_step_s``,
@@ -158,9 +159,9 @@ def _ends(lines: list[dict]) -> dict[str, float]:
     regs = [ln for ln in lines if ln["milestone"] == "register"]
     ups = [float(ln["t"]) for ln in lines if ln["milestone"] == "server_up"]
     syncs = {int(ln["version"]): float(ln["t"]) for ln in lines if ln["milestone"] == "sync_done"}
-    starts = [float(ln["t"]) for ln in lines if ln["milestone"] == "sync_start" and int(ln["version"]) == 0]
     raylets = [float(ln["raylet_start"]) for ln in regs if "raylet_start" in ln]
     runners = [float(ln["t"]) for ln in regs if str(ln.get("role", "")).startswith("TaskRunner")]  # TaskRunnerV1 too
+    loops = [float(ln["t"]) for ln in regs if str(ln.get("role", "")).startswith("AgentLoopWorker")]  # …TQ too
     out = {k: first[k] for k in ("config", "server", "run_end") if k in first}
     if raylets:
         out["ray_up"] = min(raylets)
@@ -168,8 +169,8 @@ def _ends(lines: list[dict]) -> dict[str, float]:
         out["taskrunner"] = min(runners)
     if ups:
         out["server_up"] = max(ups)
-    if starts:
-        out["sync_start"] = min(starts)
+    if loops:
+        out["agent_loop"] = min(loops)
     if 0 in syncs:
         out["first_sync_done"] = syncs[0]
     if syncs:

@@ -135,13 +135,15 @@ def test_record_logs_where_the_runs_wall_went(store):
     for v, (a, b) in enumerate(((55.0, 57.0), (60.0, 61.0), (64.0, 65.0))):
         mark(path, "sync_start", t0 + a, version=v)
         mark(path, "sync_done", t0 + b, version=v)
+        if v == 0:  # verl starts the agent loop's worker at the first step
+            mark(path, "register", t0 + 58.0, pid=3, role="AgentLoopWorkerTQ", process_start=t0 + 57.0, raylet_start=t0 + 12.0, seconds=0.5)
     mark(path, "run_end", t0 + 75.0)
     out = record(mlflow_run, [], None, (), (), read_milestones(path))
     logged = tracking.client().get_run(mlflow_run).data.metrics
     expect = {"preparation": 4.0, "verl_driver": 8.0, "taskrunner": 8.0, "workers": 10.0, "vllm_server": 20.0,
-              "agent_loop": 5.0, "first_sync": 2.0, "steps": 8.0, "end": 10.0}
+              "first_sync": 7.0, "agent_loop": 1.0, "steps": 7.0, "end": 10.0}
     for name, seconds in expect.items():
         assert out[f"time/startup/{name}_s"] == logged[f"time/startup/{name}_s"] == seconds, name
     assert logged["time/startup/wall_s"] == 75.0 and logged["time/startup/warm_step_s"] == 4.0
-    assert logged["time/startup/projected_200_steps_s"] == 67.0 + 200 * 4.0
+    assert logged["time/startup/projected_200_steps_s"] == 75.0 + 198 * 4.0
     assert logged["time/startup/fp8rl/preparation/warm_start_copy_s"] == 2.0

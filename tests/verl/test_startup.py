@@ -33,6 +33,7 @@ def _run(path, *, retry: bool = False) -> None:
     mark(path, "server_up", base + 60.0, pid=13)
     mark(path, "sync_start", base + 70.0, version=0)
     mark(path, "sync_done", base + 72.0, version=0)
+    mark(path, "register", base + 74.0, pid=14, role="AgentLoopWorkerTQ", process_start=base + 72.5, raylet_start=base + 15.0, seconds=0.125)
     mark(path, "capture", base + 75.0, step=1)
     mark(path, "sync_start", base + 77.0, version=1)
     mark(path, "sync_done", base + 78.0, version=1)
@@ -63,20 +64,20 @@ def test_the_phases_of_a_two_step_run_sum_to_its_wall(tmp_path):
     assert [p.name for p in split.phases] == [name for name, _, _ in PHASES]
     assert {p.name: p.seconds for p in split.phases} == {
         "preparation": 3.0, "verl_driver": 12.0, "taskrunner": 5.0, "workers": 20.0, "vllm_server": 20.0,
-        "agent_loop": 10.0, "first_sync": 2.0, "steps": 10.0, "end": 8.0}
+        "first_sync": 12.0, "agent_loop": 2.0, "steps": 8.0, "end": 8.0}
     assert sum(p.seconds for p in split.phases) == split.wall_s
-    assert split.phase("steps").share == pytest.approx(10.0 / 90.0)
-    # two steps of 6 s and 4 s: the warm step is the second; start-up and end = wall less the steps
+    assert split.phase("steps").share == pytest.approx(8.0 / 90.0)
+    # two steps of 6 s and 4 s (sync to sync): the warm step is the second; 200 steps = this run + 198 warm steps
     assert split.steps == 2 and split.warm_step_s == 4.0
-    assert split.startup_s == 80.0 and split.projected(200) == 80.0 + 200 * 4.0
-    assert split.processes == ("TaskRunnerV1", "WorkerDict", "Fp8rlHttpServer")
+    assert split.startup_s == 82.0 and split.projected(200) == 90.0 + 198 * 4.0
+    assert split.processes == ("TaskRunnerV1", "WorkerDict", "Fp8rlHttpServer", "AgentLoopWorkerTQ")
     assert split.fp8rl == {"preparation/dataset_s": 0.5, "preparation/warm_start_copy_s": 2.0,
-                           "preparation/payload_s": 0.25, "preparation/config_s": 0.25, "register_s": 1.0,
+                           "preparation/payload_s": 0.25, "preparation/config_s": 0.25, "register_s": 1.125,
                            "first_sync_s": 0.25 + 0.125 + 0.5}
     m = split.metrics()
     assert m["time/startup/vllm_server_s"] == 20.0 and m["time/startup/wall_s"] == 90.0
-    assert m["time/startup/projected_200_steps_s"] == 880.0 and m["time/startup/fp8rl/register_s"] == 1.0
-    assert m["time/startup/steps"] == 2.0 and m["time/startup/processes"] == 3.0
+    assert m["time/startup/projected_200_steps_s"] == 882.0 and m["time/startup/fp8rl/register_s"] == 1.125
+    assert m["time/startup/steps"] == 2.0 and m["time/startup/processes"] == 4.0
 
 
 def test_a_second_start_takes_its_own_processes_the_first_attempt_falls_in_the_driver_phase(tmp_path):
@@ -87,7 +88,7 @@ def test_a_second_start_takes_its_own_processes_the_first_attempt_falls_in_the_d
     phases = {p.name: p.seconds for p in split.phases}
     assert phases["verl_driver"] == 22.0 and phases["taskrunner"] == 5.0  # Ray of the second start: T0 + 25
     assert sum(phases.values()) == 100.0
-    assert split.processes == ("TaskRunnerV1", "WorkerDict", "Fp8rlHttpServer")
+    assert split.processes == ("TaskRunnerV1", "WorkerDict", "Fp8rlHttpServer", "AgentLoopWorkerTQ")
     assert "first_sync_s" not in split.fp8rl  # no costs given
 
 
@@ -108,6 +109,18 @@ def test_a_milestone_before_the_previous_one_ends_its_phase_where_that_one_ended
     assert split.steps == 0 and split.warm_step_s == 0.0
     with pytest.raises(ValueError, match="needs its run_start and run_end"):
         wall_split(read_milestones(path)[:-1])
+
+
+def test_a_processs_role_is_its_title_as_ray_or_vllm_set_it():
+    from fp8rl_core.verl.startup import _role
+
+    # the titles a verl run's processes had (ps, 2026-12-04): Ray's actors, named or not, vLLM's engine, the driver
+    assert _role(["ray::TaskRunnerV1.run", ""]) == "TaskRunnerV1"
+    assert _role(["ray::WorkerDict"]) == "WorkerDict"
+    assert _role(["ray::vllm_server_0_0:Fp8rlHttpServer.launch_server"]) == "Fp8rlHttpServer"
+    assert _role(["ray::agent_loop_worker_0_8313ce44:AgentLoopWorkerTQ"]) == "AgentLoopWorkerTQ"
+    assert _role(["VLLM::EngineCore"]) == "EngineCore"
+    assert _role(["/venv/bin/python", "-m", "verl.trainer.main_ppo", "model_engine=dp"]) == "verl.trainer.main_ppo"
 
 
 def test_this_process_knows_its_role_and_start():
