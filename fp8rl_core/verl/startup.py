@@ -1,5 +1,5 @@
 """Where a verl run's wall time goes: milestones taken as the run happens, and the table of phases they make
-(docs/gpu.md, "What fp8rl costs inside verl").
+(docs/gpu.md, "Where a verl run's wall time goes").
 
 fp8rl's own pieces append one JSON line ``{"milestone": …, "t": <time.time()>, …}`` to the run's
 ``startup.jsonl`` (beside ``costs.jsonl``; one short ``O_APPEND`` write, so every process of the run shares
