@@ -38,7 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,6 +74,7 @@ class RunCosts:
     verl: dict  # timing_s/<phase> → mean seconds over the warm steps
     fp8rl: dict  # <part>_s → mean seconds over the warm steps
     wall_s: float  # the run's wall time in the sweep (start-up included)
+    startup: dict = field(default_factory=dict)  # time/startup/* of the run (fp8rl_core.verl.startup)
 
 
 @dataclass(frozen=True)
@@ -168,13 +169,15 @@ def run_sweep(models: list[str], steps: int, cache: Path, warmstart_steps: int |
                 if row.failed:
                     raise SystemExit(f"{row.name}: {row.status}")
                 client = mlflow.tracking.MlflowClient()
-                keys = [k for k in client.get_run(row.mlflow_run).data.metrics if k.startswith(("timing_s/", "fp8rl/"))]
+                metrics = client.get_run(row.mlflow_run).data.metrics
+                keys = [k for k in metrics if k.startswith(("timing_s/", "fp8rl/"))]
                 hist = {k: sorted((m.step, m.value) for m in client.get_metric_history(row.mlflow_run, k)) for k in keys}
                 warm = {k: [v for st, v in h if st > 1] or [v for _, v in h] for k, h in hist.items()}
                 verl = {k: statistics.mean(v) for k, v in warm.items() if k.startswith("timing_s/")}
                 ours = {k.split("/", 1)[1]: statistics.mean(v) for k, v in warm.items()
                         if k.split("/", 1)[1] in PARTS}
-                out.append(RunCosts(model, preset, steps, sync_bytes_of(model), verl, ours, wall))
+                startup = {k: v for k, v in metrics.items() if k.startswith("time/startup/")}
+                out.append(RunCosts(model, preset, steps, sync_bytes_of(model), verl, ours, wall, startup))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return out
@@ -201,6 +204,34 @@ def cpu_ratios(mb: int = 64, repeats: int = 5) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------------------------------- printing
+def print_wall(r: RunCosts, step: float) -> None:
+    """Where the run's wall went: its phases (fp8rl_core.verl.startup), fp8rl's own seconds inside the
+    start-up and a 200-step run's projection (the single wall-less-steps figure for a run saved without them)."""
+    from fp8rl_core.verl.startup import PHASES
+
+    s = r.startup
+    if "time/startup/wall_s" not in s:
+        startup = r.wall_s - r.steps * step
+        print(f"    wall: start-up and end (wall less the steps) {startup:.0f} s; {r.steps} steps "
+              f"{r.steps * step:.0f} s; a 200-step run: {startup + 200 * step:.0f} s")
+        return
+    wall = s["time/startup/wall_s"]
+    print(f"    wall {r.wall_s:.1f} s in the sweep: the verl task {wall:.1f} s, around it (the sweep's flow, MLflow) "
+          f"{r.wall_s - wall:.1f} s; the task's phases:")
+    for name, holds, _ in PHASES:
+        v = s.get(f"time/startup/{name}_s", math.nan)
+        extra = (f" ({s['time/startup/steps']:.0f} steps, warm step {s['time/startup/warm_step_s']:.2f} s sync to "
+                 f"sync; verl's timing_s/step {step:.2f} s)") if name == "steps" else ""
+        print(f"      {name:12s}{v:8.1f} s {v / wall:7.1%}  {holds}{extra}")
+    own = {k.removeprefix("time/startup/fp8rl/"): v for k, v in s.items() if k.startswith("time/startup/fp8rl/")}
+    print("      fp8rl inside them: " + ", ".join(f"{k} {v:.2f} s" for k, v in sorted(own.items()))
+          + f" ({s.get('time/startup/processes', 0):.0f} processes registered)")
+    n = s["time/startup/steps"]
+    print(f"      a 200-step run: this run's {wall:.1f} s + {200 - n:.0f} x {s['time/startup/warm_step_s']:.2f} s warm "
+          f"= {s['time/startup/projected_200_steps_s']:.0f} s; the wall less the steps (start-up and end) "
+          f"{wall - s['time/startup/steps_s']:.1f} s")
+
+
 def report(runs: list[RunCosts], cpu: dict[str, float]) -> None:
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     print("\nside by side (warm steps; fraction of verl's mean step timing_s/step):")
@@ -214,9 +245,7 @@ def report(runs: list[RunCosts], cpu: dict[str, float]) -> None:
             print(f"    fp8rl {k:33s}{v:9.3f} s {v / step:7.1%}")
         added = sum(r.fp8rl.get(k, 0.0) for k in ("export_s", "keep_s", "checks_s", "capture_s"))
         print(f"    fp8rl added (export+copy+checks+capture){added:8.3f} s {added / step:7.1%}")
-        startup = r.wall_s - r.steps * step
-        print(f"    wall: start-up and end (wall less the steps) {startup:.0f} s; {r.steps} steps "
-              f"{r.steps * step:.0f} s; a 200-step run: {startup + 200 * step:.0f} s")
+        print_wall(r, step)
     by = {(r.model, r.preset): r for r in runs}
     ratios = []
     for model in sorted({r.model for r in runs}):

@@ -98,6 +98,9 @@ INTERNALS: tuple[Internal, ...] = (
              "overrides", ROLLOUT, ("method", "timeout", "args", "kwargs")),
     Internal(_V, "verl.workers.rollout.vllm_rollout.vllm_async_server:vLLMHttpServer.engine", "instance-attribute",
              "reads", ROLLOUT),
+    # the server's "server_up" milestone (fp8rl_core.verl.startup): wrapped, its arguments passed on unchanged
+    Internal(_V, "verl.workers.rollout.vllm_rollout.vllm_async_server:vLLMHttpServer.launch_server", "method",
+             "overrides", ROLLOUT),
     Internal(_V, "verl.workers.rollout.vllm_rollout.vllm_async_server:vLLMReplica.server_class",
              "instance-attribute", "patches", ROLLOUT),
     Internal(_V, "verl.workers.rollout.vllm_rollout.bucketed_weight_transfer:BucketedWeightReceiver.__init__",

@@ -32,6 +32,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +47,7 @@ from fp8rl_core.verl.capture import captures_whole_batches, read_tokens
 from fp8rl_core.verl.verdicts import read_reports, sync_results
 from fp8rl_core.verl.data import write_dataset, write_model_dir
 from fp8rl_core.verl.costs import COSTS_FILE, cost_summary, per_step, read_costs
+from fp8rl_core.verl.startup import STARTUP_FILE, mark, read_milestones, wall_split
 from fp8rl_core.verl.metrics import VERL_METRICS, summary
 from fp8rl_core.verl.overrides import OWN_RAY, Override, main_ppo_argv, verl_overrides
 from fp8rl_core.verl.payload import NO_VERL_HOOKS, PAYLOAD_FILE, RAY_ADDRESS_FILE, TOKENS_DIR, VerlHooks, VerlPayload
@@ -121,15 +123,16 @@ def prepare_model(run: Run, sweep: str, cache_root: str | Path) -> Path | None:
 
 
 def record(mlflow_run: str, reports: list[dict], run: Run | None = None, tokens: list[dict] = (),
-           costs: list[dict] = ()) -> dict[str, float]:
+           costs: list[dict] = (), startup: list[dict] = ()) -> dict[str, float]:
     """Log what fp8rl measured around verl's run into its MLflow run: the check ``reports`` of every sync (per
     condition ``check/W…`` at the sync's version, the ``checks`` table, ``checks.json``), the summary and
     headline metrics from verl's per-step metrics (:func:`fp8rl_core.verl.metrics.summary`) and, where the
     trainer captured ``tokens`` (:mod:`fp8rl_core.verl.capture`), the native runs' extraction of them: the
     ``tokens`` and ``kl_summary`` tables and the ``kl/*`` metrics with their intervals (replacing verl's
     per-step means there; verl's stay under ``verl/``), and what fp8rl's parts cost per step (``costs``, the
-    run's ``costs.jsonl``: per-step ``fp8rl/<part>`` metrics and the run's :func:`cost_summary`). Returns the
-    summary."""
+    run's ``costs.jsonl``: per-step ``fp8rl/<part>`` metrics and the run's :func:`cost_summary`) and where its wall
+    time went (``startup``, the run's ``startup.jsonl``: the ``time/startup/*`` metrics of
+    :func:`~fp8rl_core.verl.startup.wall_split`). Returns the summary."""
     from fp8rl_core.checks import check_rows
 
     for rep in reports:
@@ -153,6 +156,9 @@ def record(mlflow_run: str, reports: list[dict], run: Run | None = None, tokens:
     for step, parts in per_step(costs).items():
         tracking.log_metrics(mlflow_run, {f"fp8rl/{k}": v for k, v in parts.items()}, step=step)
     out |= cost_summary(costs, [v for _, v in sorted(history.get("timing_s/step", []))])
+    names = {m["milestone"] for m in startup}
+    if {"run_start", "run_end"} <= names:
+        out |= wall_split(startup, costs).metrics()
     out["checks/syncs"] = float(len(reports))
     out["checks/failed"] = float(sum(not r["passed"] for rep in reports for r in sync_results(rep)))
     tracking.log_metrics(mlflow_run, out | tracking.headline_metrics(out))
@@ -246,8 +252,12 @@ def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = No
     stage) and overrides, then run ``python -m verl.trainer.main_ppo``
     with them, its MLflow logger inside ``mlflow_run``; wait for it, then :func:`record` the checks and
     summary metrics. Returns how it ended (the caller ends the MLflow run)."""
+    start = time.time()
     work = work_dir(sweep, run)
     work.mkdir(parents=True, exist_ok=True)
+    timeline = work / STARTUP_FILE  # fp8rl_core.verl.startup: where the run's wall time goes
+    timeline.unlink(missing_ok=True)
+    mark(timeline, "run_start", start)
     if ray_address:  # a cluster the run did not start: never a second trainer on one TransferQueue controller
         refuse_shared_controller(ray_address)
     if run.config.data.is_task:
@@ -256,9 +266,12 @@ def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = No
     (work / RAY_ADDRESS_FILE).unlink(missing_ok=True)
     (work / COSTS_FILE).unlink(missing_ok=True)
     shutil.rmtree(work / TOKENS_DIR, ignore_errors=True)
+    mark(timeline, "dataset")
     prepare_model(run, sweep, cache_root)
+    mark(timeline, "model")
     payload = launch_payload(run, sweep, hooks)
     payload.write(payload_path(sweep, run))
+    mark(timeline, "payload")
     tracking.set_tag(mlflow_run, "probe", run.config.probe_source())  # W7's probe batch: data.val or the task's
     argv = main_ppo_argv(launch_overrides(run, sweep, payload, mlflow_run_id=mlflow_run, ray_address=ray_address),
                          sys.executable)
@@ -269,10 +282,12 @@ def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = No
     if not ray_address:  # a Ray of the run's own: nothing of the host's Ray settings reaches verl's processes
         env.pop("RAY_ADDRESS", None)
     log = work / "main_ppo.log"
+    mark(timeline, "config")
 
     def tag_ray(address: str) -> None:
         tracking.set_tag(mlflow_run, "ray.address", address)
 
+    mark(timeline, "launch")
     returncode = _main_ppo(argv, env, work, log, tag_ray)
     reports = read_reports(work / "checks.jsonl")
     race = port_race(returncode, log.read_text(errors="replace"), reports)
@@ -281,14 +296,17 @@ def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = No
         tracking.log_file(mlflow_run, first, "verl")
         tracking.set_tag(mlflow_run, "verl.retried", f"the first start lost a port race before its first sync: {race}")
         (work / RAY_ADDRESS_FILE).unlink(missing_ok=True)
+        mark(timeline, "launch")
         returncode = _main_ppo(argv, env, work, log, tag_ray)
         reports = read_reports(work / "checks.jsonl")
+    mark(timeline, "run_end")
     tracking.log_file(mlflow_run, log, "verl")
     resolved = composed_config(work)
     if resolved is not None:
         tracking.log_file(mlflow_run, resolved, "verl")
     return VerlOutcome(returncode, failure_reason(returncode, log.read_text(errors="replace")), log,
-                       record(mlflow_run, reports, run, read_tokens(work / TOKENS_DIR), read_costs(work / COSTS_FILE)),
+                       record(mlflow_run, reports, run, read_tokens(work / TOKENS_DIR), read_costs(work / COSTS_FILE),
+                              read_milestones(timeline)),
                        tuple(reports))
 
 

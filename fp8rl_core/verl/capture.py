@@ -9,7 +9,8 @@ verl imports in the trainer process too): the wrapper calls verl's function unch
 tensors, writes the step's ``tokens`` rows (the native table's schema; weight version = step − 1, the weights
 the rollout ran on) as ``step_NNNNN.parquet`` and the step's alarm numbers as ``step_NNNNN.json`` into the
 payload's ``tokens`` folder — as the run goes, each file complete or absent (written, then renamed) — and its
-own seconds as the step's ``capture_s`` line of the run's ``costs.jsonl`` (:mod:`fp8rl_core.verl.costs`).
+own seconds as the step's ``capture_s`` line of the run's ``costs.jsonl`` (:mod:`fp8rl_core.verl.costs`), and the
+step's ``capture`` milestone (:mod:`fp8rl_core.verl.startup`).
 
 The alarm numbers: verl's ``training/rollout_probs_diff_mean`` (its function's own return value) and the k1 /
 k3 estimators of KL(rollout‖train) over the step's response tokens computed here with verl's formula
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fp8rl_core.verl.costs import COSTS_FILE, append_cost
+from fp8rl_core.verl.startup import STARTUP_FILE, mark
 
 __all__ = ["CAPTURED", "TRAINER_MODULES", "captures_whole_batches", "install", "read_numbers", "read_tokens",
            "step_numbers", "token_rows", "write_step"]
@@ -128,6 +130,7 @@ class _Capture:
         step = int(data.meta_info.get("global_steps", self.steps)) if data.meta_info else self.steps
         write_step(self.folder, step, token_rows(data, step, self.max_sequences), step_numbers(data, debug))
         append_cost(Path(self.folder).parent / COSTS_FILE, step, {"capture_s": time.perf_counter() - t0})
+        mark(Path(self.folder).parent / STARTUP_FILE, "capture", step=step)
 
 
 def install(folder: str | Path, max_sequences: int | None = None) -> Any:

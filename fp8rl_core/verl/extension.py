@@ -4,7 +4,8 @@ verl's ``HFModelConfig.__post_init__`` imports it in the driver, the actor worke
 servers. Importing it *after verl* (the only way verl imports it) calls :func:`register`; importing it on
 its own (fp8rl's purity test walks every module) defines names only and loads neither verl nor Ray.
 
-:func:`register` (idempotent) does four things:
+:func:`register` (idempotent) does four things, and appends the process's ``register`` milestone (its seconds,
+role and start: :mod:`fp8rl_core.verl.startup`) to the run's ``startup.jsonl``:
 
 - **MXFP8 sequence padding.** Transformer Engine quantizes activations in 1×32 blocks along the token
   dimension too, so packed sequences must be padded to multiples of 32 (:data:`MXFP8_SEQ_ALIGN`). verl
@@ -117,11 +118,33 @@ def _record_ray_address() -> None:
         part.unlink(missing_ok=True)
 
 
+def _mark_register(seconds: float) -> None:
+    """In a process of an fp8rl run (its payload named by the environment): the run's ``register`` milestone
+    with this process's role and start (:mod:`fp8rl_core.verl.startup`)."""
+    import os
+    from pathlib import Path
+
+    from fp8rl_core.verl.payload import PAYLOAD_ENV
+    from fp8rl_core.verl.startup import STARTUP_FILE, mark, process_fields
+
+    named = os.environ.get(PAYLOAD_ENV)
+    if not named:
+        return
+    try:
+        mark(Path(named).parent / STARTUP_FILE, "register", seconds=seconds, **process_fields())
+    except OSError:  # a measurement, not the run: a folder this process cannot write leaves it out
+        pass
+
+
 def register() -> None:
-    """Install fp8rl's pieces into the verl already imported in this process."""
+    """Install fp8rl's pieces into the verl already imported in this process (its seconds: the process's
+    ``register`` milestone, :mod:`fp8rl_core.verl.startup`)."""
     global _DONE
     if _DONE:
         return
+    import time
+
+    t0 = time.perf_counter()
     import torch
 
     _patch_padding()
@@ -134,6 +157,7 @@ def register() -> None:
         engine.register()
         patches.apply()
     _DONE = True
+    _mark_register(time.perf_counter() - t0)
 
 
 def __getattr__(name: str) -> Any:

@@ -32,6 +32,7 @@ from fp8rl_core.grids.schemes import Sent, layer_scheme
 from fp8rl_core.grids.te import compact_rowwise_scales
 from fp8rl_core.sync.layout import sync_name
 from fp8rl_core.verl.costs import COSTS_FILE, append_cost
+from fp8rl_core.verl.startup import STARTUP_FILE, mark
 
 __all__ = ["TE_GRID", "mxfp8_weights", "quantize_rowwise", "scale_name"]
 
@@ -114,6 +115,10 @@ def _server_adapter() -> type:
             from fp8rl_core.verl.payload import payload
 
             run = payload()
+            version = int(global_steps or 0)
+            timeline = bool(run is not None and run.reports and self.rollout_rank == 0)
+            if timeline:  # fp8rl_core.verl.startup: the sync's start and end
+                mark(Path(run.reports).parent / STARTUP_FILE, "sync_start", version=version)
             schemes, grid = (run.rollout_schemes, run.mx_grid) if run is not None else ({}, TE_GRID)
             checks = self._fp8rl_sync_checks(run, schemes, grid)
             masters: dict[str, torch.Tensor] = {}
@@ -124,7 +129,6 @@ def _server_adapter() -> type:
                 await asyncio.to_thread(checks.before_sync)
                 weights = _kept(weights, masters, cost)
             checks_s = time.perf_counter() - t0
-            version = int(global_steps or 0)
             t0 = time.perf_counter()
             out = await super().update_weights(_timed(mxfp8_weights(weights, schemes, grid), cost, "pulled"),
                                                global_steps=global_steps, fp8rl_version=version, **kwargs)
@@ -133,11 +137,12 @@ def _server_adapter() -> type:
             if checks is not None:
                 await asyncio.to_thread(checks.after_sync, masters, version)
             checks_s += time.perf_counter() - t0
-            if run is not None and run.reports and self.rollout_rank == 0:  # fp8rl_core.verl.costs: fp8rl's part
+            if timeline:  # fp8rl_core.verl.costs: fp8rl's part
                 own = cost["pulled"] - cost["source"]  # producing fp8rl's stream, less verl's
                 append_cost(Path(run.reports).parent / COSTS_FILE, version,
                             {"export_s": own - cost["keep_s"], "update_s": update_s - own,
                              "keep_s": cost["keep_s"], "checks_s": checks_s})
+                mark(Path(run.reports).parent / STARTUP_FILE, "sync_done", version=version)
             return out
 
         def _fp8rl_sync_checks(self, run, schemes: dict[str, str], grid: str):
@@ -194,7 +199,17 @@ def _http_server() -> type:
     from fp8rl_core.verl.overrides import WORKER_EXTENSION
 
     class Fp8rlHttpServer(vLLMHttpServer):
-        """verl's vLLM server with fp8rl's worker extension; RPC results come back."""
+        """verl's vLLM server with fp8rl's worker extension; RPC results come back; its ``server`` and
+        ``server_up`` milestones (:mod:`fp8rl_core.verl.startup`)."""
+
+        def __init__(self, *args, **kwargs):
+            _mark_server("server")
+            super().__init__(*args, **kwargs)
+
+        async def launch_server(self, *args, **kwargs):
+            out = await super().launch_server(*args, **kwargs)
+            _mark_server("server_up")
+            return out
 
         def _get_worker_extension_cls(self) -> str:
             return WORKER_EXTENSION
@@ -221,6 +236,15 @@ def _http_server() -> type:
             return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts))))
 
     return Fp8rlHttpServer
+
+
+def _mark_server(milestone: str) -> None:
+    """The vLLM server actor's ``milestone`` in the run's ``startup.jsonl`` (no payload: none)."""
+    from fp8rl_core.verl.payload import payload
+
+    run = payload()
+    if run is not None and run.reports:
+        mark(Path(run.reports).parent / STARTUP_FILE, milestone, pid=os.getpid())
 
 
 def _replica() -> type:

@@ -97,6 +97,39 @@ def _gone(pid: int) -> bool:
 
 
 
+def assert_wall_split(work: Path, m: dict) -> None:
+    """Where a two-step verl run's wall went (fp8rl_core.verl.startup): the milestones fp8rl's pieces took in its
+    work folder, in the order the run reached them (the last start's, where a lost port race started it twice),
+    and its ``time/startup/*`` metrics: every phase longer than 0 s, their sum the wall within 1 s."""
+    from fp8rl_core.verl.startup import PHASES, STARTUP_FILE, read_milestones
+
+    lines = read_milestones(work / STARTUP_FILE)
+    last_launch = max(ln["t"] for ln in lines if ln["milestone"] == "launch")
+    lines = [ln for ln in lines if ln["t"] >= last_launch or ln["milestone"] in ("run_start", "dataset", "model", "payload", "config")]
+
+    def at(name: str, **match) -> float:
+        (t,) = [ln["t"] for ln in lines if ln["milestone"] == name and all(ln.get(k) == v for k, v in match.items())][:1]
+        return t
+
+    regs = [ln for ln in lines if ln["milestone"] == "register"]
+    roles = {ln["role"] for ln in regs}
+    assert {"WorkerDict", "Fp8rlHttpServer", "AgentLoopWorkerTQ"} <= roles and "TaskRunnerV1" in roles, roles
+    runner = min(ln["t"] for ln in regs if ln["role"] == "TaskRunnerV1")
+    loop = min(ln["t"] for ln in regs if ln["role"] == "AgentLoopWorkerTQ")  # started by verl at the first step
+    raylet = min(ln["raylet_start"] for ln in regs if "raylet_start" in ln)
+    order = [at("run_start"), at("dataset"), at("model"), at("payload"), at("config"), last_launch, raylet, runner,
+             at("server"), at("server_up"), at("sync_start", version=0), at("sync_done", version=0), loop,
+             at("capture", step=1), at("sync_done", version=1), at("capture", step=2), at("sync_done", version=2),
+             at("run_end")]
+    assert order == sorted(order), order
+    phases = [m[f"time/startup/{name}_s"] for name, _, _ in PHASES]
+    assert all(p > 0 for p in phases), dict(zip([n for n, _, _ in PHASES], phases))
+    assert abs(sum(phases) - m["time/startup/wall_s"]) < 1.0 and m["time/startup/wall_s"] == pytest.approx(order[-1] - order[0])
+    assert m["time/startup/steps"] == 2 and m["time/startup/warm_step_s"] > 0
+    assert m["time/startup/projected_200_steps_s"] == pytest.approx(m["time/startup/wall_s"] + 198 * m["time/startup/warm_step_s"])
+    assert m["time/startup/fp8rl/register_s"] > 0 and m["time/startup/fp8rl/first_sync_s"] > 0
+
+
 def test_a_verl_sweep_on_two_workers_runs_side_by_side_on_rays_of_their_own_and_reruns_only_a_killed_run(
         env, gsm8k_experiment, tmp_path):
     """A user's own experiment through verl, dispatched by Prefect: a real Prefect server, a process work pool
@@ -285,6 +318,7 @@ def test_a_verl_sweep_on_two_workers_runs_side_by_side_on_rays_of_their_own_and_
             assert metric_history(row.mlflow_run, f"check/{cond}") == {0: 1.0, 1: 1.0, 2: 1.0}, cond
         m = run.data.metrics
         assert m["checks/syncs"] == 3 and m["checks/failed"] == 0 and m["verl/steps"] == 2
+        assert_wall_split(env["root"] / "verl" / "verl-smoke" / row.run_id, m)
         # the checkpoint's untrained vocabulary tail, which verl's vLLM rollout masks (W7 above compares the learner
         # restricted the same way): the learner's mass on it after every sync, and at the last beside the KL
         tail = metric_history(row.mlflow_run, "mismatch/tail_mass")

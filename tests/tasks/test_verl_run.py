@@ -118,3 +118,32 @@ def test_record_logs_fp8rls_parts_per_step_and_their_share_of_verls_step(store):
     assert out["fp8rl/added_share"] == pytest.approx(2.5 / 20.0)
     history = tracking.client().get_metric_history(mlflow_run, "fp8rl/checks_s")
     assert sorted((m.step, m.value) for m in history if m.step > 0) == [(1, 1.0), (2, 2.0)]
+
+
+def test_record_logs_where_the_runs_wall_went(store):
+    from fp8rl_core.verl.startup import STARTUP_FILE, mark, read_milestones
+    from tasks.verl_run import record
+
+    mlflow_run = tracking.open_run("s", "s", "r2", "r", {}, None)
+    path = store / STARTUP_FILE
+    t0 = 1_800_000_000.0
+    for name, dt in (("run_start", 0.0), ("dataset", 1.0), ("model", 3.0), ("payload", 3.5), ("config", 4.0), ("launch", 4.0)):
+        mark(path, name, t0 + dt)
+    mark(path, "register", t0 + 20.0, pid=2, role="TaskRunnerV1", process_start=t0 + 15.0, raylet_start=t0 + 12.0, seconds=0.5)
+    mark(path, "server", t0 + 30.0)
+    mark(path, "server_up", t0 + 50.0)
+    for v, (a, b) in enumerate(((55.0, 57.0), (60.0, 61.0), (64.0, 65.0))):
+        mark(path, "sync_start", t0 + a, version=v)
+        mark(path, "sync_done", t0 + b, version=v)
+        if v == 0:  # verl starts the agent loop's worker at the first step
+            mark(path, "register", t0 + 58.0, pid=3, role="AgentLoopWorkerTQ", process_start=t0 + 57.0, raylet_start=t0 + 12.0, seconds=0.5)
+    mark(path, "run_end", t0 + 75.0)
+    out = record(mlflow_run, [], None, (), (), read_milestones(path))
+    logged = tracking.client().get_run(mlflow_run).data.metrics
+    expect = {"preparation": 4.0, "verl_driver": 8.0, "taskrunner": 8.0, "workers": 10.0, "vllm_server": 20.0,
+              "first_sync": 7.0, "agent_loop": 1.0, "steps": 7.0, "end": 10.0}
+    for name, seconds in expect.items():
+        assert out[f"time/startup/{name}_s"] == logged[f"time/startup/{name}_s"] == seconds, name
+    assert logged["time/startup/wall_s"] == 75.0 and logged["time/startup/warm_step_s"] == 4.0
+    assert logged["time/startup/projected_200_steps_s"] == 75.0 + 198 * 4.0
+    assert logged["time/startup/fp8rl/preparation/warm_start_copy_s"] == 2.0
