@@ -184,6 +184,17 @@ def run_sweep(models: list[str], steps: int, cache: Path, warmstart_steps: int |
 
 
 # ------------------------------------------------------------------------------------- CPU baselines
+def cpu_ratios_fresh() -> dict[str, float]:
+    """:func:`cpu_ratios` in a fresh Python process: after verl's runs inline, this process's state (the
+    threads Ray, vLLM and Prefect leave running) slowed the quantizer's single-threaded baseline 3x
+    (0.28-0.35x a copy here, 0.86x in a fresh process the same minute)."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, __file__, "--cpu-ratios"], capture_output=True, text=True, check=True,
+                         cwd=ROOT, timeout=600)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def cpu_ratios(mb: int = 64, repeats: int = 5) -> dict[str, float]:
     """This CPU, same invocation: the fingerprint and the MXFP8 quantizer against a memory copy (fresh output)."""
     import torch
@@ -309,14 +320,18 @@ def main() -> int:
                     "RL rewards are not what is measured)")
     ap.add_argument("--save", help="write the runs' costs as JSON here")
     ap.add_argument("--load", help="analyse the runs saved by --save (comma-separated files); run nothing")
+    ap.add_argument("--cpu-ratios", action="store_true", help=argparse.SUPPRESS)  # cpu_ratios_fresh's child
     args = ap.parse_args()
+    if args.cpu_ratios:
+        print(json.dumps(cpu_ratios()))
+        return 0
     if args.load:
         runs = [RunCosts(**d) for f in args.load.split(",") for d in json.loads(Path(f).read_text())]
     else:
         runs = run_sweep(args.models.split(","), args.steps, Path(args.cache), args.warmstart_steps)
         if args.save:
             Path(args.save).write_text(json.dumps([asdict(r) for r in runs], indent=1))
-    report(runs, cpu_ratios())
+    report(runs, cpu_ratios_fresh())
     return 0
 
 
