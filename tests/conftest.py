@@ -65,6 +65,7 @@ SLOW = frozenset({
     "core/learner/test_mxfp8.py::test_model_with_all_layers_on_grid_trains",  # 4 × ~5 s
     "core/learner/test_mxfp8.py::test_experts_on_grid_equal_hf_experts_when_operands_are_on_the_grid",  # 8 × 1-6 s
     "core/grids/test_properties.py",  # hypothesis round trips (~45 s in all)
+    "core/report/test_inputs.py::test_the_committed_reports_with_inputs_are_what_todays_code_makes_of_them",  # ~8 s each
     "core/grids/test_mx.py::test_compiled_kernel_gives_the_eager_bytes",  # torch.compile (15-40 s each)
     "core/grids/test_mx.py::test_every_bf16_value_quantizes_as_the_reference",  # 20 × 3-6 s
     "core/grids/test_mx.py::test_every_bf16_value_in_mixed_blocks",  # 5 × 3 s

@@ -25,8 +25,7 @@ N_BOOT = 200
 
 #: the committed reports under docs/results written before reports stored their inputs: they need the rerun
 #: (`make results`, `make results-small`); docs/results/README.md says so. Remove a name when its folder has inputs/.
-WITHOUT_INPUTS = {"dense-matching", "dense-matching-small", "matching-fixed-weights", "microbatch-sweep", "moe-grids",
-                  "moe-grids-small"}
+WITHOUT_INPUTS = {"dense-matching-small", "matching-fixed-weights", "microbatch-sweep", "moe-grids-small"}
 
 
 def _fixed_weights() -> SweepData:
@@ -73,6 +72,15 @@ def test_a_report_without_stored_inputs_says_so(tmp_path):
 def test_the_stored_reports_are_what_todays_code_makes_of_their_inputs(name):
     result = check_tables(STORED / name)
     assert result.lines > 10
+    assert result.same, "\n".join(f"table line {i}:\n  stored: {a}\n  today:  {b}" for i, a, b in result.differences[:5])
+
+
+@pytest.mark.parametrize("name", sorted(p.parent.parent.name for p in RESULTS.glob("*/inputs/report.json")))
+def test_the_committed_reports_with_inputs_are_what_todays_code_makes_of_them(name):
+    """`fp8rl report SWEEP --out docs/results/SWEEP --check` for each committed report that stores its inputs:
+    every table line (claims with numbers and verdicts, per-preset, power, checks) byte for byte."""
+    result = check_tables(RESULTS / name)
+    assert result.lines > 40
     assert result.same, "\n".join(f"table line {i}:\n  stored: {a}\n  today:  {b}" for i, a, b in result.differences[:5])
 
 
