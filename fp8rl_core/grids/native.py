@@ -132,6 +132,17 @@ def _pool(n: int) -> ThreadPoolExecutor:
     return _POOL
 
 
+def _split(n: int, run) -> None:
+    """``run(lo, hi)`` over ``n`` blocks: on ``torch.get_num_threads()`` threads, each at least
+    :data:`MIN_BLOCKS_PER_THREAD` blocks (the kernels release the GIL)."""
+    threads = max(1, min(torch.get_num_threads(), n // MIN_BLOCKS_PER_THREAD))
+    if threads == 1:
+        run(0, n)
+    else:
+        cuts = [n * i // threads for i in range(threads + 1)]
+        list(_pool(threads).map(run, cuts[:-1], cuts[1:]))
+
+
 def mx_quantize_native(xb: torch.Tensor, fmt: FP8Format, rule: str, nan: str) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Quantize ``[n, 32]`` blocks with the C kernel → (fp8 data, uint8 scales), or ``None`` if unavailable."""
     if xb.device.type != "cpu" or xb.dtype not in (torch.bfloat16, torch.float32) or not xb.is_contiguous():
@@ -153,12 +164,7 @@ def mx_quantize_native(xb: torch.Tensor, fmt: FP8Format, rule: str, nan: str) ->
         fn(ctypes.cast(x.data_ptr() + lo * 32 * x.element_size(), ctypes.POINTER(elem)), hi - lo,
            ctypes.cast(data.data_ptr() + lo * 32, u8), ctypes.cast(scales.data_ptr() + lo, u8), params)
 
-    threads = max(1, min(torch.get_num_threads(), n // MIN_BLOCKS_PER_THREAD))
-    if threads == 1:
-        run(0, n)
-    else:
-        cuts = [n * i // threads for i in range(threads + 1)]
-        list(_pool(threads).map(run, cuts[:-1], cuts[1:]))
+    _split(n, run)
     return data.view(fmt.dtype), scales
 
 
@@ -187,12 +193,7 @@ def mx_dequantize_native(data: torch.Tensor, scale: torch.Tensor) -> torch.Tenso
         lib.mx_dequantize(ctypes.cast(q.data_ptr() + lo * 32, u8), hi - lo, ctypes.cast(s.data_ptr() + lo * 4, f32),
                           ctypes.cast(lut.data_ptr(), f32), ctypes.cast(out.data_ptr() + lo * 128, f32))
 
-    threads = max(1, min(torch.get_num_threads(), n // MIN_BLOCKS_PER_THREAD))
-    if threads == 1:
-        run(0, n)
-    else:
-        cuts = [n * i // threads for i in range(threads + 1)]
-        list(_pool(threads).map(run, cuts[:-1], cuts[1:]))
+    _split(n, run)
     return out
 
 

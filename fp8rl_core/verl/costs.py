@@ -22,7 +22,8 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["ADDED", "COSTS_FILE", "PARTS", "append_cost", "cost_summary", "per_step", "read_costs"]
+__all__ = ["ADDED", "COSTS_FILE", "PARTS", "append_cost", "append_json_line", "cost_summary", "per_step", "read_costs",
+           "read_json_lines"]
 
 COSTS_FILE = "costs.jsonl"
 #: every part timed, in the order a step runs them
@@ -36,7 +37,13 @@ def append_cost(path: str | Path, step: int, parts: Mapping[str, float]) -> None
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         raise ValueError(f"unknown cost parts {unknown}; valid: {list(PARTS)}")
-    line = (json.dumps({"step": int(step)} | {k: float(v) for k, v in parts.items()}) + "\n").encode()
+    append_json_line(path, {"step": int(step)} | {k: float(v) for k, v in parts.items()})
+
+
+def append_json_line(path: str | Path, obj: Mapping) -> None:
+    """Append ``obj`` as one JSON line to ``path`` in one ``O_APPEND`` write (atomic for a short line: the
+    processes of a run share the file)."""
+    line = (json.dumps(obj) + "\n").encode()
     fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line)
@@ -44,12 +51,17 @@ def append_cost(path: str | Path, step: int, parts: Mapping[str, float]) -> None
         os.close(fd)
 
 
-def read_costs(path: str | Path) -> list[dict]:
-    """The lines of ``path`` in order ([] when it does not exist)."""
+def read_json_lines(path: str | Path) -> list[dict]:
+    """The JSON lines of ``path`` in order ([] when it does not exist)."""
     p = Path(path)
     if not p.is_file():
         return []
     return [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+
+
+def read_costs(path: str | Path) -> list[dict]:
+    """The lines of ``path`` in order ([] when it does not exist)."""
+    return read_json_lines(path)
 
 
 def per_step(costs: Iterable[Mapping[str, float]]) -> dict[int, dict[str, float]]:

@@ -21,12 +21,12 @@ cluster the run joined, up before the run) ends its phase where the previous one
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from .costs import append_json_line, read_json_lines
 
 __all__ = ["MILESTONES", "PHASES", "PREPARATION", "STARTUP_FILE", "Phase", "WallSplit", "mark", "process_fields",
            "read_milestones", "wall_split"]
@@ -58,20 +58,12 @@ def mark(path: str | Path, milestone: str, t: float | None = None, **fields) -> 
     :data:`MILESTONES` refused)."""
     if milestone not in MILESTONES:
         raise ValueError(f"unknown milestone {milestone!r}; valid: {list(MILESTONES)}")
-    line = (json.dumps({"milestone": milestone, "t": time.time() if t is None else float(t)} | fields) + "\n").encode()
-    fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+    append_json_line(path, {"milestone": milestone, "t": time.time() if t is None else float(t)} | fields)
 
 
 def read_milestones(path: str | Path) -> list[dict]:
     """The lines of ``path`` in order ([] when it does not exist)."""
-    p = Path(path)
-    if not p.is_file():
-        return []
-    return [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+    return read_json_lines(path)
 
 
 def process_fields() -> dict:
