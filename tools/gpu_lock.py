@@ -266,6 +266,12 @@ def import_problems(modules: tuple[str, ...] = START_IMPORTS) -> list[str]:
     return problems
 
 
+def _exit_with(problems: list[str], ok: str) -> None:
+    """Print the problems (one a line) or ``ok``; exit 1 with problems, else 0."""
+    print("\n".join(problems) or ok)
+    raise SystemExit(1 if problems else 0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="resolve the lock itself and report what differs")
@@ -279,21 +285,14 @@ def main() -> None:
         install(Path(args.install))
         return
     if args.rehearse:
-        problems = rehearse(args.rehearse)
-        print("\n".join(problems) or f"{LOCK.name}: installs for {args.rehearse} / CPython {PYTHON} (dry run)")
-        raise SystemExit(1 if problems else 0)
+        _exit_with(rehearse(args.rehearse), f"{LOCK.name}: installs for {args.rehearse} / CPython {PYTHON} (dry run)")
     if args.imports:
-        problems = import_problems()
-        print("\n".join(problems) or f"imported: {', '.join(START_IMPORTS)}")
-        raise SystemExit(1 if problems else 0)
+        _exit_with(import_problems(), f"imported: {', '.join(START_IMPORTS)}")
     if args.installed:
-        problems = installed_problems(args.installed)
-        print("\n".join(problems) or f"{args.installed}: exactly the {len(lock_pins())} pins of {LOCK.name}")
-        raise SystemExit(1 if problems else 0)
+        _exit_with(installed_problems(args.installed),
+                   f"{args.installed}: exactly the {len(lock_pins())} pins of {LOCK.name}")
     if args.check:
-        problems = check()
-        print("\n".join(problems) or f"{LOCK.name}: {len(lock_pins())} pins, closed and consistent")
-        raise SystemExit(1 if problems else 0)
+        _exit_with(check(), f"{LOCK.name}: {len(lock_pins())} pins, closed and consistent")
     pins = compile_set(REQUIREMENTS, prefer=LOCK if LOCK.exists() else None)
     write_lock(pins)
     print(f"{LOCK.name}: {len(pins)} pins")
