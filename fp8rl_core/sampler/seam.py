@@ -12,8 +12,9 @@ Described in docs/design.md (Engines) and docs/library.md (The sampler and the w
 from __future__ import annotations
 
 import json
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,8 +24,10 @@ from fp8rl_core.model_kind import is_moe
 from fp8rl_core.sampler.config import SamplerConfig
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 from fp8rl_core.sync.ranks import RankCheck
+from fp8rl_core.sync.transport import write_sync
 
-__all__ = ["Rollout", "Sampler", "SamplerDeadError", "SamplerError", "SyncTiming", "engine_config", "prompt_rows"]
+__all__ = ["Rollout", "Sampler", "SamplerDeadError", "SamplerError", "SyncTiming", "engine_config", "file_sync",
+           "prompt_rows"]
 
 
 def prompt_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor | None = None) -> list[list[int]]:
@@ -99,6 +102,35 @@ class SyncTiming:
     @property
     def total_s(self) -> float:
         return self.export_s + self.transport_s + self.load_s + self.reset_s
+
+
+def file_sync(tensors: Mapping[str, torch.Tensor], version: int, bucket_mb: float, root: Path, hooks: SyncHooks,
+              load: Callable[[str], list[dict]], reset: Callable[[], None], *, export_s: float = 0.0,
+              who: str = "ranks") -> SyncTiming:
+    """A sync through files, as every engine under fp8rl's control does it: write ``tensors`` as buckets of
+    ``bucket_mb`` (or the hooks' size) under ``root``, ``load(manifest)`` them on every rank (each returns its
+    ``version``), remove the files, then ``reset()`` the engine's prefix cache unless the hooks skip it; a rank
+    at another version is a :class:`SamplerError` naming the versions ``who`` reported."""
+    timing = SyncTiming(version=version, export_s=export_s)
+    t0 = time.perf_counter()
+    handle = write_sync(tensors, version, bucket_bytes=int(hooks.sync_bucket_mb(bucket_mb) * 2**20), root=root)
+    timing.transport_s = time.perf_counter() - t0
+    timing.bytes, timing.buckets = handle.total_bytes, handle.buckets
+    try:
+        hooks.on_transport(handle)
+        t0 = time.perf_counter()
+        results = load(str(handle.manifest))
+        timing.load_s = time.perf_counter() - t0
+    finally:
+        handle.remove()
+    versions = {int(r["version"]) for r in results}
+    if versions != {version}:
+        raise SamplerError(f"sync to version {version}: {who} report versions {sorted(versions)}")
+    if hooks.resets_prefix_cache():
+        t0 = time.perf_counter()
+        reset()
+        timing.reset_s = time.perf_counter() - t0
+    return timing
 
 
 class Sampler(ABC):

@@ -36,7 +36,7 @@ from fp8rl_core.sampler.capabilities import refusal
 from fp8rl_core.sampler.config import MX_GRID, SamplerConfig, engine_key
 from fp8rl_core.sampler.sglang.compat import RPC, rpc_payload
 from fp8rl_core.sampler.seam import (Rollout, Sampler, SamplerDeadError, SamplerError, SyncTiming, engine_config,
-                                     prompt_rows, stop_ids)
+                                     file_sync, prompt_rows, stop_ids)
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 from fp8rl_core.sync.layout import ModelLayout
 from fp8rl_core.sync.ranks import RankCheck, slice_for_rank
@@ -320,26 +320,9 @@ class SglangSampler(Sampler):
              hooks: SyncHooks = NO_HOOKS) -> SyncTiming:
         """Write ``tensors`` as a sync, load it in place on every rank (fp8rl's loader cuts each rank's shard),
         then flush SGLang's radix cache (unless the hooks skip the reset; :meth:`_flush_after`)."""
-        timing = SyncTiming(version=version, export_s=export_s)
-        t0 = time.perf_counter()
-        handle = write_sync(tensors, version, bucket_bytes=int(hooks.sync_bucket_mb(self.cfg.bucket_mb) * 2**20),
-                            root=self.work_root / "sync")
-        timing.transport_s = time.perf_counter() - t0
-        timing.bytes, timing.buckets = handle.total_bytes, handle.buckets
-        try:
-            hooks.on_transport(handle)
-            t0 = time.perf_counter()
-            results = self.rpc("load", manifest=str(handle.manifest))
-            timing.load_s = time.perf_counter() - t0
-        finally:
-            handle.remove()
-        versions = {int(r["version"]) for r in results}
-        if versions != {version}:
-            raise SamplerError(f"sync to version {version}: ranks report versions {sorted(versions)}")
-        if hooks.resets_prefix_cache():
-            t0 = time.perf_counter()
-            self._flush_after(f"the sync to version {version}")
-            timing.reset_s = time.perf_counter() - t0
+        timing = file_sync(tensors, version, self.cfg.bucket_mb, self.work_root / "sync", hooks,
+                           lambda manifest: self.rpc("load", manifest=manifest),
+                           lambda: self._flush_after(f"the sync to version {version}"), export_s=export_s)
         self.version, self.syncs = version, self.syncs + 1
         return timing
 

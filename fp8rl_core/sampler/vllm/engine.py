@@ -29,12 +29,12 @@ from safetensors.torch import load_file, save_file
 from fp8rl_core.sampler.config import MX_GRID, SamplerConfig, cpu_fp8_kv_support, engine_key
 from fp8rl_core.sampler.vllm.quiet import SHUTDOWN_S
 from fp8rl_core.sampler.seam import (
-    Rollout, Sampler, SamplerDeadError, SamplerError, SyncTiming, engine_config, prompt_rows, stop_ids,
+    Rollout, Sampler, SamplerDeadError, SamplerError, SyncTiming, engine_config, file_sync, prompt_rows, stop_ids,
 )
 from fp8rl_core.sync.hooks import NO_HOOKS, SyncHooks
 from fp8rl_core.sync.layout import ModelLayout, to_checkpoint
 from fp8rl_core.sync.ranks import RankCheck, slice_for_rank
-from fp8rl_core.sync.transport import SyncHandle, default_root, write_sync
+from fp8rl_core.sync.transport import default_root, write_sync
 
 from .compat import (
     EngineCoreDied, call_utility, collected_once, engine_core_alive, in_process_engine, model_classes_here,
@@ -110,28 +110,13 @@ class VllmWorkers:
              hooks: SyncHooks = NO_HOOKS) -> SyncTiming:
         """Write ``tensors`` as buckets of ``bucket_mb`` (or the hooks' size), load them in place on every
         worker, reset the prefix cache (unless the hooks skip it)."""
-        timing = SyncTiming(version=version, export_s=export_s)
-        t0 = time.perf_counter()
-        handle: SyncHandle = write_sync(tensors, version, bucket_bytes=int(hooks.sync_bucket_mb(bucket_mb) * 2**20),
-                                        root=self.work_root / "sync")
-        timing.transport_s = time.perf_counter() - t0
-        timing.bytes, timing.buckets = handle.total_bytes, handle.buckets
-        try:
-            hooks.on_transport(handle)
-            t0 = time.perf_counter()
-            results = self.channel.rpc("fp8rl_load", str(handle.manifest), hooks.worker_hook())
-            timing.load_s = time.perf_counter() - t0
-        finally:
-            handle.remove()
-        versions = {int(r["version"]) for r in results}
-        if versions != {version}:
-            raise SamplerError(f"sync to version {version}: workers report versions {sorted(versions)}")
-        if hooks.resets_prefix_cache():
-            t0 = time.perf_counter()
+        def reset() -> None:
             if not self.channel.reset_prefix_cache():
                 raise SamplerError("the prefix cache could not be reset after a sync (requests still running?)")
-            timing.reset_s = time.perf_counter() - t0
-        return timing
+
+        return file_sync(tensors, version, bucket_mb, self.work_root / "sync", hooks,
+                         lambda manifest: self.channel.rpc("fp8rl_load", manifest, hooks.worker_hook()), reset,
+                         export_s=export_s, who="workers")
 
     def state(self, instance: str, *, fingerprints: bool = True) -> dict:
         """The engine's cheap-tier snapshot (see ``fp8rl_state`` in :mod:`.worker`) per rank, plus the
