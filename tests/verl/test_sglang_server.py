@@ -10,6 +10,7 @@ import json
 import linecache
 import math
 import os
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -42,11 +43,11 @@ def test_verls_sglang_server_starts_on_cpu_from_fp8rls_config_and_generates_with
     OmegaConf.save(cfg.actor_rollout_ref.rollout, tmp_path / "rollout.yaml", resolve=True)
     OmegaConf.save(cfg.actor_rollout_ref.model, tmp_path / "model.yaml", resolve=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "SGLANG_USE_CPU_ENGINE": "1"}
-    out = subprocess.run([str(PYTHON), str(Path(__file__).with_name("sglang_server.py")), sysconfig.get_paths()["purelib"],
-                          str(tmp_path / "rollout.yaml"), str(tmp_path / "model.yaml")],
-                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=400)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-    res = json.loads(out.stdout.strip().splitlines()[-1])
+    rc, stdout, stderr = _run_alone([str(PYTHON), str(Path(__file__).with_name("sglang_server.py")),
+                                     sysconfig.get_paths()["purelib"], str(tmp_path / "rollout.yaml"),
+                                     str(tmp_path / "model.yaml")], cwd=tmp_path, env=env, timeout=400)
+    assert rc == 0, stdout[-2000:] + stderr[-3000:]
+    res = json.loads(stdout.strip().splitlines()[-1])
     assert res["transformers"] == "5.6.0"  # .venv-sglang's, ahead of verl's venv's 5.19
     assert res["server_args"] == {"device": "cpu", "attention_backend": "torch_native", "load_format": "dummy",
                                   "enable_memory_saver": False}
@@ -71,3 +72,25 @@ def test_verls_sglang_server_starts_on_cpu_from_fp8rls_config_and_generates_with
     assert any(f.endswith("sglang/srt/weight_sync/utils.py:47") for f in frames)
     assert any(f.endswith("sglang/srt/utils/patch_torch.py:103") for f in frames)
     print(f"verl's SGLang server started in {res['start_s']:.1f} s", file=sys.stderr)
+
+
+def _run_alone(cmd: list[str], cwd: Path, env: dict, timeout: float) -> tuple[int | None, str, str]:
+    """Run ``cmd`` in a session of its own with its output in files, wait for it alone, then stop what it left.
+
+    SGLang's scheduler inherits the script's stdout and stderr and ends only when its parent watch notices the
+    script is gone: waiting for the pipes' end (``subprocess.run(capture_output=True)``) waited for the scheduler
+    too, and once past the script's exit (CI, 2026-12-05: the result printed, exit 0, 400 s of waiting)."""
+    out, err = cwd / "server.stdout", cwd / "server.stderr"
+    with out.open("w") as o, err.open("w") as e:
+        proc = subprocess.Popen(cmd, stdout=o, stderr=e, cwd=cwd, env=env, start_new_session=True)
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        rc = None
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the script (on a timeout) and SGLang's scheduler, if still there
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    return rc, out.read_text(), err.read_text() + ("" if rc is not None else f"\n(no exit after {timeout} s)")
