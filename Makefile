@@ -97,18 +97,24 @@ run: setup
 # the six CPU experiments: the paper's three at CPU scale on the minis (3 seeds each), then the three on the
 # small models (dense-matching-small, and moe-grids-small, whose model axis is the block-size ablation; sized
 # by docs/results/power.md; matching-fixed-weights, the paper's fixed-weights protocol with its ablation,
-# docs/fixed-weights.md), then their reports under docs/results/
+# docs/fixed-weights.md) and its claim-(a) extension (POOLED_A), then their reports under docs/results/
 RESULTS_MINI  := dense-matching moe-grids microbatch-sweep
 RESULTS_SMALL := dense-matching-small moe-grids-small matching-fixed-weights
 RESULTS := $(RESULTS_MINI) $(RESULTS_SMALL)
+# claim (a) pooled at fixed weights: the fixed-weights protocol on the dense small at the number of checkpoints
+# docs/results/power.md computes from the between-checkpoint spread (8 seeds × 2), (a)'s two variants only
+POOLED_A := sweep=matching-fixed-weights-a 'axes.model=[qwen3-dense-small]' 'axes.seed=[0,1,2,3,4,5,6,7]' \
+	'matching.presets=[bf16-sampler,half]' 'matching.ablations=[]' 'per_model={}'
 results: setup
 	for s in $(RESULTS); do $(VENV)/bin/fp8rl run configs/$$s.yaml || exit 1; done
-	for s in $(RESULTS); do $(VENV)/bin/fp8rl report $$s --out docs/results/$$s --no-log || exit 1; done
+	$(VENV)/bin/fp8rl run configs/matching-fixed-weights.yaml $(POOLED_A)
+	for s in $(RESULTS) matching-fixed-weights-a; do $(VENV)/bin/fp8rl report $$s --out docs/results/$$s --no-log || exit 1; done
 
 # only the small-model experiments and their reports (time measured: docs/results/power.md)
 results-small: setup
 	for s in $(RESULTS_SMALL); do $(VENV)/bin/fp8rl run configs/$$s.yaml || exit 1; done
-	for s in $(RESULTS_SMALL); do $(VENV)/bin/fp8rl report $$s --out docs/results/$$s --no-log || exit 1; done
+	$(VENV)/bin/fp8rl run configs/matching-fixed-weights.yaml $(POOLED_A)
+	for s in $(RESULTS_SMALL) matching-fixed-weights-a; do $(VENV)/bin/fp8rl report $$s --out docs/results/$$s --no-log || exit 1; done
 
 # every test (what CI runs) in two pytest-xdist workers (each test file one unit, the slowest handed out first:
 # tests/conftest.py), then every test phase of 5 s or more, slowest first — compare them with tests/BUDGET.md,
