@@ -25,7 +25,7 @@ N_BOOT = 200
 
 #: the committed reports under docs/results written before reports stored their inputs: they need the rerun
 #: (`make results`, `make results-small`); docs/results/README.md says so. Remove a name when its folder has inputs/.
-WITHOUT_INPUTS = {"matching-fixed-weights", "moe-grids-small"}
+WITHOUT_INPUTS = {"matching-fixed-weights"}
 
 
 def _fixed_weights() -> SweepData:
