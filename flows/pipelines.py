@@ -219,7 +219,7 @@ class _ParentRun:
             params = tracking.flatten(config.model_dump(mode="json", exclude={"correctness"})) | {"config": sweep.source}
             self.id = tracking.open_sweep_run(sweep.name, sweep.id, params, config.description)
             tracking.log_json(self.id, "sweep.json", config.model_dump(mode="json") | {
-                "config": sweep.source, "overrides": list(sweep.overrides)})
+                "config": sweep.source, "overrides": list(sweep.overrides), "run_ids": [r.id for r in sweep.runs]})
         return self.id
 
     def end(self, rows: list[RunRow], interrupted: BaseException | str | None = None) -> None:

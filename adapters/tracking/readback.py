@@ -36,7 +36,10 @@ def sweep_tables(sweep: str, dest: str | Path, sweep_id: str | None = "latest") 
     runs that are not FINISHED, and runs without an fp8rl run id (e.g. a report run), are left out.
     ``sweep_id``: only runs of that expansion of the config (tag ``fp8rl.sweep_id``, a hash of its run
     ids: a changed config is a new expansion); ``"latest"`` (default) the expansion of the newest
-    FINISHED run; None every expansion. Raises ``LookupError`` naming the known experiments when the
+    FINISHED run; None every expansion. An expansion's runs are the run ids its parent run's ``sweep.json``
+    lists (``run_ids``), whichever expansion ran them — a sweep extended by more seeds skips the runs an
+    earlier expansion finished, and its report still pools them; a parent recorded without ``run_ids``:
+    the runs tagged with its id. Raises ``LookupError`` naming the known experiments when the
     sweep has none."""
     import pyarrow.parquet as pq
     from mlflow import artifacts
@@ -52,7 +55,10 @@ def sweep_tables(sweep: str, dest: str | Path, sweep_id: str | None = "latest") 
     if sweep_id == "latest":
         sweep_id = found[0].data.tags.get("fp8rl.sweep_id") if found else None
     if sweep_id is not None:
-        found = [r for r in found if r.data.tags.get("fp8rl.sweep_id") == sweep_id]
+        parent = find_sweep_run(sweep, sweep_id)
+        listed = (sweep_json(parent) or {}).get("run_ids") if parent is not None else None
+        found = [r for r in found if (r.data.tags.get("fp8rl.run_id") in listed if listed is not None
+                                      else r.data.tags.get("fp8rl.sweep_id") == sweep_id)]
     runs, seen = [], set()
     uri = tracking_uri()
     tables: dict[str, list[dict]] = {t: [] for t in RUN_TABLES}

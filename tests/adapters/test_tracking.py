@@ -97,6 +97,31 @@ def parent_and_runs_round_trip(store: Path) -> None:
     assert tracking.find_finished("sweep-p", "r1") == child
 
 
+def test_a_sweep_extended_by_more_seeds_reports_the_runs_an_earlier_expansion_finished(store):
+    """Seeds 0-1 ran as one expansion; the config extended to seeds 0-2 is another, which skips the two finished
+    runs and runs only seed 2: its report pools all three (the run ids its parent's sweep.json lists), the
+    first expansion's report still its own two, and a parent without that list its tagged runs only."""
+    def expansion(sid, ids, ran):
+        parent = tracking.open_sweep_run("sweep-e", sid, {}, "")
+        tracking.log_json(parent, "sweep.json", {"axes": {"seed": list(range(len(ids)))}, "run_ids": ids})
+        for rid in ran:
+            run = tracking.open_run("sweep-e", sid, rid, f"run·{rid}", {"seed": rid[-1]}, None, parent=parent)
+            tracking.log_table(run, "steps", [{"step": 1, "x": float(rid[-1])}])
+            tracking.terminate(run, "FINISHED")
+            time.sleep(0.01)  # start times in order
+        return parent
+
+    expansion("first", ["s0", "s1"], ["s0", "s1"])
+    expansion("second", ["s0", "s1", "s2"], ["s2"])
+    latest = tracking.sweep_tables("sweep-e", store / "dl")
+    assert latest["sweep_id"] == "second" and sorted(r["run_id"] for r in latest["runs"]) == ["s0", "s1", "s2"]
+    assert sorted(row["run_id"] for row in latest["steps"]) == ["s0", "s1", "s2"]
+    assert sorted(r["run_id"] for r in tracking.sweep_tables("sweep-e", store / "dl", "first")["runs"]) == ["s0", "s1"]
+    # a parent recorded before sweep.json listed its runs: the runs tagged with its expansion
+    tracking.log_json(tracking.find_sweep_run("sweep-e", "second"), "sweep.json", {"axes": {}})
+    assert [r["run_id"] for r in tracking.sweep_tables("sweep-e", store / "dl")["runs"]] == ["s2"]
+
+
 def test_captured_logs_write_each_line_once_with_its_task_and_nothing_of_an_earlier_run(store):
     import logging
 

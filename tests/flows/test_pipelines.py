@@ -340,8 +340,9 @@ def test_the_sweep_flow_runs_the_expansion_it_is_given_without_its_files(env, tm
     (parent,) = [r for r in _runs("smoke", kind="sweep") if r.data.tags["fp8rl.sweep_id"] == sweep.id]
     assert parent.info.status == "FINISHED" and parent.data.params["config"] == str(folder / "smoke.yaml")
     logged = tracking.sweep_json(parent.info.run_id)
-    assert (logged["config"], logged["overrides"], logged["axes"]) == (
-        str(folder / "smoke.yaml"), overrides, {"model": ["qwen3-dense-mini"], "preset": ["all"], "seed": [4]})
+    assert (logged["config"], logged["overrides"], logged["axes"], logged["run_ids"]) == (
+        str(folder / "smoke.yaml"), overrides, {"model": ["qwen3-dense-mini"], "preset": ["all"], "seed": [4]},
+        [sweep.runs[0].id])
     summary = Path(env["root"]) / "reports" / "smoke" / "summary.md"
     assert "# fp8rl report: smoke" in summary.read_text()
     assert "report/summary.md" in {f.path for f in tracking.client().list_artifacts(parent.info.run_id, "report")}
