@@ -95,13 +95,20 @@ def run(
     with driving_only() if not inline else contextlib.nullcontext():  # on Ray, this process starts no engine
         from flows.pipelines import RunsFailed, mxfp8_sweep
 
+    from adapters.prefect_server import start_temporary_server
+
     with sweep_log(sweep.name) as log:
         typer.echo(f"log: {log}")
         try:
+            start_temporary_server()  # none configured: Prefect's own, out of reach of the terminal's Ctrl-C
             mxfp8_sweep(sweep, ray_address=ray_address, inline=inline, work_pool=work_pool)  # the expansion as it is
         except RunsFailed as e:  # each failed run said why in its line as it ended: the sweep's end, not another error
             typer.echo(f"{e} (log: {log})", err=True)
             raise typer.Exit(1) from None
+        except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM: the flow ended its unfinished runs KILLED, naming it
+            why = str(e) or "Ctrl-C"
+            raise _fail(f"sweep {sweep.name} interrupted ({why}): its runs not finished are KILLED in MLflow, "
+                        f"naming it; the same command again resumes the sweep (log: {log})", 130) from None
         except RuntimeError as e:  # refused before anything ran (the cluster, the servers)
             raise _fail(f"{e} (log: {log})") from None
         finally:  # registered after Prefect's own exit hook for a temporary server: runs before it

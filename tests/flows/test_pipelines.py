@@ -1,7 +1,7 @@
 """The flows for real (embedded Prefect, a local Ray, a temporary MLflow store): a run that finishes on a
 Ray worker (beside a ``requant`` run whose W2 bytes MLflow holds per step), resume skips them, a run that
-fails is FAILED with its reason, a sweep killed by SIGTERM leaves its run KILLED, a sweep asking for GPUs the
-cluster lacks (or a backend: verl sweep on a CPU Ray) stops before anything runs. The tests that patch code
+fails is FAILED with its reason, a sweep interrupted by Ctrl-C leaves its run KILLED (one line, nothing left
+running), a sweep asking for GPUs the cluster lacks (or a backend: verl sweep on a CPU Ray) stops before anything runs. The tests that patch code
 inside a run use ``inline=True`` (the runs in this process, where the patch applies)."""
 
 from __future__ import annotations
@@ -230,14 +230,23 @@ def test_an_engine_dying_mid_sync_fails_the_run_with_its_last_good_version_and_a
     assert checks[0]["tier"] == "full" and all(r["passed"] for c in checks for r in c["results"])
 
 
-def test_sigterm_marks_the_run_killed(env):
-    code = ("from flows.pipelines import mxfp8_sweep\n"
-            f"mxfp8_sweep({SMOKE!r}, {['axes.seed=[1]', 'axes.preset=[bf16-e2e]', 'axes.model=[qwen3-dense-mini]', 'loop.steps=50', SHORT]!r})\n")
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_ctrl_c_in_the_terminal_ends_the_sweep_killed_with_one_line_and_nothing_left_running(env):
+    """``fp8rl run`` in a terminal's foreground process group, interrupted as Ctrl-C does it: SIGINT to the whole
+    group, Prefect's temporary API server included (adapters.prefect_server keeps it out of that)."""
+    args = ["axes.seed=[1]", "axes.preset=[bf16-e2e]", "axes.model=[qwen3-dense-mini]", "loop.steps=50", SHORT]
     proc_env = os.environ | {"MLFLOW_TRACKING_URI": env["MLFLOW_TRACKING_URI"], "FP8RL_ARTIFACTS": env["FP8RL_ARTIFACTS"],
                              "FP8RL_CACHE": env["warmstart"]}
-    # its own process group: Prefect's temporary API server (a child) does not outlive the test
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=proc_env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    # its own process group, as a shell gives a foreground command: the signal reaches all of it
+    proc = subprocess.Popen([sys.executable, "-c", "from flows.cli import app; app()", "run", SMOKE, *args], cwd=ROOT,
+                            env=proc_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.time() + 240
         target = None
@@ -248,21 +257,27 @@ def test_sigterm_marks_the_run_killed(env):
                 target = running[0].info.run_id  # mid-loop: at least one step recorded
             assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
         assert target is not None, "the run never started"
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=90)  # before the fix: a minute and more of retries against a dead server
+        out = proc.stdout.read().decode()
+        gone = time.time() + 30
+        while _group_alive(proc.pid) and time.time() < gone:
+            time.sleep(0.5)
+        assert not _group_alive(proc.pid), "a process of the interrupted sweep outlived it"
     finally:
         if proc.poll() is None:
             proc.kill()
-        try:
+        if _group_alive(proc.pid):
             os.killpg(proc.pid, signal.SIGKILL)  # whatever the interrupted flow left running
-        except ProcessLookupError:
-            pass
+    assert code == 130, out[-3000:]
+    assert "error: sweep smoke interrupted (signal SIGINT)" in out, out[-3000:]
+    assert "Traceback" not in out and "ConnectError" not in out, out[-3000:]
     run = tracking.client().get_run(target)
-    assert run.info.status == "KILLED", proc.stdout.read().decode()[-3000:]
-    assert "SIGTERM" in run.data.tags["error"]
+    assert run.info.status == "KILLED", out[-3000:]
+    assert "SIGINT" in run.data.tags["error"]
     assert "time/step_s" in run.data.metrics  # what was logged before stays
     parent = tracking.client().get_run(run.data.tags[tracking.PARENT])  # the sweep's run says why too
-    assert parent.info.status == "KILLED" and "signal SIGTERM" in parent.data.tags["error"], parent.data.tags
+    assert parent.info.status == "KILLED" and "signal SIGINT" in parent.data.tags["error"], parent.data.tags
 
 
 def test_a_sweep_asking_for_gpus_the_cluster_lacks_stops_before_anything_runs(env):
