@@ -6,7 +6,8 @@ Rule: units are probe sequences, paired across variants by (checkpoint, source, 
 percentile bootstrap; across checkpoints two-stage: checkpoints, then sequences within). Its robust companion
 is the median over sequences of the paired per-position log ratio (exponentiated), bootstrapped alike; the
 tail is the share of the mean KL its top 1% of sequences carry. Power: σ²_within per checkpoint and
-σ²_between checkpoints of the log-ratio influence (:mod:`.power`). docs/metrics.md (Fixed weights).
+σ²_between checkpoints of the log-ratio influence (:mod:`.power`). One seed left out: the seed whose checkpoints
+move the pooled ratio most. docs/metrics.md (Fixed weights).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from .power import (SampleNeeded, VarianceComponents, log_ratio_influence, resol
                     variance_components)
 from .stats import ci_side, compare_ratio
 
-__all__ = ["MatchingRatio", "MatchingPower", "TailShare", "matching_power", "matching_ratio", "paired", "tail_share"]
+__all__ = ["MatchingRatio", "MatchingPower", "SeedInfluence", "TailShare", "matching_power", "matching_ratio",
+           "most_influential_seed", "paired", "tail_share"]
 
 #: the units' key: which sequence of which checkpoint's probe set
 KEY = ("checkpoint", "source", "sequence")
@@ -132,6 +134,47 @@ def matching_ratio(rows: Sequence[Mapping], a: str, b: str, *, checkpoint: str |
                          float(math.exp(hi)), float(ua[:, 0].sum() / ua[:, 1].sum()),
                          float(ub[:, 0].sum() / ub[:, 1].sum()), tail_share(ua[:, 0]), tail_share(ub[:, 0]),
                          len(keys), cps, float(level))
+
+
+@dataclass(frozen=True)
+class SeedInfluence:
+    """The seed whose checkpoints move the pooled ratio of means most when left out (point estimates): ``seed``,
+    ``share`` (its checkpoints' part of baseline a's summed KL: their weight in the ratio of means),
+    ``ratio`` (the pooled ratio with every seed) and ``ratio_without`` (without this one), over ``seeds`` seeds."""
+
+    seed: int
+    share: float
+    ratio: float
+    ratio_without: float
+    seeds: int
+
+
+def most_influential_seed(rows: Sequence[Mapping], a: str, b: str, *, min_seeds: int = 3) -> SeedInfluence | None:
+    """Which seed's checkpoints carry the pooled ratio of b to a (:class:`SeedInfluence`): each seed left out
+    in turn, the one whose absence moves log(ratio) most. ``None`` with fewer than ``min_seeds`` seeds (leaving
+    one of two out leaves a single seed, not a pool). A ratio of means weighs each checkpoint by its KL, so one
+    checkpoint with KL far above the others' can decide a pooled verdict the rest do not support."""
+    seed_of = {r["checkpoint"]: int(r["seed"]) for r in rows}
+    keys, ua, ub = paired(rows, a, b)
+    seeds = np.array([seed_of[k[0]] for k in keys])
+    order = list(dict.fromkeys(seeds.tolist()))
+    if len(order) < min_seeds:
+        return None
+    ta, tb = ua.sum(axis=0), ub.sum(axis=0)  # (KL, positions)
+
+    def ratio(sa: np.ndarray, sb: np.ndarray) -> float:
+        return float((sb[0] / sb[1]) / (sa[0] / sa[1]))
+
+    full = ratio(ta, tb)
+    best: tuple[float, int, float, float] | None = None
+    for s in order:
+        m = seeds == s
+        without = ratio(ta - ua[m].sum(axis=0), tb - ub[m].sum(axis=0))
+        move = abs(math.log(without / full))
+        if best is None or move > best[0]:
+            best = (move, s, float(ua[m, 0].sum() / ta[0]), without)
+    assert best is not None
+    return SeedInfluence(best[1], best[2], full, best[3], len(order))
 
 
 @dataclass(frozen=True)

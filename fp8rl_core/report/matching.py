@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from fp8rl_core.model_kind import is_moe
-from fp8rl_core.metrics.matching import MatchingPower, MatchingRatio, matching_power, matching_ratio
+from fp8rl_core.metrics.matching import (MatchingPower, MatchingRatio, SeedInfluence, matching_power, matching_ratio,
+                                         most_influential_seed)
 from fp8rl_core.sampler.config import SAMPLER_ENGINES
 
 from .claims import CLAIMS, KL_KINDS, Claim, claim_verdict, needed_text
@@ -23,7 +24,8 @@ from .data import SweepData, matching_frame
 from .engines import engine_rows, engines_figure, engines_section
 from .text import f3, ratio_text, table
 
-__all__ = ["COMPARISONS", "ClaimAtFixedWeights", "Comparison", "claim_rows", "forest", "write_matching_report"]
+__all__ = ["COMPARISONS", "ClaimAtFixedWeights", "Comparison", "SeedLeftOut", "claim_rows", "forest",
+           "write_matching_report"]
 
 
 @dataclass(frozen=True)
@@ -68,9 +70,20 @@ def _models(df: pd.DataFrame) -> list[str]:
 
 
 @dataclass(frozen=True)
+class SeedLeftOut:
+    """The pooled comparison without the seed that moves it most (:class:`SeedInfluence`): its ``pooled`` ratio
+    with the interval and ``verdict`` (the claim's rule; a measured quantity: the interval's side)."""
+
+    influence: SeedInfluence
+    pooled: MatchingRatio
+    verdict: str
+
+
+@dataclass(frozen=True)
 class ClaimAtFixedWeights:
     """One comparison on one model: across checkpoints (``pooled``), per checkpoint (``per_checkpoint``, in
-    checkpoint order), per probe source (``by_source``), its power, and the verdict in words."""
+    checkpoint order), per probe source (``by_source``), its power, the pooled comparison without its most
+    influential seed (``left_out``; ``None`` under 3 seeds), and the verdict in words."""
 
     model: str
     comparison: Comparison
@@ -78,6 +91,7 @@ class ClaimAtFixedWeights:
     per_checkpoint: dict[str, MatchingRatio]
     by_source: dict[str, MatchingRatio]
     power: MatchingPower | None
+    left_out: SeedLeftOut | None
     verdict: str
 
     def counts(self) -> dict[str, int]:
@@ -87,18 +101,37 @@ class ClaimAtFixedWeights:
         return out
 
 
-def _verdict(c: Comparison, pooled: MatchingRatio, per: dict[str, MatchingRatio], power: MatchingPower | None) -> str:
+def _side(c: Comparison, r: MatchingRatio) -> str:
+    """A pooled interval's verdict: the claim's rule (:func:`~.claims.claim_verdict`), or for a measured quantity
+    (no claimed side) the interval's side."""
+    return claim_verdict(r.lo, r.hi, c.expect) if c.expect else r.direction
+
+
+def _one_seed(c: Comparison, pooled: MatchingRatio, left: SeedLeftOut | None) -> str:
+    """The clause a verdict gets when leaving one seed out changes it (else nothing)."""
+    if left is None or left.verdict == _side(c, pooled):
+        return ""
+    i = left.influence
+    return (f"; one seed decides it: without seed {i.seed} (its checkpoints {i.share:.0%} of `{c.a}`'s KL) "
+            f"{ratio_text(left.pooled)}, {left.verdict}")
+
+
+def _verdict(c: Comparison, pooled: MatchingRatio, per: dict[str, MatchingRatio], power: MatchingPower | None,
+             left: SeedLeftOut | None = None) -> str:
     """The comparison's verdict in words. A claim: :func:`~.claims.claim_verdict` on the pooled CI (reproduced /
-    contradicted / unresolved), then what the checkpoints say, the paper's size, and for an unresolved one the
-    sample a resolution needs (:func:`~.claims.needed_text`, checkpoints as the groups). A measured quantity
-    (no claimed side): the pooled CI's side."""
+    contradicted / unresolved), then what the checkpoints say, whether one seed left out changes it
+    (``left``), the paper's size, and for an unresolved one the sample a resolution needs
+    (:func:`~.claims.needed_text`, checkpoints as the groups). A measured quantity (no claimed side): the
+    pooled CI's side."""
     n = len(per)
     dirs = [r.direction for r in per.values()]
     lower, higher = dirs.count("lower"), dirs.count("higher")
     if not c.expect:
         if pooled.direction == "unresolved":
-            return f"no difference resolved (pooled CI includes 1; {lower} of {n} checkpoints lower, {higher} higher)"
-        return f"{pooled.direction} at {dirs.count(pooled.direction)} of {n} checkpoints ({f3(pooled.ratio)} pooled)"
+            return (f"no difference resolved (pooled CI includes 1; {lower} of {n} checkpoints lower, {higher} higher)"
+                    + _one_seed(c, pooled, left))
+        return (f"{pooled.direction} at {dirs.count(pooled.direction)} of {n} checkpoints ({f3(pooled.ratio)} pooled)"
+                + _one_seed(c, pooled, left))
     verdict = claim_verdict(pooled.lo, pooled.hi, c.expect)
     claimed = dirs.count(c.expect)
     other = lower if c.expect == "higher" else higher
@@ -115,6 +148,7 @@ def _verdict(c: Comparison, pooled: MatchingRatio, per: dict[str, MatchingRatio]
                 f"other way")
         if claimed and other:
             text += " — the effect depends on the checkpoint"
+    text += _one_seed(c, pooled, left)
     if c.paper is not None:
         inside = pooled.lo <= c.paper <= pooled.hi
         if inside:
@@ -147,7 +181,13 @@ def claim_rows(data: SweepData, *, n_boot: int = 2000, seed: int = 0) -> list[Cl
                     for s in dict.fromkeys(r["source"] for r in rows)}
             target = c.paper if c.paper is not None and c.paper != 1 else 0.9
             power = matching_power(rows, c.a, c.b, target=target) if pooled.units > 2 else None
-            out.append(ClaimAtFixedWeights(model, c, pooled, per, srcs, power, _verdict(c, pooled, per, power)))
+            left = None
+            if (influence := most_influential_seed(rows, c.a, c.b)) is not None:
+                rest = [r for r in rows if int(r["seed"]) != influence.seed]
+                without = matching_ratio(rest, c.a, c.b, n_boot=n_boot, seed=seed)
+                left = SeedLeftOut(influence, without, _side(c, without))
+            out.append(ClaimAtFixedWeights(model, c, pooled, per, srcs, power, left,
+                                           _verdict(c, pooled, per, power, left)))
     return out
 
 
@@ -229,6 +269,23 @@ def _sources(rows: list[ClaimAtFixedWeights]) -> list[str]:
     lines += table(["model", "comparison", *srcs],
                     [[r.model, r.comparison.claim, *(ratio_text(r.by_source[s]) if s in r.by_source else "—" for s in srcs)]
                      for r in rows])
+    return lines + [""]
+
+
+def _seed_left_out(rows: list[ClaimAtFixedWeights]) -> list[str]:
+    body = [[r.model, r.comparison.claim, str(r.left_out.influence.seed), f"{r.left_out.influence.share:.0%}",
+             ratio_text(r.pooled), ratio_text(r.left_out.pooled), _median(r.left_out.pooled), r.left_out.verdict,
+             "yes" if r.left_out.verdict != _side(r.comparison, r.pooled) else "no"]
+            for r in rows if r.left_out is not None]
+    if not body:
+        return []
+    lines = ["## One seed left out", "",
+             "The ratio of means weighs each checkpoint by its KL, so a seed whose checkpoints' KL is far above the "
+             "others' can carry a pooled verdict. Per comparison (3 seeds or more), the seed whose absence moves the "
+             "pooled ratio most (`fp8rl_core.metrics.matching.most_influential_seed`), its checkpoints' share of the "
+             "baseline's summed KL, and the pooled comparison without it (the same two-stage bootstrap).", ""]
+    lines += table(["model", "comparison", "seed left out", "its share of a's KL", "ratio b/a (CI)",
+                     "without it (CI)", "median ratio without it (CI)", "verdict without it", "verdict changes"], body)
     return lines + [""]
 
 
@@ -430,7 +487,7 @@ def write_matching_report(data: SweepData, out_dir: str | Path, *, n_boot: int =
     if engines and figures:
         engines_figure(engines, out / "engines.png")
     lines += _requant(data, rows) + _ablation(data, n_boot, seed) + engines_section(engines)
-    lines += _per_checkpoint(rows) + _sources(rows) + _tails(data) + _power(rows)
+    lines += _per_checkpoint(rows) + _sources(rows) + _seed_left_out(rows) + _tails(data) + _power(rows)
     path = out / "summary.md"
     path.write_text("\n".join(lines).rstrip() + "\n")
     return path

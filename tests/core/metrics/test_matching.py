@@ -1,6 +1,6 @@
 """The fixed-weights statistics on constructed units whose answers are known: the ratio of means, its
-median companion, the tail shares, the pairing, and the power a design has (σ² within and between
-checkpoints from the units themselves)."""
+median companion, the tail shares, the pairing, the power a design has (σ² within and between
+checkpoints from the units themselves), and the seed whose checkpoints carry the pooled ratio."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from fp8rl_core.metrics.matching import matching_power, matching_ratio, paired, tail_share
+from fp8rl_core.metrics.matching import matching_power, matching_ratio, most_influential_seed, paired, tail_share
 
 
 def rows_of(variant: str, kl_by_checkpoint: dict[str, list[float]], positions: int = 10, source: str = "held-out"):
@@ -88,3 +88,21 @@ def test_power_separates_sequence_noise_from_checkpoints_whose_ratios_differ():
     assert p.checkpoints_for_target is not None and p.checkpoints_for_target >= 1
     with pytest.raises(ValueError, match="target"):
         matching_power(rows, "a", "b", target=1.0)
+
+
+def test_the_seed_whose_heavy_checkpoints_carry_the_ratio_of_means_is_found_with_its_share():
+    """Seeds 0-3 at ratio 1 with KL 1e-4, seed 4 at ratio 0.5 with KL 1e-2: a ratio of means weighs seed 4 by
+    its KL, so the pooled ratio is near 0.5 and without seed 4 exactly 1."""
+    rows = []
+    for seed in range(5):
+        level, factor = (1e-2, 0.5) if seed == 4 else (1e-4, 1.0)
+        a = {f"seed{seed}/step{st}": [level] * 50 for st in (0, 8)}
+        for variant, f in (("a", 1.0), ("b", factor)):
+            rows += [r | {"seed": seed} for r in rows_of(variant, {ck: [f * x for x in v] for ck, v in a.items()})]
+    i = most_influential_seed(rows, "a", "b")
+    heavy = 1e-2 * 100
+    assert (i.seed, i.seeds) == (4, 5)
+    assert i.share == pytest.approx(heavy / (heavy + 4 * 1e-4 * 100))
+    assert i.ratio == pytest.approx((0.5 * heavy + 4e-2) / (heavy + 4e-2)) and i.ratio_without == pytest.approx(1.0)
+    few = [r for r in rows if r["seed"] < 2]
+    assert most_influential_seed(few, "a", "b") is None  # one of two left out is no pool

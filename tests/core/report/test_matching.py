@@ -135,3 +135,40 @@ def test_the_design_names_checkpoints_from_elsewhere(data, tmp_path):
     design = write_report(named, tmp_path, n_boot=50).read_text().split("## Design")[1].split("##")[0]
     assert "the named checkpoints `ckpts/step1`, `ckpts/step2` (matching.checkpoints" in design, design
     assert "warm start" not in design
+
+
+def test_a_pooled_verdict_one_heavy_seed_decides_says_so_and_the_report_leaves_each_seed_out(tmp_path):
+    """Seeds 0-3: `half` = `bf16-sampler` up to noise (ratio 1); seed 4: KL 50× theirs and `half` halves it. The
+    ratio of means follows seed 4 (reproduced); without it the pool is unresolved, and the verdict says so."""
+    rng = np.random.default_rng(7)
+    rows = []
+    for seed in range(5):
+        level, factor = (5e-3, 0.5) if seed == 4 else (1e-4, 1.0)
+        for step in (0, 8):
+            base = rng.gamma(2.0, level / 2, 60)
+            for variant, f in (("bf16-sampler", 1.0), ("half", factor)):
+                noise = rng.lognormal(0, 0.2, 60)
+                rows += [{"run_id": f"r{seed}", "checkpoint": f"seed{seed}/step{step}", "seed": seed, "step": step,
+                          "variant": variant, "preset": variant, "ablation": False, "engine_dtype": "bfloat16",
+                          "learner_forward": "training", "activation_rule": "", "source": "held-out", "sequence": i,
+                          "positions": 10, "kl": float(base[i] * f * noise[i]), "kl_rev": float(base[i]),
+                          "js": float(base[i] / 4)} for i in range(60)]
+    runs = pd.DataFrame([{"run_id": f"r{s}", "name": f"s{s}", "preset": "all", "model": "qwen3-dense-small", "seed": s}
+                         for s in range(5)])
+    data = SweepData(sweep="t", runs=runs, matching=validate("matching", rows))
+    (a,) = claim_rows(data, n_boot=300)
+    assert a.pooled.hi < 1 and a.verdict.startswith("reproduced: the pooled CI lies below 1")
+    left = a.left_out
+    assert (left.influence.seed, left.influence.seeds, left.verdict) == (4, 5, "unresolved")
+    assert left.influence.share > 0.9 and left.pooled.lo < 1 < left.pooled.hi
+    assert left.pooled.checkpoints == 8
+    assert (f"; one seed decides it: without seed 4 (its checkpoints {left.influence.share:.0%} of `bf16-sampler`'s "
+            f"KL) ") in a.verdict and a.verdict.index("one seed decides") < a.verdict.index("the paper's")
+    text = write_report(data, tmp_path, n_boot=200).read_text()
+    section = text.split("## One seed left out")[1].split("\n## ")[0]
+    assert "| qwen3-dense-small | (a) half on the learner's grid vs BF16 sampler | 4 |" in section
+    assert section.rstrip().endswith("| unresolved | yes |")
+
+
+def test_under_three_seeds_no_seed_is_left_out(data):
+    assert all(r.left_out is None for r in claim_rows(data, n_boot=50))  # the module's sweep has seeds 0 and 1
