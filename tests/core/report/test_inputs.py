@@ -23,9 +23,10 @@ STORED = Path(__file__).parent / "stored"
 RESULTS = Path(__file__).parents[3] / "docs" / "results"
 N_BOOT = 200
 
-#: the committed reports under docs/results written before reports stored their inputs: they need the rerun
-#: (`make results`, `make results-small`); docs/results/README.md says so. Remove a name when its folder has inputs/.
-WITHOUT_INPUTS = {"matching-fixed-weights"}
+#: committed reports under docs/results without their inputs (written before reports stored them): none since
+#: 2026-12-05, when every one was regenerated; a name here needs the rerun (`make results`, `make results-small`),
+#: and docs/results/README.md says so
+WITHOUT_INPUTS: set[str] = set()
 
 
 def _fixed_weights() -> SweepData:
@@ -80,7 +81,7 @@ def test_the_committed_reports_with_inputs_are_what_todays_code_makes_of_them(na
     """`fp8rl report SWEEP --out docs/results/SWEEP --check` for each committed report that stores its inputs:
     every table line (claims with numbers and verdicts, per-preset, power, checks) byte for byte."""
     result = check_tables(RESULTS / name)
-    # every table line of the committed summary compared (31 in the smallest, matching-fixed-weights-a)
+    # every table line of the committed summary compared (54 to 150 of them a report)
     assert result.lines == sum(line.startswith("|") for line in (RESULTS / name / "summary.md").read_text().splitlines())
     assert result.same, "\n".join(f"table line {i}:\n  stored: {a}\n  today:  {b}" for i, a, b in result.differences[:5])
 
