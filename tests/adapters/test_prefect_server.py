@@ -16,14 +16,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# starts the server, prints its URL, then ignores SIGINT itself so that only the server's own mask is under test
+# starts the server, ignores SIGINT itself (before it says it is ready, so that a loaded machine cannot deliver the
+# test's Ctrl-C first and end the caller, whose exit hook would stop the server) so that only the server's own mask
+# is under test, then prints its URL and whether its own mask was restored
 SCRIPT = """
 import signal, sys
 from adapters.prefect_server import start_temporary_server
 url = start_temporary_server()
-print(url, flush=True)
-print(signal.pthread_sigmask(signal.SIG_BLOCK, set()) == set(), flush=True)
+mask_restored = signal.pthread_sigmask(signal.SIG_BLOCK, set()) == set()
 signal.signal(signal.SIGINT, signal.SIG_IGN)
+print(url, flush=True)
+print(mask_restored, flush=True)
 sys.stdin.read()  # until the test closes it: then a normal exit, whose hooks stop the server
 """
 
@@ -52,9 +55,10 @@ def test_the_temporary_server_survives_a_ctrl_c_to_the_group_and_the_caller_keep
         assert not _blocked(server) & (1 << (signal.SIGTERM - 1))  # Prefect stops it with SIGTERM at exit
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
         time.sleep(2)
+        assert proc.poll() is None  # the caller ignores SIGINT: a server gone now was stopped by the signal itself
+        assert Path(f"/proc/{server}").exists(), "the server died of the group's SIGINT"
         with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=10) as r:
             assert r.status == 200
-        assert proc.poll() is None
         proc.stdin.close()  # the caller's normal exit stops its server (Prefect's exit hook: SIGTERM)
         assert proc.wait(timeout=60) == 0
         deadline = time.time() + 15
