@@ -17,7 +17,7 @@ INSTALL := $(call uv_install,$(VENV))
 # Environments); their imports are tested in tests/verl
 VERL_NODEPS := verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 TransferQueue==0.1.11
 
-.PHONY: setup setup-sglang setup-gpu check-gpu-set run test test-fast test-verl bench results results-small clean
+.PHONY: setup setup-sglang setup-gpu check-gpu-set run test test-fast test-verl check-results bench results results-small clean
 
 setup: $(STAMP)
 
@@ -130,6 +130,12 @@ test: setup setup-sglang
 # (a verl run starts a dozen Python processes of its own: Ray actors, FSDP ranks, the vLLM engine and its ranks)
 test-verl: setup
 	$(PY) -m pytest -m verl --durations=0 --junitxml=test-artifacts/junit-verl.xml
+
+# every committed report under docs/results is what today's code makes of its stored inputs, table line by table
+# line (tests/core/report/test_inputs.py); `make test` checks all but the two largest (the `results` tier:
+# ≈ 1.5 min each on one core, over CI's budget), this target all seven (≈ 2 min on two cores)
+check-results: setup
+	$(PY) -m pytest --results -n 2 -k committed tests/core/report/test_inputs.py
 
 # the edit loop: no vLLM engine, no flow, nothing slow (tiers set by path in tests/conftest.py; times: bench/README.md)
 test-fast: setup

@@ -9,6 +9,8 @@ test file, so a new test lands in the right tier by itself:
             and the tracking server's (``tests/adapters/test_tracking_server.py``).
 ``verl``    starts verl's own trainer end to end: the tests in :data:`VERL` (``flow`` tests too).
 ``slow``    measured slow without starting an engine: :data:`SLOW` and the users of :data:`SLOW_FIXTURES`.
+``results`` checks a large committed report against its stored inputs (a minute or more each): :data:`RESULTS`.
+            Deselected unless ``pytest --results`` (``make check-results``): ``make test`` (CI) leaves it out.
 ``upstream`` reads upstream releases from PyPI: the GPU set resolves, the private upstream names fp8rl uses
             exist in the pinned releases (downloaded once into ``~/.cache/fp8rl/wheels``): every test under
             ``tests/upstream/``. Not in the edit loop; ``make test`` runs it.
@@ -97,6 +99,11 @@ VERL = frozenset({
     "flows/test_verl.py::test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_next_and_one_stops_verl",
     "flows/test_verl_moe.py::test_a_verl_sweep_of_the_moe_mini_judges_claim_d_from_verls_tokens",
 })
+#: the ``results`` tier: checks too long for ``make test`` (CI's 30 minutes), run by ``make check-results``
+RESULTS = frozenset({
+    # the committed reports whose stored inputs pass test_inputs.LARGE (80-95 s each in two workers)
+    "core/report/test_inputs.py::test_the_large_committed_reports_are_what_todays_code_makes_of_them",
+})
 #: fixtures that make every test using them slow
 SLOW_FIXTURES = frozenset({"trained"})  # tests/core/learner/test_warmstart.py: an 800-step warm start
 #: the slowest files, slowest first (their tests' seconds in two workers, tests/BUDGET.md): handed to the xdist
@@ -125,12 +132,16 @@ def tiers_of(path: str, name: str, fixtures: frozenset[str] | set[str]) -> set[s
         out.add("slow")
     if f"{path}::{base}" in VERL:
         out.add("verl")
+    if f"{path}::{base}" in RESULTS:
+        out.add("results")
     return out
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--fast", action="store_true",
                      help="the fast tier: no engine, flow or slow test (files wholly in those tiers are not even imported)")
+    parser.addoption("--results", action="store_true",
+                     help="also the results tier: the checks of the large committed reports (make check-results)")
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -165,16 +176,22 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    kept, dropped = [], []
+    kept, dropped, results = [], [], []
     for item in items:
         path = Path(str(item.path)).resolve().relative_to(TESTS).as_posix()
         tiers = tiers_of(path, item.name, set(getattr(item, "fixturenames", ())))
         for m in sorted(tiers):
             item.add_marker(m)
         (dropped if tiers else kept).append(item)
+        if "results" in tiers:
+            results.append(item)
     if config.getoption("fast") and dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+    elif results and not config.getoption("results"):
+        config.hook.pytest_deselected(items=results)
+        left_out = {id(i) for i in results}
+        items[:] = [i for i in items if id(i) not in left_out]
     # the heavy files first, slowest first (stable: every file keeps its tests' order)
     items.sort(key=lambda item: _order(Path(str(item.path)).resolve().relative_to(TESTS).as_posix()))
 
