@@ -102,8 +102,8 @@ RESULTS_MINI  := dense-matching moe-grids microbatch-sweep
 RESULTS_SMALL := dense-matching-small moe-grids-small matching-fixed-weights
 RESULTS := $(RESULTS_MINI) $(RESULTS_SMALL)
 # claim (a) pooled at fixed weights: the fixed-weights protocol on the dense small at the number of checkpoints
-# docs/results/power.md computed from the between-checkpoint spread (18 seeds × 2), (a)'s two variants only
-POOLED_A := sweep=matching-fixed-weights-a 'axes.model=[qwen3-dense-small]' 'axes.seed=[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]' \
+# docs/results/power.md computed from the between-checkpoint spread (35 seeds × 2), (a)'s two variants only
+POOLED_A := sweep=matching-fixed-weights-a 'axes.model=[qwen3-dense-small]' 'axes.seed=[$(shell seq -s, 0 34)]' \
 	'matching.presets=[bf16-sampler,half]' 'matching.ablations=[]' 'per_model={}'
 results: setup
 	for s in $(RESULTS); do $(VENV)/bin/fp8rl run configs/$$s.yaml || exit 1; done

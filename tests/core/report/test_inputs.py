@@ -29,7 +29,7 @@ N_BOOT = 200
 #: and docs/results/README.md says so
 WITHOUT_INPUTS: set[str] = set()
 #: stored inputs larger than this (bytes) take a minute or more to check on one core — the bootstrap over the
-#: per-sequence KL table (`matching-fixed-weights` 4.8 MB, 80–95 s; `matching-fixed-weights-a` 3.6 MB, 47–95 s):
+#: per-sequence KL table (`matching-fixed-weights` 4.8 MB, 78–95 s; `matching-fixed-weights-a` 6.5 MB, 94 s):
 #: their check is the ``results`` tier (tests/conftest.py), which ``make check-results`` runs and ``make test``
 #: (CI's 30 minutes) leaves out; the stored fixed-weights example above keeps that report's code under ``make test``
 LARGE = 2_000_000
