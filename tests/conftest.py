@@ -176,22 +176,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    kept, dropped, results = [], [], []
+    tiered, results = [], []
     for item in items:
         path = Path(str(item.path)).resolve().relative_to(TESTS).as_posix()
         tiers = tiers_of(path, item.name, set(getattr(item, "fixturenames", ())))
         for m in sorted(tiers):
             item.add_marker(m)
-        (dropped if tiers else kept).append(item)
-        if "results" in tiers:
-            results.append(item)
-    if config.getoption("fast") and dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
-    elif results and not config.getoption("results"):
-        config.hook.pytest_deselected(items=results)
-        left_out = {id(i) for i in results}
-        items[:] = [i for i in items if id(i) not in left_out]
+        tiered += [item] if tiers else []
+        results += [item] if "results" in tiers else []
+    # --fast: every tier left out; otherwise the results tier unless --results
+    out = tiered if config.getoption("fast") else [] if config.getoption("results") else results
+    if out:
+        config.hook.pytest_deselected(items=out)
+        gone = {id(i) for i in out}
+        items[:] = [i for i in items if id(i) not in gone]
     # the heavy files first, slowest first (stable: every file keeps its tests' order)
     items.sort(key=lambda item: _order(Path(str(item.path)).resolve().relative_to(TESTS).as_posix()))
 
