@@ -17,12 +17,10 @@ from __future__ import annotations
 
 from fp8rl_core.checks.alarm import alarm_numbers
 from fp8rl_core.checks.basic import CheckResult
-from fp8rl_core.checks.checksum import check_vllm_checksums
 from fp8rl_core.checks.faults import Fault
-from fp8rl_core.checks.runner import CheckReport, CheckRunner
+from fp8rl_core.checks.runner import CheckReport, CheckRunner, SyncPlan
 from fp8rl_core.loop import Pipeline, RLStep, sync_weights
 from fp8rl_core.sync.hooks import NO_HOOKS
-from fp8rl_core.sync.layout import ModelLayout
 from fp8rl_core.vocabulary import CONDITIONS, ENGINE_CHECKSUM, check_column
 
 __all__ = ["clean_series", "engine_checksums", "inject", "step"]
@@ -32,23 +30,12 @@ def _tags(row: dict) -> list[tuple[int, int]]:
     return [(int(row["version"]), int(row["new_version"]) - 1)]
 
 
-def engine_checksums(pipe: Pipeline, report: CheckReport) -> CheckResult | None:
-    """The engines' own weight checksums against the learner's bytes at the sync ``report`` checked (its
-    expectation and snapshots); ``None`` where no engine has a checker or no expectation was derived."""
-    if report.expected is None:
-        return None
-    layout = ModelLayout.from_hf_config(pipe.learner.model.config)
-    return check_vllm_checksums(pipe.samplers, report.expected, report.states, layout)
+#: the correctness stage asks the engine's own weight checksums at every sync
+ASK_CHECKSUMS = SyncPlan(engine_checksums=True)
 
 
-def _failed(report: CheckReport, vck: CheckResult | None) -> bool:
-    return bool(report.failed) or (vck is not None and not vck.passed)
-
-
-def _message(report: CheckReport, vck: CheckResult | None) -> str:
-    extra = [] if vck is None or vck.passed else [f"{ENGINE_CHECKSUM} failed: {vck.count} offenders, e.g. "
-                                                  f"{vck.offenders[:3]} ({vck.detail})"]
-    return "; ".join([m for m in [report.message()] if m] + extra)
+def _failed(report: CheckReport) -> bool:
+    return bool(report.failures)
 
 
 def step(pipe: Pipeline, runner: CheckRunner, task, index: int, *, prompts_per_step: int, seed: int,
@@ -60,10 +47,9 @@ def step(pipe: Pipeline, runner: CheckRunner, task, index: int, *, prompts_per_s
     rl = RLStep(pipe, task, index, prompts_per_step=prompts_per_step, seed=seed)
     rl.learn()
     rl.sync(fault or NO_HOOKS)
-    report = rl.timed(lambda: runner.check(pipe, _tags(rl.row), alarm_numbers(rl.row), step=index))
-    vck = rl.timed(lambda: engine_checksums(pipe, report))
+    report = rl.timed(lambda: runner.check(pipe, _tags(rl.row), alarm_numbers(rl.row), step=index, plan=ASK_CHECKSUMS))
     rl.row["checks_s"] = report.seconds
-    return rl.row, report, vck
+    return rl.row, report, report.engine_checksum
 
 
 def clean_series(pipe: Pipeline, runner: CheckRunner, task, syncs: int, *, prompts_per_step: int = 4,
@@ -75,7 +61,7 @@ def clean_series(pipe: Pipeline, runner: CheckRunner, task, syncs: int, *, promp
     for i in range(first, first + syncs):
         row, report, vck = step(pipe, runner, task, i, prompts_per_step=prompts_per_step, seed=seed)
         out = {"sync": report.sync, "version": report.version, "tier": "full" if report.full else "cheap",
-               "false_alarm": _failed(report, vck), "alarms": _message(report, vck), "checks_s": report.seconds,
+               "false_alarm": _failed(report), "alarms": report.message(), "checks_s": report.seconds,
                "step_s": row["total_s"], "mean_reward": row["mean_reward"],
                check_column(ENGINE_CHECKSUM): None if vck is None else vck.passed,
                f"{ENGINE_CHECKSUM}_s": None if vck is None else vck.seconds}
@@ -100,7 +86,7 @@ def inject(pipe: Pipeline, runner: CheckRunner, task, fault: Fault, *, prompts_p
     declared = rep.results_by.get(fault.condition)
     row = {"fault": fault.name, "condition": fault.condition, "stage": fault.stage, "model": fault.model,
            "what": fault.what, "tier": "full" if rep.full else "cheap", "why": rep.why,
-           "warmup_clean": None if pre is None else not _failed(pre, pre_vck),
+           "warmup_clean": None if pre is None else not _failed(pre),
            "caught_first": bool(fired.get(fault.condition)),
            "declared_offenders": "; ".join((declared.offenders if declared else [])[:3])}
     row |= {c: (None if v is None else int(v)) for c, v in fired.items()}
@@ -108,6 +94,6 @@ def inject(pipe: Pipeline, runner: CheckRunner, task, fault: Fault, *, prompts_p
             f"{ENGINE_CHECKSUM}_offenders": None if vck is None else "; ".join(vck.offenders[:3])}
     if fault.engine_schemes is None:  # repair: a clean sync of the same version must pass again
         sync_weights(pipe)
-        rep2 = runner.check(pipe, [])
-        row["repaired"] = not _failed(rep2, engine_checksums(pipe, rep2))
+        rep2 = runner.check(pipe, [], plan=ASK_CHECKSUMS)
+        row["repaired"] = not _failed(rep2)
     return row

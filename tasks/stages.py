@@ -173,11 +173,15 @@ def invariant_checks(key: str, rollout_tags: list[list[int]], step_row: dict | N
     out = report.metrics() | {"checks_s": report.seconds, "checks_full": float(report.full),
                               "total_s": live.step.seconds}
     live.checks.append(report.as_dict())
-    if report.failed:
-        msg = f"weight sync to version {report.version}: {report.message()}"
-        if live.cfg.checks.on_failure == "fail":
-            raise RuntimeError(msg)
-        get_run_logger().warning("checks failed (on_failure=warn, the run goes on): %s", msg)
+    for e in report.events:
+        get_run_logger().info("mismatch event at step %d (the full tier passed, the run goes on): %s = %.4g, %.3g× "
+                              "its %s", e.step, e.metric, e.value, e.ratio,
+                              "bound" if e.reason == "bound" else "run's median")
+    verdict = report.verdict(live.cfg.checks.on_failure)
+    if verdict.fails_run:
+        raise RuntimeError(verdict.message)
+    if verdict.failed:
+        get_run_logger().warning("checks failed (on_failure=warn, the run goes on): %s", verdict.message)
     else:
         live.last_good_version = report.version
     return out

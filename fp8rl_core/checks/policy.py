@@ -9,13 +9,14 @@ default: docs/configs.md (checks); what each condition checks: docs/correctness.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from fp8rl_core.grids.schemes import BF16, Scheme
 
-__all__ = ["CheckPolicy", "W7_COARSE", "W7_EXACT"]
+__all__ = ["CheckPolicy", "SyncPlan", "W7_COARSE", "W7_EXACT"]
 
 #: W7's (mean, max) bound on |Δlogp| where the engine runs the learner's arithmetic: a float32 engine on the
 #: learner's bytes or BF16 views (measured mean ≤ 1e-4 on the learner's grid)
@@ -61,3 +62,28 @@ class CheckPolicy(BaseModel):
 
         mean, mx = self.w7_bounds(dtype, PRESETS[preset].scheme)
         return self.model_copy(update={"w7_mean": mean, "w7_max": mx})
+
+
+#: the policy's switches a :class:`SyncPlan` may turn off at one sync
+SWITCHES = ("compute_copy", "alarm")
+
+
+@dataclass(frozen=True)
+class SyncPlan:
+    """What one sync's checks do beside the run's :class:`CheckPolicy`, for that sync only (the runner reads it;
+    nothing is mutated): the fault series sets these per planted fault, the native correctness stage asks the
+    engine's checksums at every sync."""
+
+    #: policy switches off at this sync (of :data:`SWITCHES`): a planted fault left to another check
+    off: frozenset[str] = frozenset()
+    #: the cadence set aside: the full tier runs only where it must (first sync, a new engine) or on suspicion
+    cheap_only: bool = False
+    #: ``fail``/``warn`` at this sync instead of the policy's ``on_failure`` (None: the policy's)
+    on_failure: Literal["fail", "warn"] | None = None
+    #: the engine's own weight checksums at this sync (None: the policy's ``engine_checksums``)
+    engine_checksums: bool | None = None
+
+    def __post_init__(self) -> None:
+        unknown = set(self.off) - set(SWITCHES)
+        if unknown:
+            raise ValueError(f"sync plan: {sorted(unknown)} cannot be switched off at one sync; valid: {', '.join(SWITCHES)}")

@@ -17,7 +17,8 @@ import torch
 from fp8rl_core.grids import QuantizedTensor, parse_grid
 from fp8rl_core.grids.schemes import scheme
 from fp8rl_core.learner.vocab_tail import restrict, tail_mass
-from fp8rl_core.vocabulary import CONDITIONS
+from fp8rl_core.sync.layout import ModelLayout
+from fp8rl_core.vocabulary import CONDITIONS, ENGINE_CHECKSUM
 
 from .basic import (
     CheckResult,
@@ -30,16 +31,31 @@ from .basic import (
     check_precision_fingerprints,
     check_version,
 )
-from .alarm import MismatchAlarm
+from .alarm import AlarmObservation, MismatchAlarm, MismatchEvent
 from .behaviour import check_behaviour
+from .checksum import check_vllm_checksums
 from .engine_state import check_engine_state
 from .expected import Expected, expected_from_learner
 from .layout import check_layout
-from .policy import CheckPolicy
+from .policy import CheckPolicy, SyncPlan
 from .ranks import check_engine_ranks
 from .requant import check_requant_bytes, requant_measure
 
-__all__ = ["CONDITIONS", "CheckPolicy", "CheckReport", "CheckRunner", "full_tier_reason", "merge"]
+__all__ = ["CONDITIONS", "CheckPolicy", "CheckReport", "CheckRunner", "SyncPlan", "SyncVerdict", "full_tier_reason", "merge"]
+
+
+#: a tail above this share of the learner's probability is named in a failure's message (docs/correctness.md)
+TAIL_NOTE = 0.01
+
+
+@dataclass(frozen=True)
+class SyncVerdict:
+    """The one verdict on a sync's checks, read by the native stage and by verl's sync checks alike
+    (:meth:`CheckReport.verdict`)."""
+
+    failed: tuple[str, ...]  #: the conditions (and the engine's checksums) whose checks failed
+    fails_run: bool  #: the run fails at this sync (a failure under ``on_failure: fail``)
+    message: str  #: the one line naming what failed, where, and its cause ("" when nothing failed)
 
 
 @dataclass
@@ -58,34 +74,71 @@ class CheckReport:
     #: the learner's mean probability on the ids the sampler cannot emit, over the probe batch's positions at
     #: this sync (fp8rl_core.learner.vocab_tail; None: no probe batch; 0.0: no tail)
     tail_mass: float | None = None
+    #: what the behavioural alarm saw at this sync (None: not run)
+    alarm: AlarmObservation | None = None
+    #: the alarm's suspicions the full tier dismissed: the policy's own mismatch, recorded, not failing
+    events: list[MismatchEvent] = field(default_factory=list)
+    #: the engine's own weight checksums against the learner's bytes (None: not asked, or no checker)
+    engine_checksum: CheckResult | None = None
 
     def __post_init__(self) -> None:
         self.results_by = {r.condition: r for r in self.results}
 
     @property
     def failed(self) -> list[CheckResult]:
+        """The conditions' failed results (W1–W7)."""
         return [r for r in self.results if not r.passed]
 
+    @property
+    def failures(self) -> list[CheckResult]:
+        """Every failed result of the sync: the conditions' and the engine's checksums'."""
+        vck = self.engine_checksum
+        return self.failed + ([vck] if vck is not None and not vck.passed else [])
+
     def metrics(self) -> dict[str, float]:
-        """``check/<condition>``: 1.0 passed, 0.0 failed; and every result's measured quantities by name."""
+        """``check/<condition>``: 1.0 passed, 0.0 failed; every result's measured quantities by name; the
+        alarm's events at this sync (``check/alarm_events``) where the alarm ran."""
         out = {f"check/{r.condition}": float(r.passed) for r in self.results}
         for r in self.results:
             out |= r.quantities
         if self.tail_mass is not None:
             out["tail_mass"] = self.tail_mass
+        if self.alarm is not None:
+            out["check/alarm_events"] = float(len(self.events))
         return out
 
     def as_dict(self) -> dict:
         return {"version": self.version, "sync": self.sync, "tier": "full" if self.full else "cheap", "why": self.why,
-                "seconds": self.seconds, "results": [r.as_dict() for r in self.results], "tail_mass": self.tail_mass}
+                "seconds": self.seconds, "results": [r.as_dict() for r in self.results], "tail_mass": self.tail_mass,
+                "events": [e.as_dict() for e in self.events],
+                ENGINE_CHECKSUM: None if self.engine_checksum is None else self.engine_checksum.as_dict()}
 
     def message(self) -> str:
-        return "; ".join(f"{r.condition} failed: {r.count} offenders, e.g. {r.offenders[:3]} ({r.detail}; measured "
-                         f"{r.measured:g}, bound {r.bound:g})" for r in self.failed)
+        """One line naming every failed check (its offenders, what it measured against its bound), the alarm's
+        suspicion where it raised the full tier, and the vocabulary tail's mass where the learner puts more than
+        :data:`TAIL_NOTE` of its probability there."""
+        failures = self.failures
+        if not failures:
+            return ""
+        line = "; ".join(f"{r.condition} failed: {r.count} offenders, e.g. {r.offenders[:3]} ({r.detail}; measured "
+                         f"{r.measured:g}, bound {r.bound:g})" for r in failures)
+        if self.alarm is not None and self.alarm.suspicious and not self.alarm.nonfinite:
+            line += f"; the full tier ran on suspicion ({self.alarm.reason()})"
+        if self.tail_mass is not None and self.tail_mass > TAIL_NOTE:
+            line += (f"; note: the learner puts {self.tail_mass:.1%} of its probability on ids the sampler cannot "
+                     "emit (the vocabulary tail), excluded from every judged number")
+        return line
+
+    def verdict(self, on_failure: str) -> SyncVerdict:
+        """The sync's verdict under ``on_failure`` (``fail``/``warn``: the policy's, or a :class:`SyncPlan`'s)."""
+        failures = self.failures
+        names = tuple(r.condition for r in failures)
+        msg = f"weight sync to version {self.version}: {self.message()}" if failures else ""
+        return SyncVerdict(names, bool(failures) and on_failure == "fail", msg)
 
 
 def full_tier_reason(sync: int, full_every: int, *, forced: str = "", new_engine: bool = False,
-                     cheap_failed: Sequence[str] = ()) -> str:
+                     cheap_failed: Sequence[str] = (), suspect: str = "", cadence: bool = True) -> str:
     """Why sync number ``sync`` (1-based) runs the full tier, or ``""`` for the cheap tier alone.
 
     The first reason that applies wins, in this order:
@@ -94,9 +147,12 @@ def full_tier_reason(sync: int, full_every: int, *, forced: str = "", new_engine
        :meth:`CheckRunner.request_full` sets one for the next sync;
     2. ``new_engine``: an engine instance not seen before (a start or a restart) holds weights no
        full check has read back yet;
-    3. the cadence: every ``full_every``-th sync (``sync % full_every == 0``);
+    3. the cadence: every ``full_every``-th sync (``sync % full_every == 0``), unless ``cadence`` is off (a
+       :class:`SyncPlan`'s ``cheap_only``);
     4. suspicion: a cheap-tier check failed (``cheap_failed`` names the conditions), so the full tier
-       names the fault at this sync rather than at the next scheduled one.
+       names the fault at this sync rather than at the next scheduled one;
+    5. suspicion: the behavioural alarm found the step's mismatch numbers suspect (``suspect``: its reason), so
+       the full tier confirms a fault or dismisses the suspicion (:mod:`.alarm`).
 
     With ``full_every=3`` and nothing else happening, syncs 1, 2, 3, …, 7 give ``"first sync"`` (forced),
     ``""``, ``"every 3 syncs"``, ``""``, ``""``, ``"every 3 syncs"``, ``""``.
@@ -107,11 +163,11 @@ def full_tier_reason(sync: int, full_every: int, *, forced: str = "", new_engine
         return forced
     if new_engine:
         return "new engine instance (start or restart)"
-    if sync % full_every == 0:
+    if cadence and sync % full_every == 0:
         return f"every {full_every} syncs"
     if cheap_failed:
         return f"cheap tier failed: {', '.join(cheap_failed)}"
-    return ""
+    return suspect
 
 
 def merge(condition: str, parts: list[CheckResult]) -> CheckResult:
@@ -154,6 +210,7 @@ class CheckRunner:
         self.resets: dict[str, int] = {}
         self.history: dict[int, dict[str, str]] = {}
         self.force_full = "first sync"
+        self._probe: tuple[float, float] | None = None  # W7's probe at the sync being checked: mean, max |Δlogp|
         self.alarm = MismatchAlarm(policy.alarm_jump, policy.alarm_warmup) if policy.alarm else None
 
     def start(self, samplers) -> None:
@@ -168,17 +225,21 @@ class CheckRunner:
         self.force_full = why
 
     def check(self, pipe, rollout_tags: list[tuple[int, int]] = (), mismatch: Mapping[str, float] | None = None,
-              step: int | None = None) -> CheckReport:
+              step: int | None = None, plan: SyncPlan = SyncPlan()) -> CheckReport:
         """The checks after one sync. ``mismatch``: the train–rollout numbers of the step whose rollouts
-        came before this sync (metric → value; :mod:`.alarm`), judged by the behavioural alarm (W7)."""
+        came before this sync (metric → value; :mod:`.alarm`), watched by the behavioural alarm (W7): a suspect
+        number runs the full tier here, which confirms a fault (the run fails naming it) or dismisses the
+        suspicion (a :class:`~.alarm.MismatchEvent`). ``plan``: this sync's departures from the policy."""
         t_all = time.perf_counter()
         self.syncs += 1
+        policy = self.policy
+        compute_copy = policy.compute_copy and "compute_copy" not in plan.off
         learner = pipe.learner
         samplers = pipe.samplers
         states = [s.state() for s in samplers]
         exp = expected_from_learner(learner, pipe.configured)
         self.history[exp.version] = exp.all_fp
-        for v in sorted(self.history)[: -self.policy.history]:
+        for v in sorted(self.history)[: -policy.history]:
             del self.history[v]
         sharded = any(len(st["ranks"]) > 1 for st in states)  # tensor parallel: ranks hold shards
         primary = states[0]["ranks"][0]["fingerprints"]
@@ -206,7 +267,7 @@ class CheckRunner:
                 before = {p: n - 1 for p, n in after.items()}
             parts["W6"].append(check_derived_state(st["cache_blocks"], st["cache_resets"] - self.resets.get(inst, 0),
                                                    before, after))
-        if self.policy.compute_copy:
+        if compute_copy:
             compute = check_compute_copies([rank.get("compute") for st in states for rank in st["ranks"]])
             if compute is not None:
                 parts["W6"].append(compute)
@@ -214,30 +275,46 @@ class CheckRunner:
         other = check_engine_state([rank.get("engine_state") for st in states for rank in st["ranks"]])
         if other is not None:
             parts["W6"].append(other)
-        if self.alarm is not None and mismatch:
-            alarm = self.alarm.observe(self.syncs if step is None else step, mismatch)
-            if alarm is not None:
-                parts["W7"].append(alarm)
+        obs = None
+        if self.alarm is not None and "alarm" not in plan.off and mismatch:
+            obs = self.alarm.observe(self.syncs if step is None else step, mismatch)
         new = any(st["instance"] not in self.seen for st in states)
         cheap_failed = [c for c, ps in parts.items() if any(not p.passed for p in ps)]
-        why = full_tier_reason(self.syncs, self.policy.full_every, forced=self.force_full, new_engine=new,
-                               cheap_failed=cheap_failed)
+        why = full_tier_reason(self.syncs, policy.full_every, forced=self.force_full, new_engine=new,
+                               cheap_failed=cheap_failed, suspect="" if obs is None else obs.reason(),
+                               cadence=not plan.cheap_only)
         full_logp = None
         tail = None
+        self._probe = None
         if self.probe is not None:
             tail = 0.0
             if self.emittable is not None:
                 full_logp = learner.probe_logprobs(self.probe, full=True)
                 tail = float(tail_mass(full_logp, self.emittable).mean())
         if why:
-            self._full(pipe, samplers[0], exp, parts, sharded, full_logp)
+            self._full(pipe, samplers[0], exp, parts, sharded, full_logp, compute_copy)
+        events: list[MismatchEvent] = []
+        if obs is not None:  # the alarm's part of W7: a suspicion confirmed by any failed check, else an event
+            confirmed = obs.suspicious and any(not p.passed for ps in parts.values() for p in ps)
+            parts["W7"].append(obs.result(confirmed))
+            if obs.suspicious and not confirmed and not obs.nonfinite:
+                self.alarm.dismiss(obs)
+                pmean, pmax = self._probe if self._probe is not None else (None, None)
+                events = [MismatchEvent(obs.step, self.syncs, s.metric, s.value, s.reason, s.reference, s.ratio,
+                                        pmean, pmax, tail) for s in obs.suspicions]
         results = [merge(c, ps) for c, ps in parts.items() if ps]
+        seconds = time.perf_counter() - t_all  # the conditions' checks; the engine's checksums time themselves
+        asks = policy.engine_checksums if plan.engine_checksums is None else plan.engine_checksums
+        vck = None
+        if asks:  # the engine's own weight checksums against the digests of the learner's bytes at this sync
+            vck = check_vllm_checksums(samplers, exp, states, ModelLayout.from_hf_config(learner.model.config))
         for st in states:
             self._baseline(st)
             self.seen.add(st["instance"])
         self.force_full = ""
         return CheckReport(exp.version, self.syncs, bool(why), why or "cadence: cheap", results,
-                           time.perf_counter() - t_all, expected=exp, states=states, tail_mass=tail)
+                           seconds, expected=exp, states=states, tail_mass=tail, alarm=obs,
+                           events=events, engine_checksum=vck)
 
     def _learner_probe(self, learner, full_logp: torch.Tensor | None) -> torch.Tensor:
         """The learner's log-probs of the probe's tokens, restricted to the ids the sampler can emit
@@ -248,7 +325,7 @@ class CheckRunner:
         return logp.gather(-1, self.probe[:, 1:].clamp(max=self.emittable - 1).unsqueeze(-1)).squeeze(-1)
 
     def _full(self, pipe, sampler, exp: Expected, parts: dict[str, list[CheckResult]], sharded: bool = False,
-              full_logp: torch.Tensor | None = None) -> None:
+              full_logp: torch.Tensor | None = None, compute_copy: bool = True) -> None:
         learner = pipe.learner
         readback = sampler.read_back(effective=True)  # with tensor parallelism: rank 0's shards
         meta = sampler.state(fingerprints=False)["ranks"][0]
@@ -278,7 +355,7 @@ class CheckRunner:
             held = QuantizedTensor(data, readback[f"{p}.{scale_name}"], g, axis=1).dequantize().to(eff.dtype)
             if held.shape != eff.shape or not torch.equal(held, eff):
                 stale.append(p)
-        if self.policy.compute_copy:
+        if compute_copy:
             compute = check_compute_copies([r for s in pipe.samplers for r in s.compute_check(full=True)])
             if compute is not None:
                 parts["W6"].append(compute)
@@ -289,3 +366,5 @@ class CheckRunner:
             sl = sampler.prompt_logprobs(self.probe)
             ll = self._learner_probe(learner, full_logp)
             parts["W7"].append(check_behaviour(sl, ll, *self.policy.w7_bounds()))
+            d = (sl.float() - ll.float()).abs()
+            self._probe = (float(d.mean()), float(d.max()))

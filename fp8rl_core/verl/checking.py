@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from fp8rl_core.checks.policy import SyncPlan
 from fp8rl_core.verl.server_sampler import ServerSampler
-from fp8rl_core.vocabulary import ENGINE_CHECKSUM
 
 if TYPE_CHECKING:
     from fp8rl_core.learner.config import LearnerConfig
@@ -91,36 +91,17 @@ class SyncChecks:
         self.sampler.version = int(version)
         pipe = SimpleNamespace(learner=learner, samplers=[self.sampler], configured=self.sampler.schemes)
         numbers = read_numbers(self.payload.tokens, version) if self.payload.tokens and version >= 1 else {}
-        policy = self.runner.policy
-        off = self.payload.hooks.checks_off(int(version))  # a planted fault's switches: this sync only
-        if off:
-            self.runner.policy = policy.model_copy(update={c: False for c in off})
-        if self.payload.hooks.cheap_tier(int(version)):  # the cadence set aside: the full tier only on suspicion
-            self.runner.policy = self.runner.policy.model_copy(update={"full_every": self.runner.syncs + 2})
-        try:
-            report = self.runner.check(pipe, mismatch=numbers, step=int(version))
-        finally:
-            self.runner.policy = policy
-        vck = self.engine_checksums(pipe, report)
+        hooks = self.payload.hooks
+        plan = SyncPlan(off=frozenset(hooks.checks_off(int(version))),  # a planted fault's switches: this sync only
+                        cheap_only=hooks.cheap_tier(int(version)),  # the cadence set aside: full tier on suspicion
+                        on_failure=hooks.on_failure(int(version)))
+        report = self.runner.check(pipe, mismatch=numbers, step=int(version), plan=plan)
         if self.reports is not None:
             self.reports.parent.mkdir(parents=True, exist_ok=True)
             with open(self.reports, "a") as f:
-                f.write(json.dumps(report.as_dict() | {ENGINE_CHECKSUM: None if vck is None else vck.as_dict()}) + "\n")
-        failed = [r.condition for r in report.failed] + ([ENGINE_CHECKSUM] if vck is not None and not vck.passed else [])
-        if failed and (self.payload.hooks.on_failure(int(version)) or self.payload.checks.on_failure) == "fail":
-            extra = [] if vck is None or vck.passed else [f"{ENGINE_CHECKSUM} failed: {vck.count} offenders, e.g. "
-                                                          f"{vck.offenders[:3]} ({vck.detail})"]
+                f.write(json.dumps(report.as_dict()) + "\n")
+        verdict = report.verdict(plan.on_failure or self.payload.checks.on_failure)
+        if verdict.fails_run:
             raise CheckFailedError(f"fp8rl checks failed at weight sync {report.sync} (version {report.version}): "
-                                   + "; ".join([m for m in [report.message()] if m] + extra))
+                                   + report.message())
         return report
-
-    def engine_checksums(self, pipe, report):
-        """With ``checks.engine_checksums``: vLLM's own weight checksums of every rank against the digests of the
-        learner's bytes at this sync, as the native correctness stage asks them
-        (:func:`fp8rl_core.correctness.engine_checksums`); else, or where no expectation was derived, ``None``
-        (not run)."""
-        if not self.payload.checks.engine_checksums:
-            return None
-        from fp8rl_core.correctness import engine_checksums
-
-        return engine_checksums(pipe, report)

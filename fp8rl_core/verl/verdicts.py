@@ -90,16 +90,20 @@ def alarm_verdict(reports: list[dict], fault: str, version: int, rank: int | Non
     """Whether the fault ``fault`` planted at the sync of ``version`` with the compute-copy check off there
     (:attr:`~fp8rl_core.verl.payload.PlantedFault.checks_off`) was caught by W7, the engine's behaviour: its
     probe batch at that sync (a full-tier sync), or the behavioural alarm at the next sync — the sync of the
-    first step whose rollouts ran on it: a W7 offender ``step <version+1>: …`` (:mod:`fp8rl_core.checks.alarm`).
-    ``fired``: the conditions failing at the plant's own sync; ``offenders``: the alarm's, else the probe's;
-    ``named_rank``: False (W7 judges the engine's output, not a rank); ``repaired``: nothing but that alarm
-    failed at the next sync (:func:`failed_results`)."""
+    first step whose rollouts ran on it — on that step's numbers (``step <version+1>``): a suspicion there, which
+    the full tier at that sync confirms (a W7 offender, the fault still in the engine) or dismisses as an event
+    (the reload repaired it; :mod:`fp8rl_core.checks.alarm`). ``fired``: the conditions failing at the plant's own
+    sync; ``offenders``: the alarm's, else the probe's; ``named_rank``: False (W7 judges the engine's output, not
+    a rank); ``repaired``: nothing but that alarm failed at the next sync (:func:`failed_results`)."""
     at = next((i for i, r in enumerate(reports) if r["version"] == version), len(reports))
     plant = reports[at] if at < len(reports) else {"results": []}
     after = reports[at + 1] if at + 1 < len(reports) else None
     fired = tuple(sorted({r["condition"] for r in sync_results(plant) if not r["passed"]}))
     alarm = tuple(str(o) for r in (after or {"results": []})["results"] if r["condition"] == "W7" and not r["passed"]
                   for o in r.get("offenders", []) if str(o).startswith(f"step {version + 1}: "))
+    alarm += tuple(f"step {e['step']}: {e['metric']} = {e['value']:.4g} ({e['ratio']:.3g}× its "
+                   f"{'bound' if e['reason'] == 'bound' else 'run median'}; an event: the full tier passed)"
+                   for e in (after or {}).get("events", []) if int(e["step"]) == version + 1)
     probe = tuple(str(o) for r in plant["results"] if r["condition"] == "W7" and not r["passed"]
                   for o in r.get("offenders", []) if not str(o).startswith("step "))
     repaired = None if after is None else not failed_results(after, after_fault=True)

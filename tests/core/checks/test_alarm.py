@@ -15,38 +15,48 @@ from fp8rl_core.checks.runner import CheckPolicy
 M = "mismatch/mean_abs_logprob_diff"
 
 
-def test_a_clean_history_raises_nothing_and_a_jump_fires_naming_step_metric_and_ratio():
+def test_a_clean_history_raises_nothing_and_a_jump_is_a_suspicion_naming_step_metric_and_ratio():
     alarm = MismatchAlarm(jump=10.0, warmup=2)
     for step, v in enumerate([0.010, 0.030, 0.012, 0.025, 0.011], start=1):
-        r = alarm.observe(step, {M: v})
-        assert r.passed and r.condition == "W7" and r.count == 0, r.offenders
-    r = alarm.observe(6, {M: 0.30})  # 25x the median 0.012 of the clean steps, under the absolute 0.5
-    assert not r.passed and len(r.offenders) == 1
-    assert r.offenders[0] == (f"step 6: {M} = 0.3 jumped 25× over the run's median 0.012 of 5 earlier steps "
-                              "(alarm at 10×)")
-    assert alarm.history[M] == [0.010, 0.030, 0.012, 0.025, 0.011]  # the failing value does not join it
-    assert alarm.observe(7, {M: 0.02}).passed  # back to normal
+        obs = alarm.observe(step, {M: v})
+        assert not obs.suspicious and obs.reason() == "" and obs.result(confirmed=False).passed
+    obs = alarm.observe(6, {M: 0.30})  # 25x the median 0.012 of the clean steps, under the absolute 0.5
+    assert obs.suspicious and obs.nonfinite == ()
+    (s,) = obs.suspicions
+    assert (s.metric, s.reason, s.reference, s.history) == (M, "jump", 0.012, 5) and s.ratio == pytest.approx(25)
+    assert obs.reason() == (f"behavioural alarm: step 6: {M} = 0.3 jumped 25× over the run's median 0.012 of 5 "
+                            "earlier steps (alarm at 10×)")
+    assert alarm.history[M] == [0.010, 0.030, 0.012, 0.025, 0.011]  # a suspect value waits for the full tier
+    # dismissed by the full tier (every check passed): an event, and the value joins the history
+    assert obs.result(confirmed=False).passed and "dismissed by the full tier" in obs.result(confirmed=False).detail
+    alarm.dismiss(obs)
+    assert alarm.history[M] == [0.010, 0.030, 0.012, 0.025, 0.011, 0.30]
+    # confirmed (a check failed at that sync): the alarm's line is part of W7's failure
+    r = alarm.observe(7, {M: 0.45}).result(confirmed=True)
+    assert not r.passed and r.offenders == [f"step 7: {M} = 0.45 jumped 24.3× over the run's median 0.0185 of 6 "
+                                            "earlier steps (alarm at 10×)"]
 
 
-def test_the_absolute_bound_fires_from_the_first_step_and_nan_fails():
+def test_the_absolute_bound_is_a_suspicion_from_the_first_step_and_only_a_non_finite_number_fails_on_its_own():
     alarm = MismatchAlarm()
-    r = alarm.observe(1, {M: 0.839, "rollout_corr/k3_kl": 0.41})
-    assert not r.passed and r.offenders == [f"step 1: {M} = 0.839 above its bound 0.5",
-                                            "step 1: rollout_corr/k3_kl = 0.41 above its bound 0.1"]
-    assert r.measured == pytest.approx(0.41 / 0.1)
-    assert not MismatchAlarm().observe(1, {M: math.nan}).passed
+    obs = alarm.observe(1, {M: 0.839, "rollout_corr/k3_kl": 0.41})
+    assert [s.line(1) for s in obs.suspicions] == [f"step 1: {M} = 0.839 above its bound 0.5",
+                                                   "step 1: rollout_corr/k3_kl = 0.41 above its bound 0.1"]
+    assert obs.result(confirmed=False).passed and obs.result(confirmed=False).measured == pytest.approx(0.41 / 0.1)
+    for bad in (math.nan, math.inf):
+        obs = MismatchAlarm().observe(3, {M: bad, "mismatch/k3": 0.01})
+        r = obs.result(confirmed=False)
+        assert obs.nonfinite and not r.passed and r.offenders == [f"step 3: {M} = {bad} is not finite"]
 
 
 def test_jumps_need_the_warmup_and_the_noise_floor():
     alarm = MismatchAlarm(jump=10.0, warmup=2)
-    assert alarm.observe(1, {"rollout_corr/k3_kl": 6e-7}).passed
-    assert alarm.observe(2, {"rollout_corr/k3_kl": 9e-4}).passed  # 1500x, but one clean step only (warm-up)
-    assert alarm.observe(3, {"rollout_corr/k3_kl": 8e-7}).passed
-    assert alarm.observe(4, {"rollout_corr/k3_kl": 9e-4}).passed  # 1100x the median 9e-4/2, under the floor
-    assert alarm.observe(5, {"rollout_corr/k3_kl": 0.04}).passed  # 89x the median 4.5e-4, under the floor 0.05
-    assert alarm.history["rollout_corr/k3_kl"] == [6e-7, 9e-4, 8e-7, 9e-4, 0.04]
-    r = alarm.observe(6, {"rollout_corr/k3_kl": 0.08})  # median 9e-4 of five: 89x, above the floor
-    assert not r.passed and "jumped 88.9×" in r.offenders[0]
+    quiet = [6e-7, 9e-4, 8e-7, 9e-4, 0.04]  # 1500x after one step (warm-up); 1100x and 89x, under the floor 0.05
+    for step, v in enumerate(quiet, start=1):
+        assert not alarm.observe(step, {"rollout_corr/k3_kl": v}).suspicious
+    assert alarm.history["rollout_corr/k3_kl"] == quiet
+    obs = alarm.observe(6, {"rollout_corr/k3_kl": 0.08})  # median 9e-4 of five: 89x, above the floor
+    assert obs.suspicious and "jumped 88.9×" in obs.suspicions[0].line(6)
 
 
 def test_no_watched_number_means_not_run_and_native_rows_give_mean_abs_logprob_diff_and_k3():
@@ -67,15 +77,16 @@ MEASURED = Path(__file__).with_name("measured_mismatch.csv")
 
 def _replay(rows: pd.DataFrame) -> list[tuple[str, str, int, str]]:
     """Every run of ``rows`` replayed step by step through the default alarm: (source, run, step, kind) of each
-    step it fails."""
+    step it suspects (where the check runner runs the full tier)."""
     fired = []
     for (source, run), g in rows.groupby(["source", "run"], sort=False):
         alarm = MismatchAlarm(jump=CheckPolicy().alarm_jump, warmup=CheckPolicy().alarm_warmup)
         for r in g.sort_values("step").itertuples(index=False):
             numbers = {b.metric: getattr(r, _col(b.metric)) for b in ALARM_BOUNDS}
-            result = alarm.observe(r.step, {k: v for k, v in numbers.items() if v == v})
-            if result is not None and not result.passed:
+            obs = alarm.observe(r.step, {k: v for k, v in numbers.items() if v == v})
+            if obs is not None and obs.suspicious:
                 fired.append((source, run, int(r.step), r.kind))
+                alarm.dismiss(obs)  # the worst case for what follows: every suspicion dismissed, its value kept
     return fired
 
 
