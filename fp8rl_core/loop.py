@@ -59,6 +59,8 @@ class Pipeline:
     reused: bool = False  # the engine was already running (no startup paid by this pipeline)
     configured: dict[str, str] | None = None  # what the run configures (the checks' expectation); None: = schemes
     replicas: list[Sampler] = field(default_factory=list)  # further engine replicas, synced alike
+    #: the ids every engine may emit (the vocabulary tail's rule, :mod:`fp8rl_core.learner.vocab_tail`; None: all)
+    emittable: int | None = None
 
     def __post_init__(self) -> None:
         if self.configured is None:
@@ -124,7 +126,7 @@ def start_pipeline(
     for s in (sampler, *extra):  # a pooled engine too: it carries the previous run's limit
         s.limit_vocabulary(emittable)
     return Pipeline(preset, policy, sampler, schemes, reused=resync is not None, configured=configured,
-                    replicas=extra)
+                    replicas=extra, emittable=emittable)
 
 
 @dataclass
@@ -154,12 +156,15 @@ def rollout_and_learn(pipe: Pipeline, task: Task, step: int, *, prompts_per_step
     batch = RolloutBatch(roll.prompt_ids, roll.completion_ids, roll.completion_mask, rewards,
                          roll.sampler_logprobs, version=roll.version, prompt_mask=group.prompt_mask)
     t0 = time.perf_counter()
-    res = learner.step(batch)
+    res = learner.step(batch, emittable=pipe.emittable)
     learner_s = time.perf_counter() - t0
     if microbatches is not None:
         microbatches.extend(res.microbatches)
     mask = roll.completion_mask.bool()
-    d = (roll.sampler_logprobs - res.learner_logprobs)[mask]
+    # like with like: the learner restricted to the ids the sampler can emit (its own distribution where there is
+    # no tail); the mass it puts on the tail is the step's own number, ``rollout_tail_mass``
+    learner_lp = res.learner_logprobs if res.head_logmass is None else res.learner_logprobs - res.head_logmass
+    d = (roll.sampler_logprobs - learner_lp)[mask]
     log_r = -d.double()  # log(learner / sampler) per sampled token
     row = {
         "step": step, "version": roll.version, "new_version": learner.version,
@@ -169,6 +174,7 @@ def rollout_and_learn(pipe: Pipeline, task: Task, step: int, *, prompts_per_step
         "max_abs_logprob_diff": float(d.abs().max()), "k3": float((torch.expm1(log_r) - log_r).mean()),
         "generate_s": roll.seconds, "learner_s": learner_s,
         "microbatches": len(res.microbatches),
+        "rollout_tail_mass": 0.0 if res.head_logmass is None else float((-torch.expm1(res.head_logmass))[mask].mean()),
     }
     tokens = []
     rows, cols = torch.nonzero(mask, as_tuple=True)
@@ -177,7 +183,7 @@ def rollout_and_learn(pipe: Pipeline, task: Task, step: int, *, prompts_per_step
             "step": step, "version": roll.version, "sequence": r, "position": c,
             "token": int(roll.completion_ids[r, c]),
             "sampler_logprob": float(roll.sampler_logprobs[r, c]),
-            "learner_logprob": float(res.learner_logprobs[r, c]),
+            "learner_logprob": float(learner_lp[r, c]),
         })
     return row, tokens
 

@@ -2,7 +2,9 @@
 model (``extra="forbid"``) — :class:`CheckPolicy`.
 
 Rule: the cheap tier runs after every sync, the full tier every ``full_every`` syncs (and at an engine's first
-sync, and on suspicion: :func:`fp8rl_core.checks.runner.full_tier_reason`); W7's bound is the run's own where set,
+sync, and on suspicion — a cheap check failed or the behavioural alarm suspects the step:
+:func:`fp8rl_core.checks.runner.full_tier_reason`); a sync may depart from the policy for itself alone
+(:class:`SyncPlan`); W7's bound is the run's own where set,
 else by the engine's dtype and the sampler's scheme (:meth:`CheckPolicy.w7_bounds`). Every field, with its
 default: docs/configs.md (checks); what each condition checks: docs/correctness.md.
 """
@@ -38,8 +40,9 @@ class CheckPolicy(BaseModel):
     w7_mean: float | None = Field(None, gt=0, description="W7 bound on mean |Δlogp| (None: by engine dtype and preset)")
     w7_max: float | None = Field(None, gt=0, description="W7 bound on max |Δlogp| (None: by engine dtype and preset)")
     compute_copy: bool = Field(True, description="W6: every rank's compute copy against its held bytes")
-    alarm: bool = Field(True, description="W7: the behavioural alarm on the run's per-step mismatch numbers")
-    alarm_jump: float = Field(10.0, gt=1, description="the alarm fires at this factor over the run's median of earlier "
+    alarm: bool = Field(True, description="W7: the behavioural alarm on the run's per-step mismatch numbers (a suspect "
+                        "step runs the full tier, which confirms a fault or records a mismatch event)")
+    alarm_jump: float = Field(10.0, gt=1, description="a step is suspect at this factor over the run's median of earlier "
                               "clean steps (its absolute bounds: docs/correctness.md)")
     alarm_warmup: int = Field(2, ge=0, description="clean steps before the alarm's jump can fire")
     engine_checksums: bool = Field(False, description="backend verl: at every sync also the engine's own weight "

@@ -29,6 +29,7 @@ __all__ = [
     "plan_microbatches",
     "clipped_tokens",
     "completion_logprobs",
+    "completion_logprobs_and_head",
     "grpo_step",
 ]
 
@@ -122,6 +123,9 @@ class StepResult:
     clip_fraction: float
     mean_reward: float
     extra: dict[str, float] = field(default_factory=dict)
+    #: [B, T]: log of the learner's mass on the ids the sampler can emit at each sampled position (0 where the
+    #: mask is 0; ``learner_logprobs − head_logmass`` is the learner restricted like the sampler); None: no tail
+    head_logmass: torch.Tensor | None = None
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True, eps: float = 1e-6) -> torch.Tensor:
@@ -164,7 +168,19 @@ def clipped_tokens(ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float
 
 def completion_logprobs(model: torch.nn.Module, prompt_ids: torch.Tensor, completion_ids: torch.Tensor,
                         completion_mask: torch.Tensor, prompt_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """log π(y_t | x, y_<t) of each completion token under ``model`` (fp32 log-softmax), 0 where masked.
+    """log π(y_t | x, y_<t) of each completion token under ``model`` (fp32 log-softmax), 0 where masked
+    (:func:`completion_logprobs_and_head` without the vocabulary tail)."""
+    return completion_logprobs_and_head(model, prompt_ids, completion_ids, completion_mask, prompt_mask)[0]
+
+
+def completion_logprobs_and_head(model: torch.nn.Module, prompt_ids: torch.Tensor, completion_ids: torch.Tensor,
+                                 completion_mask: torch.Tensor, prompt_mask: torch.Tensor | None = None,
+                                 emittable: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log π(y_t | x, y_<t) of each completion token under ``model`` (fp32 log-softmax over the whole
+    vocabulary), 0 where masked; and, with ``emittable`` (the ids a sampler can emit,
+    :mod:`fp8rl_core.learner.vocab_tail`), log π(ids < emittable | x, y_<t) at each position — the log of the
+    learner's mass on the emittable ids, so that ``logp − head`` is the learner restricted like the sampler
+    (None without a tail). One forward for both.
 
     Sequences are ``prompt ‖ completion`` trimmed to the longest unmasked completion in the batch; the
     attention mask hides completion padding, which only ever follows the real tokens (causal), so the
@@ -181,10 +197,15 @@ def completion_logprobs(model: torch.nn.Module, prompt_ids: torch.Tensor, comple
     positions = None if prompt_mask is None else (torch.cumsum(attn, dim=1) - 1).clamp(min=0)
     logits = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False).logits
     pred = logits[:, p - 1 : p - 1 + t_used].float()
-    logp = torch.log_softmax(pred, dim=-1).gather(-1, comp.unsqueeze(-1)).squeeze(-1)
+    full = torch.log_softmax(pred, dim=-1)
+    logp = full.gather(-1, comp.unsqueeze(-1)).squeeze(-1)
     out = torch.zeros(completion_ids.shape, dtype=torch.float32)
     out[:, :t_used] = logp * mask
-    return out
+    if emittable is None or emittable >= full.shape[-1]:
+        return out, None
+    head = torch.zeros(completion_ids.shape, dtype=torch.float32)
+    head[:, :t_used] = torch.logsumexp(full.detach()[..., :emittable], dim=-1) * mask
+    return out, head
 
 
 @contextlib.contextmanager
@@ -209,11 +230,13 @@ def grpo_step(
     version: int,
     autocast: contextlib.AbstractContextManager | None = None,
     trace_path: Path | None = None,
+    emittable: int | None = None,
 ) -> StepResult:
     """One GRPO update of ``model`` on ``batch``; returns the new version ``version + 1`` and metrics.
 
     ``autocast`` is entered around every forward (the learner passes its BF16 autocast so off-grid layers
-    compute in BF16); ``trace_path`` records a torch.profiler Chrome trace of the step there.
+    compute in BF16); ``trace_path`` records a torch.profiler Chrome trace of the step there; ``emittable``: the
+    ids the sampler can emit (None: all), for :attr:`StepResult.head_logmass` — the loss is unchanged by it.
     """
     batch.validate(cfg.group_size)
     t_step = time.perf_counter()
@@ -228,6 +251,7 @@ def grpo_step(
 
     optimizer.zero_grad(set_to_none=True)
     learner_lp = torch.zeros_like(mask)
+    head_lp = None
     timings: list[MicroBatchTiming] = []
     loss_total = 0.0
     clipped = 0.0
@@ -237,8 +261,9 @@ def grpo_step(
             timers = Timers()
             t0 = time.perf_counter()
             with timers.active(), (autocast if autocast is not None else contextlib.nullcontext()):
-                lp = completion_logprobs(model, batch.prompt_ids[idx], batch.completion_ids[idx], batch.completion_mask[idx],
-                                         None if batch.prompt_mask is None else batch.prompt_mask[idx])
+                lp, head = completion_logprobs_and_head(
+                    model, batch.prompt_ids[idx], batch.completion_ids[idx], batch.completion_mask[idx],
+                    None if batch.prompt_mask is None else batch.prompt_mask[idx], emittable)
             m = mask[idx]
             old = lp.detach() if cfg.old_logprobs == "learner" else batch.sampler_logprobs[idx].to(torch.float32) * m
             ratio = torch.exp(lp - old)
@@ -249,6 +274,9 @@ def grpo_step(
                 loss.backward()
             seconds = time.perf_counter() - t0
             learner_lp[idx] = lp.detach() * m
+            if head is not None:
+                head_lp = torch.zeros_like(mask) if head_lp is None else head_lp
+                head_lp[idx] = head * m
             loss_total += float(loss.detach())
             clipped += float((clipped_tokens(ratio.detach(), a, cfg.clip_eps_low, cfg.clip_eps_high) * m).sum())
             n_max = int(max(lengths[i] for i in rows))
@@ -278,4 +306,5 @@ def grpo_step(
         version=version + 1,
         clip_fraction=clipped / max(total_tokens, 1.0),
         mean_reward=float(batch.rewards.float().mean()),
+        head_logmass=head_lp,
     )

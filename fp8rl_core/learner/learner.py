@@ -51,11 +51,12 @@ class Learner:
     def autocast(self) -> contextlib.AbstractContextManager:
         return bf16_autocast(self.device.type)
 
-    def step(self, batch: RolloutBatch, *, trace_path: Path | None = None) -> StepResult:
-        """One GRPO update; the version advances by one. The batch is moved to the learner's device."""
+    def step(self, batch: RolloutBatch, *, trace_path: Path | None = None, emittable: int | None = None) -> StepResult:
+        """One GRPO update; the version advances by one. The batch is moved to the learner's device.
+        ``emittable``: the ids the sampler can emit, for the result's ``head_logmass`` (:func:`grpo_step`)."""
         batch = batch.to(self.device)
         res = grpo_step(self.model, self.optimizer, batch, self.cfg.grpo, version=self.version,
-                        autocast=self.autocast(), trace_path=trace_path)
+                        autocast=self.autocast(), trace_path=trace_path, emittable=emittable)
         self.version = res.version
         return res
 

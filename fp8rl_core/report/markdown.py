@@ -65,8 +65,9 @@ RUN_METRICS: dict[str, str] = {
 
 #: which KL holds the vocabulary tail (docs/metrics.md, "The vocabulary tail"): one rule for every preset
 TAIL_NOTE = ("The vocabulary tail (ids at and beyond the checkpoint's tokenizer, which the sampler never emits): the "
-             "exact probe KL excludes it (the learner restricted to the ids the sampler can emit), the sampled-token "
-             "estimators include it (as verl's `rollout_corr/*`); its mass is the runs table's *tail mass* (0: none).")
+             "exact probe KL excludes it (the learner restricted to the ids the sampler can emit), and so do a native "
+             "run's sampled-token estimators; a verl run's include it (verl's `old_log_probs`, as its "
+             "`rollout_corr/*`); its mass is the runs table's *tail mass* (0: none).")
 
 #: what a report says of the runs verl's trainer ran without a captured ``tokens`` table (``backend: verl`` in
 #: bypass mode, where verl does not recompute the learner's log-probs; docs/metrics.md, verl runs)

@@ -55,6 +55,10 @@ STEPS = Table("steps", {
     "train_stage_s": col("float", *SECONDS, required=False, doc="seconds of the flow's train stage"),
     "checks_s": col("float", *SECONDS, required=False, doc="seconds of the checks after the sync"),
     "checks_full": col("float", isin([0.0, 1.0], "1.0: the full tier ran"), required=False, doc="full tier ran"),
+    "rollout_tail_mass": col("float", between(0, 1, "a probability"), required=False,
+                             doc="the learner's mean probability on the ids the sampler cannot emit, over the step's "
+                                 "sampled positions (excluded from mean_abs_logprob_diff, k3 and the tokens' "
+                                 "learner_logprob; 0: no tail)"),
     "tail_mass": col("float", between(0, 1, "a probability"), required=False,
                      doc="the learner's mean probability on the ids the sampler cannot emit, over the W7 probe batch "
                          "after the sync (fp8rl_core.learner.vocab_tail; 0: no tail)"),
@@ -97,7 +101,8 @@ TOKENS = Table("tokens", {
     "position": col("int", ge(0, "a completion position"), doc="position in the completion"),
     "token": col("int", ge(0, "a token id"), doc="sampled token id"),
     "sampler_logprob": col("float", *LOGPROB, doc="the sampler's log-prob of the token"),
-    "learner_logprob": col("float", *LOGPROB, doc="the learner's log-prob of the same token, same version"),
+    "learner_logprob": col("float", *LOGPROB, doc="the learner's log-prob of the same token, same version, over the "
+                           "ids the sampler can emit (the vocabulary tail excluded, as the sampler excludes it)"),
 }, (
     unique("step", "sequence", "position", optional=("run_id",), what="one row per sampled token"),
     rule("positions without gaps", "positions of a (step, sequence) must run 0, 1, …, n−1 (no sampled token "

@@ -233,3 +233,31 @@ def test_sampling_is_deterministic_and_stops_at_eos():
         n = int(mask[i].sum())
         assert (mask[i, :n] == 1).all() and (mask[i, n:] == 0).all()
         assert EOS not in ids[i, : n - 1].tolist()
+
+
+def test_the_head_logmass_restricts_the_learner_like_a_sampler_that_masks_the_tail_and_leaves_the_step_alone():
+    """With ``emittable`` (the ids a sampler can emit) the step also returns, per sampled position, the log of the
+    learner's mass on those ids: ``learner_logprobs − head_logmass`` is the learner's log-softmax over the
+    emittable ids alone (vocab_tail.restrict), the loss and the update are those of the step without it."""
+    from fp8rl_core.learner.vocab_tail import restrict
+
+    model = tiny_model().eval()
+    batch = rollout(model)
+    batch.completion_ids.clamp_(max=39)  # a sampler that masks ids ≥ 40 emits none of them
+    cfg = GRPOConfig(group_size=4, tokens_per_microbatch=40)
+    plain, tailed = copy.deepcopy(model), copy.deepcopy(model)
+    a = grpo_step(plain, torch.optim.SGD(plain.parameters(), lr=0.1), batch, cfg, version=0)
+    b = grpo_step(tailed, torch.optim.SGD(tailed.parameters(), lr=0.1), batch, cfg, version=0, emittable=40)
+    assert a.head_logmass is None and b.loss == a.loss and torch.equal(a.learner_logprobs, b.learner_logprobs)
+    assert all(torch.equal(p, q) for p, q in zip(plain.parameters(), tailed.parameters()))
+    m = batch.completion_mask.bool()
+    with torch.no_grad():
+        ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)
+        full = torch.log_softmax(model(input_ids=ids).logits[:, 5:-1].float(), dim=-1)
+    want = restrict(full, 40).gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1)
+    got = b.learner_logprobs - b.head_logmass
+    assert torch.allclose(got[m], want[m], atol=1e-5)
+    tail = 1 - b.head_logmass.exp()  # the learner's mass on ids 40…63 at each sampled position: a random model's
+    assert float(tail[m].min()) > 0.2 and float(tail[m].max()) < 0.6 and (b.head_logmass[~m] == 0).all()
+    assert grpo_step(copy.deepcopy(model), torch.optim.SGD(model.parameters(), lr=0.0), batch, cfg, version=0,
+                     emittable=64).head_logmass is None  # no tail: nothing to restrict

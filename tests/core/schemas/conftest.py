@@ -50,6 +50,7 @@ class LocalPipe:
         self.learner = learner
         self.sampler = LocalSampler(learner)
         self.samplers = [self.sampler]
+        self.emittable = None  # no vocabulary tail (the addition task's ids)
 
     def export(self):
         return {}

@@ -77,7 +77,7 @@ def test_detection_matrix_from_the_real_inject_and_its_csv(monkeypatch, tmp_path
     monkeypatch.setattr(fault_matrix, "sync_weights", lambda pipe, fault=None: {})
 
     class Runner:
-        def check(self, pipe, tags):
+        def check(self, pipe, tags, plan=None):
             return report(pipe.learner.version, 9, False)
 
     row = fault_matrix.inject(_Pipe(), Runner(), TASK, f, warmup=f.engine_schemes is None)
