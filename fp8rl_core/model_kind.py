@@ -1,12 +1,14 @@
 """A model's kind — dense or mixture-of-experts, its routed and shared experts — in one definition.
 
-Every module that asks "is this model MoE, how many experts" asks :func:`model_kind` (or :func:`is_moe`):
-from a model spec or a Hugging Face config (a mapping or an object: Qwen2/3-MoE ``num_experts`` and
-``shared_expert_intermediate_size``, Mixtral ``num_local_experts``, DeepSeek ``n_routed_experts`` and
-``n_shared_experts``), or — where only a name is known (a sweep's runs table) — from the name by the
-naming convention of ``configs/models/``: it says ``moe`` (``qwen3-moe-mini``), carries an active-parameter
-tag (``Qwen3-30B-A3B``) or an experts×size tag (``Mixtral-8x7B``). tests/core/test_model_kind.py holds
-the name rule against every spec in configs/models/. Rank 0: imports nothing of fp8rl.
+Every module that asks "is this model MoE, how many experts" asks :func:`model_kind` (or :func:`is_moe`): from
+a model spec or a Hugging Face config (a mapping or an object: Qwen2-MoE ``num_experts`` and
+``shared_expert_intermediate_size``, Qwen3-MoE ``num_experts`` — as transformers 4 wrote it, and the attribute
+of transformers' config object — or ``num_local_experts`` — as transformers 5.19 writes its config.json —,
+Mixtral ``num_local_experts``, DeepSeek ``n_routed_experts`` and ``n_shared_experts``), or — where only a name
+is known (a sweep's runs table) — from the name by the naming convention of ``configs/models/``: it says
+``moe`` (``qwen3-moe-mini``), carries an active-parameter tag (``Qwen3-30B-A3B``) or an experts×size tag
+(``Mixtral-8x7B``). tests/core/test_model_kind.py holds the name rule against every spec in configs/models/.
+Rank 0: imports nothing of fp8rl.
 """
 
 from __future__ import annotations

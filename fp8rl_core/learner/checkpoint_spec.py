@@ -2,18 +2,19 @@
 spec file checked against it field by field.
 
 Rule: a checkpoint directory is ``config.json`` of an architecture fp8rl's learner builds
-(:data:`~.checkpoints.ARCHITECTURES`), weight files beside it whose tensors have the shapes the config builds
-(:func:`~.warmstart.checkpoint_shape_errors`), and what its config says maps onto a spec's fields: kind, shapes,
-experts, tied embeddings, norm eps, rope (``rope_parameters``, transformers 5, or ``rope_theta`` +
-``rope_scaling``; any rope type other than ``default`` kept as the spec's ``rope_scaling``, which the learner and
-the engine both read from ``config.json``). A problem is one ``ValueError`` line naming the file and what is
-wrong; a spec file that disagrees names the field, both values and both files (:func:`spec_disagreement`).
-docs/configs.md ("The model from the checkpoint").
+(:data:`~.checkpoint_config.ARCHITECTURES`), weight files beside it whose tensors have the shapes the config
+builds (:func:`~.warmstart.checkpoint_shape_errors`), and what its config says maps onto a spec's fields: kind,
+shapes, experts, tied embeddings, norm eps, rope (any rope type other than ``default`` kept as the spec's
+``rope_scaling``, which the learner and the engine both read from ``config.json``). ``config.json`` is read by
+transformers' own config class of its ``model_type`` and the fields taken from the config object
+(:mod:`.checkpoint_config`), so every spelling transformers reads — ``num_local_experts`` or ``num_experts``,
+``rope_parameters`` or ``rope_theta`` + ``rope_scaling`` — gives the same spec. A problem is one ``ValueError``
+line naming the file and what is wrong; a spec file that disagrees names the field, both values and both files
+(:func:`spec_disagreement`). docs/configs.md ("The model from the checkpoint").
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -21,15 +22,10 @@ from pydantic import ValidationError
 
 from fp8rl_core.errors import format_errors
 
-from .checkpoints import ARCHITECTURES
+from .checkpoint_config import read_config, spec_fields
 from .spec import ModelSpec
 
 __all__ = ["checkpoint_name", "checkpoint_spec", "is_checkpoint_dir", "spec_disagreement"]
-
-#: the spec fields a checkpoint's config.json gives under the same name
-_SAME = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-         "num_key_value_heads", "max_position_embeddings", "rms_norm_eps")
-_MOE = ("moe_intermediate_size", "num_experts", "num_experts_per_tok")
 
 
 def is_checkpoint_dir(model_path: str | None) -> bool:
@@ -44,25 +40,6 @@ def checkpoint_name(model_path: str | Path) -> str:
     return name or "checkpoint"
 
 
-def _rope(cfg: dict, where: Path) -> tuple[float, dict | None]:
-    params = cfg.get("rope_parameters")
-    if params is None:  # transformers 4's spelling
-        params = dict(cfg.get("rope_scaling") or {})
-        if "type" in params and "rope_type" not in params:
-            params["rope_type"] = params.pop("type")
-        if cfg.get("rope_theta") is not None:
-            params["rope_theta"] = cfg["rope_theta"]
-    if not isinstance(params, dict):
-        raise ValueError(f"{where}: rope_parameters is {params!r}, not a mapping (rope_type, rope_theta, …)")
-    if "full_attention" in params and isinstance(params["full_attention"], dict):  # per layer type: one for all
-        params = params["full_attention"]
-    theta = float(params.get("rope_theta", 1_000_000.0))
-    rest = {k: v for k, v in params.items() if k != "rope_theta"}
-    if rest.get("rope_type", "default") == "default":
-        return theta, None
-    return theta, dict(sorted(rest.items()))
-
-
 def checkpoint_spec(model_path: str | Path, name: str | None = None) -> ModelSpec:
     """The :class:`ModelSpec` of the checkpoint at ``model_path`` (named ``name``, else :func:`checkpoint_name`),
     after checking it is one fp8rl takes (module docstring)."""
@@ -74,16 +51,7 @@ def checkpoint_spec(model_path: str | Path, name: str | None = None) -> ModelSpe
     if not file.is_file():
         raise ValueError(f"{file}: missing — model_path must be a Hugging Face checkpoint directory (config.json, "
                          "*.safetensors, its tokenizer)")
-    try:
-        cfg = json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"{file}: unreadable ({type(e).__name__}: {e})") from None
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{file}: not a JSON object")
-    kind = cfg.get("model_type")
-    if kind not in ARCHITECTURES:
-        raise ValueError(f"{file}: model_type {kind!r} is an architecture fp8rl has no layout for; valid: "
-                         + ", ".join(f"{k} ({a})" for k, a in ARCHITECTURES.items()))
+    config = read_config(path)
     if not sorted(path.glob("*.safetensors")):
         raise ValueError(f"{path}: no *.safetensors weight files beside config.json")
     if (path / "model.safetensors").is_file():
@@ -93,16 +61,7 @@ def checkpoint_spec(model_path: str | Path, name: str | None = None) -> ModelSpe
         if errors:
             raise ValueError(f"{path / 'model.safetensors'}: its weights do not match {file} in {len(errors)} tensors: "
                              + "; ".join(errors[:3]) + ("" if len(errors) <= 3 else f"; … {len(errors) - 3} more"))
-    theta, scaling = _rope(cfg, file)
-    heads = cfg.get("num_attention_heads")
-    fields = {k: cfg[k] for k in _SAME if cfg.get(k) is not None}
-    fields |= {"name": name or checkpoint_name(path), "kind": "moe" if kind == "qwen3_moe" else "dense",
-               "head_dim": cfg.get("head_dim") or (cfg.get("hidden_size", 0) // heads if heads else None),
-               "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", False)), "rope_theta": theta}
-    if scaling is not None:
-        fields["rope_scaling"] = scaling
-    if kind == "qwen3_moe":
-        fields |= {k: cfg.get(k) for k in _MOE}
+    fields = spec_fields(config) | {"name": name or checkpoint_name(path)}
     try:
         return ModelSpec.model_validate(fields)
     except ValidationError as e:

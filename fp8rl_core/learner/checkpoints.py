@@ -6,31 +6,34 @@ verl checkpoint, ``global_step_N``, whose actor's HF model is taken (``actor/hug
 checkpoint manager writes it, or ``actor/model/huggingface``, Megatron's layout); or (3) a verl run's
 checkpoint folder (``trainer.default_local_dir``): every ``global_step_N`` in it, in step order. Each must be
 a model fp8rl's learner builds (``Qwen3ForCausalLM`` / ``Qwen3MoeForCausalLM``) of the run's model spec
-(:func:`spec_problems`); its identity is the SHA-256 of its weight files (:func:`weights_hash`). The probes
-(:class:`ProbeTokens`): the task's text tokenized with the checkpoint's own tokenizer when it has one (one
-token per character of the task's spelling, inside the tokenizer's chat template as verl feeds prompts),
-else fp8rl's task ids when its config carries them. Every problem is one ``ValueError`` line naming the path
+(:func:`spec_problems`; its ``config.json`` read as transformers reads it, :mod:`.checkpoint_config`); its
+identity is the SHA-256 of its weight files (:func:`weights_hash`). The probes (:class:`ProbeTokens`): the
+task's text tokenized with the checkpoint's own tokenizer when it has one (one token per character of the
+task's spelling, inside the tokenizer's chat template as verl feeds prompts), else fp8rl's task ids when its
+config carries them. Every problem is one ``ValueError`` line naming the path
 and what would be valid. docs/fixed-weights.md (Checkpoints from elsewhere).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
+from .checkpoint_config import ARCHITECTURES, read_config, spec_fields
 from .spec import ModelSpec
 from .task import BOS, DIGIT0, EOS, EQUALS, PAD, PLUS, TASK_VOCAB_SIZE, Prompts, decode, encode
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedConfig
 
 __all__ = ["ARCHITECTURES", "FP8RL_TOKENS", "ProbeTokens", "check_checkpoint", "probe_tokens", "resolve_checkpoints",
            "spec_problems", "weights_hash"]
 
-#: the architectures fp8rl's learner builds (fp8rl_core.learner.models), by config ``model_type``
-ARCHITECTURES = {"qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
 #: where a verl checkpoint ``global_step_N`` holds its actor's HF model: FSDP's manager, Megatron's (layout v2)
 VERL_HF_DIRS = ("actor/huggingface", "actor/model/huggingface")
 _STEP = re.compile(r"^global_step_(\d+)$")
@@ -69,16 +72,6 @@ def resolve_checkpoints(path: str | Path) -> list[tuple[Path, int | None]]:
     return [(_hf_dir(q), n) for n, q in steps]
 
 
-def _config(path: Path) -> dict:
-    try:
-        cfg = json.loads((path / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}/config.json: unreadable ({type(e).__name__}: {e})") from None
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{path}/config.json: not a JSON object")
-    return cfg
-
-
 def _weight_files(path: Path) -> list[Path]:
     files = sorted(path.glob("*.safetensors"))
     if not files:
@@ -87,16 +80,13 @@ def _weight_files(path: Path) -> list[Path]:
     return files
 
 
-def check_checkpoint(path: str | Path) -> dict:
-    """``path``'s config (a dict), after checking that it is a model fp8rl's learner builds with weight files."""
+def check_checkpoint(path: str | Path) -> PreTrainedConfig:
+    """``path``'s transformers config (:func:`~.checkpoint_config.read_config`), after checking that it is a model
+    fp8rl's learner builds with weight files."""
     path = Path(path)
-    cfg = _config(path)
-    kind = cfg.get("model_type")
-    if kind not in ARCHITECTURES:
-        raise ValueError(f"{path}/config.json: model_type {kind!r} is not one fp8rl's learner builds; valid: "
-                         + ", ".join(f"{k} ({a})" for k, a in ARCHITECTURES.items()))
+    config = read_config(path)
     _weight_files(path)
-    return cfg
+    return config
 
 
 def weights_hash(path: str | Path) -> str:
@@ -110,26 +100,19 @@ def weights_hash(path: str | Path) -> str:
     return h.hexdigest()[:16]
 
 
-#: the config fields that fix the learner's and the sampler's tensors, as a model spec names them
+#: the spec fields that fix the learner's and the sampler's tensors
 _SHAPE = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
           "num_key_value_heads", "head_dim", "tie_word_embeddings", "moe_intermediate_size", "num_experts",
           "num_experts_per_tok")
 
 
 def spec_problems(path: str | Path, spec: ModelSpec) -> list[str]:
-    """Where ``path``'s config differs from ``spec`` in what fixes the tensors (kind, shapes), each as
-    ``field checkpoint vs spec``; [] when it is a checkpoint of the spec's model."""
-    cfg = check_checkpoint(path)
-    out = []
-    kind = "moe" if cfg["model_type"] == "qwen3_moe" else "dense"
-    if kind != spec.kind:
-        out.append(f"kind {kind} vs {spec.kind}")
-    for f in _SHAPE:
-        want = getattr(spec, f)
-        have = cfg.get(f, False if f == "tie_word_embeddings" else None)
-        if kind == spec.kind and want != have and not (want is None and kind == "dense"):
-            out.append(f"{f} {have} vs {want}")
-    return out
+    """Where ``path``'s config (:func:`~.checkpoint_config.spec_fields`) differs from ``spec`` in what fixes the
+    tensors (kind, shapes), each as ``field checkpoint vs spec``; [] when it is a checkpoint of the spec's model."""
+    have = spec_fields(check_checkpoint(path))
+    if have["kind"] != spec.kind:
+        return [f"kind {have['kind']} vs {spec.kind}"]
+    return [f"{f} {have.get(f)} vs {getattr(spec, f)}" for f in _SHAPE if have.get(f) != getattr(spec, f)]
 
 
 @dataclass(frozen=True)
@@ -178,10 +161,10 @@ def probe_tokens(path: str | Path) -> ProbeTokens:
     has one (each character of the task one token, the same ids in context), else fp8rl's task ids when its
     config says it uses them (``eos_token_id`` the task's EOS and a vocabulary that holds the task's ids)."""
     path = Path(path)
-    cfg = _config(path)
-    vocab = int(cfg.get("vocab_size") or 0)
+    config = read_config(path)
+    vocab = int(config.vocab_size or 0)
     if not any((path / f).is_file() for f in _TOKENIZER_FILES):
-        eos = cfg.get("eos_token_id")
+        eos = config.eos_token_id
         if eos != EOS or vocab < TASK_VOCAB_SIZE:
             raise ValueError(f"{path}: no tokenizer, and its config is not fp8rl's task vocabulary (eos_token_id "
                              f"{eos!r}, vocab_size {vocab}; fp8rl's: eos_token_id {EOS}, vocab_size ≥ {TASK_VOCAB_SIZE}); "

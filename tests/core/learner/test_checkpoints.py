@@ -64,15 +64,16 @@ def test_a_path_that_names_no_checkpoint_says_what_would(tmp_path, case, expect)
 
 
 def test_a_checkpoint_is_checked_for_its_model_type_and_weights(dense, tmp_path):
-    assert check_checkpoint(dense)["model_type"] == "qwen3"
+    config = check_checkpoint(dense)  # its config as transformers reads it
+    assert (type(config).__name__, config.model_type, config.hidden_size) == ("Qwen3Config", "qwen3", DENSE.hidden_size)
     no_weights = tmp_path / "cfg-only"  # verl without 'hf_model' in save_contents writes config and tokenizer only
     no_weights.mkdir()
     shutil.copy(dense / "config.json", no_weights / "config.json")
     with pytest.raises(ValueError, match=r"no \*.safetensors weight files .*save_contents including 'hf_model'"):
         check_checkpoint(no_weights)
     (no_weights / "config.json").write_text('{"model_type": "llama"}')
-    with pytest.raises(ValueError, match=r"model_type 'llama' is not one fp8rl's learner builds; valid: qwen3 "
-                                         r"\(Qwen3ForCausalLM\), qwen3_moe \(Qwen3MoeForCausalLM\)"):
+    with pytest.raises(ValueError, match=r"model_type 'llama' is not an architecture fp8rl's learner builds; valid: "
+                                         r"qwen3 \(Qwen3ForCausalLM\), qwen3_moe \(Qwen3MoeForCausalLM\)"):
         check_checkpoint(no_weights)
     (no_weights / "config.json").write_text("{")
     with pytest.raises(ValueError, match="config.json: unreadable"):
@@ -90,11 +91,14 @@ def test_the_identity_is_the_weight_files_bytes(dense, tmp_path):
     assert weights_hash(copy) != weights_hash(dense)
 
 
-def test_a_checkpoint_of_another_model_names_the_fields_that_differ(dense):
+def test_a_checkpoint_of_another_model_names_the_fields_that_differ(dense, tmp_path):
     assert spec_problems(dense, DENSE) == []
     assert spec_problems(dense, MOE) == ["kind dense vs moe"]
     wider = DENSE.model_copy(update={"hidden_size": 256})
     assert spec_problems(dense, wider) == ["hidden_size 128 vs 256"]
+    moe = hf_checkpoint(tmp_path / "moe", MOE, tokenizer=False)  # its expert count as transformers writes it
+    assert spec_problems(moe, MOE) == []
+    assert spec_problems(moe, MOE.model_copy(update={"num_experts_per_tok": 1})) == ["num_experts_per_tok 2 vs 1"]
 
 
 def test_the_probes_are_spelled_by_the_checkpoints_tokenizer_or_fp8rls_ids(dense, tmp_path):
