@@ -225,6 +225,7 @@ STEP_METRICS = {
     "load_s": "time/load_s", "reset_s": "time/reset_s", "checks_s": "time/checks_s", "total_s": "time/step_s",
     "sync_bytes": "sync/bytes", "new_version": "version", "checks_full": "check/full_tier",
     "tail_mass": "mismatch/tail_mass", "rollout_tail_mass": "mismatch/rollout_tail_mass",
+    "check/alarm_events": "check/alarm_events",
 }
 
 

@@ -263,6 +263,20 @@ def kl_by_preset(source: Any, path: str | Path, metric: str | Sequence[str] = "k
 
 # ------------------------------------------------------------------------------------- KL over steps
 
+def alarm_events(data: SweepData) -> dict[tuple[str, str], dict[int, int]]:
+    """(model, preset) → {RL step: how many of the alarm's suspicions the full tier dismissed there, over the
+    seeds} from the steps table's ``check/alarm_events`` (empty where no run recorded any)."""
+    steps = data.steps
+    if steps.empty or "check/alarm_events" not in steps.columns:
+        return {}
+    df = with_run_columns(steps, data.runs, ["model", "preset"])
+    df = df[pd.to_numeric(df["check/alarm_events"], errors="coerce").fillna(0) > 0]
+    out: dict[tuple[str, str], dict[int, int]] = {}
+    for (m, p, step), g in df.groupby(["model", "preset", "step"]):
+        out.setdefault((str(m), str(p)), {})[int(step)] = int(g["check/alarm_events"].sum())
+    return out
+
+
 def kl_over_steps_figure(data: SweepData, metric: str = "k3", *, n_boot: int = 2000, seed: int = 0):
     """The figure of :func:`kl_over_steps`, unsaved (lines carry ``gid="kl-<preset>"``)."""
     plt = _pyplot()
@@ -274,14 +288,21 @@ def kl_over_steps_figure(data: SweepData, metric: str = "k3", *, n_boot: int = 2
     colors = {p: _PHASE_COLORS[i % len(_PHASE_COLORS)] for i, p in enumerate(order)}
     fig, axes = plt.subplots(1, len(models), figsize=(5.2 * len(models) + 2.0, 4.0), squeeze=False, sharey=True)
     log = _spans_decade(list(df["lo"]) + list(df["hi"]))
+    events = alarm_events(data)
     for ax, model in zip(axes[0], models):
         sub = df[df["model"].astype(str) == model]
+        labelled = False
         for p in order:
             s = sub[sub["preset"] == p].sort_values("step")
             if s.empty:
                 continue
             ax.plot(s["step"], s["estimate"], marker="o", markersize=4, color=colors[p], label=p, gid=f"kl-{p}")
             ax.fill_between(s["step"], s["lo"], s["hi"], color=colors[p], alpha=0.18, linewidth=0)
+            hit = s[s["step"].isin(events.get((model, p), {}))]
+            if not hit.empty:  # the alarm's events: suspect steps whose full tier passed (the policy's own mismatch)
+                ax.scatter(hit["step"], hit["estimate"], marker="x", s=46, color="#c62828", zorder=5,
+                           gid=f"events-{p}", label=None if labelled else "mismatch event (alarm; full tier passed)")
+                labelled = True
         ax.set_xlabel("RL step")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_title(f"{model} ({_seeds_text(sub['seeds'])})", fontsize=9)
@@ -556,8 +577,9 @@ def detection_matrix(rows: list[dict], path: str | Path, title: str = "fp8rl det
 
 def run_steps_figure(steps: Sequence[dict], kl_summary: Sequence[dict], title: str = ""):
     """One run per RL step: the sampled-token KL k3 with its 95% bootstrap interval over the step's
-    sequences (``kl_summary`` rows with a step), in millionths of a nat; the mean reward of the step's
-    rollouts (``steps`` rows). Lines carry ``gid="kl"`` and ``gid="reward"``."""
+    sequences (``kl_summary`` rows with a step), in millionths of a nat, the alarm's mismatch events marked
+    (steps whose ``check/alarm_events`` > 0, ``gid="events"``); the mean reward of the step's rollouts
+    (``steps`` rows). Lines carry ``gid="kl"`` and ``gid="reward"``."""
     plt = _pyplot()
     kl = sorted((r for r in kl_summary if r.get("step") is not None), key=lambda r: int(r["step"]))
     st = sorted(steps, key=lambda r: int(r["step"]))
@@ -568,6 +590,12 @@ def run_steps_figure(steps: Sequence[dict], kl_summary: Sequence[dict], title: s
     if kl and "k3_lo" in kl[0]:
         a.fill_between(x, [float(r["k3_lo"]) * 1e6 for r in kl], [float(r["k3_hi"]) * 1e6 for r in kl],
                        color=_PHASE_COLORS[0], alpha=0.2, linewidth=0)
+    flagged = {int(r["step"]) for r in st if (r.get("check/alarm_events") or 0) > 0}
+    hits = [(xi, yi) for xi, yi in zip(x, y) if xi in flagged]
+    if hits:
+        a.scatter(*zip(*hits), marker="x", s=46, color="#c62828", zorder=5, gid="events",
+                  label="mismatch event (alarm; full tier passed)")
+        a.legend(fontsize=7)
     a.set_ylabel("KL k3 [µnats/token]")
     a.set_title("train–rollout KL per step (band: 95% CI)", fontsize=9)
     b.plot([int(r["step"]) for r in st], [float(r["mean_reward"]) for r in st], marker="o", color=_PHASE_COLORS[1],

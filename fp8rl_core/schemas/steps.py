@@ -55,6 +55,9 @@ STEPS = Table("steps", {
     "train_stage_s": col("float", *SECONDS, required=False, doc="seconds of the flow's train stage"),
     "checks_s": col("float", *SECONDS, required=False, doc="seconds of the checks after the sync"),
     "checks_full": col("float", isin([0.0, 1.0], "1.0: the full tier ran"), required=False, doc="full tier ran"),
+    "check/alarm_events": col("float", ge(0, "a count"), required=False,
+                              doc="the alarm's suspicions at this sync that the full tier dismissed: mismatch events "
+                                  "of the policy (fp8rl_core.checks.alarm; absent where the alarm did not run)"),
     "rollout_tail_mass": col("float", between(0, 1, "a probability"), required=False,
                              doc="the learner's mean probability on the ids the sampler cannot emit, over the step's "
                                  "sampled positions (excluded from mean_abs_logprob_diff, k3 and the tokens' "

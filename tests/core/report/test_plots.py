@@ -92,6 +92,24 @@ def test_kl_over_steps_has_a_panel_per_model_and_a_line_per_preset(sweep, tmp_pa
     path = plots.kl_over_steps(sweep, tmp_path / "steps.png", n_boot=200)
     w, h = png_size(path)
     assert w > 2.5 * h  # two panels side by side (figsize 12.4 × 4.0 in)
+    assert not any(c.get_gid() for ax in fig.axes for c in ax.collections if str(c.get_gid()).startswith("events"))
+
+
+def test_kl_over_steps_marks_the_alarms_mismatch_events_at_their_step_and_preset(sweep):
+    """A step whose sync recorded a mismatch event (the alarm's suspicion, dismissed by the full tier) is marked on
+    that preset's line of that model's panel, at the step's estimate; the others are not."""
+    steps = sweep.steps.copy()
+    cols = with_run_columns(steps, sweep.runs, ["model", "preset", "seed"])
+    hit = (cols["model"] == DENSE) & (cols["preset"] == "all") & (steps["step"] == 2)
+    steps["check/alarm_events"] = np.where(hit & (cols["seed"] == cols["seed"].min()), 1.0, 0.0)
+    data = type(sweep)(**{**sweep.__dict__, "steps": steps})
+    assert plots.alarm_events(data) == {(DENSE, "all"): {2: 1}}
+    fig = plots.kl_over_steps_figure(data, "k3", n_boot=200)
+    marks = [c for ax in fig.axes for c in ax.collections if c.get_gid() == "events-all"]
+    assert len(marks) == 1 and marks[0].axes is fig.axes[0]
+    (line,) = [ln for ln in fig.axes[0].lines if ln.get_gid() == "kl-all"]
+    assert marks[0].get_offsets().tolist() == [[2.0, pytest.approx(line.get_ydata()[1])]]
+    plots._pyplot().close(fig)
 
 
 def test_reward_over_steps_draws_every_seed_and_the_mean_per_preset(sweep, tmp_path):
@@ -216,6 +234,10 @@ def test_run_figures_plot_kl_and_reward_per_step_and_the_logprob_difference_hist
     assert np.allclose(line.get_ydata(), [r["k3"] * 1e6 for r in step_rows_kl])  # µnats
     (reward,) = [a for ax in fig.axes for a in ax.lines if a.get_gid() == "reward"]
     assert list(reward.get_ydata()) == [s["mean_reward"] for s in steps]
+    assert not [c for ax in fig.axes for c in ax.collections if c.get_gid() == "events"]
+    flagged = [s | {"check/alarm_events": float(s["step"] == 2)} for s in steps]
+    (mark,) = [c for ax in plots.run_steps_figure(flagged, kl, "t").axes for c in ax.collections if c.get_gid() == "events"]
+    assert mark.get_offsets().tolist() == [[2.0, pytest.approx(step_rows_kl[1]["k3"] * 1e6)]]
     hist = plots.logprob_diff_histogram_figure(tokens)
     (note,) = [t for t in hist.axes[0].texts if t.get_gid() == "exact"]
     assert note.get_text().startswith(f"{len(tokens)} tokens, 1 identical")
