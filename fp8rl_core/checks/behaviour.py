@@ -13,35 +13,57 @@ that grid's rounding — the bound is declared per run (:class:`~fp8rl_core.chec
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
 
 from .basic import CheckResult
 
-__all__ = ["check_behaviour"]
+__all__ = ["behaviour_numbers", "check_behaviour", "judged_differences"]
 
 
-def check_behaviour(sampler_logprobs: torch.Tensor, learner_logprobs: torch.Tensor, mean_bound: float,
-                    max_bound: float) -> CheckResult:
-    """W7: mean and max |Δlogp| over every probe position; passes when both are within their bounds.
-    ``measured`` = the mean; offenders name the worst positions (sequence, position, Δ)."""
-    t0 = time.perf_counter()
+def judged_differences(sampler_logprobs: torch.Tensor, learner_logprobs: torch.Tensor,
+                       min_prob: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(|Δlogp| per probe position, which positions W7 judges): those where the learner or the sampler gives the
+    probe token at least ``min_prob`` (0: every position), and any non-finite one."""
     if sampler_logprobs.shape != learner_logprobs.shape:
         raise ValueError(f"probe log-probs disagree in shape: sampler {tuple(sampler_logprobs.shape)}, "
                          f"learner {tuple(learner_logprobs.shape)}")
-    d = (sampler_logprobs.float() - learner_logprobs.float()).abs()
-    finite = torch.isfinite(d)
-    mean = float(d[finite].mean()) if finite.any() else float("inf")
-    mx = float(d[finite].max()) if finite.any() else float("inf")
-    if not bool(finite.all()):
-        mean = mx = float("inf")
+    s, lrn = sampler_logprobs.float(), learner_logprobs.float()
+    d = (s - lrn).abs()
+    if min_prob <= 0:
+        return d, torch.ones_like(d, dtype=torch.bool)
+    # a position both sides deem negligible says nothing of a rounding engine (policy.W7_COARSE_MIN_PROB)
+    return d, (torch.maximum(s, lrn) >= math.log(min_prob)) | ~torch.isfinite(d)
+
+
+def behaviour_numbers(sampler_logprobs: torch.Tensor, learner_logprobs: torch.Tensor,
+                      min_prob: float = 0.0) -> tuple[float, float]:
+    """W7's (mean, max) |Δlogp| over the judged probe positions (:func:`judged_differences`); inf where one is not
+    finite, 0 where none is judged."""
+    d, judged = judged_differences(sampler_logprobs, learner_logprobs, min_prob)
+    if not bool(torch.isfinite(d[judged]).all()):
+        return float("inf"), float("inf")
+    return (float(d[judged].mean()), float(d[judged].max())) if judged.any() else (0.0, 0.0)
+
+
+def check_behaviour(sampler_logprobs: torch.Tensor, learner_logprobs: torch.Tensor, mean_bound: float,
+                    max_bound: float, min_prob: float = 0.0) -> CheckResult:
+    """W7: mean and max |Δlogp| over the probe positions where the learner or the sampler gives the probe token at
+    least ``min_prob`` (0: every position; :func:`judged_differences`); passes when both are within their bounds.
+    ``measured`` = the mean; offenders name the worst judged positions (sequence, position, Δ)."""
+    t0 = time.perf_counter()
+    d, judged = judged_differences(sampler_logprobs, learner_logprobs, min_prob)
+    mean, mx = behaviour_numbers(sampler_logprobs, learner_logprobs, min_prob)
     offenders: list[str] = []
     if mean > mean_bound or mx > max_bound:
-        flat = torch.where(finite, d, torch.full_like(d, float("inf"))).flatten()
-        for i in flat.topk(min(5, flat.numel())).indices.tolist():
+        flat = torch.where(torch.isfinite(d), d, torch.full_like(d, float("inf")))
+        flat = torch.where(judged, flat, torch.full_like(flat, -1.0)).flatten()
+        for i in flat.topk(min(5, int(judged.sum()))).indices.tolist():
             r, c = divmod(i, d.shape[-1])
             offenders.append(f"probe sequence {r} position {c + 1}: |Δlogp| {float(d[r, c]):.3g}")
     return CheckResult("W7", not offenders, mean, mean_bound, offenders, len(offenders),
                        time.perf_counter() - t0, f"probe |Δlogp| mean {mean:.3g} (bound {mean_bound:g}), "
-                       f"max {mx:.3g} (bound {max_bound:g}) over {d.numel()} positions")
+                       f"max {mx:.3g} (bound {max_bound:g}) over {d.numel()} positions"
+                       + (f" ({int(judged.sum())} judged: p ≥ {min_prob:g} on either side)" if min_prob > 0 else ""))

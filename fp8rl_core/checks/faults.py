@@ -336,6 +336,52 @@ def worker_rotary_cache_nudged(worker, phase: str) -> None:
     raise ValueError("rotary-cache-nudged needs a model with a rotary cos/sin cache; this one has none")
 
 
+def _norm_eps_changed(worker, phase: str, *, as_started: bool) -> None:
+    """Layer 1's input norm's eps (its ``variance_epsilon``, a plain attribute) ×10 on the last tensor-parallel
+    rank after the reload, put back by the next load; ``as_started``: the rank's engine-start record holds the new
+    value too, as an engine built that way from its start would."""
+    where = worker.fp8rl_tp_rank()
+    if phase != "after" or where["rank"] != where["tp"] - 1:
+        return
+    runner = worker.model_runner
+    for prefix, module in runner.get_model().named_modules():
+        if prefix.endswith("layers.1.input_layernorm") and "variance_epsilon" in vars(module):
+            right = module.variance_epsilon
+            module.variance_epsilon = right * 10
+            start = worker._fp8rl_engine_start()["attributes"] if as_started else {}
+            name = f"{prefix}.variance_epsilon"
+            if as_started:
+                start[name] = repr(module.variance_epsilon)
+            reload = runner.reload_weights
+
+            def reload_writing_it_right(*args, **kwargs):  # the next load builds the norm right again
+                module.variance_epsilon = right
+                if as_started:
+                    start[name] = repr(right)
+                del runner.reload_weights
+                return reload(*args, **kwargs)
+
+            runner.reload_weights = reload_writing_it_right
+            return
+    raise ValueError("a norm-eps fault needs a model whose layer 1 has an input_layernorm with variance_epsilon")
+
+
+def worker_norm_eps_changed(worker, phase: str) -> None:
+    """On the last tensor-parallel rank, layer 1's input norm's eps becomes 10× after the reload (a module
+    attribute changed by a sync, as a load path that rebuilds a module from a misread config would); no tensor
+    changes and the next load puts it back. The engine's other state sees the attribute changed since the
+    engine's start, and its configuration check sees it unlike the learner's ``rms_norm_eps``."""
+    _norm_eps_changed(worker, phase, as_started=False)
+
+
+def worker_norm_eps_unlike_learner(worker, phase: str) -> None:
+    """The same eps ×10 on the last rank, but as the engine's start holds it (its engine-start record changed
+    alike): an engine configured unlike its learner — a reader of ``config.json`` that took another value than the
+    learner's (verl #7519's class: the two sides reading one checkpoint two ways). Nothing changed since the
+    engine's start; only the comparison with the learner's config sees it."""
+    _norm_eps_changed(worker, phase, as_started=True)
+
+
 _W = "fp8rl_core.checks.faults:"
 
 FAULTS: list[Fault] = [
@@ -396,6 +442,12 @@ FAULTS: list[Fault] = [
           "on the last tensor-parallel rank, one element of the rotary cos/sin cache the layers share moves by one "
           "float32 step; no sync writes it, every synced tensor stays right",
           worker=_W + "worker_rotary_cache_nudged"),
+    Fault("norm-eps-changed", "W6", "post-load", "dense",
+          "on the last tensor-parallel rank, a sync changes layer 1's input norm eps (a module attribute) to 10×; no "
+          "tensor changes", worker=_W + "worker_norm_eps_changed"),
+    Fault("norm-eps-unlike-learner", "W6", "config", "dense",
+          "on the last tensor-parallel rank, the engine computes layer 1's input norm with 10× the eps the learner "
+          "read from the same config.json, as it was since its start", worker=_W + "worker_norm_eps_unlike_learner"),
 ]
 
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fp8rl_core.grids.schemes import BF16, Scheme
 
-__all__ = ["CheckPolicy", "SyncPlan", "W7_COARSE", "W7_EXACT"]
+__all__ = ["CheckPolicy", "SyncPlan", "W7_COARSE", "W7_COARSE_MIN_PROB", "W7_EXACT"]
 
 #: W7's (mean, max) bound on |Δlogp| where the engine runs the learner's arithmetic: a float32 engine on the
 #: learner's bytes or BF16 views (measured mean ≤ 1e-4 on the learner's grid)
@@ -27,6 +27,12 @@ W7_EXACT = (1e-3, 0.05)
 #: on the peaked smoke mini, preset all: mean 0.09, max 0.79), or a scheme whose rounding the learner's probe
 #: does not model (``requant``, ``block128``: there W7 is a coarse backstop; the exact check is a float32 engine)
 W7_COARSE = (0.5, 8.0)
+#: the probability below which a probe position says nothing of an engine that adds its own rounding: where both
+#: the learner and the engine give the probe token less than this, a BF16 engine's |Δlogp| is the rounding of two
+#: negligible probabilities (measured: dense mini, preset half, seed 1, 40 RL steps of the clean-long sweep — the
+#: probe's max |Δlogp| 8.35 at log p −34.2 vs −25.8; over the positions where either side gives ≥ 1e-3: max 0.68,
+#: mean 0.077), and the coarse probe judges the others (docs/correctness.md, W7)
+W7_COARSE_MIN_PROB = 1e-3
 
 
 class CheckPolicy(BaseModel):
@@ -39,6 +45,10 @@ class CheckPolicy(BaseModel):
     probe_sequences: int = Field(8, ge=1, description="W7 probe batch: held-out task sequences")
     w7_mean: float | None = Field(None, gt=0, description="W7 bound on mean |Δlogp| (None: by engine dtype and preset)")
     w7_max: float | None = Field(None, gt=0, description="W7 bound on max |Δlogp| (None: by engine dtype and preset)")
+    w7_min_prob: float | None = Field(None, ge=0, lt=1, description="W7's probe judges the positions where the learner "
+                                      "or the engine gives the probe token at least this probability (None: by engine "
+                                      "dtype and preset — 0, every position, where the engine runs the learner's "
+                                      "arithmetic; 1e-3 where it adds its own rounding)")
     compute_copy: bool = Field(True, description="W6: every rank's compute copy against its held bytes")
     alarm: bool = Field(True, description="W7: the behavioural alarm on the run's per-step mismatch numbers (a suspect "
                         "step runs the full tier, which confirms a fault or records a mismatch event)")
@@ -59,12 +69,20 @@ class CheckPolicy(BaseModel):
         mean, mx = W7_EXACT if dtype == "float32" and scheme.probe_exact else W7_COARSE
         return self.w7_mean or mean, self.w7_max or mx
 
+    def w7_positions(self, dtype: str = "float32", scheme: Scheme = BF16) -> float:
+        """The least probability (on either side) of a probe position W7 judges: the run's own where set, else 0
+        (every position) where :meth:`w7_bounds` is exact, :data:`W7_COARSE_MIN_PROB` where it is coarse."""
+        if self.w7_min_prob is not None:
+            return self.w7_min_prob
+        return 0.0 if dtype == "float32" and scheme.probe_exact else W7_COARSE_MIN_PROB
+
     def for_engine(self, dtype: str, preset: str) -> "CheckPolicy":
-        """This policy with W7's bound resolved for an engine of ``dtype`` serving ``preset``'s sampler."""
+        """This policy with W7's bound and positions resolved for an engine of ``dtype`` serving ``preset``'s sampler."""
         from fp8rl_core.sampler.presets import PRESETS
 
         mean, mx = self.w7_bounds(dtype, PRESETS[preset].scheme)
-        return self.model_copy(update={"w7_mean": mean, "w7_max": mx})
+        return self.model_copy(update={"w7_mean": mean, "w7_max": mx,
+                                       "w7_min_prob": self.w7_positions(dtype, PRESETS[preset].scheme)})
 
 
 #: the policy's switches a :class:`SyncPlan` may turn off at one sync

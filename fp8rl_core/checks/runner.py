@@ -32,9 +32,9 @@ from .basic import (
     check_version,
 )
 from .alarm import AlarmObservation, MismatchAlarm, MismatchEvent
-from .behaviour import check_behaviour
+from .behaviour import behaviour_numbers, check_behaviour
 from .checksum import check_vllm_checksums
-from .engine_state import check_engine_state
+from .engine_state import check_engine_config, check_engine_state, learner_counterparts
 from .expected import Expected, expected_from_learner
 from .layout import check_layout
 from .policy import CheckPolicy, SyncPlan
@@ -272,9 +272,14 @@ class CheckRunner:
             if compute is not None:
                 parts["W6"].append(compute)
         # the engine's other state (buffers, caches built at load): every rank against its own engine start
-        other = check_engine_state([rank.get("engine_state") for st in states for rank in st["ranks"]])
+        reports = [rank.get("engine_state") for st in states for rank in st["ranks"]]
+        other = check_engine_state(reports)
         if other is not None:
             parts["W6"].append(other)
+        # the engine configured like its learner: its attributes with a counterpart in the learner's config
+        configured = check_engine_config(reports, learner_counterparts(learner.model.config, self.emittable))
+        if configured is not None:
+            parts["W6"].append(configured)
         obs = None
         if self.alarm is not None and "alarm" not in plan.off and mismatch:
             obs = self.alarm.observe(self.syncs if step is None else step, mismatch)
@@ -365,6 +370,6 @@ class CheckRunner:
         if self.probe is not None:
             sl = sampler.prompt_logprobs(self.probe)
             ll = self._learner_probe(learner, full_logp)
-            parts["W7"].append(check_behaviour(sl, ll, *self.policy.w7_bounds()))
-            d = (sl.float() - ll.float()).abs()
-            self._probe = (float(d.mean()), float(d.max()))
+            min_prob = self.policy.w7_min_prob or 0.0
+            parts["W7"].append(check_behaviour(sl, ll, *self.policy.w7_bounds(), min_prob))
+            self._probe = behaviour_numbers(sl, ll, min_prob)

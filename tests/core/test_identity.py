@@ -42,6 +42,7 @@ def test_gpu_and_correctness_ids_are_pinned(gsm8k_home):
 #: every shipped sweep as the code that recorded the finished sweeps expanded it: (sweep, runs, first run's id,
 #: sweep id — the hash of every run's id, in order —, correctness section's id, its runs' ids)
 SHIPPED = {
+    "clean-long.yaml": ("clean-long", 18, "45c90bc71848", "a2b988b27b31", None, {}),
     "dense-matching-small.yaml": ("dense-matching-small", 16, "c75b042b2610", "8a93e55b6fe8", None, {}),
     "dense-matching.yaml": ("dense-matching", 12, "a1d1cde3b7ca", "ea5688a9d92b", None, {}),
     "gpu/qwen3-30b-a3b.yaml": ("gpu-qwen3-30b-a3b", 18, "4170d60d62db", "a0734642aeb0", None, {}),  # gsm8k_home's files

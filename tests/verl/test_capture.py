@@ -131,5 +131,5 @@ def test_the_sync_reads_its_steps_numbers_for_the_alarm(tmp_path):
     assert capture.read_numbers(tmp_path, 2) == {"rollout_corr/k3_kl": 0.4}
     from fp8rl_core.checks.alarm import MismatchAlarm
 
-    result = MismatchAlarm().observe(2, capture.read_numbers(tmp_path, 2))
-    assert result is not None and not result.passed and "rollout_corr/k3_kl = 0.4 above its bound 0.1" in result.offenders[0]
+    obs = MismatchAlarm().observe(2, capture.read_numbers(tmp_path, 2))
+    assert obs is not None and obs.reason() == "behavioural alarm: step 2: rollout_corr/k3_kl = 0.4 above its bound 0.1"

@@ -101,8 +101,11 @@ def _engine_start(model) -> dict:
 
 @torch.no_grad()
 def engine_state_check(model, rank: int, tp: int) -> dict:
-    """This rank's other state (buffers, tensor attributes no sync writes) against its engine start: the verdict."""
-    return engine_state.compare(model, _engine_start(model), rank, tp)
+    """This rank's other state (buffers, tensor and plain attributes no sync writes) against its engine start: the
+    verdict, with the attributes that have a counterpart in the learner's config (:mod:`.attributes`)."""
+    from fp8rl_core.sampler.sglang.attributes import COUNTERPARTS
+
+    return engine_state.compare(model, _engine_start(model), rank, tp, COUNTERPARTS)
 
 
 @torch.no_grad()

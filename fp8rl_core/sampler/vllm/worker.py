@@ -242,12 +242,16 @@ class Fp8rlWorkerExtension:
 
     @torch.no_grad()
     def fp8rl_engine_state(self, start: dict | None = None) -> dict:
-        """This rank's other state (every buffer and tensor attribute no sync writes) against its engine
-        start; only the verdict crosses (:func:`fp8rl_core.sampler.engine_state.compare`)."""
+        """This rank's other state (every buffer, tensor attribute and plain module attribute no sync writes)
+        against its engine start, and the attributes with a counterpart in the learner's config
+        (:data:`fp8rl_core.sampler.vllm.attributes.COUNTERPARTS`); only the verdict and those values cross
+        (:func:`fp8rl_core.sampler.engine_state.compare`)."""
         from fp8rl_core.sampler.engine_state import compare
+        from fp8rl_core.sampler.vllm.attributes import COUNTERPARTS
 
         where = self.fp8rl_tp_rank()
-        return compare(self.model_runner.get_model(), start or self._fp8rl_engine_start(), where["rank"], where["tp"])
+        return compare(self.model_runner.get_model(), start or self._fp8rl_engine_start(), where["rank"], where["tp"],
+                       COUNTERPARTS)
 
     # -- the compute copy ---------------------------------------------------------------------------
     def _fp8rl_compute_pairs(self):

@@ -117,6 +117,22 @@ def test_behaviour_bounds_by_hand():
         check_behaviour(s, s[:1], 1.0, 1.0)
 
 
+def test_a_coarse_probe_judges_the_positions_where_either_side_gives_the_token_real_probability():
+    """The clean dense mini at step 40 (tests/correctness.md, W7): a probe token both sides deem impossible
+    (log p −34.2 vs −25.8) moves |Δlogp| by 8.35 on a BF16 engine; with ``min_prob`` 1e-3 such a position is not
+    judged, a token either side gives ≥ 1e-3 is (here the engine's −0.5 against the learner's −9.0: a fault)."""
+    learner = torch.tensor([[-0.1, -34.2, -2.0], [-9.0, -0.7, -1.0]])
+    engine = torch.tensor([[-0.2, -25.8, -2.1], [-9.1, -0.6, -1.1]])
+    assert not check_behaviour(engine, learner, 0.5, 8.0).passed  # every position: the max is 8.4
+    ok = check_behaviour(engine, learner, 0.5, 8.0, min_prob=1e-3)
+    assert ok.passed and ok.measured == pytest.approx(0.1, abs=1e-6) and "(4 judged: p ≥ 0.001 on either side)" in ok.detail
+    fault = engine.clone()
+    fault[1, 0] = -0.5  # the engine puts real probability on a token the learner deems rare: judged, and it fails
+    bad = check_behaviour(fault, learner, 0.5, 8.0, min_prob=1e-3)
+    assert not bad.passed and bad.offenders[0] == "probe sequence 1 position 1: |Δlogp| 8.5"
+    assert not check_behaviour(engine * float("nan"), learner, 0.5, 8.0, min_prob=1e-3).passed  # NaN always judged
+
+
 # ---------------------------------------------------------------------------- catalogue and verdicts
 def test_catalogue_declares_every_condition_w1_to_w6_and_the_issue_faults():
     names = {f.name for f in FAULTS}

@@ -7,7 +7,8 @@ from __future__ import annotations
 import torch
 from transformers import Qwen3ForCausalLM
 
-from fp8rl_core.sampler.engine_state import CHANGES_AT_SYNC, changes_at_sync, compare, engine_tensors, record
+from fp8rl_core.sampler.engine_state import (ATTRIBUTES_CHANGING_AT_SYNC, CHANGES_AT_SYNC, changes_at_sync, compare,
+                                             counterpart_values, engine_attributes, engine_tensors, record)
 from tests.core.sampler.conftest import SPECS
 
 
@@ -33,7 +34,7 @@ def test_a_one_step_change_of_one_element_is_named_with_tensor_rank_and_position
     start = record(model)
     clean = compare(model, start, 1, 2)
     assert (clean["rank"], clean["tp"], clean["checked"], clean["offenders"]) == (1, 2, 2, [])
-    assert clean["changing"] == CHANGES_AT_SYNC and clean["seconds"] >= 0
+    assert clean["changing"] == CHANGES_AT_SYNC | ATTRIBUTES_CHANGING_AT_SYNC and clean["seconds"] >= 0
     model.model.layers[0].self_attn.fp8rl_w = torch.ones(3)  # a declared tensor appears: no offender
     inv = model.model.rotary_emb.inv_freq
     before = inv[3].item()
@@ -51,3 +52,36 @@ def test_a_one_step_change_of_one_element_is_named_with_tensor_rank_and_position
         "tp rank 0/1: model.norm.extra: not held at the engine start, now [[2], 'int64']",
         "tp rank 0/1: model.rotary_emb.inv_freq: shape/dtype [[16], 'float32'] at the engine start, now [[16], 'float64']",
         "tp rank 0/1: model.rotary_emb.original_inv_freq: held at the engine start, gone now"]
+
+
+def test_every_plain_module_attribute_is_state_compared_by_value_and_the_engines_table_picks_the_learners():
+    """A module's plain attributes (numbers, booleans, strings, None, short tuples) are recorded at the engine
+    start and compared by value: a norm's eps changed after the start is named with module, attribute and both
+    values, one gone and one new too; the declared ones (a layer's post-load count) are not; tensors, modules and
+    long lists are not plain attributes. An engine's table of counterparts picks out the attributes to set beside
+    the learner's config, with their values."""
+    model = _model()
+    attrs = engine_attributes(model)
+    norm = "model.layers.1.input_layernorm.variance_epsilon"
+    scaling = model.model.layers[0].self_attn.scaling
+    assert attrs[norm] == repr(1e-6) and attrs["model.layers.0.self_attn.scaling"] == repr(scaling)
+    assert abs(scaling - 32 ** -0.5) < 1e-15
+    assert attrs["model.layers.0.self_attn.training"] == "False" and not [k for k in attrs if k.split(".")[-1].startswith("_")]
+    assert "model.rotary_emb.inv_freq" not in attrs and "model.layers" not in attrs  # a tensor, a module list
+    start = record(model)
+    assert start["attributes"] == attrs
+    model.model.layers[0].mlp.fp8rl_processed = 2  # declared as changing at a sync: not state
+    model.model.layers[0].mlp.long = list(range(40))  # a table, not a setting
+    assert compare(model, start, 1, 2)["offenders"] == [] and compare(model, start, 1, 2)["attributes"] == len(attrs)
+    model.model.layers[1].input_layernorm.variance_epsilon = 1e-5
+    del model.model.layers[0].self_attn.scaling
+    model.model.norm.soft_cap = 30.0
+    assert compare(model, start, 1, 2)["offenders"] == [
+        f"tp rank 1/2: model.layers.0.self_attn.scaling: attribute {scaling!r} at the engine start, gone now",
+        f"tp rank 1/2: {norm}: attribute 1e-06 at the engine start, now 1e-05",
+        "tp rank 1/2: model.norm.soft_cap: attribute not there at the engine start, now 30.0"]
+    table = {(r"Qwen3RMSNorm", "variance_epsilon"): "rms_norm_eps", ("Qwen3Attention", "head_dim"): "head_dim"}
+    values = counterpart_values(model, table)
+    assert values["head_dim"] == [[f"model.layers.{i}.self_attn.head_dim", 32] for i in range(2)]
+    assert [norm, 1e-5] in values["rms_norm_eps"] and len(values["rms_norm_eps"]) == 2 * 4 + 1  # 4 norms a layer + final
+    assert compare(model, start, 0, 1, table)["config"] == values
