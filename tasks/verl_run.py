@@ -125,7 +125,8 @@ def prepare_model(run: Run, sweep: str, cache_root: str | Path) -> Path | None:
 def record(mlflow_run: str, reports: list[dict], run: Run | None = None, tokens: list[dict] = (),
            costs: list[dict] = (), startup: list[dict] = ()) -> dict[str, float]:
     """Log what fp8rl measured around verl's run into its MLflow run: the check ``reports`` of every sync (per
-    condition ``check/W…`` at the sync's version, the ``checks`` table, ``checks.json``), the summary and
+    condition ``check/W…`` and the alarm's mismatch events ``check/alarm_events`` at the sync's version, the
+    ``checks`` table, ``checks.json``), the summary and
     headline metrics from verl's per-step metrics (:func:`fp8rl_core.verl.metrics.summary`) and, where the
     trainer captured ``tokens`` (:mod:`fp8rl_core.verl.capture`), the native runs' extraction of them: the
     ``tokens`` and ``kl_summary`` tables and the ``kl/*`` metrics with their intervals (replacing verl's
@@ -140,7 +141,8 @@ def record(mlflow_run: str, reports: list[dict], run: Run | None = None, tokens:
         vck = rep.get(ENGINE_CHECKSUM)
         tracking.log_metrics(mlflow_run, passed | {"checks_s": rep["seconds"], "checks_full": float(rep["tier"] == "full")}
                              | ({"time/vllm_checksum_s": vck["seconds"]} if vck else {})
-                             | ({} if rep.get("tail_mass") is None else {"mismatch/tail_mass": rep["tail_mass"]}),
+                             | ({} if rep.get("tail_mass") is None else {"mismatch/tail_mass": rep["tail_mass"]})
+                             | ({"check/alarm_events": float(len(rep["events"]))} if "events" in rep else {}),
                              step=int(rep["version"]))
     if reports:
         tracking.log_json(mlflow_run, "checks.json", reports)

@@ -45,6 +45,11 @@ class CheckPolicy(BaseModel):
     probe_sequences: int = Field(8, ge=1, description="W7 probe batch: held-out task sequences")
     w7_mean: float | None = Field(None, gt=0, description="W7 bound on mean |Δlogp| (None: by engine dtype and preset)")
     w7_max: float | None = Field(None, gt=0, description="W7 bound on max |Δlogp| (None: by engine dtype and preset)")
+    w7_verdict: Literal["fail", "event"] | None = Field(None, description="what W7's probe above its bound does when "
+                                                        "every exact check passes: fail the sync, or record a mismatch "
+                                                        "event (None: by engine dtype and preset — fail where the engine "
+                                                        "runs the learner's arithmetic, event where it adds its own "
+                                                        "rounding)")
     w7_min_prob: float | None = Field(None, ge=0, lt=1, description="W7's probe judges the positions where the learner "
                                       "or the engine gives the probe token at least this probability (None: by engine "
                                       "dtype and preset — 0, every position, where the engine runs the learner's "
@@ -76,13 +81,25 @@ class CheckPolicy(BaseModel):
             return self.w7_min_prob
         return 0.0 if dtype == "float32" and scheme.probe_exact else W7_COARSE_MIN_PROB
 
+    def w7_on_failure(self, dtype: str = "float32", scheme: Scheme = BF16) -> str:
+        """What W7's probe above its bound does with every exact check passing: the run's own where set, else
+        ``fail`` where :meth:`w7_bounds` is exact and ``event`` where it is coarse — an engine that adds its own
+        rounding (BF16 activations) drifts from the learner's fp32 model of it as RL sharpens the policy (a clean
+        40-step run's probe reached mean |Δlogp| 0.54 on the judged positions, docs/correctness.md), so there the
+        probe is behavioural evidence like the alarm, and the exact checks decide."""
+        if self.w7_verdict is not None:
+            return self.w7_verdict
+        return "fail" if dtype == "float32" and scheme.probe_exact else "event"
+
     def for_engine(self, dtype: str, preset: str) -> "CheckPolicy":
-        """This policy with W7's bound and positions resolved for an engine of ``dtype`` serving ``preset``'s sampler."""
+        """This policy with W7's bound, positions and verdict resolved for an engine of ``dtype`` serving
+        ``preset``'s sampler."""
         from fp8rl_core.sampler.presets import PRESETS
 
-        mean, mx = self.w7_bounds(dtype, PRESETS[preset].scheme)
-        return self.model_copy(update={"w7_mean": mean, "w7_max": mx,
-                                       "w7_min_prob": self.w7_positions(dtype, PRESETS[preset].scheme)})
+        s = PRESETS[preset].scheme
+        mean, mx = self.w7_bounds(dtype, s)
+        return self.model_copy(update={"w7_mean": mean, "w7_max": mx, "w7_min_prob": self.w7_positions(dtype, s),
+                                       "w7_verdict": self.w7_on_failure(dtype, s)})
 
 
 #: the policy's switches a :class:`SyncPlan` may turn off at one sync

@@ -8,6 +8,8 @@ Which condition each tier checks and how: docs/correctness.md (The seven conditi
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +46,8 @@ from .requant import check_requant_bytes, requant_measure
 __all__ = ["CONDITIONS", "CheckPolicy", "CheckReport", "CheckRunner", "SyncPlan", "SyncVerdict", "full_tier_reason", "merge"]
 
 
+#: the metric name of a mismatch event raised by W7's probe itself (an engine that adds its own rounding)
+PROBE_EVENT = "w7/probe_mean_abs_logprob_diff"
 #: a tail above this share of the learner's probability is named in a failure's message (docs/correctness.md)
 TAIL_NOTE = 0.01
 
@@ -211,6 +215,7 @@ class CheckRunner:
         self.history: dict[int, dict[str, str]] = {}
         self.force_full = "first sync"
         self._probe: tuple[float, float] | None = None  # W7's probe at the sync being checked: mean, max |Δlogp|
+        self._probe_result: CheckResult | None = None  # and its result
         self.alarm = MismatchAlarm(policy.alarm_jump, policy.alarm_warmup) if policy.alarm else None
 
     def start(self, samplers) -> None:
@@ -290,7 +295,7 @@ class CheckRunner:
                                cadence=not plan.cheap_only)
         full_logp = None
         tail = None
-        self._probe = None
+        self._probe, self._probe_result = None, None
         if self.probe is not None:
             tail = 0.0
             if self.emittable is not None:
@@ -298,21 +303,36 @@ class CheckRunner:
                 tail = float(tail_mass(full_logp, self.emittable).mean())
         if why:
             self._full(pipe, samplers[0], exp, parts, sharded, full_logp, compute_copy)
+        asks = policy.engine_checksums if plan.engine_checksums is None else plan.engine_checksums
+        vck, t_vck = None, time.perf_counter()
+        if asks:  # the engine's own weight checksums against the digests of the learner's bytes at this sync
+            vck = check_vllm_checksums(samplers, exp, states, ModelLayout.from_hf_config(learner.model.config))
+        t_vck = time.perf_counter() - t_vck
         events: list[MismatchEvent] = []
+        at = self.syncs if step is None else step
+        pmean, pmax = self._probe if self._probe is not None else (None, None)
+        probe = self._probe_result if why else None
+        exact_failed = any(not p.passed for ps in parts.values() for p in ps if p is not probe) or (
+            vck is not None and not vck.passed)
+        if (probe is not None and not probe.passed and not exact_failed and (policy.w7_verdict or "fail") == "event"
+                and pmean is not None and math.isfinite(pmean) and math.isfinite(pmax)):
+            # an engine that adds its own rounding, every exact check passing: the probe's drift is an event
+            parts["W7"][parts["W7"].index(probe)] = dataclasses.replace(
+                probe, passed=True, offenders=[], count=0,
+                detail=f"{probe.detail} — above its bound on an engine that adds its own rounding with every exact "
+                       f"check passing: a mismatch event, not a verdict (e.g. {'; '.join(probe.offenders[:2])})")
+            events.append(MismatchEvent(at, self.syncs, PROBE_EVENT, float(pmean), "probe", None,
+                                        float(pmean) / probe.bound if probe.bound else float("inf"), pmean, pmax, tail))
         if obs is not None:  # the alarm's part of W7: a suspicion confirmed by any failed check, else an event
-            confirmed = obs.suspicious and any(not p.passed for ps in parts.values() for p in ps)
+            confirmed = obs.suspicious and any(not p.passed for ps in parts.values() for p in ps) or (
+                obs.suspicious and vck is not None and not vck.passed)
             parts["W7"].append(obs.result(confirmed))
             if obs.suspicious and not confirmed and not obs.nonfinite:
                 self.alarm.dismiss(obs)
-                pmean, pmax = self._probe if self._probe is not None else (None, None)
-                events = [MismatchEvent(obs.step, self.syncs, s.metric, s.value, s.reason, s.reference, s.ratio,
-                                        pmean, pmax, tail) for s in obs.suspicions]
+                events += [MismatchEvent(obs.step, self.syncs, s.metric, s.value, s.reason, s.reference, s.ratio,
+                                         pmean, pmax, tail) for s in obs.suspicions]
         results = [merge(c, ps) for c, ps in parts.items() if ps]
-        seconds = time.perf_counter() - t_all  # the conditions' checks; the engine's checksums time themselves
-        asks = policy.engine_checksums if plan.engine_checksums is None else plan.engine_checksums
-        vck = None
-        if asks:  # the engine's own weight checksums against the digests of the learner's bytes at this sync
-            vck = check_vllm_checksums(samplers, exp, states, ModelLayout.from_hf_config(learner.model.config))
+        seconds = time.perf_counter() - t_all - t_vck  # the conditions' checks; the engine's checksums time themselves
         for st in states:
             self._baseline(st)
             self.seen.add(st["instance"])
@@ -371,5 +391,6 @@ class CheckRunner:
             sl = sampler.prompt_logprobs(self.probe)
             ll = self._learner_probe(learner, full_logp)
             min_prob = self.policy.w7_min_prob or 0.0
-            parts["W7"].append(check_behaviour(sl, ll, *self.policy.w7_bounds(), min_prob))
+            self._probe_result = check_behaviour(sl, ll, *self.policy.w7_bounds(), min_prob)
+            parts["W7"].append(self._probe_result)
             self._probe = behaviour_numbers(sl, ll, min_prob)

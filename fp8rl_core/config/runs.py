@@ -42,7 +42,7 @@ __all__ = ["Run", "Sweep", "correctness_runs", "expand", "matching_runs", "run_d
 #: runs of an unchanged config keep their ids (a finished sweep is still skipped); section → field → value (a
 #: section left empty is left out)
 ID_NEUTRAL: dict[str, dict[str, object]] = {
-    "checks": {k: getattr(CheckPolicy(), k) for k in ("compute_copy", "alarm", "alarm_jump", "alarm_warmup", "w7_min_prob",
+    "checks": {k: getattr(CheckPolicy(), k) for k in ("compute_copy", "alarm", "alarm_jump", "alarm_warmup", "w7_min_prob", "w7_verdict",
                                                       "engine_checksums", "layout_tolerance", "history")},
     "verl": {"token_sequences": None, "overrides": [], "save_checkpoints": False},
     "sampler": {"engine": "vllm"},

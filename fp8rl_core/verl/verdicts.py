@@ -89,7 +89,8 @@ def fault_verdict(reports: list[dict], fault: str, condition: str, rank: int | N
 def alarm_verdict(reports: list[dict], fault: str, version: int, rank: int | None = None) -> FaultVerdict:
     """Whether the fault ``fault`` planted at the sync of ``version`` with the compute-copy check off there
     (:attr:`~fp8rl_core.verl.payload.PlantedFault.checks_off`) was caught by W7, the engine's behaviour: its
-    probe batch at that sync (a full-tier sync), or the behavioural alarm at the next sync — the sync of the
+    probe batch at that sync (a full-tier sync; on an engine that adds its own rounding, a probe above its bound with
+    every exact check passing is an event there, and counts), or the behavioural alarm at the next sync — the sync of the
     first step whose rollouts ran on it — on that step's numbers (``step <version+1>``): a suspicion there, which
     the full tier at that sync confirms (a W7 offender, the fault still in the engine) or dismisses as an event
     (the reload repaired it; :mod:`fp8rl_core.checks.alarm`). ``fired``: the conditions failing at the plant's own
@@ -106,6 +107,8 @@ def alarm_verdict(reports: list[dict], fault: str, version: int, rank: int | Non
                    for e in (after or {}).get("events", []) if int(e["step"]) == version + 1)
     probe = tuple(str(o) for r in plant["results"] if r["condition"] == "W7" and not r["passed"]
                   for o in r.get("offenders", []) if not str(o).startswith("step "))
+    probe += tuple(f"probe |Δlogp| mean {e['value']:.3g} ({e['ratio']:.3g}× its bound; an event: the engine adds its own "
+                   "rounding and every exact check passed)" for e in plant.get("events", []) if e["reason"] == "probe")
     repaired = None if after is None else not failed_results(after, after_fault=True)
     return FaultVerdict(fault, "W7", rank, bool(alarm or probe), fired, False, alarm or probe, version, repaired,
                         plant.get("why", ""))

@@ -16,6 +16,7 @@ from fp8rl_core.checks import CONDITIONS, CheckPolicy, CheckRunner
 from fp8rl_core.checks.alarm import ALARM_BOUNDS, alarm_numbers
 from fp8rl_core.checks.faults import fault
 from fp8rl_core.checks.matrix import summarize
+from fp8rl_core.checks.runner import PROBE_EVENT
 from fp8rl_core.loop import RLStep
 from fp8rl_core.sync.hooks import NO_HOOKS
 from fp8rl_core.vocabulary import ENGINE_CHECKSUM
@@ -167,6 +168,21 @@ def test_the_alarm_is_a_suspicion_the_full_tier_confirms_on_a_faulty_engine_and_
     assert repaired.failed == [] and not repaired.full, repaired.message()
     nan = _checked(pipe, runner, {k3: float("nan")})  # fails on its own, whatever the full tier finds
     assert nan.verdict("fail").fails_run and nan.results_by["W7"].offenders == [f"step {nan.version}: {k3} = nan is not finite"]
+    # where W7's probe is behavioural evidence (``w7_verdict: event``: an engine that adds its own rounding), the
+    # probe above its bound with every exact check passing is an event of reason "probe"; with an exact check
+    # failing beside it (the compute copy, W6), it stays a failure
+    for compute_copy in (False, True):
+        coarse = CheckRunner(CheckPolicy(full_every=1, compute_copy=compute_copy, w7_verdict="event"), probe=PROBE)
+        coarse.start(pipe.samplers)
+        assert _checked(pipe, coarse, {}).failed == []
+        at = _checked(pipe, coarse, {}, fault=fault("expert-copy-negated"))
+        if compute_copy:
+            assert sorted(r.condition for r in at.failed) == ["W6", "W7"] and at.events == [], at.message()
+        else:
+            (e,) = at.events
+            assert at.failed == [] and (e.reason, e.metric, e.step) == ("probe", PROBE_EVENT, at.version), at.events
+            assert e.value == e.probe_mean > 1e-3 and "a mismatch event, not a verdict" in at.results_by["W7"].detail
+        assert _checked(pipe, coarse, {}).failed == []  # repaired by the next load
 
 
 def test_at_tensor_parallel_2_the_negated_expert_copy_on_rank_1_is_named_there_and_seen_by_w7_without_w6(

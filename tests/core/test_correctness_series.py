@@ -36,24 +36,25 @@ def test_the_verl_series_plants_the_blind_fault_first_each_fault_at_a_sync_of_it
     section = verl_sweep.config.correctness
     wanted = series.wanted_faults(section)
     assert [f.name for f in wanted] == ["sampler-requantizes-floor", "post-load-twice", "derived-copy-stale",
-                                        "expert-copy-negated", "rotary-cache-nudged"]  # catalogue order
+                                        "expert-copy-negated", "rotary-cache-nudged", "norm-eps-changed"]  # catalogue order
     plan = series.verl_series(section, "moe", wanted)
     # 3 clean syncs, then a plant every other sync (a clean one after each); the dense mini's faults too
     # (the rotary cache's sync, a fault of cheap_faults, checked at the cheap tier)
     assert [(p.fault.name, p.version, p.rank, p.checks_off, p.cheap_tier) for p in plan.plants] == [
         ("expert-copy-negated", 3, 1, ("compute_copy",), False), ("sampler-requantizes-floor", 5, 1, (), False),
         ("post-load-twice", 7, None, (), False), ("derived-copy-stale", 9, None, (), False),
-        ("expert-copy-negated", 11, 1, (), False), ("rotary-cache-nudged", 13, 1, (), True)]
+        ("expert-copy-negated", 11, 1, (), False), ("rotary-cache-nudged", 13, 1, (), True),
+        ("norm-eps-changed", 15, 1, (), True)]
     assert (plan.stop.fault.name, plan.stop.version, plan.stop.rank, plan.stop.on_failure) == \
-        ("sampler-requantizes-floor", 15, 1, "fail")
-    assert plan.steps == 15 and plan.planted_at == {3, 5, 7, 9, 11, 13, 15}
+        ("sampler-requantizes-floor", 17, 1, "fail")
+    assert plan.steps == 17 and plan.planted_at == {3, 5, 7, 9, 11, 13, 15, 17}
     assert [(h.name, h.version, h.on_failure, h.cheap_tier) for h in plan.hooks.faults][-2:] == [
-        ("rotary-cache-nudged", 13, None, True), ("sampler-requantizes-floor", 15, "fail", False)]
+        ("norm-eps-changed", 15, None, True), ("sampler-requantizes-floor", 17, "fail", False)]
     base = verl_sweep.correctness["moe"]
     run = plan.run(base)  # the series' own config hashed, marked: the id the stage has always given it
     assert (run.id, run.name) == (f"{Run.of(plan.config(base.config), base.spec).id}-faults", f"{base.name}·faults")
     checks = run.config.checks
-    assert (run.config.loop.steps, checks.on_failure, checks.full_every, checks.engine_checksums) == (15, "warn", 1, True)
+    assert (run.config.loop.steps, checks.on_failure, checks.full_every, checks.engine_checksums) == (17, "warn", 1, True)
     assert series.not_plantable(wanted) == [] and series.not_plantable([fault("qkv-order-swapped")]) == ["qkv-order-swapped"]
 
 
@@ -73,19 +74,20 @@ def _caught(plan) -> dict[int, dict]:
 def test_a_series_caught_everywhere_that_stopped_verl_passes(verl_sweep):
     section = verl_sweep.config.correctness
     plan = series.verl_series(section, "moe", series.wanted_faults(section))
-    seen = plan.judge(_reports(15, _caught(plan)), True, "CheckFailedError: fp8rl checks failed at weight sync 16",
+    seen = plan.judge(_reports(17, _caught(plan)), True, "CheckFailedError: fp8rl checks failed at weight sync 18",
                       "mlflow-1")
     assert seen.alarms == ()
     assert [(r["fault"], r["version"], r["caught_first"], r["repaired"], r["checks_off"]) for r in seen.rows] == [
         ("expert-copy-negated", 3, True, True, "compute_copy"), ("sampler-requantizes-floor", 5, True, True, ""),
         ("post-load-twice", 7, True, True, ""), ("derived-copy-stale", 9, True, True, ""),
-        ("expert-copy-negated", 11, True, True, ""), ("rotary-cache-nudged", 13, True, True, "")]
+        ("expert-copy-negated", 11, True, True, ""), ("rotary-cache-nudged", 13, True, True, ""),
+        ("norm-eps-changed", 15, True, True, "")]
     assert [(r["fault"], r["version"], r["caught_first"], r["stopped"]) for r in seen.stops] == [
-        ("sampler-requantizes-floor", 15, True, True)]
-    assert seen.lines[0] == "moe: 16 syncs through verl, 7 faults planted, 0 false alarms"
+        ("sampler-requantizes-floor", 17, True, True)]
+    assert seen.lines[0] == "moe: 18 syncs through verl, 8 faults planted, 0 false alarms"
     assert series.verl_verdict(seen.rows, seen.stops, seen.alarms).error is None
     assert series.verl_metrics(seen.rows, seen.alarms) == {
-        "verl_faults/planted": 6.0, "verl_faults/caught_first": 6.0, "verl_faults/repaired": 6.0,
+        "verl_faults/planted": 7.0, "verl_faults/caught_first": 7.0, "verl_faults/repaired": 7.0,
         "verl_faults/false_alarms": 0.0}
 
 
@@ -100,8 +102,8 @@ def test_a_false_alarm_a_missed_fault_and_a_run_that_failed_early_fail_the_stage
                                              "tag says why)")
     missed = series.verl_verdict(seen.rows, seen.stops, seen.alarms)
     assert missed.missed == ("post-load-twice", "derived-copy-stale", "expert-copy-negated", "rotary-cache-nudged",
-                             "sampler-requantizes-floor (did not stop verl)")
-    assert missed.error.startswith("correctness through verl: 5 faults not caught at their sync")
+                             "norm-eps-changed", "sampler-requantizes-floor (did not stop verl)")
+    assert missed.error.startswith("correctness through verl: 6 faults not caught at their sync")
     assert missed.error.endswith("2 false alarms on clean syncs, e.g. moe sync 2: W2")
 
 

@@ -52,7 +52,7 @@ SHIPPED = {
     "microbatch-sweep.yaml": ("microbatch-sweep", 30, "5c62214447bf", "723807d0b15b", None, {}),
     "moe-grids-small.yaml": ("moe-grids-small", 32, "4a4681421fb5", "ed7d3f96ad06", None, {}),
     "moe-grids.yaml": ("moe-grids", 12, "5c41f1ec8fbb", "f41b38947f60", None, {}),
-    "nightly-verl.yaml": ("nightly-verl", 2, "3782ad7bb98e", "7a3a41c46de4", "6a8f92e4199d", {"moe": "1f2b602ea631"}),  # + rotary-cache-nudged
+    "nightly-verl.yaml": ("nightly-verl", 2, "3782ad7bb98e", "7a3a41c46de4", "2cf65ac65051", {"moe": "1f2b602ea631"}),  # + norm-eps-changed
     "nightly.yaml": ("nightly", 12, "6c7379e9b435", "4352d9a733dc", "c926af75bff6",
                      {"dense": "9281b16108b4", "moe": "51366ebb7bb5"}),
     "smoke.yaml": ("smoke", 30, "ab4233665176", "5b64a9bd10df", None, {}),

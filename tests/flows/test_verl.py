@@ -405,16 +405,18 @@ def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_ne
                               stages_to_run=["correctness"])["correctness"]
     rows = {(r["fault"], r["checks_off"]): r for r in out["faults"]}
     assert set(rows) == {("sampler-requantizes-floor", ""), ("post-load-twice", ""), ("derived-copy-stale", ""),
-                         ("expert-copy-negated", ""), ("expert-copy-negated", "compute_copy"), ("rotary-cache-nudged", "")}
-    # each at its own sync (versions 2, 4, …, 12 after two clean syncs), caught, repaired at the next
-    assert sorted(r["version"] for r in rows.values()) == [2, 4, 6, 8, 10, 12]
+                         ("expert-copy-negated", ""), ("expert-copy-negated", "compute_copy"), ("rotary-cache-nudged", ""),
+                         ("norm-eps-changed", "")}
+    # each at its own sync (versions 2, 4, …, 14 after two clean syncs), caught, repaired at the next
+    assert sorted(r["version"] for r in rows.values()) == [2, 4, 6, 8, 10, 12, 14]
     assert all(r["caught_first"] and r["repaired"] for r in rows.values()), rows
     # one expert's compute copy negated on rank 1 with the compute-copy check off at its sync: nothing that
     # reads the weights fires there
     blind = rows[("expert-copy-negated", "compute_copy")]
     assert (blind["version"], blind["condition"]) == (2, "W7") and not {"W1", "W2", "W6"} & set(blind["fired"].split(","))
-    # W7 sees it: its probe at that full-tier sync, or the alarm on step 3's rollouts — the fault's k3 there
-    # varied from 0.003 to 1.56 between runs (how many sampled tokens the router sends to the negated expert)
+    # W7 sees it: its probe at that full-tier sync, or the alarm on step 3's rollouts — a suspicion the full tier at
+    # sync 3 records as an event (the reload repaired the copy) — the fault's k3 there varied from 0.003 to 1.56
+    # between runs (how many sampled tokens the router sends to the negated expert)
     assert blind["caught_first"] and blind["offenders"].startswith(("step 3: ", "probe ")), blind
     # a requantized rank's bytes: fp8rl's W2 and vLLM's own checksums both disagree there, naming rank 1
     floor = rows[("sampler-requantizes-floor", "")]
@@ -434,6 +436,13 @@ def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_ne
     assert (rotary["version"], rotary["rank"], rotary["fired"], rotary["why"]) == (12, 1, "W6", "cheap tier failed: W6"), rotary
     assert rotary["named_rank"] and rotary["offenders"].startswith(
         "tp rank 1/2: model.layers.0.self_attn.rotary_emb.cos_sin_cache: changed since the engine started, first at [0, 1] ("), rotary
+    # a module attribute, not a tensor: layer 1's input norm eps ×10 on rank 1 after the reload of a cheap-tier sync —
+    # the cheap tier's W6 names rank 1, the module, the attribute and both values, and the eps unlike the learner's
+    eps = rows[("norm-eps-changed", "")]
+    assert (eps["version"], eps["rank"], eps["fired"], eps["why"]) == (14, 1, "W6", "cheap tier failed: W6"), eps
+    assert eps["named_rank"] and eps["offenders"].startswith(
+        "tp rank 1/2: model.layers.1.input_layernorm.variance_epsilon: attribute 1e-06 at the engine start, now "), eps
+    assert "the learner's rms_norm_eps is 1e-06" in eps["offenders"], eps
     assert out["false_alarms"] == []  # the clean syncs: the first two and one after each fault
     c = tracking.client()
     assert c.get_run(out["mlflow_run"]).info.status == "FINISHED"
@@ -446,36 +455,40 @@ def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_ne
         ("expert-copy-negated", 1, 2, ("compute_copy",), None), ("sampler-requantizes-floor", 1, 4, (), None),
         ("post-load-twice", None, 6, (), None), ("derived-copy-stale", None, 8, (), None),
         ("expert-copy-negated", 1, 10, (), None), ("rotary-cache-nudged", 1, 12, (), None),
-        ("sampler-requantizes-floor", 1, 14, (), "fail")]
-    assert [p.cheap_tier for p in payload.hooks.faults] == [False] * 5 + [True, False]
+        ("norm-eps-changed", 1, 14, (), None), ("sampler-requantizes-floor", 1, 16, (), "fail")]
+    assert [p.cheap_tier for p in payload.hooks.faults] == [False] * 5 + [True, True, False]
     w2, w6, w7, vck = (metric_history(series, f"check/{c}") for c in ("W2", "W6", "W7", "vllm_checksum"))
-    assert sorted(w2) == sorted(w6) == sorted(vck) == list(range(15))
-    assert w2[4] == w6[6] == w6[8] == w6[10] == w6[12] == w2[14] == 0.0 and w6[2] == 1.0
-    assert 0.0 in (w7[2], w7[3])  # the blind fault: W7's probe at its sync or the alarm at the next (above)
-    assert all(w2[v] == w6[v] == 1.0 for v in (0, 1, 3, 5, 7, 9, 11, 13))  # clean before, and again after each fault
+    assert sorted(w2) == sorted(w6) == sorted(vck) == list(range(17))
+    assert w2[4] == w6[6] == w6[8] == w6[10] == w6[12] == w6[14] == w2[16] == 0.0 and w6[2] == 1.0
+    events = metric_history(series, "check/alarm_events")
+    assert w7[2] == 0.0 or events.get(3, 0.0) > 0  # the blind fault: W7's probe at its sync or the alarm at the next
+    assert w7[3] == 1.0  # the sync after it: repaired, the alarm on the faulted rollouts an event at most
+    assert all(w2[v] == w6[v] == 1.0 for v in (0, 1, 3, 5, 7, 9, 11, 13, 15))  # clean before, and again after each fault
     # the checks ran on both live rollout ranks: W2 at every sync; at the clean ones the compute copy of every
     # on-grid tensor, experts included
     table = pq.read_table(c.download_artifacts(series, "tables/checks.parquet", str(env["root"]))).to_pylist()
     detail = {(t["version"], t["condition"]): t["detail"] for t in table}
-    assert all("2 tensor-parallel ranks" in detail[v, "W2"] for v in range(15)), detail
+    assert all("2 tensor-parallel ranks" in detail[v, "W2"] for v in range(17)), detail
     copies = [re.search(r"\(fingerprints\): (\d+) tensors \((\d+) experts\) on 2 ranks", detail[v, "W6"])
-              for v in (0, 1, 3, 5, 7, 9, 11, 13)]
+              for v in (0, 1, 3, 5, 7, 9, 11, 13, 15)]
     assert all(m and int(m[2]) > 0 for m in copies), detail
-    # and the engine's other state (the rotary cache, the attention scales) on both ranks at every sync
-    assert all(re.search(r"engine's other state vs its engine start \(fingerprints\): [1-9]\d* tensors on 2 ranks",
-                         detail[v, "W6"]) for v in range(15)), detail
+    # and the engine's other state (the rotary cache, the attention scales, every module's plain attributes) on both
+    # ranks at every sync, and the engine's configuration against the learner's
+    assert all(re.search(r"engine's other state vs its engine start: [1-9]\d* tensors \(fingerprints\) and [1-9]\d* "
+                         r"plain attributes \(values\) on 2 ranks", detail[v, "W6"])
+               and "engine configuration vs the learner's: " in detail[v, "W6"] for v in range(17)), detail
     # vLLM's checksums: they disagree where a fault changed the held bytes (the requantizing rank) and agree
     # where only a compute copy is wrong
-    assert vck[4] == vck[14] == 0.0 and all(vck[v] == 1.0 for v in (0, 1, 2, 3, 5, 7, 9, 10, 11, 12, 13)), vck
+    assert vck[4] == vck[16] == 0.0 and all(vck[v] == 1.0 for v in (0, 1, 2, 3, 5, 7, 9, 10, 11, 12, 13, 14, 15)), vck
     # the stop: the first fault once more, its sync under on_failure: fail; verl's trainer stops there, the
     # run FAILED with the check's line and every earlier sync's record kept
     (stop,) = out["stops"]
-    assert (stop["fault"], stop["version"], stop["mlflow_run"]) == ("sampler-requantizes-floor", 14, series)
+    assert (stop["fault"], stop["version"], stop["mlflow_run"]) == ("sampler-requantizes-floor", 16, series)
     assert stop["caught_first"] and stop["stopped"] and stop["named_rank"], stop
     run = c.get_run(series)
     assert run.info.status == "FAILED" and run.data.tags["mlflow.parentRunId"] == out["mlflow_run"]
     error = run.data.tags["error"]
-    assert "CheckFailedError" in error and "(version 14): W2 failed" in error and "tp rank 1/2" in error, error
+    assert "CheckFailedError" in error and "(version 16): W2 failed" in error and "tp rank 1/2" in error, error
     # every top-level module a process of this verl run imported (trainer, Ray workers, vLLM's engine and its
     # ranks: tools/importlog) comes from a distribution the GPU set pins, or one the CPU set has in its place
     assert_closure_pinned(import_log)

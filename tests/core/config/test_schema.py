@@ -56,9 +56,9 @@ def test_the_checks_and_metrics_sections_defaults_are_their_components():
 
     run = RunConfig(sampler={"dtype": "float32"})
     assert run.checks == CheckPolicy()  # the section is the policy: one class, one set of defaults
-    assert run.check_policy() == CheckPolicy(w7_mean=1e-3, w7_max=0.05, w7_min_prob=0.0)  # float32, learner grid: exact
+    assert run.check_policy() == CheckPolicy(w7_mean=1e-3, w7_max=0.05, w7_min_prob=0.0, w7_verdict="fail")  # float32, learner grid: exact
     assert W7_EXACT == (1e-3, 0.05) and CheckPolicy().w7_bounds() == W7_EXACT
-    assert RunConfig().check_policy() == CheckPolicy(w7_mean=0.5, w7_max=8.0, w7_min_prob=1e-3)  # BF16: coarse
+    assert RunConfig().check_policy() == CheckPolicy(w7_mean=0.5, w7_max=8.0, w7_min_prob=1e-3, w7_verdict="event")  # BF16: coarse
     assert RunConfig(preset="requant", sampler={"dtype": "float32"}).check_policy().w7_bounds() == W7_COARSE
     assert RunConfig(checks={"w7_mean": 0.2}, sampler={"dtype": "float32"}).check_policy().w7_bounds() == (0.2, 0.05)
     # the positions W7's probe judges: every one on an exact engine, p ≥ 1e-3 on either side on a coarse one
