@@ -109,3 +109,34 @@ def test_the_default_bounds_raise_nothing_on_every_clean_step_measured_and_see_t
     fired = _replay(rows)
     assert [f for f in fired if f[3] != "fault"] == []  # zero false alarms, faulted training included
     assert [f[2] for f in fired] == [11, 17]  # the expert fault's k3 0.25 and 0.15; at step 5 (0.014) it is unseen
+
+
+LONG = Path(__file__).with_name("measured_long_runs.csv")
+
+
+def test_the_long_clean_runs_replayed_suspect_exactly_where_the_live_runs_recorded_events_and_fail_none():
+    """The 18 clean runs of configs/clean-long.yaml (both minis × all, half, bf16-sampler × seeds 0–2, 40 RL steps,
+    no fault; measured on this AMD EPYC, 2 cores — docs/correctness.md, The behavioural alarm): every run FINISHED.
+    Replayed through the default alarm, with each suspicion dismissed as the live full tier dismissed it, the
+    alarm suspects exactly the steps at which those runs recorded a mismatch event; no number is non-finite, so
+    none would fail a run on its own. The rule before (a suspicion failing the run) would have ended 6 of the 18."""
+    rows = pd.read_csv(LONG).rename(columns=_col)
+    assert rows["run"].nunique() == 18 and (rows.groupby("run")["step"].max() == 40).all()
+    assert set(rows["status"]) == {"FINISHED"}
+    suspected: dict[tuple[str, int], int] = {}
+    for run, g in rows.groupby("run", sort=False):
+        alarm = MismatchAlarm(jump=CheckPolicy().alarm_jump, warmup=CheckPolicy().alarm_warmup)
+        for r in g.sort_values("step").itertuples(index=False):
+            obs = alarm.observe(r.step, {M: r.mismatch_mean_abs_logprob_diff, "mismatch/k3": r.mismatch_k3})
+            assert obs is not None and not obs.nonfinite
+            if obs.suspicious:
+                suspected[(run, int(r.step))] = len(obs.suspicions)
+                alarm.dismiss(obs)
+    recorded = {(r.run, int(r.step)): int(r.alarm_events) for r in rows.itertuples(index=False) if r.alarm_events}
+    assert suspected == recorded and sum(recorded.values()) == 16
+    assert len({run for run, _ in suspected}) == 6  # the runs the old rule would have failed, at their first one
+    # how far the numbers go in a clean run: single steps at k3 1.88 and mean |Δ log p| 1.98, above every bound
+    assert rows["mismatch_k3"].max() == pytest.approx(1.8796, abs=1e-4)
+    assert rows["mismatch_mean_abs_logprob_diff"].max() == pytest.approx(1.9782, abs=1e-4)
+    # and W7's coarse probe (BF16 engines) above its bound once, every exact check passing: an event too
+    assert rows["probe_events"].sum() == 1
