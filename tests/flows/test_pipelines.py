@@ -400,3 +400,10 @@ def test_a_native_run_trains_a_users_gsm8k_data_from_its_checkpoint_with_verls_s
     # as verl's rollout_corr/kl does); restricted, what is left is the grid's: a tenth of that at most
     assert m["kl/full_kl_with_tail"] > m["kl/full_kl"] + m["kl/tail_mass"] / 2
     assert m["kl/full_kl"] < m["kl/full_kl_with_tail"] / 10
+    # like with like on the sampled tokens too: the step's k3 and |Δ log p| compare the learner restricted to the
+    # emittable ids, so they hold the grid's share, not the tail's; the tail's mass at the sampled positions is the
+    # step's own number
+    assert all(0.01 < s["rollout_tail_mass"] < 0.5 for s in steps), [s["rollout_tail_mass"] for s in steps]
+    assert all(s["k3"] < m["kl/full_kl_with_tail"] / 5 for s in steps), ([s["k3"] for s in steps], m["kl/full_kl_with_tail"])
+    sampled_tail = {h.step: h.value for h in c.get_metric_history(run.info.run_id, "mismatch/rollout_tail_mass")}
+    assert sampled_tail == {s["step"]: pytest.approx(s["rollout_tail_mass"]) for s in steps}
