@@ -191,7 +191,8 @@ def test_at_tensor_parallel_2_the_negated_expert_copy_on_rank_1_is_named_there_a
     ``expert-copy-negated`` plants on the last rank, rank 1, leaving rank 0 and every held byte right. With the
     compute-copy check on, W6 names rank 1, the layer and the expert at the fault's own sync; with it off at a
     full-tier sync, W7's probe fails there; the reload at the next sync repairs it (W7's alarm aside, on the
-    faulted version's rollouts). Then ``rotary-cache-nudged`` on rank 1 at a cheap-tier sync: W6's check of the
+    faulted version's rollouts). Then ``rotary-cache-nudged``, ``norm-eps-changed`` and ``norm-eps-unlike-learner``
+    on rank 1 at cheap-tier syncs (W6 names the rank, the attribute and both values). ``rotary-cache-nudged``: W6's check of the
     engine's other state names rank 1, the rotary cache and its element there."""
     pipe = tp2_pipeline(checkpoints["moe"], "all", tmp_path)
     sampler = pipe.sampler
@@ -229,5 +230,18 @@ def test_at_tensor_parallel_2_the_negated_expert_copy_on_rank_1_is_named_there_a
                                 "engine started, first at [0, 1] (1 → 1.00000012; 1 of 2048 elements differ)"], w6.offenders
         assert w6.failing_ranks == [1]
         assert _step(pipe, runner).failed == []
+        # a module attribute, not a tensor: layer 1's input norm eps ×10 on rank 1 after the reload of a cheap-tier
+        # sync — the attribute check names rank 1, the module, the attribute and both values, and the configuration
+        # check names it unlike the learner's; the same eps as the engine's start held it (an engine configured
+        # unlike its learner): only the configuration check. Each repaired by the next load
+        eps = "model.layers.1.input_layernorm.variance_epsilon"
+        for name, lines in (("norm-eps-changed", [f"tp rank 1/2: {eps}: attribute 1e-06 at the engine start, now "
+                                                  "9.999999999999999e-06"]), ("norm-eps-unlike-learner", [])):
+            at = _step(pipe, runner, fault(name))
+            w6 = at.results_by["W6"]
+            assert at.why == "cheap tier failed: W6" and w6.failing_ranks == [1], at.message()
+            assert w6.offenders == lines + [f"tp rank 1/2: {eps} = 9.999999999999999e-06, the learner's rms_norm_eps "
+                                            "is 1e-06"], w6.offenders
+            assert _step(pipe, runner).failed == []
     finally:
         sampler.close()
