@@ -34,8 +34,10 @@ __all__ = [
     "from_padded",
     "full_vocab_divergence",
     "GEN_KL_TYPES",
+    "NEMO_STEP_METRICS",
     "token_mult_prob_error",
     "gen_kl_error",
+    "nemo_step_numbers",
 ]
 
 #: |Σ_t log r_t| is clamped to this before exponentiating for ``chi2_seq`` (verl's SAFETY_BOUND).
@@ -337,6 +339,17 @@ def gen_kl_error(sampler_logprobs: Any, learner_logprobs: Any, kl_type: str = "k
     else:
         per_token = np.expm1(lr) - lr
     return float(per_token.mean())
+
+
+#: NeMo-RL's per-step numbers as fp8rl records them (steps-table columns; ``mismatch/<name>`` in MLflow)
+NEMO_STEP_METRICS = ("token_mult_prob_error", "gen_kl_error")
+
+
+def nemo_step_numbers(sampler_logprobs: Any, learner_logprobs: Any) -> dict[str, float]:
+    """:data:`NEMO_STEP_METRICS` of one step: :func:`token_mult_prob_error` and :func:`gen_kl_error` (NeMo-RL's
+    default ``kl_type`` ``k3``) of the step's sampled tokens, arguments as theirs."""
+    return {"token_mult_prob_error": token_mult_prob_error(sampler_logprobs, learner_logprobs),
+            "gen_kl_error": gen_kl_error(sampler_logprobs, learner_logprobs)}
 
 
 # ------------------------------------------------------------------------------------ full vocabulary

@@ -15,11 +15,13 @@ from fp8rl_core.metrics.mismatch import (
     SEQUENCE_METRICS,
     TOKEN_METRICS,
     GEN_KL_TYPES,
+    NEMO_STEP_METRICS,
     from_padded,
     full_vocab_divergence,
     gen_kl_error,
     kl_estimators,
     metric_units,
+    nemo_step_numbers,
     sequence_table,
     token_mismatch,
     token_mult_prob_error,
@@ -250,6 +252,13 @@ def test_nemo_step_numbers_are_the_run_metrics_of_one_step():
     assert token_mult_prob_error(HAND_S, HAND_L) == pytest.approx(run["token_mult_prob_error"], rel=1e-14)
     for kl_type in GEN_KL_TYPES:
         assert gen_kl_error(HAND_S, HAND_L, kl_type) == pytest.approx(run[kl_type], rel=1e-14), kl_type
+
+
+def test_nemo_step_numbers_are_the_two_functions_with_nemos_default_kl_type():
+    got = nemo_step_numbers(HAND_S, HAND_L)
+    assert tuple(got) == NEMO_STEP_METRICS == ("token_mult_prob_error", "gen_kl_error")
+    assert got == {"token_mult_prob_error": token_mult_prob_error(HAND_S, HAND_L),
+                   "gen_kl_error": gen_kl_error(HAND_S, HAND_L, "k3")}
 
 
 def _nemo_reference(gen: torch.Tensor, prev: torch.Tensor, mask: torch.Tensor, kl_type: str) -> tuple[float, float]:
