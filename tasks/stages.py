@@ -31,7 +31,7 @@ from fp8rl_core.learner.grpo import microbatch_rows
 from fp8rl_core.learner.spec import ModelSpec
 from fp8rl_core.learner.warmstart import is_complete, warm_start, warmstart_key
 from fp8rl_core.loop import Pipeline, RLStep, Task, start_pipeline
-from fp8rl_core.metrics import summarize_steps
+from fp8rl_core.metrics import nemo_step_numbers, summarize_steps
 from fp8rl_core.metrics.probe import probe_divergence, probe_interval
 from fp8rl_core.metrics.summary import run_kl_summary
 from fp8rl_core.report.plots import detection_matrix, run_figures
@@ -126,7 +126,9 @@ def setup_sampler_grid(key: str, cfg: RunConfig, checkpoint: str) -> dict:
 @task(name="train-step", cache_policy=NO_CACHE)
 def train_step(key: str, step: int) -> dict:
     """Rollout on the sampler + one GRPO step of the learner: the first stage of the run's
-    :class:`~fp8rl_core.loop.RLStep` ``step``."""
+    :class:`~fp8rl_core.loop.RLStep` ``step``. Its row gains NeMo-RL's ``token_mult_prob_error`` and
+    ``gen_kl_error`` of the step's sampled tokens (:func:`fp8rl_core.metrics.mismatch.nemo_step_numbers` on the
+    step's ``tokens`` rows: the learner restricted to the ids the sampler can emit, as the row's ``k3``)."""
     live = _live(key)
     timings: list = []
     live.step = RLStep(live.pipe, live.task, step, prompts_per_step=live.cfg.loop.prompts_per_step,
@@ -136,6 +138,8 @@ def train_step(key: str, step: int) -> dict:
     live.microbatches.extend(microbatch_rows(key, live.pipe.learner.cfg.precision, step,
                                              live.cfg.learner.tokens_per_microbatch, timings))
     row["train_stage_s"] = live.step.seconds
+    row |= nemo_step_numbers([t["sampler_logprob"] for t in live.step.tokens],
+                             [t["learner_logprob"] for t in live.step.tokens])
     return dict(row)
 
 
@@ -220,7 +224,9 @@ def extract_kl_timing(key: str) -> dict:
 STEP_METRICS = {
     "mean_reward": "reward/mean", "loss": "loss", "grad_norm": "grad_norm", "clip_fraction": "clip_fraction",
     "tokens": "tokens", "mean_abs_logprob_diff": "mismatch/mean_abs_logprob_diff",
-    "max_abs_logprob_diff": "mismatch/max_abs_logprob_diff", "k3": "mismatch/k3", "generate_s": "time/generate_s",
+    "max_abs_logprob_diff": "mismatch/max_abs_logprob_diff", "k3": "mismatch/k3",
+    "token_mult_prob_error": "mismatch/token_mult_prob_error", "gen_kl_error": "mismatch/gen_kl_error",
+    "generate_s": "time/generate_s",
     "learner_s": "time/learner_s", "export_s": "time/export_s", "transport_s": "time/transport_s",
     "load_s": "time/load_s", "reset_s": "time/reset_s", "checks_s": "time/checks_s", "total_s": "time/step_s",
     "sync_bytes": "sync/bytes", "new_version": "version", "checks_full": "check/full_tier",

@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,7 +44,7 @@ from fp8rl_core.config.runs import Run
 from fp8rl_core.metrics.summary import run_kl_summary
 from fp8rl_core.schemas import validate
 from fp8rl_core.learner.warmstart import warm_start
-from fp8rl_core.verl.capture import captures_whole_batches, read_tokens
+from fp8rl_core.verl.capture import captures_whole_batches, read_step_metrics, read_tokens
 from fp8rl_core.verl.verdicts import read_reports, sync_results
 from fp8rl_core.verl.data import write_dataset, write_model_dir
 from fp8rl_core.verl.costs import COSTS_FILE, cost_summary, per_step, read_costs
@@ -123,10 +124,13 @@ def prepare_model(run: Run, sweep: str, cache_root: str | Path) -> Path | None:
 
 
 def record(mlflow_run: str, reports: list[dict], run: Run | None = None, tokens: list[dict] = (),
-           costs: list[dict] = (), startup: list[dict] = ()) -> dict[str, float]:
+           costs: list[dict] = (), startup: list[dict] = (),
+           step_metrics: Mapping[int, Mapping[str, float]] | None = None) -> dict[str, float]:
     """Log what fp8rl measured around verl's run into its MLflow run: the check ``reports`` of every sync (per
     condition ``check/W…`` and the alarm's mismatch events ``check/alarm_events`` at the sync's version, the
-    ``checks`` table, ``checks.json``), the summary and
+    ``checks`` table, ``checks.json``), fp8rl's own per-step numbers of the trainer's capture at their RL step
+    (``step_metrics``, step → metric → value: :func:`fp8rl_core.verl.capture.read_step_metrics`, NeMo-RL's
+    ``mismatch/token_mult_prob_error`` and ``mismatch/gen_kl_error`` of each step's whole batch), the summary and
     headline metrics from verl's per-step metrics (:func:`fp8rl_core.verl.metrics.summary`) and, where the
     trainer captured ``tokens`` (:mod:`fp8rl_core.verl.capture`), the native runs' extraction of them: the
     ``tokens`` and ``kl_summary`` tables and the ``kl/*`` metrics with their intervals (replacing verl's
@@ -147,6 +151,9 @@ def record(mlflow_run: str, reports: list[dict], run: Run | None = None, tokens:
     if reports:
         tracking.log_json(mlflow_run, "checks.json", reports)
         tracking.log_table(mlflow_run, "checks", check_rows(reports))
+    for step, numbers in sorted((step_metrics or {}).items()):
+        if numbers:
+            tracking.log_metrics(mlflow_run, dict(numbers), step=int(step))
     c = tracking.client()
     history = {k: [(m.step, m.value) for m in c.get_metric_history(mlflow_run, k)] for k in VERL_METRICS}
     out = summary(history)
@@ -308,7 +315,7 @@ def run_verl(run: Run, sweep: str, mlflow_run: str, ray_address: str | None = No
         tracking.log_file(mlflow_run, resolved, "verl")
     return VerlOutcome(returncode, failure_reason(returncode, log.read_text(errors="replace")), log,
                        record(mlflow_run, reports, run, read_tokens(work / TOKENS_DIR), read_costs(work / COSTS_FILE),
-                              read_milestones(timeline)),
+                              read_milestones(timeline), read_step_metrics(work / TOKENS_DIR)),
                        tuple(reports))
 
 

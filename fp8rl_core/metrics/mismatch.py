@@ -5,8 +5,10 @@ Rule: every token estimator is a function of ``log r = log l(y_t) − log s(y_t)
 the sampler ``s`` and scored by the learner ``l`` with the same weights (:func:`_token_terms` gives the
 formulas: Schulman's k1/k2/k3, http://joschu.net/blog/kl-approx.html, and their importance-weighted
 reverses); token means are ratios of per-sequence sums, so intervals resample sequences
-(:func:`metric_units`). Inputs are validated, arithmetic is float64. The metric names, their definitions
-and how they map onto verl, NeMo-RL and slime: docs/metrics.md.
+(:func:`metric_units`). Inputs are validated, arithmetic is float64. NeMo-RL's per-step
+``token_mult_prob_error`` and ``gen_kl_error`` by its own definitions: :func:`token_mult_prob_error`,
+:func:`gen_kl_error` (these check shapes only). The metric names, their definitions and how they map onto verl,
+NeMo-RL and slime: docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ __all__ = [
     "metric_units",
     "from_padded",
     "full_vocab_divergence",
+    "GEN_KL_TYPES",
+    "NEMO_STEP_METRICS",
+    "token_mult_prob_error",
+    "gen_kl_error",
+    "nemo_step_numbers",
 ]
 
 #: |Σ_t log r_t| is clamped to this before exponentiating for ``chi2_seq`` (verl's SAFETY_BOUND).
@@ -261,6 +268,88 @@ def from_padded(sampler_logprobs: torch.Tensor, learner_logprobs: torch.Tensor,
     rows = torch.nonzero(m, as_tuple=True)[0]
     return (sampler_logprobs[m].detach().to("cpu", torch.float64).numpy(),
             learner_logprobs[m].detach().to("cpu", torch.float64).numpy(), rows.cpu().numpy())
+
+
+# ------------------------------------------------------------------------- NeMo-RL's per-step numbers
+
+#: the ``kl_type`` values of NeMo-RL's ``calculate_kl`` (its ``ClippedPGLossConfig.reference_policy_kl_type``,
+#: default ``"k3"``), which its ``gen_kl_error`` follows
+GEN_KL_TYPES = ("k1", "k2", "k3")
+
+
+def _step_pair(sampler_logprobs: Any, learner_logprobs: Any) -> tuple[np.ndarray, np.ndarray]:
+    """One step's two log-prob columns as float64, checked for shape and emptiness only: a non-finite or positive
+    log-prob is passed through (the number then shows it; the steps table's rules and the alarm judge it)."""
+    s = _as_f64_1d(sampler_logprobs, "sampler_logprobs")
+    lrn = _as_f64_1d(learner_logprobs, "learner_logprobs")
+    if s.size == 0 or lrn.size == 0:
+        raise ValueError("no sampled tokens: a step's mismatch needs at least one token on both sides")
+    if s.shape != lrn.shape:
+        raise ValueError(f"log-prob columns differ in length: sampler_logprobs {s.size} vs learner_logprobs {lrn.size}")
+    return s, lrn
+
+
+def token_mult_prob_error(sampler_logprobs: Any, learner_logprobs: Any) -> float:
+    """NeMo-RL's ``token_mult_prob_error`` of one step: the token mean of ``exp(|log l − log s|)`` over the step's
+    sampled tokens (≥ 1; 1 when the sides agree on every token). The same per-token term as the run-level
+    ``token_mult_prob_error`` of :func:`token_mismatch`.
+
+    ``sampler_logprobs``, ``learner_logprobs``: [N] log-probs of the step's N sampled tokens (same tokens, same
+    weight version), e.g. the masked columns of :func:`from_padded`.
+
+    Source: NeMo-RL @ 7ea279a (github.com/NVIDIA-NeMo/RL), nemo_rl/algorithms/loss/loss_functions.py,
+    ``ClippedPGLossFn.__call__``: ``masked_mean(exp(|generation_logprobs − prev_logprobs| · mask), mask,
+    global_normalization_factor=global_valid_toks)``, per micro-batch, summed over the step's micro-batches.
+    Where this differs: NeMo's ``mask`` is ``token_mask × sample_mask`` (its sample mask can drop whole
+    sequences), here every sampled token counts; NeMo divides by ``global_valid_toks + 1e-8``, here by N; NeMo
+    sums the means of a step's global batches (one per step in its example configs, ``train_global_batch_size``
+    = prompts × generations per step); NeMo's ``prev_logprobs`` are over the vocabulary its sampler filters to
+    (top-k/top-p, a −inf there set to 0), fp8rl's learner is restricted to the ids the sampler can emit. Float64
+    here. A non-finite log-prob gives a non-finite value (no masking)."""
+    s, lrn = _step_pair(sampler_logprobs, learner_logprobs)
+    return float(np.exp(np.abs(lrn - s)).mean())
+
+
+def gen_kl_error(sampler_logprobs: Any, learner_logprobs: Any, kl_type: str = "k3") -> float:
+    """NeMo-RL's ``gen_kl_error`` of one step: the token mean over the step's sampled tokens of Schulman's
+    ``kl_type`` estimator of KL(sampler ‖ learner) (NeMo's KL(P_gen ‖ P_policy)), with ``log r = log l − log s``::
+
+        k1 = −log r        k2 = (log r)² / 2        k3 = exp(log r) − 1 − log r   (default)
+
+    (k3 computed as ``expm1(log r) − log r``, the same value without cancellation.) With the default ``k3`` it is
+    the same number as fp8rl's ``k3`` of the same tokens (:func:`_token_terms`); ``k1`` is ``k1``, ``k2`` is ``k2``.
+    Arguments as :func:`token_mult_prob_error`.
+
+    Source: NeMo-RL @ 7ea279a (github.com/NVIDIA-NeMo/RL), nemo_rl/algorithms/loss/loss_functions.py,
+    ``ClippedPGLossFn.__call__``: ``masked_mean(calculate_kl(logprobs=generation_logprobs,
+    logprobs_reference=prev_logprobs, kl_type=reference_policy_kl_type, input_clamp_value=None,
+    output_clamp_value=None), mask, global_normalization_factor=global_valid_toks)``; ``calculate_kl`` in
+    nemo_rl/algorithms/utils.py takes ``logr = logprobs_reference − logprobs`` (= log r here) and the formulas
+    above; ``reference_policy_kl_type`` defaults to ``"k3"`` (:data:`GEN_KL_TYPES`). No clamps, as in NeMo's
+    call. Where this differs from NeMo: as :func:`token_mult_prob_error` (mask, denominator, global batches,
+    vocabulary, float64)."""
+    if kl_type not in GEN_KL_TYPES:
+        raise ValueError(f"kl_type must be one of {GEN_KL_TYPES} (NeMo-RL's calculate_kl), got {kl_type!r}")
+    s, lrn = _step_pair(sampler_logprobs, learner_logprobs)
+    lr = lrn - s
+    if kl_type == "k1":
+        per_token = -lr
+    elif kl_type == "k2":
+        per_token = 0.5 * lr * lr
+    else:
+        per_token = np.expm1(lr) - lr
+    return float(per_token.mean())
+
+
+#: NeMo-RL's per-step numbers as fp8rl records them (steps-table columns; ``mismatch/<name>`` in MLflow)
+NEMO_STEP_METRICS = ("token_mult_prob_error", "gen_kl_error")
+
+
+def nemo_step_numbers(sampler_logprobs: Any, learner_logprobs: Any) -> dict[str, float]:
+    """:data:`NEMO_STEP_METRICS` of one step: :func:`token_mult_prob_error` and :func:`gen_kl_error` (NeMo-RL's
+    default ``kl_type`` ``k3``) of the step's sampled tokens, arguments as theirs."""
+    return {"token_mult_prob_error": token_mult_prob_error(sampler_logprobs, learner_logprobs),
+            "gen_kl_error": gen_kl_error(sampler_logprobs, learner_logprobs)}
 
 
 # ------------------------------------------------------------------------------------ full vocabulary

@@ -64,7 +64,7 @@ KL_SUMMARY = Table("kl_summary", {
     "max_abs_logprob_diff": col("float", ge(0, "an absolute value"), FINITE, doc="max |Δlogp|"),
     "mean_abs_prob_diff": col("float", between(0, 1, "an absolute difference of probabilities"), doc="mean |Δp|"),
     "max_abs_prob_diff": col("float", between(0, 1, "an absolute difference of probabilities"), doc="max |Δp|"),
-    "token_mult_prob_error": col("float", ge(1, "a multiplicative error, exp(mean |log ratio|)"), FINITE,
+    "token_mult_prob_error": col("float", ge(1, "a multiplicative error, the mean of exp(|log ratio|)"), FINITE,
                                  doc="multiplicative token probability error"),
     "chi2_token": col("float", ge(0, "a χ² divergence"), FINITE, doc="χ² per token"),
     "chi2_seq": col("float", ge(0, "a χ² divergence"), FINITE, doc="χ² per sequence"),

@@ -2,13 +2,14 @@
 
 ``steps``: one row per RL step — :func:`fp8rl_core.loop.rollout_and_learn` and
 :func:`fp8rl_core.loop.sync_weights` write it, the flow (``tasks.stages``) adds its optional stage
-times and ``check/W*`` verdicts. ``tokens``: one row per sampled token, both log-probs (from
+times, NeMo-RL's ``token_mult_prob_error`` and ``gen_kl_error`` of the step and ``check/W*`` verdicts. ``tokens``: one row per sampled token, both log-probs (from
 ``rollout_and_learn``). ``microbatches``: one row per learner micro-batch
 (:func:`fp8rl_core.learner.grpo.microbatch_rows`).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from fp8rl_core.vocabulary import PRECISIONS, STEP_TIMES, TIME_TOL
@@ -31,6 +32,11 @@ def _stale_rollout(df: pd.DataFrame) -> pd.Series:
     return bad.reindex(df.index)
 
 
+#: relative slack between a step's numbers from the same tokens computed along two paths: the loop's mean/max
+#: |Δlogp| and k3 start from a float32 difference of the log-probs, the NeMo-RL numbers from a float64 one
+_F32_REL = 1e-5
+
+
 STEPS = Table("steps", {
     "run_id": col("str", NONEMPTY, required=False, doc="the run's id (added when read back from several runs)"),
     "step": col("int", ge(1, "steps count from 1"), doc="RL step number"),
@@ -47,6 +53,14 @@ STEPS = Table("steps", {
     "max_abs_logprob_diff": col("float", ge(0, "an absolute value"), FINITE, doc="max |Δlogp| sampler vs learner"),
     "k3": col("float", ge(0, "k3 = (r − 1) − log r ≥ 0 per token"), FINITE,
               doc="k3 estimate of KL(sampler ‖ learner), token mean over the step's sampled tokens"),
+    "token_mult_prob_error": col("float", ge(1, "a mean of exp(|log r|) ≥ 1"), FINITE, required=False,
+                                 doc="NeMo-RL's token_mult_prob_error: token mean of exp(|Δlogp|) over the step's "
+                                     "sampled tokens (fp8rl_core.metrics.mismatch.token_mult_prob_error; added by "
+                                     "the experiment flow's train stage)"),
+    "gen_kl_error": col("float", ge(0, "k3 = (r − 1) − log r ≥ 0 per token"), FINITE, required=False,
+                        doc="NeMo-RL's gen_kl_error with its default kl_type k3, token mean over the step's sampled "
+                            "tokens (fp8rl_core.metrics.mismatch.gen_kl_error; added by the experiment flow's train "
+                            "stage)"),
     **{t: col("float", *SECONDS, doc="seconds") for t in STEP_TIMES},
     "total_s": col("float", *SECONDS, doc="seconds of the whole step"),
     "microbatches": col("int", ge(1, "a step runs at least one micro-batch"), doc="learner micro-batches"),
@@ -80,6 +94,16 @@ STEPS = Table("steps", {
          _stale_rollout),
     at_least("tokens", "sequences", "every completion has at least one sampled token"),
     at_least("max_abs_logprob_diff", "mean_abs_logprob_diff", "a maximum is never below its mean", 1e-12),
+    rule("token_mult_prob_error ≥ exp(mean |Δlogp|)", "'token_mult_prob_error' must be ≥ exp('mean_abs_logprob_diff') "
+         "(a mean of exp(|Δlogp|) is at least exp of the mean |Δlogp|: Jensen)",
+         ("token_mult_prob_error", "mean_abs_logprob_diff"),
+         lambda d: num(d, "token_mult_prob_error") < np.exp(num(d, "mean_abs_logprob_diff")) * (1 - _F32_REL)),
+    rule("token_mult_prob_error ≤ exp(max |Δlogp|)", "'token_mult_prob_error' must be ≤ exp('max_abs_logprob_diff') "
+         "(a mean is never above its largest term)", ("token_mult_prob_error", "max_abs_logprob_diff"),
+         lambda d: num(d, "token_mult_prob_error") > np.exp(num(d, "max_abs_logprob_diff")) * (1 + _F32_REL)),
+    rule("gen_kl_error = k3", "'gen_kl_error' must equal 'k3' (NeMo-RL's default kl_type k3 on the same tokens is "
+         "fp8rl's k3)", ("gen_kl_error", "k3"),
+         lambda d: (num(d, "gen_kl_error") - num(d, "k3")).abs() > 1e-12 + _F32_REL * num(d, "k3").abs()),
     rule("total_s covers its parts", f"'total_s' must be ≥ the sum of {', '.join(STEP_TIMES)} (disjoint parts "
          "of the step)", ("total_s", *STEP_TIMES),
          lambda d: num(d, "total_s") < sum(num(d, c) for c in STEP_TIMES) - TIME_TOL),

@@ -12,10 +12,13 @@ payload's ``tokens`` folder — as the run goes, each file complete or absent (w
 own seconds as the step's ``capture_s`` line of the run's ``costs.jsonl`` (:mod:`fp8rl_core.verl.costs`), and the
 step's ``capture`` milestone (:mod:`fp8rl_core.verl.startup`).
 
-The alarm numbers: verl's ``training/rollout_probs_diff_mean`` (its function's own return value) and the k1 /
-k3 estimators of KL(rollout‖train) over the step's response tokens computed here with verl's formula
+The step's numbers: the alarm's — verl's ``training/rollout_probs_diff_mean`` (its function's own return value)
+and the k1 / k3 estimators of KL(rollout‖train) over the step's response tokens computed here with verl's formula
 (``rollout_corr/kl``, ``rollout_corr/k3_kl``: token means over the whole batch; tests/verl/test_capture.py
-holds them equal to verl's). The wrapped upstream names are listed in :mod:`fp8rl_core.verl.patches`.
+holds them equal to verl's) — and fp8rl's own :data:`STEP_METRICS`, NeMo-RL's ``token_mult_prob_error`` and
+``gen_kl_error`` of the whole batch (:func:`fp8rl_core.metrics.mismatch.nemo_step_numbers`), which the alarm does
+not watch and the launcher logs per step (:func:`read_step_metrics`). The wrapped upstream names are listed in
+:mod:`fp8rl_core.verl.patches`.
 """
 
 from __future__ import annotations
@@ -28,16 +31,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fp8rl_core.metrics.mismatch import NEMO_STEP_METRICS, from_padded, nemo_step_numbers
 from fp8rl_core.verl.costs import COSTS_FILE, append_cost
 from fp8rl_core.verl.startup import STARTUP_FILE, mark
 
-__all__ = ["CAPTURED", "TRAINER_MODULES", "captures_whole_batches", "install", "read_numbers", "read_tokens",
-           "step_numbers", "token_rows", "write_step"]
+__all__ = ["CAPTURED", "STEP_METRICS", "TRAINER_MODULES", "captures_whole_batches", "install", "read_numbers",
+           "read_step_metrics", "read_tokens", "step_numbers", "token_rows", "write_step"]
 
 #: verl's module and function the capture wraps
 CAPTURED = ("verl.utils.debug.metrics", "calculate_debug_metrics")
 #: verl modules that bind the function by name at import (patched too when already imported)
 TRAINER_MODULES = ("verl.trainer.ppo.v1.trainer_base",)
+#: the step's numbers that are fp8rl's own (verl logs none of them): NeMo-RL's per-step numbers, under fp8rl's
+#: ``mismatch/`` names; the launcher logs them per step into the run's MLflow record (``tasks/verl_run.py::record``)
+STEP_METRICS = tuple(f"mismatch/{m}" for m in NEMO_STEP_METRICS)
 
 
 def token_rows(data: Any, step: int, max_sequences: int | None = None) -> list[dict]:
@@ -57,7 +64,9 @@ def token_rows(data: Any, step: int, max_sequences: int | None = None) -> list[d
 
 
 def step_numbers(data: Any, debug: dict) -> dict[str, float]:
-    """The step's alarm numbers (module docstring) from batch ``data`` and verl's ``debug`` metrics."""
+    """The step's numbers (module docstring) from batch ``data`` and verl's ``debug`` metrics: the alarm's and
+    :data:`STEP_METRICS` (the rollout's log-probs as the sampler's, ``old_log_probs`` as the learner's), all over
+    the whole batch's response tokens."""
     b = data.batch
     mask = b["response_mask"].float()
     log_ratio = b["old_log_probs"].float() - b["rollout_log_probs"].float()
@@ -66,6 +75,8 @@ def step_numbers(data: Any, debug: dict) -> dict[str, float]:
     if tokens > 0:
         out["rollout_corr/kl"] = float((-log_ratio * mask).sum() / tokens)
         out["rollout_corr/k3_kl"] = float(((log_ratio.exp() - log_ratio - 1) * mask).sum() / tokens)
+        sampler, learner, _ = from_padded(b["rollout_log_probs"], b["old_log_probs"], b["response_mask"])
+        out |= {f"mismatch/{k}": v for k, v in nemo_step_numbers(sampler, learner).items()}
     v = debug.get("training/rollout_probs_diff_mean")
     if v is not None:
         out["training/rollout_probs_diff_mean"] = float(v)
@@ -109,6 +120,20 @@ def read_numbers(folder: str | Path, step: int) -> dict[str, float]:
         return {}
     d = json.loads(path.read_text())
     return {k: float(v) for k, v in d.items() if "/" in k}
+
+
+def read_step_metrics(folder: str | Path) -> dict[int, dict[str, float]]:
+    """:data:`STEP_METRICS` of every captured step in ``folder``: step → metric → value ({} when none)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return {}
+    out = {}
+    for f in sorted(folder.glob("step_*.json")):
+        d = json.loads(f.read_text())
+        mine = {k: float(d[k]) for k in STEP_METRICS if k in d}
+        if mine:
+            out[int(d["step"])] = mine
+    return out
 
 
 def captures_whole_batches(max_sequences: int | None, batch: int) -> bool:

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from fp8rl_core.config.runs import Sweep
 from fp8rl_core.learner.config import GRPOConfig, LearnerConfig
 from fp8rl_core.learner.learner import Learner
 from fp8rl_core.learner.models import build_model
+from fp8rl_core.metrics.mismatch import gen_kl_error, token_mult_prob_error
 from fp8rl_core.vocabulary import STEP_TIMES
 from tasks import stages
 from tests.core.schemas.conftest import SPEC, LocalPipe
@@ -38,6 +41,13 @@ def test_the_three_stage_tasks_share_one_rl_step_and_its_total():
         for step in (1, 2):
             row = stages.train_step.fn("k", step)
             assert row["train_stage_s"] == row["total_s"] >= row["generate_s"] + row["learner_s"]
+            # NeMo-RL's numbers of the step's own tokens; with its default kl_type gen_kl_error is the row's k3
+            mine = [t for t in stages.LIVE["k"].tokens if t["step"] == step]
+            s, lrn = [t["sampler_logprob"] for t in mine], [t["learner_logprob"] for t in mine]
+            assert row["token_mult_prob_error"] == token_mult_prob_error(s, lrn) >= 1.0
+            assert row["gen_kl_error"] == gen_kl_error(s, lrn) == pytest.approx(row["k3"], rel=1e-5, abs=1e-12)
+            assert stages.STEP_METRICS["token_mult_prob_error"] == "mismatch/token_mult_prob_error"
+            assert stages.STEP_METRICS["gen_kl_error"] == "mismatch/gen_kl_error"
             row |= stages.weight_sync.fn("k")
             out = stages.invariant_checks.fn("k", [[row["version"], row["new_version"] - 1]], row)
             assert out["total_s"] == stages.LIVE["k"].step.seconds  # what the flow reads: the loop's clock

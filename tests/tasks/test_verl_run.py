@@ -147,3 +147,28 @@ def test_record_logs_where_the_runs_wall_went(store):
     assert logged["time/startup/wall_s"] == 75.0 and logged["time/startup/warm_step_s"] == 4.0
     assert logged["time/startup/projected_200_steps_s"] == 75.0 + 198 * 4.0
     assert logged["time/startup/fp8rl/preparation/warm_start_copy_s"] == 2.0
+
+
+def test_record_logs_the_captured_nemo_numbers_at_their_step(tmp_path, monkeypatch):
+    """fp8rl's own per-step numbers of the trainer's capture (NeMo-RL's token_mult_prob_error and gen_kl_error) reach
+    the run's record at their RL step; the captured numbers verl logs itself (rollout_corr/*) are not logged again.
+    MLflow's client is a stand-in here (no store): what record hands it is the subject."""
+    from fp8rl_core.verl import capture
+    from tasks import verl_run
+
+    logged: list[tuple[int, dict]] = []
+
+    class _Client:
+        def get_metric_history(self, run, key):
+            return []
+
+    monkeypatch.setattr(verl_run.tracking, "client", lambda: _Client())
+    monkeypatch.setattr(verl_run.tracking, "log_metrics", lambda run, metrics, step=0: logged.append((step, dict(metrics))))
+    folder = tmp_path / "tokens"
+    for step, (mult, gen) in {1: (1.02, 0.004), 2: (1.5, 0.25)}.items():
+        capture.write_step(folder, step, [], {"rollout_corr/k3_kl": gen, "mismatch/token_mult_prob_error": mult,
+                                              "mismatch/gen_kl_error": gen, "tokens": 10.0})
+    verl_run.record("r", [], None, (), (), (), capture.read_step_metrics(folder))
+    assert [(s, m) for s, m in logged if s > 0] == [
+        (1, {"mismatch/token_mult_prob_error": 1.02, "mismatch/gen_kl_error": 0.004}),
+        (2, {"mismatch/token_mult_prob_error": 1.5, "mismatch/gen_kl_error": 0.25})]

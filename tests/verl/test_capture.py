@@ -1,17 +1,20 @@
 """fp8rl_core.verl.capture: the wrapper around verl's ``calculate_debug_metrics`` on a real verl ``DataProto`` —
 verl's result unchanged, each step's tokens rows (the native schema, version = step − 1, bounded by the payload's
-sequence count) and alarm numbers written whole; fp8rl's k1/k3 from the captured tokens equal verl's own
-``rollout_corr/kl`` / ``k3_kl`` of the same tensors; the names it wraps still exist in the installed verl;
+sequence count) and numbers written whole; fp8rl's k1/k3 from the captured tokens equal verl's own
+``rollout_corr/kl`` / ``k3_kl`` of the same tensors, and the step's NeMo-RL numbers equal fp8rl's functions on
+them; the names it wraps still exist in the installed verl;
 the rollout side reads a step's numbers for its sync's alarm."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import math
 
 import pytest
 import torch
 
+from fp8rl_core.metrics.mismatch import gen_kl_error, token_mult_prob_error
 from fp8rl_core.metrics.summary import run_kl_summary
 from fp8rl_core.schemas import validate
 from fp8rl_core.verl import capture
@@ -63,9 +66,15 @@ def test_the_wrapper_returns_verls_metrics_and_writes_every_steps_tokens_and_num
     assert [r["learner_logprob"] for r in first] == data.batch["old_log_probs"][1, :3].tolist()
     numbers = capture.read_numbers(folder, 2)
     assert numbers["training/rollout_probs_diff_mean"] == upstream(data)["training/rollout_probs_diff_mean"]
-    assert set(numbers) == {"rollout_corr/kl", "rollout_corr/k3_kl", "training/rollout_probs_diff_mean"}
+    assert set(numbers) == {"rollout_corr/kl", "rollout_corr/k3_kl", "training/rollout_probs_diff_mean",
+                            "mismatch/token_mult_prob_error", "mismatch/gen_kl_error"}
     assert capture.read_numbers(folder, 3) == {}
     assert not list(folder.glob("*.tmp"))
+    # fp8rl's own numbers of every captured step, for the launcher to log per step (verl logs the others itself)
+    logged = capture.read_step_metrics(folder)
+    assert sorted(logged) == [1, 2] and logged[2] == {k: numbers[k] for k in capture.STEP_METRICS}
+    assert capture.STEP_METRICS == ("mismatch/token_mult_prob_error", "mismatch/gen_kl_error")
+    assert capture.read_step_metrics(folder.parent / "absent") == {}
 
 
 def test_the_sequences_per_step_are_bounded_by_the_payloads_count(tmp_path):
@@ -107,6 +116,14 @@ def test_fp8rl_k1_k3_from_the_captured_tokens_equal_verls_rollout_corr_of_the_sa
         numbers = capture.step_numbers(data, {})  # what the alarm judges: verl's formula on the same tensors
         assert numbers["rollout_corr/k3_kl"] == pytest.approx(verl["k3_kl"], rel=1e-6)
         assert numbers["rollout_corr/kl"] == pytest.approx(verl["kl"], rel=1e-6)
+        # NeMo-RL's numbers of the whole batch: the functions on the captured columns, the step's kl_summary value,
+        # and (gen_kl_error, kl_type k3) verl's own k3_kl to verl's float32 rounding
+        s, lrn = [r["sampler_logprob"] for r in rows], [r["learner_logprob"] for r in rows]
+        assert numbers["mismatch/token_mult_prob_error"] == pytest.approx(token_mult_prob_error(s, lrn), rel=1e-12)
+        assert numbers["mismatch/gen_kl_error"] == pytest.approx(gen_kl_error(s, lrn), rel=1e-12)
+        assert numbers["mismatch/token_mult_prob_error"] == pytest.approx(step["token_mult_prob_error"], rel=1e-12)
+        assert numbers["mismatch/token_mult_prob_error"] > 1.0
+        assert numbers["mismatch/gen_kl_error"] == pytest.approx(verl["k3_kl"], rel=1e-4, abs=VERL_K3_ABS_TOL)
 
 
 def test_the_wrapped_upstream_names_still_exist_where_verls_trainers_look_them_up():
@@ -133,3 +150,13 @@ def test_the_sync_reads_its_steps_numbers_for_the_alarm(tmp_path):
 
     obs = MismatchAlarm().observe(2, capture.read_numbers(tmp_path, 2))
     assert obs is not None and obs.reason() == "behavioural alarm: step 2: rollout_corr/k3_kl = 0.4 above its bound 0.1"
+
+
+
+def test_the_alarm_does_not_judge_fp8rls_own_step_metrics(tmp_path):
+    """NeMo-RL's numbers are reported, not watched: even a non-finite one raises no suspicion."""
+    from fp8rl_core.checks.alarm import ALARM_BOUNDS, MismatchAlarm
+
+    assert not {b.metric for b in ALARM_BOUNDS} & set(capture.STEP_METRICS)
+    capture.write_step(tmp_path, 3, [], {"mismatch/token_mult_prob_error": math.inf, "mismatch/gen_kl_error": 9.0})
+    assert MismatchAlarm().observe(3, capture.read_numbers(tmp_path, 3)) is None  # none of its numbers

@@ -14,12 +14,17 @@ from fp8rl_core.metrics.mismatch import (
     SEQ_LOG_RATIO_CLAMP,
     SEQUENCE_METRICS,
     TOKEN_METRICS,
+    GEN_KL_TYPES,
+    NEMO_STEP_METRICS,
     from_padded,
     full_vocab_divergence,
+    gen_kl_error,
     kl_estimators,
     metric_units,
+    nemo_step_numbers,
     sequence_table,
     token_mismatch,
+    token_mult_prob_error,
 )
 
 L = math.log
@@ -226,6 +231,82 @@ def test_metric_units_refuses_max_metrics():
 def test_sequence_table_refuses_a_non_positive_clamp():
     with pytest.raises(ValueError, match="seq_log_ratio_clamp"):
         sequence_table(HAND_S, HAND_L, HAND_SEQ, seq_log_ratio_clamp=0.0)
+
+
+# NeMo-RL's per-step numbers (NeMo-RL @ 7ea279a, nemo_rl/algorithms/loss/loss_functions.py, ClippedPGLossFn)
+
+def test_nemo_step_numbers_match_hand_values():
+    assert token_mult_prob_error(HAND_S, HAND_L) == pytest.approx(1.5625, rel=1e-15)  # (2 + 2 + 1 + 1.25) / 4
+    assert gen_kl_error(HAND_S, HAND_L) == pytest.approx(0.13078588782855244, rel=1e-14)  # k3 = (0.3 − ln0.8) / 4
+    assert gen_kl_error(HAND_S, HAND_L, "k1") == pytest.approx(0.05578588782855243, rel=1e-14)  # −ln0.8 / 4
+    assert gen_kl_error(HAND_S, HAND_L, "k2") == pytest.approx(0.12633738404119002, rel=1e-14)  # (2ln²2 + ln²0.8)/8
+    # one token, s = 1/2, l = 1/4: r = 1/2, exp|log r| = 2, k3 = 1/2 − 1 + ln 2
+    assert token_mult_prob_error([L(0.5)], [L(0.25)]) == pytest.approx(2.0, rel=1e-15)
+    assert gen_kl_error([L(0.5)], [L(0.25)]) == pytest.approx(LN2 - 0.5, rel=1e-14)
+    assert token_mult_prob_error([-0.3, -2.0], [-0.3, -2.0]) == 1.0 and gen_kl_error([-0.3, -2.0], [-0.3, -2.0]) == 0.0
+
+
+def test_nemo_step_numbers_are_the_run_metrics_of_one_step():
+    """token_mult_prob_error is the same token mean as token_mismatch's; gen_kl_error with kl_type k1/k2/k3 is k1/k2/k3."""
+    run = token_mismatch(HAND_S, HAND_L, HAND_SEQ)
+    assert token_mult_prob_error(HAND_S, HAND_L) == pytest.approx(run["token_mult_prob_error"], rel=1e-14)
+    for kl_type in GEN_KL_TYPES:
+        assert gen_kl_error(HAND_S, HAND_L, kl_type) == pytest.approx(run[kl_type], rel=1e-14), kl_type
+
+
+def test_nemo_step_numbers_are_the_two_functions_with_nemos_default_kl_type():
+    got = nemo_step_numbers(HAND_S, HAND_L)
+    assert tuple(got) == NEMO_STEP_METRICS == ("token_mult_prob_error", "gen_kl_error")
+    assert got == {"token_mult_prob_error": token_mult_prob_error(HAND_S, HAND_L),
+                   "gen_kl_error": gen_kl_error(HAND_S, HAND_L, "k3")}
+
+
+def _nemo_reference(gen: torch.Tensor, prev: torch.Tensor, mask: torch.Tensor, kl_type: str) -> tuple[float, float]:
+    """NeMo-RL's two lines transcribed (masked_mean over the batch's valid tokens; calculate_kl without clamps)."""
+    n = mask.sum()
+    mult = (torch.exp(torch.abs(gen - prev) * mask) * mask).sum() / (n + 1e-8)
+    logr = prev - gen
+    kl = {"k1": -logr, "k2": logr.square() / 2, "k3": torch.exp(logr) - 1 - logr}[kl_type]
+    return float(mult), float((kl * mask).sum() / (n + 1e-8))
+
+
+@pytest.mark.parametrize("kl_type", GEN_KL_TYPES)
+def test_nemo_step_numbers_agree_with_nemos_masked_formula_on_a_padded_batch(kl_type):
+    g = torch.Generator().manual_seed(3)
+    gen = -torch.rand(4, 6, generator=g, dtype=torch.float64) * 3
+    prev = (gen + torch.randn(4, 6, generator=g, dtype=torch.float64) * 0.2).clamp(max=0.0)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0]],
+                        dtype=torch.float64)
+    gen[mask == 0], prev[mask == 0] = 0.0, -50.0  # padding: whatever it holds must not count
+    s, lrn, _ = from_padded(gen, prev, mask)
+    mult, kl = _nemo_reference(gen, prev, mask, kl_type)
+    assert token_mult_prob_error(s, lrn) == pytest.approx(mult, rel=1e-8)  # NeMo's + 1e-8 in the denominator
+    assert gen_kl_error(s, lrn, kl_type) == pytest.approx(kl, rel=1e-8)
+
+
+def test_nemo_step_numbers_pass_a_non_finite_log_prob_through():
+    """Shapes are checked, values are not: a sampled token at −inf shows as an infinite step number (the steps
+    table's FINITE rule and the alarm judge it), not as an error inside the loop."""
+    assert token_mult_prob_error([-0.1, -0.2], [-0.1, -math.inf]) == math.inf
+    assert gen_kl_error([-0.1, -0.2], [-0.1, -math.inf]) == math.inf
+    assert math.isnan(token_mult_prob_error([-0.1, math.nan], [-0.1, -0.2]))
+
+
+@pytest.mark.parametrize("args,message", [
+    (([], []), "no sampled tokens"),
+    (([-0.1], []), "no sampled tokens"),
+    (([-0.1, -0.2], [-0.1]), "differ in length"),
+    (([[-0.1, -0.2]], [[-0.1, -0.2]]), "sampler_logprobs must be one log-prob per token"),
+])
+def test_nemo_step_numbers_refuse_bad_shapes(args, message):
+    for fn in (token_mult_prob_error, gen_kl_error):
+        with pytest.raises(ValueError, match=message):
+            fn(*args)
+
+
+def test_gen_kl_error_refuses_a_kl_type_nemo_does_not_have():
+    with pytest.raises(ValueError, match=r"kl_type must be one of \('k1', 'k2', 'k3'\)"):
+        gen_kl_error(HAND_S, HAND_L, "k4")
 
 
 # ------------------------------------------------------------------------------------ full vocabulary

@@ -28,12 +28,13 @@ def report(version: int, sync: int, full: bool, failed: tuple[str, ...] = ()) ->
     return CheckReport(version, sync, full, "first sync" if full else "cadence: cheap", res, 0.05)
 
 
-FLOW_KEYS = {"train_stage_s", "checks_s", "checks_full", "check/W1", "check/W2", "check/W4", "check/W5", "check/W6"}
+FLOW_KEYS = {"train_stage_s", "token_mult_prob_error", "gen_kl_error", "checks_s", "checks_full", "check/W1", "check/W2",
+             "check/W4", "check/W5", "check/W6"}
 STEP_ROW = {
     "step": 1, "version": 0, "new_version": 1, "sequences": 8, "tokens": 40, "cached_tokens": 0, "mean_reward": 0.5,
     "loss": -0.01, "grad_norm": 0.3, "clip_fraction": 0.1, "mean_abs_logprob_diff": 0.01,
     "max_abs_logprob_diff": 0.2, "k3": 0.0012, "generate_s": 0.5, "learner_s": 0.4, "microbatches": 2, "train_stage_s": 1.0,
-    "rollout_tail_mass": 0.0,
+    "rollout_tail_mass": 0.0, "token_mult_prob_error": 1.02, "gen_kl_error": 0.0012,
     "export_s": 0.01, "transport_s": 0.02, "load_s": 0.03, "reset_s": 0.001, "sync_bytes": 4096, "sync_buckets": 1,
     "check/W1": 1.0, "check/W2": 1.0, "check/W4": 1.0, "check/W5": 1.0, "check/W6": 1.0, "checks_s": 0.05,
     "checks_full": 0.0, "total_s": 1.2,

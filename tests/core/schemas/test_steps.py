@@ -16,12 +16,15 @@ from .samples import (FLOW_KEYS, STEP_ROW, assert_violation_named, case_ids, mic
                       set_, token_rows)
 
 
-def flow_rows(steps: list[dict]) -> list[dict]:
-    """The experiment flow's step rows: train_stage_s, the checks' metrics, checks_s/full, its total_s."""
+def flow_rows(steps: list[dict], tokens: list[dict]) -> list[dict]:
+    """The experiment flow's step rows: train_stage_s, NeMo-RL's numbers from the step's tokens (as
+    tasks.stages.train_step adds them), the checks' metrics, checks_s/full, its total_s."""
     rows = []
     for i, r in enumerate(copy.deepcopy(steps)):
         rep = report(r["new_version"], i + 1, full=(i == 0))
         r["train_stage_s"] = r["generate_s"] + r["learner_s"] + 0.001
+        mine = [t for t in tokens if t["step"] == r["step"]]
+        r |= mismatch.nemo_step_numbers([t["sampler_logprob"] for t in mine], [t["learner_logprob"] for t in mine])
         r |= rep.metrics() | {"checks_s": rep.seconds, "checks_full": float(rep.full)}
         r["total_s"] = r["train_stage_s"] + r["export_s"] + r["transport_s"] + r["load_s"] + r["reset_s"] + r["checks_s"]
         rows.append(r)
@@ -39,7 +42,7 @@ def test_real_steps_tokens_and_microbatches_pass(real_run):
 
 def test_flow_step_rows_pass_also_after_a_parquet_round_trip(real_run, tmp_path):
     _, steps, tokens, _ = real_run
-    rows = flow_rows(steps)
+    rows = flow_rows(steps, tokens)
     assert "check/W3" in rows[0] and "check/W3" not in rows[1]  # full tier first, then cheap
     out = validate("steps", rows)
     assert out["check/W3"].isna().tolist() == [False, True]
@@ -51,7 +54,7 @@ def test_real_rows_have_the_keys_the_hand_made_rows_have(real_run):
     """The hand-made valid rows carry exactly the keys the code produces."""
     _, steps, tokens, mbs = real_run
     assert set(steps[0]) == set(STEP_ROW) - FLOW_KEYS
-    assert set(flow_rows(steps)[0]) == set(STEP_ROW) | {"check/W3", "check/W7"}
+    assert set(flow_rows(steps, tokens)[0]) == set(STEP_ROW) | {"check/W3", "check/W7"}
     assert set(tokens[0]) == set(token_rows()[0])
     assert set(mbs[0]) == set(microbatch_table()[0])
 
@@ -87,6 +90,13 @@ CASES = [
     ("steps", set_(0, clip_fraction=2.0), "clip_fraction", [0], "a fraction"),
     ("steps", set_(0, mean_abs_logprob_diff=-0.1), "mean_abs_logprob_diff", [0], "an absolute value"),
     ("steps", set_(3, max_abs_logprob_diff=0.001), "max_abs_logprob_diff", [3], "never below its mean"),
+    ("steps", set_(1, token_mult_prob_error=0.99), "token_mult_prob_error", [1], "must be ≥ 1"),
+    ("steps", set_(1, token_mult_prob_error=math.inf), "token_mult_prob_error", [1], "finite"),
+    ("steps", set_(2, token_mult_prob_error=1.005), "token_mult_prob_error", [2], "Jensen"),  # < exp(0.01)
+    ("steps", set_(2, token_mult_prob_error=1.3), "token_mult_prob_error", [2], "never above its largest term"),  # > e^0.2
+    ("steps", set_(0, gen_kl_error=-0.001), "gen_kl_error", [0], "must be ≥ 0"),
+    ("steps", set_(0, gen_kl_error=math.inf), "gen_kl_error", [0], "finite"),
+    ("steps", set_(3, gen_kl_error=0.0013), "gen_kl_error", [3], "must equal 'k3'"),
     ("steps", set_(2, generate_s=-1.0), "generate_s", [2], "a duration"),
     ("steps", set_(2, total_s=0.5), "total_s", [2], "disjoint parts"),
     ("steps", set_(1, microbatches=0), "microbatches", [1], "at least one micro-batch"),
