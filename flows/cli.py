@@ -445,23 +445,26 @@ def upstream_check(
     index: Annotated[str, typer.Option(help="the package index (PEP 691 JSON)")] = "https://pypi.org/simple",
 ) -> None:
     """Check every upstream internal fp8rl touches (fp8rl_core/upstream.py) in a version set's own sources,
-    read as files (docs/gpu.md, Upstream internals): one line per package version, one per name that does
-    not hold. Exit status 1 when a name does not hold. The upstream-drift deployment records the same check
-    in MLflow."""
+    read as files (docs/gpu.md, Upstream internals): per package version one line, the path its release runs by
+    default, one line per path (holds, broken, not released for that version, removed) and one per name that
+    does not hold with the paths it is used on. Exit status 1 when a name of a path the release runs does not
+    hold. The upstream-drift deployment records the same check in MLflow."""
     from adapters import upstream
 
     folders = dict(t.split("=", 1) for t in trees or () if "=" in t)
     if len(folders) != len(trees or ()):
         raise _fail(f"--tree takes PACKAGE=FOLDER, got {[t for t in trees or () if '=' not in t]}")
     try:
-        reports = [upstream.check(src) for src in upstream.sources(mode, folders, index)]
+        reports = [upstream.check(src, index=index) for src in upstream.sources(mode, folders, index)]
     except (upstream.PyPIUnreachable, LookupError, ValueError, FileNotFoundError) as e:
         raise _fail(str(e)) from None
     for r in reports:
-        typer.echo(f"{r.package} {r.version} ({r.where}): {r.checked} names, {len(r.breakages)} do not hold")
+        typer.echo(r.summary())
+        for line in filter(None, (r.default_line(), *(f"path {p}" for p in r.paths))):
+            typer.echo(f"  {line}")
         for b in r.breakages:
-            typer.echo(f"  {b}")
-    raise typer.Exit(1 if any(r.breakages for r in reports) else 0)
+            typer.echo(f"  {b} [paths: {', '.join(b.paths) or 'none'}]")
+    raise typer.Exit(1 if any(r.failing for r in reports) else 0)
 
 
 if __name__ == "__main__":

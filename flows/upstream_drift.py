@@ -2,8 +2,10 @@
 releases by default, nightly as the deployment ``upstream-drift/default`` — and recorded in MLflow
 (experiment ``upstream-drift``), one run per check.
 
-A name that no longer holds is a finding, not a failure of the check: the run ends FINISHED with tag
-``verdict = drift`` and the breakages recorded (the Prefect flow run COMPLETED). The run ends FAILED only
+A name that no longer holds on a path its release runs is a finding, not a failure of the check: the run ends
+FINISHED with tag ``verdict = drift`` and the breakages recorded (the Prefect flow run COMPLETED). A name gone
+only on paths the release does not run (not released for that version, removed upstream) is recorded with its
+paths and leaves the verdict ``holds``. The run ends FAILED only
 when the check could not read what it was asked to (PyPI out of reach, an unknown version set or folder),
 with the one-line reason as its ``error`` tag. With ``gpu_set``, a second run (``gpu-set``) records ``make
 check-gpu-set``: the GPU set's wheels installed on this host and every module a GPU run starts imported where it
@@ -43,10 +45,14 @@ def upstream_drift(mode: str = "latest", trees: dict[str, str] | None = None, in
     with tracking.ending(mlflow_run):
         out = record_upstream(mlflow_run, check_upstream(mode, trees, index))
     logger = get_run_logger()
-    logger.info("upstream %s: %s; %d names checked, %d do not hold (MLflow run %s)", mode,
-                ", ".join(f"{p} {v}" for p, v in out.versions.items()), out.checked, len(out.breakages), mlflow_run)
+    logger.info("upstream %s: %s; %d names checked, %d do not hold, %d on a path the release runs (MLflow run %s)",
+                mode, ", ".join(f"{p} {v}" for p, v in out.versions.items()), out.checked, len(out.breakages),
+                len(out.failing), mlflow_run)
+    for p in out.paths:
+        (logger.warning if p.fails else logger.info)("%s path %s", p.path.package, p)
     for b in out.breakages:
-        logger.warning("%s %s: %s", b.package, b.version, b)
+        (logger.warning if b in out.failing else logger.info)("%s %s: %s [paths: %s]", b.package, b.version, b,
+                                                               ", ".join(b.paths) or "none")
     if gpu_set or gpu_set_result:
         out = replace(out, gpu_set=_gpu_set(experiment, flow_run, gpu_set_result))
     return out

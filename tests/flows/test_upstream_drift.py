@@ -1,7 +1,7 @@
 """The ``upstream-drift`` flow for real (embedded Prefect, a temporary MLflow SQLite store), without PyPI: the
-installed CPU set's own sources checked and recorded (params, real counts, verdict); a verl tree this test
-writes with one listed name left out recorded as a drift naming its module and name, the run still
-FINISHED; an index that does not answer is a FAILED run with a one-line reason."""
+installed CPU set's own sources checked and recorded (params, real counts, every path holding, the verdict); a
+verl tree this test writes with one listed name left out recorded as a drift naming its module, name and path,
+the run still FINISHED; an index that does not answer is a FAILED run with a one-line reason."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from mlflow.artifacts import download_artifacts
 
 from adapters import tracking, upstream
-from fp8rl_core.upstream import INTERNALS
+from fp8rl_core.upstream import INTERNALS, PATHS
 from tests.adapters.test_upstream import write_stub_tree
 
 EXPERIMENT = "upstream-drift-test"
@@ -45,9 +45,19 @@ def test_the_installed_set_is_checked_and_recorded_as_holding(store):
     m = run.data.metrics
     assert m["names/checked"] == _names("verl", "vllm") == out.checked > 50
     assert m["verl/checked"] == _names("verl") and m["vllm/checked"] == _names("vllm")
-    assert m["names/broken"] == m["names/missing"] == m["names/signature"] == m["names/kind"] == 0
+    assert m["names/broken"] == m["names/failing"] == m["names/missing"] == m["names/signature"] == m["names/kind"] == 0
+    keys = [p.key for p in PATHS if p.package in ("verl", "vllm")]
+    assert m["paths/checked"] == m["paths/holds"] == len(keys) == len(out.paths) and m["paths/broken"] == m["paths/absent"] == 0
+    assert {k: run.data.tags[f"path.{k}"] for k in keys} == dict.fromkeys(keys, "holds")
+    assert run.data.tags["default.vllm"] == "vllm-cuda-v2" and "default.verl" not in run.data.tags
     files = {f.path for f in tracking.client().list_artifacts(out.mlflow_run)}
-    assert "upstream.json" in files and "tables" not in files and "error" not in run.data.tags
+    assert "upstream.json" in files and "error" not in run.data.tags
+    tables = {f.path for f in tracking.client().list_artifacts(out.mlflow_run, "tables")}
+    assert tables == {"tables/paths.parquet", "tables/paths.csv"}  # no breakages table: every name holds
+    rows = pd.read_parquet(download_artifacts(run_id=out.mlflow_run, artifact_path="tables/paths.parquet",
+                                              tracking_uri=tracking.tracking_uri()))
+    assert rows["path"].tolist() == keys and set(rows["status"]) == {"holds"}
+    assert rows.loc[rows["default"], "path"].tolist() == ["vllm-cuda-v2"]
 
 
 def test_a_planted_drift_is_recorded_naming_module_and_name_and_the_run_finishes(store, tmp_path):
@@ -62,14 +72,15 @@ def test_a_planted_drift_is_recorded_naming_module_and_name_and_the_run_finishes
     assert run.data.params["tree.verl"] == str(tree)
     m = run.data.metrics
     assert m["names/checked"] == _names("verl", "vllm") and m["verl/broken"] == m["names/broken"] == 1
-    assert m["names/missing"] == 1 and m["vllm/broken"] == 0
+    assert m["names/missing"] == m["names/failing"] == m["verl/failing"] == m["paths/broken"] == 1 and m["vllm/broken"] == 0
+    assert run.data.tags["path.verl-cpu"] == "broken" and run.data.tags["path.verl-gpu"] == "holds"
     rows = pd.read_parquet(download_artifacts(run_id=out.mlflow_run, artifact_path="tables/breakages.parquet",
                                               tracking_uri=tracking.tracking_uri()))
     assert rows.to_dict("records") == [{
         "package": "verl", "version": "tree", "module": "verl.workers.engine.fsdp.transformer_impl",
         "name": "FSDPEngineWithLMHead._build_fsdp_module", "category": "missing",
         "problem": "FSDPEngineWithLMHead has no _build_fsdp_module", "use": "overrides",
-        "used_by": "fp8rl_core.verl.engine"}]
+        "used_by": "fp8rl_core.verl.engine", "paths": "verl-cpu"}]
     assert "tables/breakages.csv" in {f.path for f in tracking.client().list_artifacts(out.mlflow_run, "tables")}
 
 
