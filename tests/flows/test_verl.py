@@ -461,7 +461,9 @@ def test_faults_planted_through_verl_are_caught_at_their_sync_repaired_at_the_ne
     assert sorted(w2) == sorted(w6) == sorted(vck) == list(range(17))
     assert w2[4] == w6[6] == w6[8] == w6[10] == w6[12] == w6[14] == w2[16] == 0.0 and w6[2] == 1.0
     events = metric_history(series, "check/alarm_events")
-    assert w7[2] == 0.0 or events.get(3, 0.0) > 0  # the blind fault: W7's probe at its sync or the alarm at the next
+    # the blind fault: W7's probe at its sync — on this BF16 engine an event there when every exact check passes (the
+    # probe is behavioural evidence on an engine that adds its own rounding) — or the alarm at the next
+    assert w7[2] == 0.0 or events.get(2, 0.0) > 0 or events.get(3, 0.0) > 0, (w7, events)
     assert w7[3] == 1.0  # the sync after it: repaired, the alarm on the faulted rollouts an event at most
     assert all(w2[v] == w6[v] == 1.0 for v in (0, 1, 3, 5, 7, 9, 11, 13, 15))  # clean before, and again after each fault
     # the checks ran on both live rollout ranks: W2 at every sync; at the clean ones the compute copy of every
