@@ -28,7 +28,7 @@ import torch
 
 from fp8rl_core.sync.fingerprint import fingerprints
 
-__all__ = ["ATTRIBUTES_CHANGING_AT_SYNC", "CHANGES_AT_SYNC", "changes_at_sync", "compare", "counterpart_values",
+__all__ = ["ATTRIBUTES_CHANGING_AT_SYNC", "CHANGES_AT_SYNC", "SHARED_COUNTERPARTS", "changes_at_sync", "compare", "counterpart_values",
            "engine_attributes", "engine_tensors", "record"]
 
 #: the tensors of a model that legitimately change at a sync (attribute name patterns, ``fnmatch``), each with
@@ -49,6 +49,19 @@ ATTRIBUTES_CHANGING_AT_SYNC: dict[str, str] = {
     "fp8rl_processed": "the layer's post-load processing count, one more at every sync (W6 checks it: exactly one)",
     "fp8rl_emittable": "the vocabulary tail's limit, set for each run on a pooled engine (limit_vocabulary), not by a "
                        "sync; checked against the run's own limit instead (the counterpart 'emittable')",
+}
+
+#: the attributes with a counterpart in the learner's config that vLLM and SGLang name alike on their Qwen3 and
+#: Qwen3-MoE modules ((module class name, a regular expression; attribute) → the learner's quantity); each engine's
+#: table (its package's ``attributes.COUNTERPARTS``) is these and its own
+SHARED_COUNTERPARTS: dict[tuple[str, str], str] = {
+    ("RMSNorm", "variance_epsilon"): "rms_norm_eps",
+    (r".*RotaryEmbedding", "base"): "rope_theta",
+    (r".*RotaryEmbedding", "head_size"): "head_dim",
+    (r"Qwen3(Moe)?Attention", "scaling"): "attention_scale",
+    (r"Qwen3(Moe)?Attention", "head_dim"): "head_dim",
+    (r"Qwen3(Moe)?Attention", "total_num_heads"): "num_attention_heads",
+    (r"Qwen3(Moe)?Attention", "total_num_kv_heads"): "num_key_value_heads",
 }
 
 #: how long a tuple or list may be and still count as a plain attribute (longer ones are tables, not settings)

@@ -148,6 +148,12 @@ def test_the_alarm_is_a_suspicion_the_full_tier_confirms_on_a_faulty_engine_and_
     k3 = "mismatch/k3"
     first = [_checked(pipe, runner, {k3: v}) for v in (1e-4, 2e-4, 1e-4)]
     assert [(r.full, r.failed, r.events) for r in first] == [(True, [], []), (False, [], []), (False, [], [])]
+    # vLLM's table of the attributes with a counterpart in the learner's config finds every one on the MoE mini
+    # (a name vLLM renames drops out, and this count with it)
+    assert ("engine configuration vs the learner's: 29 attributes of 13 quantities (attention_scale, emittable, "
+            "head_dim, logit_scale, logit_soft_cap, norm_topk_prob, num_attention_heads, num_experts, "
+            "num_experts_per_tok, num_key_value_heads, rms_norm_eps, rope_theta, vocab_size) on 1 ranks") \
+        in first[1].results_by["W6"].detail, first[1].results_by["W6"].detail
     right = _checked(pipe, runner, {k3: 0.08})  # 800x the median 1e-4, above the floor 0.05: suspect
     assert right.full and right.why.startswith(f"behavioural alarm: step {right.version}: {k3} = 0.08 jumped 800×")
     assert right.failed == [] and not right.verdict("fail").fails_run and right.verdict("fail").message == ""

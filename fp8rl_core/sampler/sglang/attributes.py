@@ -7,17 +7,13 @@ and renormalisation in a dataclass (``TopK.topk_config``), not as plain attribut
 
 from __future__ import annotations
 
+from fp8rl_core.sampler.engine_state import SHARED_COUNTERPARTS
+
 __all__ = ["COUNTERPARTS"]
 
-#: (module class name, a regular expression; attribute) → the learner's quantity it must equal
-COUNTERPARTS: dict[tuple[str, str], str] = {
-    ("RMSNorm", "variance_epsilon"): "rms_norm_eps",
-    (r".*RotaryEmbedding", "base"): "rope_theta",
-    (r".*RotaryEmbedding", "head_size"): "head_dim",
-    (r"Qwen3(Moe)?Attention", "scaling"): "attention_scale",
-    (r"Qwen3(Moe)?Attention", "head_dim"): "head_dim",
-    (r"Qwen3(Moe)?Attention", "total_num_heads"): "num_attention_heads",
-    (r"Qwen3(Moe)?Attention", "total_num_kv_heads"): "num_key_value_heads",
+#: (module class name, a regular expression; attribute) → the learner's quantity it must equal: the names vLLM and
+#: SGLang share (:data:`~fp8rl_core.sampler.engine_state.SHARED_COUNTERPARTS`) and this engine's own
+COUNTERPARTS: dict[tuple[str, str], str] = SHARED_COUNTERPARTS | {
     ("LogitsProcessor", "vocab_size"): "vocab_size",
     ("LogitsProcessor", "final_logit_softcapping"): "logit_soft_cap",
 }
