@@ -324,8 +324,8 @@ class CheckRunner:
             events.append(MismatchEvent(at, self.syncs, PROBE_EVENT, float(pmean), "probe", None,
                                         float(pmean) / probe.bound if probe.bound else float("inf"), pmean, pmax, tail))
         if obs is not None:  # the alarm's part of W7: a suspicion confirmed by any failed check, else an event
-            confirmed = obs.suspicious and any(not p.passed for ps in parts.values() for p in ps) or (
-                obs.suspicious and vck is not None and not vck.passed)
+            failing = any(not p.passed for ps in parts.values() for p in ps) or (vck is not None and not vck.passed)
+            confirmed = obs.suspicious and failing
             parts["W7"].append(obs.result(confirmed))
             if obs.suspicious and not confirmed and not obs.nonfinite:
                 self.alarm.dismiss(obs)
