@@ -109,7 +109,6 @@ SLOW_FIXTURES = frozenset({"trained"})  # tests/core/learner/test_warmstart.py: 
 #: the slowest files, slowest first (their tests' seconds in two workers, tests/BUDGET.md): handed to the xdist
 #: workers before every other file
 HEAVY = ("flows/test_verl.py", "flows/test_verl_moe.py", "flows/test_pipelines.py", "flows/test_scale_out.py",
-         "flows/test_deployment.py",
          "core/sampler/test_engine.py", "flows/test_sglang.py", "core/sampler/sglang/test_engine.py",
          "flows/test_correctness.py", "core/test_correctness.py",
          "verl/test_platform.py", "core/grids/test_mx.py", "verl/test_rollout_engine.py", "flows/test_mlflow_ui.py",

@@ -1,4 +1,4 @@
-"""deployments/prefect.yaml as declared, without a Prefect server (tests/flows/test_deployment.py deploys the
+"""deployments/prefect.yaml as declared, without a Prefect server (tests/flows/test_verl.py deploys the
 file for real): the nightly ``upstream-drift`` deployment's name, entrypoint (it loads, and is the flow
 ``upstream-drift``), parameters (the flow's own) and schedule (a valid cron, 04:00 UTC, after the nightly
 correctness runs)."""

@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow.parquet as pq
 import pytest
@@ -151,7 +152,7 @@ def test_a_verl_sweep_on_two_workers_runs_side_by_side_on_rays_of_their_own_and_
 
     from fp8rl_core.config.dataset import file_sha256
     from flows.pipelines import RunsFailed, mxfp8_sweep
-    from tests.flows.test_deployment import Server, _kill_group, _tail
+    from tests.flows.prefect_server import Server, _kill_group, _tail, assert_deployments
 
     # verl.overrides: a setting of verl's own (an entropy bonus in the actor's loss) applied after fp8rl's;
     # verl.save_checkpoints: the actor's HF model after every step, what the fixed-weights experiment below measures
@@ -161,16 +162,19 @@ def test_a_verl_sweep_on_two_workers_runs_side_by_side_on_rays_of_their_own_and_
             "verl.save_checkpoints=true", "verl.overrides=[actor_rollout_ref.actor.entropy_coeff=0.001]",
             f"resources.work_pool={pool}"]
     names = ["dense-mini·bf16-sampler·s0", "dense-mini·half·s0", "dense-mini·all·s0"]
-    server = Server(tmp_path)
+    server = Server(tmp_path, pool)
     workers: list = []
     c = tracking.client()
     try:
         server.start()
         server.cli("work-pool", "create", pool, "--type", "process")
-        server.cli("deploy", "--all", "--prefect-file", "deployments/prefect.yaml",
-                   env=server.env | {"FP8RL_WORK_POOL": pool}, timeout=600)  # imports the flows (torch, vLLM)
+        server.cli("deploy", "--all", "--prefect-file", "deployments/prefect.yaml", timeout=600)  # imports the flows (torch, vLLM)
+        assert_deployments(server, pool)
+        # the workers' flow runs write where this test's records are: MLflow, artifacts, verl's work folders, the
+        # reports, the session's warm-start cache (nothing into the checkout)
         worker_env = server.env | {k: os.environ[k] for k in ("MLFLOW_TRACKING_URI", "FP8RL_ARTIFACTS", "FP8RL_VERL_WORK")} \
-            | {"FP8RL_CACHE": env["warmstart"], "PYTHONPATH": str(ROOT), "PREFECT_WORKER_QUERY_SECONDS": "2"}
+            | {"FP8RL_CACHE": env["warmstart"], "FP8RL_REPORTS": str(env["root"] / "reports"), "PYTHONPATH": str(ROOT),
+               "PREFECT_WORKER_QUERY_SECONDS": "2"}
         # as docs/deploy.md starts a node's worker (one run at a time, verl runs only), and the sweeps' own worker
         for name, queue in (("worker1", "verl"), ("worker2", "verl"), ("sweeps", "default")):
             log = (tmp_path / f"{name}.log").open("w")
@@ -230,12 +234,27 @@ def test_a_verl_sweep_on_two_workers_runs_side_by_side_on_rays_of_their_own_and_
             # in MLflow: the killed run ended while another run of the sweep ran on
             assert any(r.info.start_time < half.info.end_time < r.info.end_time for r in found if r is not half), spans
 
-            # the rerun: only the killed run runs again
-            rows = mxfp8_sweep(VERL_SMOKE, args)
-        assert [(r.name, r.status) for r in rows] == [("dense-mini·bf16-sampler·s0", "SKIPPED (done)"),
-                                                      ("dense-mini·half·s0", "FINISHED"),
-                                                      ("dense-mini·all·s0", "SKIPPED (done)")]
         first_sweep = found[0].data.tags["fp8rl.sweep_id"]
+
+        # the rerun, started as a user starts it (`prefect deployment run`, its flow run on the sweeps' worker, queue
+        # `default`): COMPLETED in Prefect, and only the killed run ran again — the rerun's one child flow run
+        out = server.cli("deployment", "run", "mxfp8-sweep/verl-smoke", "--params",
+                         json.dumps({"config": VERL_SMOKE, "overrides": args}))
+        rerun = re.search(r"UUID:\s*([0-9a-f-]{36})", out)[1]
+        deadline = time.monotonic() + 1200
+        while server.get(f"/flow_runs/{rerun}")["state"]["type"] not in FINAL and time.monotonic() < deadline:
+            time.sleep(2)
+        assert server.get(f"/flow_runs/{rerun}")["state"]["type"] == "COMPLETED", server.flow_run_logs(rerun)
+        tasks_of_rerun = [t["id"] for t in server.post("/task_runs/filter", {"flow_runs": {"id": {"any_": [rerun]}}})]
+        rerun_children = server.post("/flow_runs/filter", {"flow_runs": {"parent_task_run_id": {"any_": tasks_of_rerun}}})
+        assert [(f["name"], f["state"]["type"]) for f in rerun_children] == [("dense-mini·half·s0", "COMPLETED")]
+        finished = [r for r in c.search_runs([exp.experiment_id], f"tags.`fp8rl.sweep_id` = '{first_sweep}'")
+                    if r.data.tags.get("fp8rl.kind") != "sweep" and r.info.status == "FINISHED"]
+        assert sorted(r.info.run_name for r in finished) == sorted(names)  # one FINISHED run each, the killed one FAILED
+        rows = sorted(finished, key=lambda r: names.index(r.info.run_name))  # the first sweep's runs, in its order
+        # `half`'s new record is the rerun's child flow run's; the worker's artifacts went to FP8RL_ARTIFACTS
+        assert rows[1].info.run_id != half.info.run_id and rows[1].data.tags["prefect.flow_run_id"] == rerun_children[0]["id"]
+        assert rows[1].info.artifact_uri.startswith(Path(os.environ["FP8RL_ARTIFACTS"]).resolve().as_uri())
 
         # cancelling: the sweep with another seed (none of its runs finished), started as a user starts it, cancelled
         # in Prefect as soon as one of its runs runs
@@ -295,6 +314,7 @@ def test_a_verl_sweep_on_two_workers_runs_side_by_side_on_rays_of_their_own_and_
                  and r.data.tags["fp8rl.sweep_id"] == first_sweep]
     assert parent.info.status == "FINISHED" and "error" not in parent.data.tags  # the rerun repaired it
     for row in rows:
+        row = SimpleNamespace(mlflow_run=row.info.run_id, name=row.info.run_name, run_id=row.data.tags["fp8rl.run_id"])
         run = c.get_run(row.mlflow_run)
         assert run.info.status == "FINISHED" and run.data.tags["mlflow.parentRunId"] == parent.info.run_id
         preset = row.name.split("·")[1]
@@ -361,7 +381,7 @@ def test_a_verl_sweep_on_two_workers_runs_side_by_side_on_rays_of_their_own_and_
     from fp8rl_core.sampler.pool import release_all
     from tests.core.test_matching import assert_every_sync_passed, assert_measured_on_validation_prompts, fixed_weights_from
 
-    saved = sorted((env["root"] / "verl" / "verl-smoke" / rows[2].run_id).glob("checkpoints/global_step_*"),
+    saved = sorted((env["root"] / "verl" / "verl-smoke" / rows[2].data.tags["fp8rl.run_id"]).glob("checkpoints/global_step_*"),
                    key=lambda d: int(d.name.rsplit("_", 1)[1]))
     assert [d.name for d in saved] == ["global_step_1", "global_step_2"]
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {f.name for f in (saved[-1] / "actor" / "huggingface").iterdir()}
