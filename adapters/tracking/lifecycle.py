@@ -147,12 +147,18 @@ def schedule(mlflow_run: str) -> None:
     client().update_run(mlflow_run, status="SCHEDULED")
 
 
-def start(mlflow_run: str, tags: Mapping[str, str]) -> None:
-    """The run starts executing: RUNNING, with where it runs (host, pid, Ray node) and its flow run as tags."""
+def start(mlflow_run: str, tags: Mapping[str, str]) -> bool:
+    """The run starts executing: RUNNING, with where it runs (host, pid, Ray node) and its flow run as tags; True.
+    A run its sweep already ended KILLED (cancelled while its process was still starting: the sweep's reason in
+    its ``error`` tag) stays KILLED — its process is being stopped, and one stopped by SIGKILL could never end it
+    again — and gets the tags only; False."""
     c = client()
-    c.update_run(mlflow_run, status="RUNNING")
+    killed = c.get_run(mlflow_run).info.status == "KILLED"
+    if not killed:
+        c.update_run(mlflow_run, status="RUNNING")
     for k, v in tags.items():
         c.set_tag(mlflow_run, k, v)
+    return not killed
 
 
 def terminate(mlflow_run: str, status: str) -> None:

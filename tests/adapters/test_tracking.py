@@ -249,6 +249,15 @@ def _ends(store):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)
     assert _status_and_error(runs[5]) == ("KILLED", "the sweep's flow run x was cancelled in Prefect")
+    # a run its sweep ended KILLED before its process started it (a cancel racing a slow start) stays KILLED: the
+    # process may be SIGKILLed next and could not end it again
+    late = tracking.open_run("sweep-e", "sid", "r6", "n6", {}, None)
+    tracking.end_unfinished(late, "KILLED", "the sweep's flow run x was cancelled in Prefect")
+    assert tracking.start(late, {"fp8rl.pid": "1"}) is False
+    assert _status_and_error(late) == ("KILLED", "the sweep's flow run x was cancelled in Prefect")
+    assert tracking.client().get_run(late).data.tags["fp8rl.pid"] == "1"
+    assert tracking.start(runs[0], {}) is True  # any other run: RUNNING
+    assert tracking.status(runs[0]) == "RUNNING"
 
 
 def test_a_run_recorded_under_its_pinned_id_is_found_as_its_config_loads_today(store):
