@@ -312,7 +312,7 @@ def _verl_side_by_side(sweep: Sweep, pending: list[Run], together: int, flow_run
     import contextvars
 
     from adapters.signals import on_signals
-    from tasks.verl_run import stop_all
+    from adapters.verl_process import stop_all
 
     logger = get_run_logger()
 
