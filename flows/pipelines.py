@@ -40,6 +40,9 @@ __all__ = ["RunsFailed", "experiment", "fixed_weights", "mxfp8_sweep", "nightly_
 
 WARMSTART_CACHE = os.environ.get("FP8RL_CACHE", ".cache/warmstart")
 REPORTS = os.environ.get("FP8RL_REPORTS", "reports")
+#: this file's folder when a deployment loaded it as the script module ``pipelines`` (Ray workers must import it
+#: under that name too: :func:`adapters.sweeps.worker_env`), else None
+_SCRIPT_DIR = None if __name__ == "flows.pipelines" else str(Path(__file__).resolve().parent)
 
 
 def _flow_run() -> str:
@@ -208,9 +211,10 @@ def _sweep(sweep: Sweep, resume: bool = True, report: bool = False, ray_address:
     get_run_logger().info("sweep %s (%s): %d runs from %s", sweep.name, sweep.id, len(sweep.runs), sweep.source)
     strategy = sweeps.strategy_for(sweep, inline=inline, ray_address=ray_address, work_pool=work_pool)
     parent, flow_run = ParentRun(sweep), _flow_run()
-    how = sweeps.Context(_run_one(sweep, parent, flow_run, ray_address), _remote_task, parent.get, console.progress,
-                         flow_run, WARMSTART_CACHE, None if __name__ == "flows.pipelines" else str(Path(__file__).resolve().parent),
-                         ray_address, work_pool or sweep.config.resources.work_pool)
+    how = sweeps.Context(run_one=_run_one(sweep, parent, flow_run, ray_address), remote_task=_remote_task,
+                         parent=parent.get, progress=console.progress, flow_run=flow_run,
+                         warmstart_cache=WARMSTART_CACHE, script_dir=_SCRIPT_DIR, ray_address=ray_address,
+                         work_pool=work_pool or sweep.config.resources.work_pool)
     strategy.check(sweep, how)  # before any MLflow run is opened
     rows, pending = skip_finished(sweep, resume)
     try:

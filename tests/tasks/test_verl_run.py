@@ -73,7 +73,7 @@ def test_a_run_verl_refuses_ends_with_verls_status_and_its_own_message(store):
     assert out.reason.startswith("verl's main_ppo exited with status 1: ")
     assert "n_gpus (8) must be divisible by model_parallel_size (3)" in out.reason  # verl's own words
     assert len(out.reason) < 1000 and "model_engine=megatron" not in out.reason  # not Hydra's echo of the overrides
-    assert "Traceback" not in out.reason  # its exception line alone (tests/tasks/test_verl_failure.py)
+    assert "Traceback" not in out.reason  # its exception line alone (tests/adapters/test_verl_process.py)
     work = work_dir(sweep.sweep, run)
     assert out.log == work / "main_ppo.log"
     # it ran with the launcher's overrides and payload (what `fp8rl verl-config --mlflow-run` prints), on the GSM8K
