@@ -4,7 +4,7 @@ Rule: a run with ``sampler.engine: sglang`` starts SGLang's server with ``$FP8RL
 (:data:`fp8rl_core.sampler.sglang.engine.PYTHON_ENV`). :func:`sglang_python` sets it, when unset, to the project's
 ``.venv-sglang/bin/python`` (``make setup-sglang``) where that exists, before anything runs; a sweep that needs
 SGLang and finds no interpreter is refused in one line. The flows pass the variable on to their Ray workers
-(:func:`flows.pipelines._worker_env`). docs/configs.md, "The sampler engine".
+(:func:`adapters.sweeps.worker_env`); :func:`adapters.sweep_load.load_sweep` calls :func:`sglang_python`. docs/configs.md, "The sampler engine".
 """
 
 from __future__ import annotations

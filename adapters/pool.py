@@ -27,7 +27,7 @@ from adapters.cluster import ClusterError
 from adapters.tracking import RunRow
 
 __all__ = ["POLL_S", "VERL_RUN", "PoolJob", "cancelled", "check_deployment", "deployment_name", "interruption",
-           "run_on_pool"]
+           "killed_by", "run_on_pool"]
 
 #: the flow (and deployment) name of one verl run (flows/pipelines.py ``verl_run``; deployments/prefect.yaml)
 VERL_RUN = "verl-run"
@@ -93,6 +93,13 @@ def cancelled() -> str | None:
         return None
     message = tracking.plain_text(" ".join((me.state.message or "").split()))
     return f"flow run {me.name} was cancelled in Prefect" + (f" ({message})" if message else "")
+
+
+def killed_by(signal_name: str) -> str:
+    """Why a verl run's MLflow run ended KILLED: its flow run cancelled in Prefect (:func:`cancelled`) and the
+    signal its worker sent, else the signal."""
+    why = cancelled()
+    return f"its {why}; stopped by signal {signal_name}" if why else f"interrupted by signal {signal_name}"
 
 
 def interruption(e: BaseException) -> str:

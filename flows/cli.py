@@ -77,15 +77,11 @@ def run(
     ./mlflow.db).
 
     Runs already FINISHED in MLflow (same run id) are skipped; failed ones run again."""
-    from adapters import engines
+    from adapters.sweep_load import load_sweep
     from fp8rl_core.config.loading import ConfigError
-    from fp8rl_core.config.runs import Sweep
-    from fp8rl_core.verl.preflight import preflight
 
     try:  # read, expanded and checked once, before Prefect and MLflow start: a bad config fails with only its message
-        sweep = Sweep.load(config, overrides or [])
-        preflight(sweep.runs)  # a dataset's scorers (either backend), verl.overrides: by the installed verl
-        engines.sglang_python(sweep.runs)  # a run on SGLang: its venv's interpreter, or the one line saying how
+        sweep = load_sweep(config, overrides)  # pre-flighted; a run on SGLang: its venv's interpreter, or why not
     except (ConfigError, ValueError) as e:
         raise _fail(str(e)) from None
     typer.echo(f"sweep {sweep.name}: {len(sweep.runs)} runs from {config}")

@@ -2,17 +2,17 @@
 
 Flows only compose tasks (:mod:`tasks.stages`, :mod:`tasks.verl_run`), the tracking calls that open and
 end an MLflow run (:func:`adapters.tracking.ending`: FINISHED, FAILED with the ``error`` tag, KILLED on a
-signal) and the dispatcher that runs a sweep's experiments on Ray (:mod:`adapters.dispatch`).
+signal) and a sweep's dispatch: the strategy :mod:`adapters.sweeps` chooses, handed what runs one run here
+(:func:`experiment`, :func:`fixed_weights`, :func:`_verl_run`) and on a Ray worker (:func:`run_experiment`).
 """
 
 # annotations evaluated at definition (no postponed ones): Prefect validates the experiment flow's
 # parameters against them on a Ray worker, where a postponed name (``Run``) does not resolve
 import logging
 import os
-import signal
 from pathlib import Path
 
-from adapters.logs import TO_API, configure_vllm_logging, engines_here, lines_stay_off_a_temporary_api, quiet_process
+from adapters.logs import configure_vllm_logging, engines_here, lines_stay_off_a_temporary_api, quiet_process
 
 # a Ray worker imports this module to run a task: the CLI's quiet defaults before the libraries load, and
 # vLLM's logging configured before any task run logs (adapters.logs.configure_vllm_logging) — except in a
@@ -25,14 +25,14 @@ from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.runtime import flow_run as runtime_flow_run  # noqa: E402
 
-from adapters import cluster, dispatch, engines, pool, tracking  # noqa: E402
+from adapters import cluster, pool, sweeps, tracking  # noqa: E402
+from adapters.sweep_load import load_sweep  # noqa: E402
+from adapters.sweep_record import ParentRun, open_run, skip_finished  # noqa: E402
 from adapters.tracking import RunRow  # noqa: E402
 from flows import console  # noqa: E402
 from flows.native_correctness import native_correctness  # noqa: E402
 from fp8rl_core.config.runs import Run, Sweep  # noqa: E402
 from fp8rl_core.config.sweep import MatchingSection  # noqa: E402
-from fp8rl_core.schedule import dispatch_order, engine_group  # noqa: E402
-from fp8rl_core.sampler.pool import release_all  # noqa: E402
 from fp8rl_core.verl.payload import NO_VERL_HOOKS, VerlHooks  # noqa: E402
 from tasks import reporting, stages  # noqa: E402
 
@@ -40,12 +40,9 @@ __all__ = ["RunsFailed", "experiment", "fixed_weights", "mxfp8_sweep", "nightly_
 
 WARMSTART_CACHE = os.environ.get("FP8RL_CACHE", ".cache/warmstart")
 REPORTS = os.environ.get("FP8RL_REPORTS", "reports")
-
-
-def _open(run: Run, sweep: str, sweep_id: str, flow_run: str | None, parent: str | None = None) -> str:
-    params = tracking.flatten(run.config.model_dump(mode="json", exclude={"models_dir"}))
-    return tracking.open_run(sweep, sweep_id, run.id, run.name, params, flow_run, parent=parent, tags=run.tags,
-                             description=run.description)
+#: this file's folder when a deployment loaded it as the script module ``pipelines`` (Ray workers must import it
+#: under that name too: :func:`adapters.sweeps.worker_env`), else None
+_SCRIPT_DIR = None if __name__ == "flows.pipelines" else str(Path(__file__).resolve().parent)
 
 
 def _flow_run() -> str:
@@ -61,7 +58,7 @@ def experiment(run: Run, sweep: str = "adhoc", sweep_id: str = "adhoc", mlflow_r
     cfg, key = run.config, run.id
     flow_run = _flow_run()
     if mlflow_run is None:
-        mlflow_run = _open(run, sweep, sweep_id, flow_run)
+        mlflow_run = open_run(run, sweep, sweep_id, flow_run)
     tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run})
     try:
         with tracking.ending(mlflow_run), tracking.captured_logs(mlflow_run):
@@ -102,7 +99,7 @@ def fixed_weights(run: Run, matching: MatchingSection, sweep: str = "adhoc", swe
     cfg, key = run.config, run.id
     flow_run = _flow_run()
     if mlflow_run is None:
-        mlflow_run = _open(run, sweep, sweep_id, flow_run)
+        mlflow_run = open_run(run, sweep, sweep_id, flow_run)
     tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run})
     with tracking.ending(mlflow_run), tracking.captured_logs(mlflow_run):
         ckpt = None if matching.checkpoints is not None else cfg.model_path or stages.warm_start_checkpoint(
@@ -130,104 +127,6 @@ def run_experiment(run: Run, sweep: str, sweep_id: str, mlflow_run: str, cwd: st
     return experiment(run, sweep, sweep_id, mlflow_run)
 
 
-def _worker_env() -> dict[str, str]:
-    """What a Ray worker needs to run an experiment as the driver would: the tracking store, the artifact
-    root and the warm-start cache (absolute), the SGLang venv's interpreter where the sweep runs SGLang
-    (:mod:`adapters.engines`), Prefect's ``logging.to_api`` when the driver's is off (:mod:`adapters.logs`), and
-    — when a deployment loaded this file as the script module ``pipelines`` — its folder on ``PYTHONPATH`` (the
-    flow in the task runs' context is pickled by reference to that module, so the workers must import it under
-    that name too)."""
-    from prefect.settings import get_current_settings
-
-    env = {"MLFLOW_TRACKING_URI": tracking.tracking_uri(), "FP8RL_ARTIFACTS": str(tracking.artifact_root().resolve()),
-           "FP8RL_CACHE": str(Path(WARMSTART_CACHE).resolve())}
-    if not get_current_settings().logging.to_api.enabled:  # the driver's lines stay off the API: the workers' too
-        env[TO_API] = "false"
-    if os.environ.get(engines.SGLANG_PYTHON):  # set by _load for a sweep that runs SGLang (adapters.engines)
-        env[engines.SGLANG_PYTHON] = os.environ[engines.SGLANG_PYTHON]
-    if __name__ != "flows.pipelines":
-        here = str(Path(__file__).resolve().parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
-    return env
-
-
-def _inline(sweep: Sweep, todo: list[tuple[Run, str]], done) -> list[RunRow]:
-    """The runs one after another in this process (``inline=True``): for a debugger, and the baseline of
-    bench/orchestration.py. No Ray."""
-    rows = []
-    try:
-        for run, mlflow_run in todo:
-            try:
-                matching = sweep.config.matching
-                row = experiment(run, sweep.name, sweep.id, mlflow_run) if matching is None else \
-                    fixed_weights(run, matching, sweep.name, sweep.id, mlflow_run)
-            except Exception as e:  # noqa: BLE001 — one failed run must not stop the others
-                get_run_logger().error("run %s failed: %s: %s", run.name, type(e).__name__, e)
-                row = RunRow(run.id, mlflow_run, run.name, f"FAILED: {type(e).__name__}")
-            rows.append(row)
-            done(row)
-    except BaseException as e:
-        for _, mlflow_run in todo:
-            tracking.end_unfinished(mlflow_run, "KILLED", f"the sweep was interrupted ({type(e).__name__}: {e})")
-        raise
-    finally:
-        release_all()
-    return rows
-
-
-def _on_ray(sweep: Sweep, todo: list[tuple[Run, str]], ray_cluster: dispatch.RayCluster, done) -> list[RunRow]:
-    """The runs as ``run-experiment`` task runs on Ray, warm starts side by side first."""
-    # the task as the importable module holds it: a deployment loads this file under a script-module name
-    # that a Ray worker cannot import back (the task's function is pickled by reference)
-    from flows.pipelines import run_experiment as task_fn
-
-    todo = [todo[i] for i in dispatch_order([run for run, _ in todo])]
-    jobs = [dispatch.Job(run.id, run.name, mlflow_run, engine_group(run),
-                         {"run": run, "sweep": sweep.name, "sweep_id": sweep.id, "mlflow_run": mlflow_run,
-                          "cwd": os.getcwd(), "matching": sweep.config.matching})
-            for run, mlflow_run in todo]
-    return ray_cluster.run(task_fn, jobs, sweep.config.resources.ray_options(), done)
-
-
-def _skip_finished(sweep: Sweep, resume: bool) -> tuple[dict[str, RunRow], list[Run]]:
-    """The rows of the runs already FINISHED in MLflow (same run id; none unless ``resume``), and the runs
-    still to run, in sweep order."""
-    logger = get_run_logger()
-    rows: dict[str, RunRow] = {}
-    pending: list[Run] = []
-    for run in sweep.runs:
-        found = tracking.find_finished(sweep.name, run.id) if resume else None
-        if found is not None:
-            logger.info("run %s (%s) already finished as MLflow run %s: skipped", run.name, run.id, found)
-            rows[run.id] = RunRow(run.id, found, run.name, "SKIPPED (done)")
-        else:
-            pending.append(run)
-    return rows, pending
-
-
-class _ParentRun:
-    """The sweep's parent run (:func:`adapters.tracking.open_sweep_run`), opened when first asked for — with
-    the sweep's settings as params and ``sweep.json`` — so a sweep with nothing to run opens none."""
-
-    def __init__(self, sweep: Sweep) -> None:
-        self._sweep = sweep
-        self.id: str | None = None
-
-    def get(self) -> str:
-        if self.id is None:
-            sweep, config = self._sweep, self._sweep.config
-            params = tracking.flatten(config.model_dump(mode="json", exclude={"correctness"})) | {"config": sweep.source}
-            self.id = tracking.open_sweep_run(sweep.name, sweep.id, params, config.description)
-            tracking.log_json(self.id, "sweep.json", config.model_dump(mode="json") | {
-                "config": sweep.source, "overrides": list(sweep.overrides), "run_ids": [r.id for r in sweep.runs]})
-        return self.id
-
-    def end(self, rows: list[RunRow], interrupted: BaseException | str | None = None) -> None:
-        """End it by its runs' rows (:func:`adapters.tracking.end_sweep_run`), if it was opened."""
-        if self.id is not None:
-            tracking.end_sweep_run(self.id, rows, interrupted=interrupted)
-
-
 class RunsFailed(RuntimeError):
     """A sweep ended with failed runs (each told in its own line as it ended, and in its MLflow run)."""
 
@@ -237,137 +136,6 @@ def _raise_if_failed(rows: list[RunRow], what: str = "runs") -> None:
     if failed:
         raise RunsFailed(f"{len(failed)} of {len(rows)} {what} failed: {', '.join(failed)}; rerun the sweep to retry "
                            "them (their MLflow runs say why)")
-
-
-def _verl_sweep(sweep: Sweep, resume: bool, report: bool, ray_address: str | None,
-                work_pool: str | None = None) -> list[RunRow]:
-    """A ``backend: verl`` sweep. With a work pool (``work_pool``, else ``resources.work_pool``): each run a
-    child flow run of the pool's ``verl-run`` deployment (:mod:`adapters.pool`), as many at once as the pool
-    has free workers, each starting its run on a Ray of its own on its node. Without one: check the cluster,
-    then each run as verl's trainer (:func:`tasks.verl_run.run_verl`) in this process, one after another —
-    each takes ``verl.nnodes × verl.gpus_per_node`` GPUs (on CPU, ``verl.hardware: cpu``, without a cluster
-    address: that many slots of the Ray of its own verl starts). Nothing is opened in MLflow when the
-    cluster or the pool cannot host the runs (:class:`adapters.cluster.ClusterError`). The runs are nested
-    under the sweep's parent run, as a native sweep's; each ends FINISHED, or FAILED with verl's exit status
-    and its error line (a failed check's line names condition, rank and layer), with the exception that
-    stopped its launch, or with how its flow run ended (its process killed, its worker lost); KILLED when
-    the sweep is interrupted or cancelled; runs already FINISHED are skipped when ``resume``; then the
-    sweep's report."""
-    runs = sweep.runs
-    if any(r.config.backend != "verl" for r in runs):
-        raise ValueError(f"{sweep.source}: a sweep runs all its runs on one backend; this one mixes native and verl")
-    work_pool = work_pool or sweep.config.resources.work_pool
-    if work_pool:
-        online = pool.check_deployment(work_pool)
-        get_run_logger().info("work pool %s: %d workers online; each run a flow run of %s", work_pool, online,
-                              pool.deployment_name(work_pool))
-    else:
-        own_ray = ray_address is None and not os.environ.get("RAY_ADDRESS")
-        on_cluster = [r for r in runs if not (own_ray and r.config.verl.hardware == "cpu")]
-        if on_cluster:  # verl's main_ppo joins this cluster (or, locally, starts a Ray of its own) after the pre-flight
-            with dispatch.connected(ray_address) as (where, found):
-                cluster.preflight(found, [cluster.verl_fit_problem(r.config.verl.nnodes, r.config.verl.gpus_per_node,
-                                                                   found, where) for r in on_cluster])
-        else:  # each run's verl starts its own local Ray with the slots the run asks for
-            cluster.preflight([], [])
-    flow_run = _flow_run()
-    rows, pending = _skip_finished(sweep, resume)
-    parent = _ParentRun(sweep)
-    try:
-        if work_pool and pending:
-            rows |= {r.run_id: r for r in _verl_on_pool(sweep, pending, work_pool, parent.get(), ray_address)}
-        together = 1 if work_pool else _side_by_side(sweep, ray_address)
-        if together > 1 and pending:
-            rows |= _verl_side_by_side(sweep, pending, together, flow_run, parent.get())
-        for run in [] if work_pool or together > 1 else pending:
-            mlflow_run = _open(run, sweep.name, sweep.id, flow_run, parent.get())
-            try:
-                rows[run.id], _ = _verl_run(run, sweep.name, sweep.id, flow_run, parent.get(), ray_address,
-                                            mlflow_run=mlflow_run)
-            except Exception as e:  # noqa: BLE001 — its MLflow run ended FAILED with the error; the next one runs
-                get_run_logger().error("run %s failed: %s: %s", run.name, type(e).__name__, tracking.plain_text(str(e)))
-                rows[run.id] = RunRow(run.id, mlflow_run, run.name, f"FAILED: {type(e).__name__}")
-    except BaseException as e:  # interrupted (its flow run cancelled in Prefect), or the sweep broke: its parent run says so
-        parent.end(list(rows.values()), interrupted=pool.interruption(e))
-        raise
-    return _finish(sweep, [rows[r.id] for r in runs], parent, report, "verl runs")
-
-
-def _side_by_side(sweep: Sweep, ray_address: str | None) -> int:
-    """How many of a verl sweep's runs start together on this machine: on CPU (``verl.hardware: cpu``), each on
-    a Ray of its own (no cluster address), as many as fit this machine by the sweep's ``resources`` (its cores,
-    its memory: :func:`adapters.cluster.capacity`), at least one; else one (GPU runs on one host share its GPUs:
-    give each a worker of its own)."""
-    if ray_address or os.environ.get("RAY_ADDRESS") or any(r.config.verl.hardware != "cpu" for r in sweep.runs):
-        return 1
-    return max(1, cluster.capacity(sweep.config.resources.ray_options(), [cluster.this_machine()]))
-
-
-def _verl_side_by_side(sweep: Sweep, pending: list[Run], together: int, flow_run: str, parent: str) -> dict[str, RunRow]:
-    """The ``pending`` runs on this machine, ``together`` at a time, each in a thread of this process that runs
-    verl's trainer on a Ray of its own (:func:`_verl_run`); their rows. Every MLflow record is opened first
-    (SCHEDULED). SIGTERM/SIGINT: the trainers are terminated, the runs not finished end KILLED, and the
-    interrupt is raised."""
-    import concurrent.futures as cf
-    import contextvars
-
-    from adapters.signals import on_signals
-    from tasks.verl_run import stop_all
-
-    logger = get_run_logger()
-
-    def one(run: Run, mlflow_run: str) -> RunRow:
-        try:
-            return _verl_run(run, sweep.name, sweep.id, flow_run, parent, None, mlflow_run=mlflow_run)[0]
-        except Exception as e:  # noqa: BLE001 — its MLflow run ended FAILED with the error; the others go on
-            logger.error("run %s failed: %s: %s", run.name, type(e).__name__, tracking.plain_text(str(e)))
-            return RunRow(run.id, mlflow_run, run.name, f"FAILED: {type(e).__name__}")
-
-    def interrupt(signum, frame, previous):
-        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
-
-    todo = []
-    for run in pending:
-        mlflow_run = _open(run, sweep.name, sweep.id, flow_run, parent)
-        tracking.schedule(mlflow_run)
-        todo.append((run, mlflow_run))
-    logger.info("%d verl runs, %d at a time on this machine (resources: %s)", len(todo), together,
-                sweep.config.resources.describe())
-    rows: dict[str, RunRow] = {}
-    with cf.ThreadPoolExecutor(together, thread_name_prefix="verl-run") as pool_:
-        futures = {pool_.submit(contextvars.copy_context().run, one, run, m): (run, m) for run, m in todo}
-        try:
-            with on_signals(interrupt), console.progress(sweep.name, len(todo)) as done:
-                for f in cf.as_completed(futures):
-                    row = f.result()
-                    rows[row.run_id] = row
-                    done(row)
-        except BaseException as e:
-            reason = f"the sweep was interrupted ({type(e).__name__}: {e}) before this run finished"
-            for f in futures:
-                f.cancel()
-            stop_all()
-            for run, m in futures.values():
-                tracking.end_unfinished(m, "KILLED", reason)
-            raise
-    return rows
-
-
-def _verl_on_pool(sweep: Sweep, pending: list[Run], work_pool: str, parent: str, ray_address: str | None) -> list[RunRow]:
-    """The ``pending`` runs as child flow runs of the pool's ``verl-run`` deployment: every MLflow record
-    opened first (SCHEDULED), then handed to Prefect; each child's process gets the tracking store, the
-    artifact root, the warm-start cache and verl's work folder of this process (:func:`_worker_env`)."""
-    env = _worker_env() | {"FP8RL_VERL_WORK": str(Path(os.environ.get("FP8RL_VERL_WORK", ".cache/verl")).resolve())}
-    source = str(Path(sweep.source).resolve())
-    jobs = []
-    for run in pending:
-        mlflow_run = _open(run, sweep.name, sweep.id, None, parent)
-        tracking.schedule(mlflow_run)
-        jobs.append(pool.PoolJob(run.id, run.name, mlflow_run, {
-            "config": source, "overrides": list(sweep.overrides), "run_id": run.id, "mlflow_run": mlflow_run,
-            "parent": parent, "ray_address": ray_address}))
-    with console.progress(sweep.name, len(jobs)) as done:
-        return pool.run_on_pool(work_pool, jobs, env, done)
 
 
 @flow(name="verl-run", log_prints=True)
@@ -399,12 +167,12 @@ def _verl_run(run: Run, sweep: str, sweep_id: str, flow_run: str, parent: str, r
     faults = hooks.names()
 
     if mlflow_run is None:
-        mlflow_run = _open(run, sweep, sweep_id, flow_run, parent)
+        mlflow_run = open_run(run, sweep, sweep_id, flow_run, parent)
     tracking.start(mlflow_run, cluster.where() | {"prefect.flow_run_id": flow_run, "verl.launch": "subprocess"}
                    | ({"fp8rl.fault": ", ".join(faults)} if faults else {}))
     # verl's own MLflow logger may end the run too: fp8rl's is the last word; a signal ends it KILLED, naming a
     # cancel in Prefect when its flow run (a verl-run on a worker, or the sweep's) was cancelled
-    with tracking.ending(mlflow_run, _killed_by) as end:
+    with tracking.ending(mlflow_run, pool.killed_by) as end:
         out = run_verl(run, sweep, mlflow_run, ray_address, WARMSTART_CACHE, hooks)
         if out.reason:
             end.fail(out.reason)
@@ -414,14 +182,7 @@ def _verl_run(run: Run, sweep: str, sweep_id: str, flow_run: str, parent: str, r
     return RunRow(run.id, mlflow_run, run.name, status, tracking.headline_metrics(out.summary)), out
 
 
-def _killed_by(signal_name: str) -> str:
-    """Why a verl run's MLflow run ended KILLED: its flow run cancelled in Prefect (:func:`adapters.pool.cancelled`)
-    and the signal its worker sent, else the signal."""
-    why = pool.cancelled()
-    return f"its {why}; stopped by signal {signal_name}" if why else f"interrupted by signal {signal_name}"
-
-
-def _finish(sweep: Sweep, rows: list[RunRow], parent: "_ParentRun", report: bool, what: str = "runs") -> list[RunRow]:
+def _finish(sweep: Sweep, rows: list[RunRow], parent: ParentRun, report: bool, what: str = "runs") -> list[RunRow]:
     """The end of a sweep: the runs' table, the report of the finished runs (even if some failed; it can be
     rebuilt with ``fp8rl report``), the parent run ended by its runs, an error naming the failed ones."""
     logger = get_run_logger()
@@ -441,64 +202,48 @@ def _finish(sweep: Sweep, rows: list[RunRow], parent: "_ParentRun", report: bool
     return rows
 
 
-def _load(config: str | Sweep, overrides: list[str] | None) -> Sweep:
-    """The sweep a flow runs: the one its caller read, expanded and checked (``fp8rl run``), as it is; else the
-    file ``config`` (a deployment's parameter) with ``overrides``, read, expanded and checked here, once
-    (:func:`fp8rl_core.verl.preflight.preflight`)."""
-    if isinstance(config, Sweep):
-        if overrides:
-            raise ValueError(f"overrides {overrides} given with the expanded sweep {config.name} ({config.source}), "
-                             "which carries its own; apply them when loading it")
-        engines.sglang_python(config.runs)  # the SGLang venv's interpreter, for this process and the Ray workers
-        return config
-    from fp8rl_core.verl.preflight import preflight
-
-    sweep = Sweep.load(config, overrides or [])
-    preflight(sweep.runs)  # a dataset's scorers, verl.overrides composed by verl (as `fp8rl run` does)
-    engines.sglang_python(sweep.runs)
-    return sweep
-
-
 def _sweep(sweep: Sweep, resume: bool = True, report: bool = False, ray_address: str | None = None,
            inline: bool = False, work_pool: str | None = None) -> list[RunRow]:
-    logger = get_run_logger()
-    logger.info("sweep %s (%s): %d runs from %s", sweep.name, sweep.id, len(sweep.runs), sweep.source)
-    if any(r.config.backend == "verl" for r in sweep.runs):  # verl's trainer runs them: never fall back to native
-        return _verl_sweep(sweep, resume=resume, report=report, ray_address=ray_address, work_pool=work_pool)
-    if work_pool or sweep.config.resources.work_pool:
-        raise ValueError(f"{sweep.source}: a work pool (resources.work_pool, --work-pool) dispatches backend verl "
-                         "runs; a native sweep's runs go to Ray (--ray-address)")
-
-    rows, pending = _skip_finished(sweep, resume)
-    parent = _ParentRun(sweep)
-    resources = sweep.config.resources
-
-    def opened() -> list[tuple[Run, str]]:  # every run gets its MLflow record before any is dispatched
-        out = []
-        for run in pending:
-            mlflow_run = _open(run, sweep.name, sweep.id, None, parent.get())
-            tracking.schedule(mlflow_run)
-            out.append((run, mlflow_run))
-        return out
-
+    """A sweep's runs through the strategy :func:`adapters.sweeps.strategy_for` chooses (inline, on Ray, a work
+    pool's workers, verl runs side by side or one after another on this machine): checked before anything is
+    recorded, runs already FINISHED skipped when ``resume``, the others' rows under the sweep's parent run,
+    which an interrupt ends KILLED; then :func:`_finish`."""
+    get_run_logger().info("sweep %s (%s): %d runs from %s", sweep.name, sweep.id, len(sweep.runs), sweep.source)
+    strategy = sweeps.strategy_for(sweep, inline=inline, ray_address=ray_address, work_pool=work_pool)
+    parent, flow_run = ParentRun(sweep), _flow_run()
+    how = sweeps.Context(run_one=_run_one(sweep, parent, flow_run, ray_address), remote_task=_remote_task,
+                         parent=parent.get, progress=console.progress, flow_run=flow_run,
+                         warmstart_cache=WARMSTART_CACHE, script_dir=_SCRIPT_DIR, ray_address=ray_address,
+                         work_pool=work_pool or sweep.config.resources.work_pool)
+    strategy.check(sweep, how)  # before any MLflow run is opened
+    rows, pending = skip_finished(sweep, resume)
     try:
-        if pending and inline:
-            with console.progress(sweep.name, len(pending)) as done:
-                rows |= {r.run_id: r for r in _inline(sweep, opened(), done)}
-        elif pending:
-            with dispatch.on_ray(ray_address, _worker_env()) as ray_cluster:
-                cluster.preflight(ray_cluster.nodes, [cluster.fit_problem(resources.ray_options(), ray_cluster.nodes,
-                                                                         ray_cluster.where)],
-                                  prefect_api=ray_cluster.prefect_api)  # before any MLflow run is opened
-                logger.info("%s: %d nodes; each run asks for %s", ray_cluster.where, len(ray_cluster.nodes),
-                            resources.describe())
-                todo = opened()
-                with console.progress(sweep.name, len(pending)) as done:
-                    rows |= {r.run_id: r for r in _on_ray(sweep, todo, ray_cluster, done)}
-    except BaseException as e:  # interrupted, or the sweep itself broke: its parent run says so
-        parent.end(list(rows.values()), interrupted=e)
+        for row in strategy(sweep, pending, how) if pending else ():
+            rows[row.run_id] = row
+    except BaseException as e:  # interrupted (or its flow run cancelled in Prefect), or the sweep broke: its parent run says so
+        parent.end(list(rows.values()), interrupted=strategy.interrupted(e))
         raise
-    return _finish(sweep, [rows[r.id] for r in sweep.runs], parent, report)
+    return _finish(sweep, [rows[r.id] for r in sweep.runs], parent, report, strategy.what)
+
+
+def _run_one(sweep: Sweep, parent: ParentRun, flow_run: str, ray_address: str | None):
+    """What runs one of ``sweep``'s runs in this process, its MLflow run opened: verl's trainer (:func:`_verl_run`,
+    under the parent run), else the fixed-weights flow for a sweep with a ``matching`` section, else the experiment."""
+    def one(run: Run, mlflow_run: str) -> RunRow:
+        if run.config.backend == "verl":
+            return _verl_run(run, sweep.name, sweep.id, flow_run, parent.get(), ray_address, mlflow_run=mlflow_run)[0]
+        if sweep.config.matching is not None:
+            return fixed_weights(run, sweep.config.matching, sweep.name, sweep.id, mlflow_run)
+        return experiment(run, sweep.name, sweep.id, mlflow_run)
+    return one
+
+
+def _remote_task():
+    """:func:`run_experiment` as the importable module holds it: a deployment loads this file under a script-module
+    name that a Ray worker cannot import back (the task's function is pickled by reference)."""
+    from flows.pipelines import run_experiment
+
+    return run_experiment
 
 
 @flow(name="mxfp8-sweep", log_prints=True)
@@ -515,7 +260,7 @@ def mxfp8_sweep(config: str | Sweep = "configs/smoke.yaml", overrides: list[str]
     ``work_pool`` (else ``resources.work_pool``): a ``backend: verl`` sweep's runs as flow runs of that
     pool's ``verl-run`` deployment, one per free worker (docs/deploy.md, verl runs on workers)."""
     with lines_stay_off_a_temporary_api():
-        return _sweep(_load(config, overrides), report=report, ray_address=ray_address, inline=inline,
+        return _sweep(load_sweep(config, overrides), report=report, ray_address=ray_address, inline=inline,
                       work_pool=work_pool)
 
 
@@ -530,7 +275,7 @@ def nightly_correctness(config: str | Sweep = "configs/nightly.yaml", overrides:
     (default both). ``ray_address``: where the sweep's runs go (as in mxfp8-sweep); the correctness stage
     runs in this process. ``config``: as in mxfp8-sweep; the sweep is read and expanded once for both stages."""
     which = set(stages_to_run or ("sweep", "correctness"))
-    sweep = _load(config, overrides)
+    sweep = load_sweep(config, overrides)
     out: dict = {}
     with lines_stay_off_a_temporary_api():
         if "sweep" in which:

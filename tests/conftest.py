@@ -48,7 +48,7 @@ ENGINE_FIXTURES = frozenset({"engines", "checkpoints"})
 #: tests that start engines on a model of their own (not the engine fixtures'): engine tests wherever they live
 ENGINE_TESTS: frozenset[str] = frozenset()
 #: files that do not get their folder's marker: path → marker
-EXCEPT = {"flows/test_cli.py": "flow", "flows/test_placement.py": "flow", "flows/test_terminal_table.py": "flow", "flows/test_deployment_file.py": "flow",
+EXCEPT = {"flows/test_cli.py": "flow", "flows/test_terminal_table.py": "flow", "flows/test_deployment_file.py": "flow",
           "core/sampler/test_quiet.py": "engine",
           "core/sampler/test_seam.py": "engine", "core/sampler/test_engine_state.py": "engine",
           "core/sampler/test_capabilities.py": "engine",

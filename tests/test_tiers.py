@@ -28,7 +28,7 @@ REAL = [
     ("adapters/test_tracking_server.py", "test_a_port_in_use_is_named", {"servers"}, {"flow"}),
     ("adapters/test_tracking.py", "test_a_remote_tracking_server_serves_every_node", set(), {"slow"}),
     ("tasks/test_verl_run.py", "test_a_run_verl_refuses_ends_with_verls_status_and_its_own_message", set(), {"slow"}),
-    ("tasks/test_verl_failure.py", "test_a_stopped_verl_run_is_one_plain_line_naming_condition_rank_and_layer", set(), set()),
+    ("adapters/test_verl_process.py", "test_a_stopped_verl_run_is_one_plain_line_naming_condition_rank_and_layer", set(), set()),
     ("core/sampler/test_quiet.py", "test_install_is_idempotent", set(), set()),
     ("core/grids/test_mx.py", "test_compiled_kernel_gives_the_eager_bytes[e4m3-rceil-ignore]", set(), {"slow"}),
     ("core/report/test_inputs.py", "test_the_large_committed_reports_are_what_todays_code_makes_of_them[matching-fixed-weights]",

@@ -1,7 +1,7 @@
 """tasks.verl_run: the launch of verl's trainer for a backend: verl run — its overrides are the ones
 ``fp8rl verl-config`` prints, and a real ``python -m verl.trainer.main_ppo`` that verl itself refuses ends with
 verl's exit status and verl's own error line (how that line is made from verl's output:
-tests/tasks/test_verl_failure.py)."""
+tests/adapters/test_verl_process.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from adapters import tracking
 from fp8rl_core.config.runs import Sweep
 from fp8rl_core.verl.payload import VerlPayload
-from tasks.verl_run import launch_overrides, launch_payload, payload_path, port_race, run_verl, work_dir
+from tasks.verl_run import launch_overrides, launch_payload, payload_path, run_verl, work_dir
 
 
 @pytest.fixture(autouse=True)
@@ -31,21 +31,6 @@ def store(tmp_path, monkeypatch):
     monkeypatch.setenv("FP8RL_ARTIFACTS", str(tmp_path / "artifacts"))
     monkeypatch.setenv("FP8RL_VERL_WORK", str(tmp_path / "verl"))
     return tmp_path
-
-
-#: the lines a verl run printed on this kind of machine when its actor ranks' TCPStore port had been taken
-RACE = """(WorkerDict pid=21135) [W1201 17:59:05.348114067 TCPStore.cpp:340] [c10d] TCP client failed to connect/validate to host 192.0.2.2:39157 - retrying (try=0, timeout=1800000ms, delay=628ms): Ping failed, invalid value returned from server. Expected: 21135, Got: 68681728
-(WorkerDict pid=21135) Exception raised from ping at /__w/pytorch/pytorch/torch/csrc/distributed/c10d/TCPStore.cpp:427 (most recent call first):
-ray.exceptions.RayTaskError(DistNetworkError): ray::WorkerDict.actor_rollout_init_model()"""
-
-
-def test_a_run_that_lost_a_port_race_before_its_first_sync_is_named_for_one_more_start():
-    line = port_race(1, RACE, [])
-    assert line.startswith("(WorkerDict pid=21135) [W1201") and "TCP client failed to connect/validate" in line
-    assert port_race(1, "torch.distributed.DistNetworkError: EADDRINUSE: address already in use", []) is not None
-    assert port_race(1, RACE, [{"sync": 1}]) is None  # it synced: the port was not the problem of its start
-    assert port_race(0, RACE, []) is None  # it finished
-    assert port_race(1, "fp8rl_core.verl.checking.CheckFailedError: W2 failed", []) is None  # any other failure
 
 
 def test_verl_config_prints_exactly_the_launchers_overrides(store, gsm8k_home):
@@ -88,7 +73,7 @@ def test_a_run_verl_refuses_ends_with_verls_status_and_its_own_message(store):
     assert out.reason.startswith("verl's main_ppo exited with status 1: ")
     assert "n_gpus (8) must be divisible by model_parallel_size (3)" in out.reason  # verl's own words
     assert len(out.reason) < 1000 and "model_engine=megatron" not in out.reason  # not Hydra's echo of the overrides
-    assert "Traceback" not in out.reason  # its exception line alone (tests/tasks/test_verl_failure.py)
+    assert "Traceback" not in out.reason  # its exception line alone (tests/adapters/test_verl_process.py)
     work = work_dir(sweep.sweep, run)
     assert out.log == work / "main_ppo.log"
     # it ran with the launcher's overrides and payload (what `fp8rl verl-config --mlflow-run` prints), on the GSM8K

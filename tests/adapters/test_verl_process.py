@@ -1,13 +1,19 @@
-"""How a failed verl run is told: :func:`tasks.verl_run.failure_reason` makes verl's output — Ray's colour
+"""adapters.verl_process: verl's trainer as a supervised subprocess, and how a failed verl run is told.
+
+:func:`adapters.verl_process.failure_reason` makes verl's output — Ray's colour
 escapes, worker prefixes, tracebacks quoting their ``raise`` lines, Hydra's echo — one line of plain text
 naming the cause (a failed check: its condition, rank and layer), the line the terminal prints and the MLflow
 run's ``error`` tag holds (:func:`adapters.tracking.plain_text`: tags are plain text). No MLflow store, no
-verl process: the fast tier."""
+verl process (a stand-in Python child for the supervision): the fast tier."""
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
+
 from adapters.tracking import plain_text
-from tasks.verl_run import failure_reason, plain_lines
+from adapters.verl_process import failure_reason, main_ppo, plain_lines, port_race, stop_all
 
 E = "\x1b"
 #: the end of a verl run's main_ppo.log on this machine: the stop run of the nightly correctness series (a W2
@@ -79,3 +85,43 @@ def test_a_run_verl_refuses_is_its_exception_line():
 def test_a_tag_is_plain_text():
     assert plain_text(f"RayTaskError(CheckFailedError): {E}[36mray::WorkerDict.actor_rollout_update_weights(){E}[39m "
                       "(pid=29515)") == "RayTaskError(CheckFailedError): ray::WorkerDict.actor_rollout_update_weights() (pid=29515)"
+
+
+#: the lines a verl run printed on this kind of machine when its actor ranks' TCPStore port had been taken
+RACE = """(WorkerDict pid=21135) [W1201 17:59:05.348114067 TCPStore.cpp:340] [c10d] TCP client failed to connect/validate to host 192.0.2.2:39157 - retrying (try=0, timeout=1800000ms, delay=628ms): Ping failed, invalid value returned from server. Expected: 21135, Got: 68681728
+(WorkerDict pid=21135) Exception raised from ping at /__w/pytorch/pytorch/torch/csrc/distributed/c10d/TCPStore.cpp:427 (most recent call first):
+ray.exceptions.RayTaskError(DistNetworkError): ray::WorkerDict.actor_rollout_init_model()"""
+
+
+def test_a_run_that_lost_a_port_race_before_its_first_sync_is_named_for_one_more_start():
+    line = port_race(1, RACE, [])
+    assert line.startswith("(WorkerDict pid=21135) [W1201") and "TCP client failed to connect/validate" in line
+    assert port_race(1, "torch.distributed.DistNetworkError: EADDRINUSE: address already in use", []) is not None
+    assert port_race(1, RACE, [{"sync": 1}]) is None  # it synced: the port was not the problem of its start
+    assert port_race(0, RACE, []) is None  # it finished
+    assert port_race(1, "fp8rl_core.verl.checking.CheckFailedError: W2 failed", []) is None  # any other failure
+
+
+def test_the_trainer_runs_to_its_end_and_tells_its_ray_address_once(tmp_path):
+    """:func:`main_ppo`: the child's output in the log, its exit status returned, the address its workers wrote
+    (``RAY_ADDRESS_FILE``) told once."""
+    from fp8rl_core.verl.payload import RAY_ADDRESS_FILE
+
+    code = (f"import pathlib, time; pathlib.Path({RAY_ADDRESS_FILE!r}).write_text('10.0.0.1:6379\\n'); "
+            "time.sleep(2.5); print('done'); raise SystemExit(3)")
+    told = []
+    status = main_ppo([sys.executable, "-c", code], {}, tmp_path, tmp_path / "main_ppo.log", told.append)
+    assert status == 3 and told == ["10.0.0.1:6379"] and (tmp_path / "main_ppo.log").read_text() == "done\n"
+
+
+def test_stop_all_terminates_the_trainers_that_still_run(tmp_path):
+    """An interrupted sweep whose runs run in threads: :func:`stop_all` ends each trainer, its thread returns."""
+    out: dict = {}
+    t = threading.Thread(target=lambda: out.setdefault("status", main_ppo(
+        [sys.executable, "-c", "import time; time.sleep(60)"], {}, tmp_path, tmp_path / "main_ppo.log")))
+    t.start()
+    deadline = time.monotonic() + 30
+    while t.is_alive() and time.monotonic() < deadline:
+        stop_all()
+        t.join(timeout=0.5)
+    assert not t.is_alive() and out["status"] < 0  # ended by a signal (SIGTERM), long before its 60 s
