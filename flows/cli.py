@@ -85,7 +85,7 @@ def run(
     try:  # read, expanded and checked once, before Prefect and MLflow start: a bad config fails with only its message
         sweep = Sweep.load(config, overrides or [])
         preflight(sweep.runs)  # a dataset's scorers (either backend), verl.overrides: by the installed verl
-        engines.sglang_python(sweep.runs)  # a run on SGLang: its venv's interpreter, or the one line saying how
+        engines.engine_pythons(sweep.runs)  # a run on SGLang: its venv's interpreter, or the one line saying how
     except (ConfigError, ValueError) as e:
         raise _fail(str(e)) from None
     typer.echo(f"sweep {sweep.name}: {len(sweep.runs)} runs from {config}")

@@ -132,7 +132,7 @@ def run_experiment(run: Run, sweep: str, sweep_id: str, mlflow_run: str, cwd: st
 
 def _worker_env() -> dict[str, str]:
     """What a Ray worker needs to run an experiment as the driver would: the tracking store, the artifact
-    root and the warm-start cache (absolute), the SGLang venv's interpreter where the sweep runs SGLang
+    root and the warm-start cache (absolute), an engine venv's interpreter where the sweep runs that engine (SGLang)
     (:mod:`adapters.engines`), Prefect's ``logging.to_api`` when the driver's is off (:mod:`adapters.logs`), and
     — when a deployment loaded this file as the script module ``pipelines`` — its folder on ``PYTHONPATH`` (the
     flow in the task runs' context is pickled by reference to that module, so the workers must import it under
@@ -143,8 +143,9 @@ def _worker_env() -> dict[str, str]:
            "FP8RL_CACHE": str(Path(WARMSTART_CACHE).resolve())}
     if not get_current_settings().logging.to_api.enabled:  # the driver's lines stay off the API: the workers' too
         env[TO_API] = "false"
-    if os.environ.get(engines.SGLANG_PYTHON):  # set by _load for a sweep that runs SGLang (adapters.engines)
-        env[engines.SGLANG_PYTHON] = os.environ[engines.SGLANG_PYTHON]
+    for var in engines.python_envs():  # set by _load for a sweep that runs an engine in its own venv (adapters.engines)
+        if os.environ.get(var):
+            env[var] = os.environ[var]
     if __name__ != "flows.pipelines":
         here = str(Path(__file__).resolve().parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
@@ -449,13 +450,13 @@ def _load(config: str | Sweep, overrides: list[str] | None) -> Sweep:
         if overrides:
             raise ValueError(f"overrides {overrides} given with the expanded sweep {config.name} ({config.source}), "
                              "which carries its own; apply them when loading it")
-        engines.sglang_python(config.runs)  # the SGLang venv's interpreter, for this process and the Ray workers
+        engines.engine_pythons(config.runs)  # an engine venv's interpreter (SGLang's), for this process and the Ray workers
         return config
     from fp8rl_core.verl.preflight import preflight
 
     sweep = Sweep.load(config, overrides or [])
     preflight(sweep.runs)  # a dataset's scorers, verl.overrides composed by verl (as `fp8rl run` does)
-    engines.sglang_python(sweep.runs)
+    engines.engine_pythons(sweep.runs)
     return sweep
 
 
