@@ -1,10 +1,11 @@
-"""Where a sweep's engines find what lives outside this venv: the SGLang venv's interpreter.
+"""Where a sweep's engines find what lives outside this venv: the interpreter of an engine's own venv.
 
-Rule: a run with ``sampler.engine: sglang`` starts SGLang's server with ``$FP8RL_SGLANG_PYTHON``
-(:data:`fp8rl_core.sampler.sglang.engine.PYTHON_ENV`). :func:`sglang_python` sets it, when unset, to the project's
-``.venv-sglang/bin/python`` (``make setup-sglang``) where that exists, before anything runs; a sweep that needs
-SGLang and finds no interpreter is refused in one line. The flows pass the variable on to their Ray workers
-(:func:`adapters.sweeps.worker_env`); :func:`adapters.sweep_load.load_sweep` calls :func:`sglang_python`. docs/configs.md, "The sampler engine".
+Rule: an engine whose row names an interpreter (:class:`fp8rl_core.sampler.capabilities.Interpreter`: SGLang's
+``$FP8RL_SGLANG_PYTHON``) starts its server with the interpreter its variable names. :func:`engine_pythons` sets each
+variable a sweep's native runs need, when unset, to the project's venv of that row (``.venv-sglang/bin/python``,
+``make setup-sglang``) where that exists, before anything runs; a sweep that needs an interpreter and finds none is
+refused in one line. :func:`adapters.sweep_load.load_sweep` calls :func:`engine_pythons`; the flows pass the variables
+on to their Ray workers (:func:`adapters.sweeps.worker_env`, :func:`python_envs`). Nothing here names an engine: the rows do. docs/configs.md, "The sampler engine".
 """
 
 from __future__ import annotations
@@ -15,32 +16,40 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fp8rl_core.sampler.capabilities import CAPABILITIES, capabilities
-from fp8rl_core.sampler.sglang.engine import PYTHON_ENV as SGLANG_PYTHON
 
 if TYPE_CHECKING:
     from fp8rl_core.config.runs import Run
 
-__all__ = ["SGLANG_PYTHON", "SGLANG_VENV", "sglang_python"]
+__all__ = ["ROOT", "engine_pythons", "python_envs"]
 
-#: the project's SGLang venv (the Makefile's SGLANG_VENV; the engine row's ``venv``)
-SGLANG_VENV = Path(__file__).resolve().parents[1] / next(c.venv for c in CAPABILITIES.values() if c.venv)
+#: the project folder, where each row's ``interpreter.venv`` lies (the Makefile's venvs)
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def sglang_python(runs: Iterable["Run"]) -> str | None:
-    """The interpreter ``runs`` start SGLang with, set in ``$FP8RL_SGLANG_PYTHON`` (None: no run needs SGLang).
-    Unset, it defaults to the project's ``.venv-sglang/bin/python``; a ``ValueError`` in one line when the
-    variable names no file or neither exists."""
-    if not any(run.config.backend == "native" and capabilities(run.config.sampler.engine).venv for run in runs):
-        return None
-    given = os.environ.get(SGLANG_PYTHON)
-    if given:
-        if not Path(given).is_file():
-            raise ValueError(f"sampler.engine: sglang: {SGLANG_PYTHON}={given} is not a file; point it at the SGLang "
-                             "venv's interpreter, or unset it and run `make setup-sglang` (.venv-sglang)")
-        return given
-    python = SGLANG_VENV / "bin" / "python"
-    if not python.is_file():
-        raise ValueError(f"sampler.engine: sglang needs SGLang's venv, and {python} is absent: run `make setup-sglang` "
-                         f"(or set {SGLANG_PYTHON} to an SGLang 0.5.12 interpreter)")
-    os.environ[SGLANG_PYTHON] = str(python)
-    return str(python)
+def python_envs() -> tuple[str, ...]:
+    """The variables that name an engine's interpreter, one per row that has one (what a Ray worker inherits)."""
+    return tuple(c.interpreter.env for c in CAPABILITIES.values() if c.interpreter is not None)
+
+
+def engine_pythons(runs: Iterable["Run"]) -> dict[str, str]:
+    """The interpreter each engine of ``runs`` that needs one starts with, by its variable (set in the environment;
+    empty: no run needs one). Unset, a variable defaults to the project's venv of its row (``venv/bin/python``); a
+    ``ValueError`` in one line when the variable names no file or neither exists."""
+    rows = {r.name: r for r in (capabilities(run.config.sampler.engine) for run in runs if run.config.backend == "native")
+            if r.interpreter is not None}
+    out = {}
+    for row in rows.values():
+        it = row.interpreter
+        given = os.environ.get(it.env)
+        if given:
+            if not Path(given).is_file():
+                raise ValueError(f"sampler.engine: {row.name}: {it.env}={given} is not a file; point it at the {row.label} "
+                                 f"venv's interpreter, or unset it and run `{it.setup}` ({it.venv})")
+            out[it.env] = given
+            continue
+        python = ROOT / it.venv / "bin" / "python"
+        if not python.is_file():
+            raise ValueError(f"sampler.engine: {row.name} needs {row.label}'s venv, and {python} is absent: run "
+                             f"`{it.setup}` (or set {it.env} to {it.wants})")
+        os.environ[it.env] = out[it.env] = str(python)
+    return out

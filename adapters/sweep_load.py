@@ -20,18 +20,18 @@ def load_sweep(config: str | Path | Sweep, overrides: list[str] | None = None) -
     """The sweep ``config`` names: a sweep config file read and expanded with the ``key=value`` ``overrides``,
     then pre-flighted (:func:`fp8rl_core.verl.preflight.preflight`: a dataset's scorers, ``verl.overrides``
     composed by the installed verl); or an expanded :class:`Sweep` as it is (overrides given with one are a
-    ``ValueError``: it carries its own). Either way the SGLang venv's interpreter is set for this process and
-    the Ray workers where a run needs it (:func:`adapters.engines.sglang_python`). A bad config or refused run
+    ``ValueError``: it carries its own). Either way each engine venv's interpreter (SGLang's) is set for this process and
+    the Ray workers where a run needs it (:func:`adapters.engines.engine_pythons`). A bad config or refused run
     raises :class:`~fp8rl_core.config.loading.ConfigError` or ``ValueError`` in one line."""
     if isinstance(config, Sweep):
         if overrides:
             raise ValueError(f"overrides {overrides} given with the expanded sweep {config.name} ({config.source}), "
                              "which carries its own; apply them when loading it")
-        engines.sglang_python(config.runs)
+        engines.engine_pythons(config.runs)
         return config
     from fp8rl_core.verl.preflight import preflight
 
     sweep = Sweep.load(config, overrides or [])
     preflight(sweep.runs)
-    engines.sglang_python(sweep.runs)
+    engines.engine_pythons(sweep.runs)
     return sweep

@@ -36,7 +36,7 @@ from typing import Protocol
 from prefect import get_run_logger
 
 from adapters import cluster, dispatch, pool, tracking
-from adapters.engines import SGLANG_PYTHON
+from adapters.engines import python_envs
 from adapters.logs import TO_API
 from adapters.sweep_record import open_run, open_scheduled
 from adapters.tracking import RunRow
@@ -85,7 +85,7 @@ class Strategy(Protocol):
 
 def worker_env(how: Context) -> dict[str, str]:
     """What a worker's process needs to run a run as this one would: the tracking store, the artifact root and
-    the warm-start cache (absolute), the SGLang venv's interpreter where the sweep runs SGLang
+    the warm-start cache (absolute), an engine venv's interpreter where the sweep runs that engine (SGLang)
     (:mod:`adapters.engines`), Prefect's ``logging.to_api`` when this process's is off (:mod:`adapters.logs`), and
     ``how.script_dir`` on ``PYTHONPATH`` (a deployment loaded the flows as the script module ``pipelines``: the
     flow in the task runs' context is pickled by reference to that module, so the workers must import it too)."""
@@ -95,8 +95,9 @@ def worker_env(how: Context) -> dict[str, str]:
            "FP8RL_CACHE": str(Path(how.warmstart_cache).resolve())}
     if not get_current_settings().logging.to_api.enabled:  # this process's lines stay off the API: the workers' too
         env[TO_API] = "false"
-    if os.environ.get(SGLANG_PYTHON):  # set by adapters.sweep_load for a sweep that runs SGLang
-        env[SGLANG_PYTHON] = os.environ[SGLANG_PYTHON]
+    for var in python_envs():  # set by adapters.sweep_load for a sweep that runs an engine in its own venv (SGLang)
+        if os.environ.get(var):
+            env[var] = os.environ[var]
     if how.script_dir:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (how.script_dir, os.environ.get("PYTHONPATH", "")) if p)
     return env

@@ -27,7 +27,7 @@ import torch
 
 from fp8rl_core.grids import QuantizedTensor, parse_grid, quantize
 from fp8rl_core.grids.formats import bf16_view
-from fp8rl_core.grids.schemes import SCHEMES, Scheme, scheme
+from fp8rl_core.grids.schemes import DEFAULT_SCHEME, SCHEMES, Scheme, scheme
 from fp8rl_core.sync.hooks import SyncHooks
 
 __all__ = ["FAULTS", "Fault", "fault"]
@@ -165,8 +165,9 @@ def _drop_bucket(handle) -> None:
     handle.manifest.write_text(json.dumps(m))
 
 
-#: the other grid the router-fp8 fault puts the MoE router on: the scheme that quantizes to 128×128 blocks itself
-_OTHER_GRID = next(s.name for s in SCHEMES.values() if s.quantized and not s.mx_blocks)
+#: the other grid the router-fp8 fault puts the MoE router on: the quantized scheme whose held bytes are on a grid
+#: other than the learner's (block128: the engine quantizes to 128×128 blocks itself)
+_OTHER_GRID = next(s.name for s in SCHEMES.values() if s.quantized and s.grid() != SCHEMES[DEFAULT_SCHEME].grid())
 
 
 def _router_fp8(schemes: dict[str, str]) -> dict[str, str]:
@@ -187,8 +188,8 @@ def _on_learner_grid(s: Scheme) -> bool:
 
 
 def _requantizes(s: Scheme) -> bool:
-    """A scheme whose engine quantizes the BF16 view to MX blocks by a rule W2 checks (``requant``)."""
-    return s.rule_checked and s.mx_blocks
+    """A scheme whose engine quantizes the BF16 view itself by a rule W2 checks (``requant``)."""
+    return s.rule_checked
 
 
 def _fp8rl_linear_layers(worker, which=_on_learner_grid):
@@ -247,8 +248,8 @@ def worker_requant_byte_flipped(worker, phase: str) -> None:
     for _, module in _fp8rl_linear_layers(worker, _requantizes):
         data = module.fp8rl_data.view(torch.uint8)
         data.view(-1)[0] ^= 1
-        module.fp8rl_w = QuantizedTensor(module.fp8rl_data, module.fp8rl_scale, parse_grid(module.quant_method.scheme.grid),
-                                         axis=1).dequantize()
+        held = module.quant_method.scheme
+        module.fp8rl_w = held.spec.dequantize_held(module.fp8rl_data, module.fp8rl_scale, held.grid)
         return
 
 

@@ -13,8 +13,6 @@ import time
 
 import torch
 
-from fp8rl_core.grids import QuantizedTensor, parse_grid
-from fp8rl_core.grids.block import dequantize_block_weight
 from fp8rl_core.grids.schemes import scheme as scheme_of
 
 from .basic import CheckResult
@@ -45,8 +43,9 @@ def match_error(slot: torch.Tensor, master: torch.Tensor, rows: int = 1, cols: i
 def effective_weights(readback: dict[str, torch.Tensor], prefix: str, scheme: str, mx_grid: str,
                       experts: bool) -> dict[str, torch.Tensor] | None:
     """The weight(s) a layer computes with, in fp32, from its read-back tensors (None: not readable): the held
-    bytes dequantized (:attr:`~fp8rl_core.grids.schemes.Scheme.held`; MX blocks on the scheme's rule, else
-    ``mx_grid``, the learner's; 128×128 blocks as block FP8), or the held weight of a BF16 layer."""
+    bytes dequantized on the scheme's grid (:attr:`~fp8rl_core.grids.schemes.Scheme.held`,
+    :meth:`~fp8rl_core.grids.schemes.Scheme.dequantize_held`; ``mx_grid``: the learner's, for the learner's bytes),
+    or the held weight of a BF16 layer."""
     s = scheme_of(scheme)
     names = ("w13", "w2") if experts else ("",)
     out: dict[str, torch.Tensor] = {}
@@ -57,13 +56,7 @@ def effective_weights(readback: dict[str, torch.Tensor], prefix: str, scheme: st
                 out[w] = readback[f"{base}weight"].float()
                 continue
             data_name, scale_name = s.held
-            if s.mx_blocks:
-                grid = parse_grid(s.rule or mx_grid)
-                data = readback[f"{base}{data_name}"].view(grid.format.dtype)
-                out[w] = QuantizedTensor(data, readback[f"{base}{scale_name}"], grid, axis=data.dim() - 1).dequantize()
-            else:
-                data = readback[f"{base}{data_name}"].view(torch.float8_e4m3fn)
-                out[w] = dequantize_block_weight(data, readback[f"{base}{scale_name}"].float())
+            out[w] = s.dequantize_held(readback[f"{base}{data_name}"], readback[f"{base}{scale_name}"], s.grid(mx_grid))
         except KeyError:
             return None
     return out

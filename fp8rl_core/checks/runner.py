@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fp8rl_core.grids import QuantizedTensor, parse_grid
 from fp8rl_core.grids.schemes import scheme
 from fp8rl_core.learner.vocab_tail import restrict, tail_mass
 from fp8rl_core.sync.layout import ModelLayout
@@ -371,13 +370,13 @@ class CheckRunner:
         for p, v in meta["layers"].items():
             eff = readback.get(f"{p}.effective")
             s = scheme(v["scheme"])
-            if not s.mx_blocks or eff is None:  # the held MX bytes dequantized along K against what it computes with
+            if not s.probe_reads_held or eff is None:  # the held bytes dequantized against what it computes with
                 continue
-            (data_name, scale_name), g = s.held, parse_grid(s.rule or sampler.mx_grid)
+            data_name, scale_name = s.held
             if f"{p}.{scale_name}" not in readback:
                 continue
-            data = readback[f"{p}.{data_name}"].view(g.format.dtype)
-            held = QuantizedTensor(data, readback[f"{p}.{scale_name}"], g, axis=1).dequantize().to(eff.dtype)
+            held = s.dequantize_held(readback[f"{p}.{data_name}"], readback[f"{p}.{scale_name}"],
+                                     s.grid(sampler.mx_grid)).to(eff.dtype)
             if held.shape != eff.shape or not torch.equal(held, eff):
                 stale.append(p)
         if compute_copy:

@@ -94,12 +94,12 @@ class RunConfig(BaseModel):
 
     def emittable(self) -> int | None:
         """How many ids the run's sampler can emit (the vocabulary tail's rule, :mod:`fp8rl_core.learner.vocab_tail`):
-        ``len(tokenizer)`` of ``model_path``'s tokenizer where the engine masks (fp8rl's vLLM engine, verl's vLLM
-        rollout) and it is shorter than the vocabulary; None: every id."""
-        from fp8rl_core.learner.vocab_tail import MASKS_TAIL, emittable_ids
+        ``len(tokenizer)`` of ``model_path``'s tokenizer where the engine masks (its row's ``masks_tail``: fp8rl's vLLM
+        engine, verl's vLLM rollout) and it is shorter than the vocabulary; None: every id."""
+        from fp8rl_core.learner.vocab_tail import emittable_ids
 
         engine = self.verl.rollout if self.verl is not None else self.sampler.engine
-        if self.model_path is None or not MASKS_TAIL[engine]:
+        if self.model_path is None or not capabilities(engine).masks_tail:
             return None
         return emittable_ids(self.model_path, self.spec().vocab_size)
 
@@ -200,10 +200,10 @@ class RunConfig(BaseModel):
             raise ValueError(f"sampler.kv_cache_dtype = {s.kv_cache_dtype!r} with sampler.engine: {s.engine}: "
                              f"{caps.kv_why}; use kv_cache_dtype: {' or '.join(caps.kv_cache_dtypes)}")
         if self.model_path is not None:
-            from fp8rl_core.learner.vocab_tail import MASKS_TAIL, emittable_ids
+            from fp8rl_core.learner.vocab_tail import emittable_ids
 
             n = emittable_ids(self.model_path, self.spec().vocab_size)
-            if n is not None and not MASKS_TAIL[s.engine]:
+            if n is not None and not caps.masks_tail:
                 raise ValueError(f"sampler.engine: {s.engine} with model_path {self.model_path}: its tokenizer has {n} "
                                  f"ids, fewer than the model's vocab_size {self.spec().vocab_size}, and fp8rl's "
                                  f"{caps.label} engine does not mask the ids beyond the tokenizer "

@@ -13,8 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from fp8rl_core.learner.config import GRAD_FORMATS, RULES, GRPOConfig, LearnerConfig, Recipe
 from fp8rl_core.metrics.summary import BOOTSTRAP_RESAMPLES, CI_LEVEL
-from fp8rl_core.sampler.capabilities import DEFAULT_ENGINE
-from fp8rl_core.sampler.config import SAMPLER_ENGINES
+from fp8rl_core.sampler.capabilities import DEFAULT_ENGINE, EngineName
 from fp8rl_core.sampler.presets import PRESETS, Preset
 
 __all__ = [
@@ -187,7 +186,7 @@ class VerlSection(BaseModel):
     tensor_parallel: int = Field(1, ge=1, description="Megatron tensor parallel size of the learner")
     expert_parallel: int = Field(1, ge=1, description="Megatron expert parallel size of the learner (MoE)")
     micro_batch_size_per_gpu: int | None = Field(None, ge=1, description="None: token-budget micro-batches (learner.tokens_per_microbatch)")
-    rollout: Literal[SAMPLER_ENGINES] = DEFAULT_ENGINE
+    rollout: EngineName = DEFAULT_ENGINE
     rollout_tensor_parallel: int = Field(1, ge=1)
     rollout_expert_parallel: int = Field(1, ge=1, description="vLLM/SGLang expert parallel size (MoE)")
     token_sequences: int | None = Field(None, ge=1, description="sequences per RL step whose tokens the trainer "

@@ -18,8 +18,7 @@ from fp8rl_core.config.sections import known_preset
 from fp8rl_core.grids.spec import MX_RULES
 from fp8rl_core.identity import content_hash
 from fp8rl_core.learner.spec import ModelSpec
-from fp8rl_core.sampler.capabilities import CAPABILITIES, DEFAULT_ENGINE, capabilities, refusal
-from fp8rl_core.sampler.config import SAMPLER_ENGINES
+from fp8rl_core.sampler.capabilities import CAPABILITIES, DEFAULT_ENGINE, EngineName, capabilities, refusal
 from fp8rl_core.sampler.presets import PRESETS, Variant
 
 __all__ = [
@@ -106,7 +105,7 @@ class AblationSpec(BaseModel):
         "training", description="training: the learner's BF16-autocast forward; fp32: its fp32 function of the synced weights")
     activation_rule: Literal[MX_RULES] | None = Field(
         None, description="the E8M0 rule the sampler's on-grid layers quantize activations with (None: the learner's)")
-    engine: Literal[SAMPLER_ENGINES] = Field(
+    engine: EngineName = Field(
         DEFAULT_ENGINE, description="the engine serving the sampler: vllm, or sglang (SGLang's server, .venv-sglang; the "
         "presets whose sampler layers are all BF16: bf16-e2e, bf16-sampler)")
 

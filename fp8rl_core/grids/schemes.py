@@ -7,7 +7,10 @@ view, quantized by the engine to 128×128 block FP8, :data:`BLOCK_GRID`, as verl
 :class:`Scheme` says declaratively what is sent, what the engine holds, how it is checked, reported and
 passed to verl; the modules that export, check, report and configure read these fields and never compare a
 scheme's name. Specified in docs/library.md (The sampler and the weight sync; The fp8rl quantization method).
-Adding a scheme: one entry here (and its arithmetic in the engine's own package).
+A scheme also yields its grid (:meth:`Scheme.grid`) and reads its held bytes (:meth:`Scheme.dequantize_held`,
+:meth:`Scheme.quantize_view`, :meth:`Scheme.quantize_activation`): the block family of a scheme is this module's
+business, and no module outside ``grids/`` switches on it. Adding a scheme: one entry here (and its arithmetic
+in the engine's own package).
 """
 
 from __future__ import annotations
@@ -15,6 +18,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the reading and quantizing methods import the grids' arithmetic (and torch) when called
+    import torch
+
+    from fp8rl_core.grids.api import QuantizedTensor
 
 __all__ = ["BF16", "BLOCK_GRID", "DEFAULT_SCHEME", "MX_GRID", "REQUANT_GRID", "SCHEMES", "Scheme", "Sent", "VerlRollout",
            "layer_scheme", "scheme"]
@@ -27,6 +36,8 @@ MX_GRID = "mxfp8-e4m3-rceil"
 REQUANT_GRID = "mxfp8-e4m3-rceil"
 #: the grid a ``block128`` layer quantizes its received BF16 view to (DeepGEMM / vLLM 128×128 block FP8)
 BLOCK_GRID = "fp8-block128-e4m3"
+#: rows × columns of an MX scale block (one E8M0 byte per 32 elements along K)
+_MX_BLOCK = (1, 32)
 
 
 class Sent(Enum):
@@ -81,9 +92,62 @@ class Scheme:
         return self.sent is Sent.BYTES
 
     @property
-    def mx_blocks(self) -> bool:
-        """The held bytes are MX: 1×32 scale blocks along K (K must be a multiple of 32)."""
-        return self.quantized and self.block == (1, 32)
+    def _mx(self) -> bool:
+        """The held bytes are MX: 1×32 scale blocks along K (this module's own business: no other asks it)."""
+        return self.quantized and self.block == _MX_BLOCK
+
+    @property
+    def k_multiple(self) -> int:
+        """What a layer's K (input features) must be a multiple of to hold this scheme's bytes: 32 for MX blocks
+        (1×32 along K, never padded), 1 otherwise (128×128 blocks pad the last tile; BF16 holds no blocks)."""
+        return self.block[1] if self._mx else 1
+
+    @property
+    def probe_reads_held(self) -> bool:
+        """A probe forward of the identity reads back exactly the dequantized held bytes: the activations' grid
+        holds 1.0 exactly (MX: an E8M0 scale of 2^0); 1×128 block-FP8 activations scale by amax/448, which does
+        not (W6's held-vs-effective comparison applies only where this is true)."""
+        return self._mx
+
+    def grid(self, mx_grid: str = MX_GRID, block_grid: str = BLOCK_GRID) -> str | None:
+        """The grid of the FP8 bytes the engine holds for a layer on this scheme (None: BF16, no bytes): its own
+        ``rule``, else the run's ``mx_grid`` (the learner's, whose bytes it holds) for MX blocks and ``block_grid``
+        for 128×128 blocks."""
+        if not self.quantized:
+            return None
+        return self.rule or (mx_grid if self._mx else block_grid)
+
+    def quantize_view(self, view: torch.Tensor, grid: str) -> QuantizedTensor:
+        """A [.., N, K] BF16 view (fp32 values) put on ``grid`` (:meth:`grid`) as this scheme's engine holds it:
+        1×32 blocks along K, or 128×128 tiles over the last two dims (role ``weight``)."""
+        from fp8rl_core.grids.api import quantize
+
+        return quantize(view.float(), grid, axis=-1, role="weight")
+
+    def quantize_activation(self, x: torch.Tensor, grid: str) -> torch.Tensor:
+        """Activations [.., K] on this scheme's activation grid and back, fp32: rowwise 1×32 MX blocks on an MX
+        ``grid``, 1×128 per-token groups (vLLM's rule) on a block grid."""
+        import torch
+
+        from fp8rl_core.grids.api import quantize
+
+        return quantize(x, grid, axis=-1, role="activation").dequantize(torch.float32)
+
+    def dequantize_held(self, data: torch.Tensor, scale: torch.Tensor, grid: str) -> torch.Tensor:
+        """The fp32 weight [.., N, K] that held bytes stand for: ``data`` (uint8 or FP8 view of the elements)
+        with ``scale`` (E8M0 bytes [.., N, K/32] for MX blocks; fp32 ``weight_scale_inv`` [.., ⌈N/128⌉, ⌈K/128⌉]
+        for 128×128 blocks) on ``grid`` (:meth:`grid`). The one reading of held bytes: every module that reads
+        them back (the checks, the vLLM plugin and worker) calls this."""
+        import torch
+
+        from fp8rl_core.grids.api import QuantizedTensor
+        from fp8rl_core.grids.spec import parse_grid
+
+        g = parse_grid(grid)
+        data = data.view(g.format.dtype)
+        if g.family == "mxfp8":
+            return QuantizedTensor(data, scale, g, axis=data.dim() - 1).dequantize(torch.float32)
+        return QuantizedTensor(data, scale.float(), g, axis=data.dim() - 1, role="weight").dequantize(torch.float32)
 
 
 SCHEMES: dict[str, Scheme] = {s.name: s for s in (

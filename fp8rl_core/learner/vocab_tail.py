@@ -6,7 +6,8 @@ tokenizer length, ``len(tokenizer)`` — verl's vLLM rollout sets the logits of 
 ``vLLMHttpServer.run_server`` with ``vocab_size=len(tokenizer)``), and fp8rl's own vLLM engine applies the same
 mask (:meth:`fp8rl_core.sampler.seam.Sampler.limit_vocabulary`). A checkpoint without a tokenizer (fp8rl's own
 warm start, the addition task's ids) and one whose tokenizer covers its vocabulary have no tail.
-:data:`MASKS_TAIL` says which engine follows the rule (verl's SGLang rollout does not mask: nothing is cut there).
+Which engine follows the rule is its row's ``masks_tail`` (:data:`fp8rl_core.sampler.capabilities.CAPABILITIES`,
+read by the run config; verl's SGLang rollout does not mask: nothing is cut there).
 
 The comparisons that judge precision (W7's probe, the exact probe KL) restrict the learner the same way
 (:func:`restrict`: log-softmax over the emittable ids), so the mask is not counted as a precision error; the
@@ -20,12 +21,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["MASKS_TAIL", "emittable_ids", "restrict", "tail_mass"]
-
-#: per sampler engine (fp8rl's native engines by ``sampler.engine``, verl's rollouts by ``verl.rollout``):
-#: whether it masks the ids at and beyond ``len(tokenizer)``
-MASKS_TAIL: dict[str, bool] = {"vllm": True, "sglang": False}
-
+__all__ = ["emittable_ids", "restrict", "tail_mass"]
 
 def emittable_ids(checkpoint: str | Path | None, vocab_size: int) -> int | None:
     """How many ids (0 … n-1) a masking sampler of ``checkpoint`` can emit: ``len(tokenizer)`` of its tokenizer

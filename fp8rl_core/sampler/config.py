@@ -16,13 +16,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from fp8rl_core.grids.schemes import MX_GRID, REQUANT_GRID  # defined with the schemes (fp8rl_core.grids.schemes)
 from fp8rl_core.identity import content_hash
-from fp8rl_core.sampler.capabilities import CAPABILITIES, DEFAULT_ENGINE
+from fp8rl_core.sampler.capabilities import CAPABILITIES, DEFAULT_ENGINE, EngineName
 
 __all__ = ["ENGINE_PROCESSES", "ENGINE_SECTIONS", "KV_CACHE_DTYPES", "SAMPLER_ENGINES", "MX_GRID", "REQUANT_GRID", "SamplerConfig",
            "VllmSettings", "cpu_fp8_kv_support", "engine_key"]
 
 KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2")
-#: the engines a sampler can run on (:data:`fp8rl_core.sampler.capabilities.CAPABILITIES`), the default first
+#: the engines registered when this module was imported (:data:`fp8rl_core.sampler.capabilities.CAPABILITIES`), the
+#: default first; a config's engine field validates against the table itself (:data:`~fp8rl_core.sampler.capabilities.EngineName`)
 SAMPLER_ENGINES = tuple(CAPABILITIES)
 #: where vLLM's engine core and its worker run (see :class:`VllmSettings`.process)
 ENGINE_PROCESSES = ("spawn", "in-process")
@@ -60,7 +61,7 @@ class SamplerConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    engine: Literal[SAMPLER_ENGINES] = Field(
+    engine: EngineName = Field(
         DEFAULT_ENGINE, description="vllm: vLLM (every preset); sglang: SGLang's HTTP server in .venv-sglang (native runs "
         "whose sampler holds BF16 layers: bf16-e2e, bf16-sampler; docs/configs.md, The sampler engine)")
 

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from fp8rl_core.verl.payload import VerlPayload
 
 __all__ = ["CHECKPOINTS_DIR", "EXTENSION", "FIELD", "MAIN_PPO", "MXFP8_SEQ_ALIGN", "OWN_RAY", "Override", "REWARD_FUNCTION",
-           "SGLANG_CPU_SERVER", "TE_RECIPES", "WORKER_EXTENSION", "hydra_value", "main_ppo_argv", "user_overrides", "verl_overrides"]
+           "SGLANG_CPU_SERVER", "TE_RECIPES", "WORKER_EXTENSION", "hydra_value", "main_ppo_argv", "sglang_cpu", "user_overrides",
+           "verl_overrides", "vllm_cpu"]
 
 #: the module verl imports in every process (``actor_rollout_ref.model.external_lib``)
 EXTENSION = "fp8rl_core.verl.extension"
@@ -141,31 +142,30 @@ def _dict_key(key: Any) -> str:
     return key
 
 
-def _sglang_cpu(run: "RunConfig", env: str) -> list[Override]:
-    """The CPU server arguments of fp8rl's SGLang engine, through verl's engine_kwargs (verl's SGLang path stops on
-    CPU before a step: fp8rl_core.verl.preflight.SGLANG_CPU_STOP)."""
+def sglang_cpu(run: "RunConfig", env: str) -> list[Override]:
+    """``verl.rollout: sglang`` on ``verl.hardware: cpu`` (its engine row's ``verl_cpu_overrides``): the CPU server
+    arguments of fp8rl's SGLang engine, through verl's engine_kwargs (verl's SGLang path stops on CPU before a step:
+    fp8rl_core.verl.preflight.SGLANG_CPU_STOP)."""
     kw, sm = f"{_ROLLOUT}.engine_kwargs.sglang", run.sampler
     o = [_o(f"{kw}.{k}", val, "verl.hardware", append=True) for k, val in SGLANG_CPU_SERVER.items()]
     return o + [_o(f"{kw}.max_total_tokens", sm.max_model_len * sm.max_num_seqs, "sampler.max_num_seqs", append=True),
                 _o(f"{env}.SGLANG_USE_CPU_ENGINE", "1", "verl.hardware", append=True)]
 
 
-def _vllm_cpu(run: "RunConfig", env: str) -> list[Override]:
-    """vLLM-CPU binds each tensor-parallel worker's threads to a NUMA node of its own by default and refuses
+def vllm_cpu(run: "RunConfig", env: str) -> list[Override]:
+    """``verl.rollout: vllm`` on ``verl.hardware: cpu`` (its engine row's ``verl_cpu_overrides``): vLLM-CPU binds each
+    tensor-parallel worker's threads to a NUMA node of its own by default and refuses
     tp > 1 on a one-node host: the OS schedules them instead; its KV cache space from ``sampler.kv_cache_gib``."""
     return [_o(f"{env}.VLLM_CPU_OMP_THREADS_BIND", "nobind", "verl.rollout_tensor_parallel", append=True),
             _o(f"{env}.VLLM_CPU_KVCACHE_SPACE", str(max(1, round(run.sampler.kv_cache_gib or 1))),
                "sampler.kv_cache_gib", append=True)]
 
 
-#: ``verl.rollout`` → the overrides its engine needs on ``verl.hardware: cpu``
-_CPU_ROLLOUT = {"vllm": _vllm_cpu, "sglang": _sglang_cpu}
-
-
 def _cpu_overrides(run: "RunConfig", ray_address: str | None) -> list[Override]:
     """``verl.hardware: cpu``: verl's FSDP engine (fsdp2) on fp32 master weights with fp8rl's MXFP8 layers for
     the preset's learner (:mod:`fp8rl_core.verl.engine`), vLLM-CPU as the rollout, a Ray node whose "GPU"
     slots are CPU workers (:mod:`fp8rl_core.verl.platform`); docs/gpu.md, verl on CPU."""
+    from fp8rl_core.sampler.capabilities import capabilities, resolve
     from fp8rl_core.sampler.presets import PRESETS
     from fp8rl_core.verl.platform import PLATFORM
 
@@ -189,7 +189,7 @@ def _cpu_overrides(run: "RunConfig", ray_address: str | None) -> list[Override]:
         _o("transfer_queue.backend.SimpleStorage.num_data_storage_units", 1, "verl.hardware"),
         _o(f"{env}.VERL_PLATFORM", PLATFORM, "verl.hardware", append=True),
     ]
-    o += _CPU_ROLLOUT[v.rollout](run, env)
+    o += resolve(capabilities(v.rollout).verl_cpu_overrides)(run, env)  # what verl.rollout's engine row names
     if not ray_address or ray_address == OWN_RAY:  # verl's own local Ray: its "GPU" slots, logical CPUs (the trainer, TransferQueue's
         # controller and storage unit, the agent-loop and reward workers each hold one besides the workers'
         # bundles), no dashboard

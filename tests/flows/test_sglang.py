@@ -16,12 +16,14 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from adapters import engines, tracking
+from adapters import tracking
+from fp8rl_core.sampler.capabilities import capabilities
 from tests.flows.conftest import metric_history
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = str(ROOT / "configs" / "smoke.yaml")
 PYTHON = ROOT / ".venv-sglang" / "bin" / "python"
+SGLANG_PYTHON = capabilities("sglang").interpreter.env
 #: the FP32 engine against transformers' FP32 forward on the same weights: |Δ log-prob| bound (measured here
 #: on the dense mini: at most 2e-6, summation order)
 FP32_TOL = 1e-4
@@ -67,11 +69,11 @@ def test_a_native_run_on_sglang_passes_every_check_at_every_sync_and_a_resume_sk
     from flows.pipelines import mxfp8_sweep
 
     # unset here (restored after the test): the flows default it to the project's .venv-sglang and pass it to Ray
-    monkeypatch.setenv(engines.SGLANG_PYTHON, "")
-    monkeypatch.delenv(engines.SGLANG_PYTHON)
+    monkeypatch.setenv(SGLANG_PYTHON, "")
+    monkeypatch.delenv(SGLANG_PYTHON)
     rows = mxfp8_sweep(SMOKE, RUN, report=False)
     assert [(r.name, r.status) for r in rows] == [("dense-mini·bf16-e2e·s0", "FINISHED")]
-    assert os.environ[engines.SGLANG_PYTHON] == str(PYTHON)
+    assert os.environ[SGLANG_PYTHON] == str(PYTHON)
     c = tracking.client()
     run = c.get_run(rows[0].mlflow_run)
     assert run.info.status == "FINISHED" and run.data.params["sampler.engine"] == "sglang"

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from fp8rl_core.sampler.capabilities import refusal
+from fp8rl_core.sampler.capabilities import capabilities, refusal
 from fp8rl_core.sampler.config import MX_GRID, SamplerConfig, engine_key
 from fp8rl_core.sampler.sglang.compat import RPC, rpc_payload
 from fp8rl_core.sampler.seam import (Rollout, Sampler, SamplerDeadError, SamplerError, SyncTiming, engine_config,
@@ -44,8 +44,9 @@ from fp8rl_core.sync.transport import default_root, write_sync
 
 __all__ = ["PYTHON_ENV", "SglangSampler", "mxfp8_refusal"]
 
-#: the environment variable naming the SGLang venv's interpreter (``make setup-sglang``: .venv-sglang/bin/python)
-PYTHON_ENV = "FP8RL_SGLANG_PYTHON"
+#: the environment variable naming the SGLang venv's interpreter (``make setup-sglang``: .venv-sglang/bin/python): the
+#: engine row's (:data:`fp8rl_core.sampler.capabilities.CAPABILITIES`)
+PYTHON_ENV = capabilities("sglang").interpreter.env
 ENTRY = "fp8rl_core.sampler.sglang.compat"
 LOG_LINES = 40
 #: how long a flush after a weight update is asked again while SGLang's scheduler is not idle (seconds)

@@ -20,7 +20,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fp8rl_core.grids import QuantizedTensor, parse_grid, quantize
 from fp8rl_core.sampler.vllm import quiet
 from fp8rl_core.grids.schemes import BF16, BLOCK_GRID, MX_GRID, SCHEMES, scheme
 from fp8rl_core.sampler.vllm.compat import patch_engine_core
@@ -48,35 +47,18 @@ def native_mxfp8_available() -> bool:
 
 
 # ----------------------------------------------------------------------------------------------------
-# Arithmetic shared by linear and MoE layers (pure torch)
+# Arithmetic shared by linear and MoE layers (the scheme's own: fp8rl_core/grids/schemes.py)
 # ----------------------------------------------------------------------------------------------------
-def mx_weight(data_u8: torch.Tensor, scale_u8: torch.Tensor, grid: str) -> torch.Tensor:
-    """Dequantize synced MXFP8 bytes (uint8 views) to fp32 along the last dim."""
-    qt = QuantizedTensor(data_u8.view(torch.float8_e4m3fn), scale_u8, parse_grid(grid), axis=data_u8.dim() - 1)
-    return qt.dequantize(torch.float32)
-
-
-def mx_gemm(x: torch.Tensor, w_deq: torch.Tensor, grid: str) -> torch.Tensor:
-    """fp32 product of MXFP8-quantized activations (rowwise, 1×32 along K) and a dequantized weight."""
-    xq = quantize(x, grid, axis=-1).dequantize(torch.float32)
-    return xq @ w_deq.t()
-
-
-def block_gemm(x: torch.Tensor, w_deq: torch.Tensor, grid: str) -> torch.Tensor:
-    """fp32 product of 1×128 per-token-group FP8 activations (vLLM's rule) and a dequantized weight."""
-    xq = quantize(x, grid, axis=-1, role="activation").dequantize(torch.float32)
-    return xq @ w_deq.t()
-
-
 class _Scheme:
     """What a scheme (:data:`~fp8rl_core.grids.schemes.SCHEMES`) does to a [.., N, K] weight after loading and to
-    activations in the forward: its MX blocks on its own rule, else the run's ``mx_grid`` (the learner's); its
-    128×128 blocks on its own rule, else ``block_grid``."""
+    activations in the forward, on its grid (:meth:`~fp8rl_core.grids.schemes.Scheme.grid`: its own rule, else the
+    run's ``mx_grid`` for the learner's MX bytes, ``block_grid`` for 128×128 blocks). Every reading and quantizing
+    of its bytes is the scheme's own (``grids/schemes.py``): this class switches on no block family."""
 
     def __init__(self, name: str, mx_grid: str, block_grid: str) -> None:
         self.name, self.mx_grid, self.block_grid = name, mx_grid, block_grid
         self.spec = scheme(name)
-        self.grid = self.spec.rule or (mx_grid if self.spec.mx_blocks else block_grid)
+        self.grid = self.spec.grid(mx_grid, block_grid) or block_grid
 
     @property
     def receives_bytes(self) -> bool:
@@ -85,16 +67,16 @@ class _Scheme:
 
     def process(self, weight: torch.Tensor, scale: torch.Tensor | None) -> dict[str, torch.Tensor]:
         if self.receives_bytes:
-            return {"fp8rl_w": mx_weight(weight, scale, self.grid)}
-        if self.spec.mx_blocks:  # quantize the received BF16 view with its rule (1×32 blocks along K)
-            qt = quantize(weight.float(), self.grid, axis=-1)
-            return {"fp8rl_data": qt.data, "fp8rl_scale": qt.scale, "fp8rl_w": qt.dequantize(torch.float32)}
-        # 128×128 blocks: requantize the received BF16 view itself (what verl's FP8 rollout does)
-        qt = quantize(weight.float(), self.grid, role="weight")
-        return {"fp8rl_data": qt.data, "fp8rl_scale_inv": qt.scale, "fp8rl_w": qt.dequantize(torch.float32)}
+            return {"fp8rl_w": self.spec.dequantize_held(weight, scale, self.grid)}
+        # requant, block128: quantize the received BF16 view with the scheme's rule itself (block128: what verl's
+        # FP8 rollout does); the held bytes are fp8rl_data and fp8rl_scale whatever the blocks
+        qt = self.spec.quantize_view(weight, self.grid)
+        return {"fp8rl_data": qt.data, "fp8rl_scale": qt.scale, "fp8rl_w": qt.dequantize(torch.float32)}
 
     def gemm(self, x: torch.Tensor, w_deq: torch.Tensor) -> torch.Tensor:
-        return (mx_gemm if self.spec.mx_blocks else block_gemm)(x, w_deq, self.grid)
+        """fp32 product of the activations on the scheme's grid (MX: 1×32 along K; block: 1×128 per-token groups)
+        and a dequantized weight."""
+        return self.spec.quantize_activation(x, self.grid) @ w_deq.t()
 
 
 def _count(layer: torch.nn.Module) -> None:
@@ -136,8 +118,8 @@ class Fp8rlLinearMethod(LinearMethodBase):
                        output_size, params_dtype, **extra_weight_attrs):
         weight_loader = extra_weight_attrs.pop("weight_loader")
         n, k = sum(output_partition_sizes), input_size_per_partition
-        if self.scheme.spec.mx_blocks and k % MX_BLOCK:
-            raise ValueError(f"fp8rl {self.scheme.name} layer: K = {k} is not a multiple of {MX_BLOCK}")
+        if k % self.scheme.spec.k_multiple:
+            raise ValueError(f"fp8rl {self.scheme.name} layer: K = {k} is not a multiple of {self.scheme.spec.k_multiple}")
         if self.scheme.receives_bytes:
             weight = ModelWeightParameter(data=torch.empty(n, k, dtype=torch.uint8), input_dim=1,
                                           output_dim=0, weight_loader=weight_loader)
@@ -218,8 +200,9 @@ class Fp8rlMoEMethod(FusedMoEMethodBase):
         dtype = torch.uint8 if mx else params_dtype
         shapes = {"w13_weight": (e, 2 * i, h), "w2_weight": (e, h, i)}
         for name, shp in shapes.items():
-            if self.scheme.spec.mx_blocks and shp[-1] % MX_BLOCK:
-                raise ValueError(f"fp8rl {self.scheme.name} experts: K = {shp[-1]} is not a multiple of {MX_BLOCK}")
+            if shp[-1] % self.scheme.spec.k_multiple:
+                raise ValueError(f"fp8rl {self.scheme.name} experts: K = {shp[-1]} is not a multiple of "
+                                 f"{self.scheme.spec.k_multiple}")
             p = torch.nn.Parameter(torch.empty(*shp, dtype=dtype), requires_grad=False)
             layer.register_parameter(name, p)
             set_weight_attrs(p, extra_weight_attrs)

@@ -41,7 +41,7 @@ def _held(s: Scheme, module: torch.nn.Module, base: str, w: str):
         return
     sfx = f"_{w}" if w else ""
     yield f"{base}{data_name}", getattr(module, f"fp8rl_data{sfx}").view(torch.uint8)
-    yield f"{base}{scale_name}", getattr(module, ("fp8rl_scale" if s.mx_blocks else "fp8rl_scale_inv") + sfx)
+    yield f"{base}{scale_name}", getattr(module, f"fp8rl_scale{sfx}")
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -258,9 +258,6 @@ class Fp8rlWorkerExtension:
         """(name, copy the engine computes with, that copy derived again from the held bytes) for every
         quantized tensor on this rank, experts included (each [E, N, K]); and {layer: why not checked} for
         the layers whose compute form has no second copy here (docs/correctness.md, The compute copy)."""
-        from fp8rl_core.grids import QuantizedTensor, parse_grid
-        from fp8rl_core.sampler.vllm.plugin import mx_weight
-
         pairs, skipped = [], {}
         for prefix, module, name in self._fp8rl_layers():
             experts = hasattr(module, "w13_weight")
@@ -276,17 +273,12 @@ class Fp8rlWorkerExtension:
                 if copy is None:
                     skipped[prefix] = f"{type(method).__name__}: the kernel computes from the held bytes"
                     break
-                if s.on_learner_grid:
-                    weight = getattr(module, f"{w}_weight" if w else "weight")
-                    scale = getattr(module, f"{w}_weight_scale" if w else "weight_scale")
-                    derived = mx_weight(weight.data, scale.data, method.scheme.grid)
-                elif s.mx_blocks:
-                    data = getattr(module, f"fp8rl_data{sfx}")
-                    derived = QuantizedTensor(data, getattr(module, f"fp8rl_scale{sfx}"), parse_grid(method.scheme.grid),
-                                              axis=data.dim() - 1).dequantize(torch.float32)
-                else:  # 128×128 blocks
-                    derived = QuantizedTensor(getattr(module, f"fp8rl_data{sfx}"), getattr(module, f"fp8rl_scale_inv{sfx}"),
-                                              parse_grid(method.scheme.grid), role="weight").dequantize(torch.float32)
+                if s.on_learner_grid:  # the synced bytes themselves
+                    data = getattr(module, f"{w}_weight" if w else "weight").data
+                    scale = getattr(module, f"{w}_weight_scale" if w else "weight_scale").data
+                else:  # the bytes the layer made of the BF16 view itself
+                    data, scale = getattr(module, f"fp8rl_data{sfx}"), getattr(module, f"fp8rl_scale{sfx}")
+                derived = s.dequantize_held(data, scale, method.scheme.grid)
                 pairs.append((f"{prefix}.{w}_weight" if w else f"{prefix}.weight", copy, derived))
         return pairs, skipped
 

@@ -23,7 +23,9 @@ def test_each_scheme_says_what_is_sent_held_and_checked():
         "block128": (Sent.VIEW, BLOCK_GRID, ("fp8_data", "fp8_scale_inv"), (128, 128), True, False, False, False,
                      VerlRollout.VERL_FP8),
     }
-    assert [n for n, s in SCHEMES.items() if s.mx_blocks] == ["mxfp8", "requant"]
+    assert {n: (s.grid("mxfp8-e4m3-floor"), s.k_multiple, s.probe_reads_held) for n, s in SCHEMES.items()} == {
+        "bf16": (None, 1, False), "mxfp8": ("mxfp8-e4m3-floor", 32, True), "requant": (REQUANT_GRID, 32, True),
+        "block128": (BLOCK_GRID, 1, False)}
     assert {n: s.evidence for n, s in SCHEMES.items()} == {"bf16": ("W4",), "mxfp8": ("W2",), "requant": ("W2", "W4"),
                                                            "block128": ("W4",)}
 
@@ -33,10 +35,30 @@ def test_a_rule_is_a_grid_whose_blocks_are_the_schemes():
         if s.rule is None:
             continue
         w = torch.randn(256, 256)
-        qt = quantize(w, s.rule, axis=-1) if s.mx_blocks else quantize(w, s.rule, role="weight")
+        qt = s.quantize_view(w, s.grid())
         rows, cols = s.block
         assert qt.scale.shape == (256 // rows, 256 // cols), s.name
-        assert parse_grid(s.rule).family == ("mxfp8" if s.mx_blocks else "block128")
+        assert qt.grid == parse_grid(s.rule)
+
+
+def test_held_bytes_are_read_by_the_schemes_one_call_bit_for_bit():
+    """Scheme.dequantize_held (uint8 or FP8 views of the data) equals the grids' own dequantization of the same
+    bytes, bit for bit — the MX bytes along K (the learner's grid for ``mxfp8``), 128×128 tiles as block FP8 —
+    and quantize_view puts a view on those same grids; activations on the scheme's grid are the grids' rule."""
+    torch.manual_seed(0)
+    w, x = torch.randn(2, 160, 96), torch.randn(5, 96)
+    for s in (x for x in SCHEMES.values() if x.quantized):
+        grid = s.grid("mxfp8-e4m3-floor")
+        qt = s.quantize_view(w.to(torch.bfloat16).float(), grid)
+        ref = (quantize(w.to(torch.bfloat16).float(), grid, axis=-1) if s.block == (1, 32)
+               else quantize(w.to(torch.bfloat16).float(), grid, role="weight"))
+        assert torch.equal(qt.data.view(torch.uint8), ref.data.view(torch.uint8)) and torch.equal(qt.scale, ref.scale)
+        for data in (qt.data, qt.data.view(torch.uint8)):
+            got = s.dequantize_held(data, qt.scale, grid)
+            assert got.dtype == torch.float32 and torch.equal(got.view(torch.int32), ref.dequantize().view(torch.int32))
+        act = s.quantize_activation(x, grid)
+        want = quantize(x, grid, axis=-1, role="activation").dequantize(torch.float32)
+        assert torch.equal(act.view(torch.int32), want.view(torch.int32)), s.name
 
 
 def test_a_layer_not_named_is_bf16_and_an_unknown_name_is_refused():

@@ -8,8 +8,8 @@ import torch
 from fp8rl_core.grids import quantize
 from fp8rl_core.learner.config import Recipe
 from fp8rl_core.learner.mxfp8 import linear
-from fp8rl_core.grids.schemes import REQUANT_GRID, SCHEMES
-from fp8rl_core.sampler.vllm.plugin import _Scheme, block_gemm, mx_gemm, mx_weight
+from fp8rl_core.grids.schemes import BLOCK_GRID, REQUANT_GRID, SCHEMES
+from fp8rl_core.sampler.vllm.plugin import _Scheme
 
 
 @pytest.mark.parametrize("rule", ["rceil", "floor"])
@@ -21,7 +21,8 @@ def test_mxfp8_layer_equals_the_learners_fprop_bitwise(rule, m, n, k):
     recipe = Recipe(rule=rule)
     wq = quantize(w, recipe.fwd_grid)
     # what the sampler holds after a sync: the uint8 views of the learner's forward operand
-    ours = mx_gemm(x, mx_weight(wq.data.view(torch.uint8), wq.scale, recipe.fwd_grid), recipe.fwd_grid)
+    layer = _Scheme("mxfp8", recipe.fwd_grid, BLOCK_GRID)
+    ours = layer.gemm(x, layer.process(wq.data.view(torch.uint8), wq.scale)["fp8rl_w"])
     with torch.no_grad():
         theirs = linear(x, w, None, recipe)
     assert ours.dtype == torch.float32 and torch.equal(ours, theirs)
@@ -32,7 +33,10 @@ def test_block128_layer_matches_a_hand_written_reference():
     x = torch.randn(5, 256, generator=g)
     w = torch.randn(160, 256, generator=g) * 0.02
     wq = quantize(w, "fp8-block128-e4m3", role="weight")
-    ours = block_gemm(x, wq.dequantize(), "fp8-block128-e4m3")
+    held = _Scheme("block128", "mxfp8-e4m3-floor", BLOCK_GRID).process(w, None)  # the run's MX grid plays no part
+    assert torch.equal(held["fp8rl_data"].view(torch.uint8), wq.data.view(torch.uint8))
+    assert torch.equal(held["fp8rl_scale"], wq.scale) and torch.equal(held["fp8rl_w"], wq.dequantize())
+    ours = _Scheme("block128", "mxfp8-e4m3-floor", BLOCK_GRID).gemm(x, wq.dequantize())
     # vLLM's per-token-group rule by hand: s = max(amax, eps) / 448 per 1x128 group, q = sat(x / s)
     xg = x.reshape(5, 2, 128)
     s = xg.abs().amax(-1, keepdim=True).clamp_min(1e-10) / 448.0
@@ -75,7 +79,7 @@ def test_requant_is_vllms_online_mxfp8_quantization_bit_for_bit():
         data, scale = _vllm_online_mxfp8(w)
         assert torch.equal(held["fp8rl_data"].view(torch.uint8), data)
         assert torch.equal(held["fp8rl_scale"], scale)
-        assert torch.equal(held["fp8rl_w"], mx_weight(data, scale, REQUANT_GRID))
+        assert torch.equal(held["fp8rl_w"], quantize(w.float(), REQUANT_GRID, axis=-1).dequantize(torch.float32))
 
 
 def test_requant_of_the_bf16_view_differs_from_the_learners_bytes():

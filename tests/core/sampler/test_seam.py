@@ -14,7 +14,8 @@ import torch
 
 from fp8rl_core.config.schema import RunConfig
 from fp8rl_core.sampler.config import SamplerConfig
-from fp8rl_core.sampler.engines import DEFAULT_ENGINE, ENGINES, engine_class, start_sampler
+from fp8rl_core.sampler.capabilities import CAPABILITIES
+from fp8rl_core.sampler.engines import DEFAULT_ENGINE, engine_class, start_sampler
 from fp8rl_core.sampler.seam import Sampler, SamplerError, prompt_rows
 from fp8rl_core.sampler.sglang.engine import SglangSampler
 from fp8rl_core.sampler.vllm.engine import VllmChannel, VllmSampler
@@ -63,7 +64,7 @@ def test_both_vllm_engines_are_the_channel_of_their_vllm_operations(cls):
 
 
 def test_engines_are_chosen_by_name():
-    assert DEFAULT_ENGINE == SamplerConfig().engine == "vllm" and set(ENGINES) == {"vllm", "sglang"}
+    assert DEFAULT_ENGINE == SamplerConfig().engine == "vllm" and set(CAPABILITIES) == {"vllm", "sglang"}
     assert engine_class("vllm") is VllmSampler and engine_class("sglang") is SglangSampler
     with pytest.raises(SamplerError, match=r"unknown sampler engine 'vlm'; known engines: sglang, vllm"):
         engine_class("vlm")
