@@ -92,6 +92,8 @@ class GRPOConfig:
     tokens_per_microbatch: int = 4096
     max_grad_norm: float = 1.0
     adv_eps: float = 1e-6
+    #: dual-clip PPO's bound on a negative advantage's ratio (Ye et al. 2020): verl's ``actor.clip_ratio_c``, its default
+    clip_ratio_c: float = 3.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -103,6 +105,8 @@ class GRPOConfig:
             problems.append(f"old_logprobs must be 'learner' or 'sampler', got {self.old_logprobs!r}")
         if self.tokens_per_microbatch < 1:
             problems.append(f"tokens_per_microbatch must be positive, got {self.tokens_per_microbatch}")
+        if not self.clip_ratio_c > 1:
+            problems.append(f"clip_ratio_c must be greater than 1 (dual-clip bound), got {self.clip_ratio_c}")
         if self.max_grad_norm <= 0:
             problems.append(f"max_grad_norm must be positive, got {self.max_grad_norm}")
         if problems:

@@ -1,9 +1,11 @@
 """The GRPO step: group-relative advantages, a PPO-style clipped objective, token-budget micro-batches.
 
 Rule: GRPO as in Shao et al. 2024 ("DeepSeekMath", §4.1), the loss as verl/DAPO write it — per-group
-advantages (no critic, no KL-to-reference term), a clipped token-mean surrogate against the learner's
-or the sampler's old log-probs, micro-batches packed by a token budget independent of precision,
-gradients weighted to equal the full-batch loss. Specified in docs/library.md (The GRPO step).
+advantages (no critic, no KL-to-reference term), a clipped (and dual-clipped) token-mean surrogate against the
+learner's or the sampler's old log-probs, micro-batches packed by a token budget independent of precision,
+gradients weighted to equal the full-batch loss. Specified in docs/library.md (The GRPO step); equal to verl's
+``compute_grpo_outcome_advantage`` and ``"vanilla"`` policy loss with ``loss_agg_mode="token-mean"``
+(tests/core/learner/test_grpo_vs_verl.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ __all__ = [
     "microbatch_rows",
     "plan_microbatches",
     "clipped_tokens",
+    "policy_loss_tokens",
+    "token_mean",
     "completion_logprobs",
     "completion_logprobs_and_head",
     "grpo_step",
@@ -166,6 +170,42 @@ def clipped_tokens(ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float
     return ((ratio > 1 + eps_high) & (a > 0)) | ((ratio < 1 - eps_low) & (a < 0))
 
 
+#: the bound of the log-ratio before its exponential, as verl's vanilla policy loss clamps it (``negative_approx_kl``)
+LOG_RATIO_BOUND = 20.0
+
+
+def policy_loss_tokens(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                       eps_low: float, eps_high: float, clip_ratio_c: float) -> torch.Tensor:
+    """The per-token GRPO loss, to be minimised: ``−min(ρA, clip(ρ, 1−ε_low, 1+ε_high)·A)``, and on a negative
+    advantage at most ``−c·A`` (dual-clip, ``c = clip_ratio_c``); ``ρ = exp(clamp(logp − logp_old, ±20))``.
+    ``advantages`` broadcasts against ``logprobs`` (e.g. [B, 1] against [B, T]); no mask is applied here
+    (:func:`token_mean` applies it).
+
+    Rule: PPO's clipped surrogate (Schulman et al. 2017, eq. 7) with DAPO's separate bounds (Yu et al. 2025,
+    "clip-higher") and dual-clip PPO's bound on negative advantages (Ye et al. 2020, arXiv:1912.09729, eq. 5),
+    exactly as verl writes it: ``verl.trainer.ppo.core_algos.compute_policy_loss_vanilla`` (the registered
+    ``"vanilla"`` policy loss, verl 0.9.1: ``pg_losses`` before ``agg_loss``), its log-ratio clamp at ±20
+    included. With ``old_logprobs`` the learner's own (ρ = 1 in value) neither the clamp nor the dual clip
+    ever engages. Checked against verl's numbers in tests/core/learner/test_grpo_vs_verl.py."""
+    log_ratio = torch.clamp(logprobs - old_logprobs, min=-LOG_RATIO_BOUND, max=LOG_RATIO_BOUND)
+    ratio = torch.exp(log_ratio)
+    a = advantages
+    clipped = torch.maximum(-a * ratio, -a * torch.clamp(ratio, 1 - eps_low, 1 + eps_high))
+    return torch.where(a < 0, torch.minimum(-a * clip_ratio_c, clipped), clipped)
+
+
+def token_mean(loss_tokens: torch.Tensor, mask: torch.Tensor, total_tokens: float) -> torch.Tensor:
+    """``Σ mask·loss / total_tokens``: one micro-batch's share of the step's token-mean loss, where
+    ``total_tokens`` counts the unmasked tokens of the whole step (all its micro-batches), so the shares
+    of the micro-batches sum to the whole batch's token mean — every token weighs the same wherever it
+    was packed.
+
+    Rule: verl's ``agg_loss(loss_mat, loss_mask, "token-mean", batch_num_tokens=…)``
+    (``verl.trainer.ppo.core_algos``, verl 0.9.1: ``masked_sum(loss_mat, loss_mask) / batch_num_tokens``
+    with ``dp_size`` 1), DAPO's token-level policy-gradient loss (Yu et al. 2025, §3.3)."""
+    return (loss_tokens * mask).sum() / total_tokens
+
+
 def completion_logprobs(model: torch.nn.Module, prompt_ids: torch.Tensor, completion_ids: torch.Tensor,
                         completion_mask: torch.Tensor, prompt_mask: torch.Tensor | None = None) -> torch.Tensor:
     """log π(y_t | x, y_<t) of each completion token under ``model`` (fp32 log-softmax), 0 where masked
@@ -266,10 +306,10 @@ def grpo_step(
                     None if batch.prompt_mask is None else batch.prompt_mask[idx], emittable)
             m = mask[idx]
             old = lp.detach() if cfg.old_logprobs == "learner" else batch.sampler_logprobs[idx].to(torch.float32) * m
-            ratio = torch.exp(lp - old)
             a = adv[idx].unsqueeze(-1)
-            surr = torch.minimum(ratio * a, torch.clamp(ratio, 1 - cfg.clip_eps_low, 1 + cfg.clip_eps_high) * a)
-            loss = -(surr * m).sum() / total_tokens  # this micro-batch's share of the token-mean loss
+            per_token = policy_loss_tokens(lp, old, a, cfg.clip_eps_low, cfg.clip_eps_high, cfg.clip_ratio_c)
+            loss = token_mean(per_token, m, total_tokens)  # this micro-batch's share of the token-mean loss
+            ratio = torch.exp(lp.detach() - old)
             with timers.active():
                 loss.backward()
             seconds = time.perf_counter() - t0

@@ -199,6 +199,8 @@ def test_bad_settings_are_named():
         GRPOConfig(group_size=1)
     with pytest.raises(ValueError, match="old_logprobs must be 'learner' or 'sampler'"):
         GRPOConfig(old_logprobs="ref")
+    with pytest.raises(ValueError, match=r"clip_ratio_c must be greater than 1 \(dual-clip bound\), got 1.0"):
+        GRPOConfig(clip_ratio_c=1.0)
 
 
 def test_non_finite_step_leaves_weights_untouched():
