@@ -81,6 +81,7 @@ SLOW = frozenset({
     "core/learner/test_warmstart.py::test_a_failed_save_leaves_no_complete_looking_directory",  # two warm starts
     "core/learner/test_warmstart.py::test_progress_bar_runs",  # a warm start (~6 s)
     "tools/test_kernel_sets.py::test_a_warm_start_moves_from_its_first_step_on_another_kernel_set",  # 2 processes (~20 s)
+    "tools/test_grpo_learns.py::test_a_variant_reports_its_rewards_and_adams_first_update_is_the_learning_rate",  # ~15-25 s
     "core/sampler/test_quiet.py::test_the_rules_silence_the_real_import_lines_of_the_pinned_torchao",  # 2 imports
     "flows/test_cli.py::test_runs_on_an_empty_store_prints_an_empty_table",  # MLflow store (~10 s)
     "flows/test_cli.py::test_a_sweep_whose_runs_fail_prints_one_line_per_failed_run_and_no_traceback",  # `fp8rl run` (~70 s)
