@@ -446,6 +446,10 @@ FAULTS: list[Fault] = [
     Fault("norm-eps-changed", "W6", "post-load", "dense",
           "on the last tensor-parallel rank, a sync changes layer 1's input norm eps (a module attribute) to 10×; no "
           "tensor changes", worker=_W + "worker_norm_eps_changed"),
+    Fault("sync-wrote-elsewhere", "W2", "engine", "dense",
+          "on the last tensor-parallel rank the sync's tensors land where the engine does not compute from: its "
+          "parameters and compute copies stay the previous version's", worker="fp8rl_core.checks.worker_faults:"
+          "worker_sync_wrote_elsewhere"),
     Fault("norm-eps-unlike-learner", "W6", "config", "dense",
           "on the last tensor-parallel rank, the engine computes layer 1's input norm with 10× the eps the learner "
           "read from the same config.json, as it was since its start", worker=_W + "worker_norm_eps_unlike_learner"),

@@ -199,7 +199,8 @@ def test_at_tensor_parallel_2_the_negated_expert_copy_on_rank_1_is_named_there_a
     full-tier sync, W7's probe fails there; the reload at the next sync repairs it (W7's alarm aside, on the
     faulted version's rollouts). Then ``rotary-cache-nudged``, ``norm-eps-changed`` and ``norm-eps-unlike-learner``
     on rank 1 at cheap-tier syncs (W6 names the rank, the attribute and both values). ``rotary-cache-nudged``: W6's check of the
-    engine's other state names rank 1, the rotary cache and its element there."""
+    engine's other state names rank 1, the rotary cache and its element there. ``sync-wrote-elsewhere`` on rank 1 at
+    a cheap-tier sync: W2 names rank 1's held bytes."""
     pipe = tp2_pipeline(checkpoints["moe"], "all", tmp_path)
     sampler = pipe.sampler
     f = fault("expert-copy-negated")
@@ -249,5 +250,15 @@ def test_at_tensor_parallel_2_the_negated_expert_copy_on_rank_1_is_named_there_a
             assert w6.offenders == lines + [f"tp rank 1/2: {eps} = 9.999999999999999e-06, the learner's rms_norm_eps "
                                             "is 1e-06"], w6.offenders
             assert _step(pipe, runner).failed == []
+        # a sync that wrote somewhere else on rank 1: the rank keeps the previous version whole (its load ran, its
+        # version moved); the read-back names rank 1's held bytes (W2: every on-grid tensor of its shard) and its
+        # BF16 tensors (W4), and rank 0 stays right; the next load writes it
+        at = _step(pipe, runner, fault("sync-wrote-elsewhere"))
+        for cond in ("W2", "W4"):
+            r = at.results_by[cond]
+            assert not r.passed and r.failing_ranks == [1], at.message()
+            assert r.offenders and all(o.startswith("tp rank 1/2, layer ") for o in r.offenders), r.offenders
+        assert "tp rank 1/2, layer model.layers.0.mlp.experts, w13_weight: fingerprint " in at.results_by["W2"].offenders[0]
+        assert _step(pipe, runner).failed == []
     finally:
         sampler.close()
