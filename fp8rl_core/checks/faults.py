@@ -263,23 +263,6 @@ def worker_requant_byte_flipped_on_rank1(worker, phase: str) -> None:
 
 
 @torch.no_grad()
-def worker_expert_copy_negated(worker, phase: str) -> None:
-    """On the last tensor-parallel rank only (rank 1 at tp 2; the only rank at tp 1), the fp32 copies expert 0
-    of the first MoE layer on the learner's grid computes with (``fp8rl_w_w13`` and ``fp8rl_w_w2``) are negated
-    after the reload: its output is negated (silu(-g)·(-u) ≈ silu(g)·u where the gate is small, so w13 alone
-    barely moves it); its E4M3 bytes and E8M0 scales stay the learner's and its processing is counted as usual
-    — a wrong derived (prepacked, swizzled, repacked) copy that no byte check of the held weights sees."""
-    where = worker.fp8rl_tp_rank()
-    if phase != "after" or where["rank"] != where["tp"] - 1:
-        return
-    for _, module, s in worker._fp8rl_layers():
-        if scheme(s).on_learner_grid and hasattr(module, "fp8rl_w_w13"):
-            module.fp8rl_w_w13[0].neg_()
-            module.fp8rl_w_w2[0].neg_()
-            return
-
-
-@torch.no_grad()
 def worker_stale_copy_counted(worker, phase: str) -> None:
     """The engine keeps computing with the previous version's dequantized copy of every layer on the learner's
     grid while the held bytes are the new version's; post-load processing ran and is counted (unlike
@@ -305,85 +288,8 @@ def worker_copy_on_other_grid(worker, phase: str) -> None:
         return
 
 
-@torch.no_grad()
-def worker_rotary_cache_nudged(worker, phase: str) -> None:
-    """On the last tensor-parallel rank only (rank 1 at tp 2; the only rank at tp 1), one element of the rotary
-    cos/sin cache every attention layer shares (a buffer vLLM builds at load, written by no sync) is moved to the
-    next float32 value after the reload: position 0's second cosine, 1.0, becomes 1.00000012 — as a load path
-    that rewrites the cache would, writing it wrong at this load (the next load writes it right again, so a
-    later sync repairs it). The held weights, the compute copies and every W1–W6 condition of the synced
-    tensors stay right, and the change is too slight for any output to show it; only the engine's other state
-    (:mod:`fp8rl_core.sampler.engine_state`) sees it."""
-    from fp8rl_core.sampler.engine_state import engine_tensors
-
-    where = worker.fp8rl_tp_rank()
-    if phase != "after" or where["rank"] != where["tp"] - 1:
-        return
-    runner = worker.model_runner
-    for name, t in engine_tensors(runner.get_model()):
-        if name.endswith("cos_sin_cache"):
-            flat = t.view(-1)
-            right = flat[1].clone()
-            flat[1] = torch.nextafter(right, torch.tensor(float("inf"), dtype=t.dtype, device=t.device))
-            reload = runner.reload_weights
-
-            def reload_writing_it_right(*args, **kwargs):  # the next load writes the cache right again
-                flat[1] = right
-                del runner.reload_weights
-                return reload(*args, **kwargs)
-
-            runner.reload_weights = reload_writing_it_right
-            return
-    raise ValueError("rotary-cache-nudged needs a model with a rotary cos/sin cache; this one has none")
-
-
-def _norm_eps_changed(worker, phase: str, *, as_started: bool) -> None:
-    """Layer 1's input norm's eps (its ``variance_epsilon``, a plain attribute) ×10 on the last tensor-parallel
-    rank after the reload, put back by the next load; ``as_started``: the rank's engine-start record holds the new
-    value too, as an engine built that way from its start would."""
-    where = worker.fp8rl_tp_rank()
-    if phase != "after" or where["rank"] != where["tp"] - 1:
-        return
-    runner = worker.model_runner
-    for prefix, module in runner.get_model().named_modules():
-        if prefix.endswith("layers.1.input_layernorm") and "variance_epsilon" in vars(module):
-            right = module.variance_epsilon
-            module.variance_epsilon = right * 10
-            start = worker._fp8rl_engine_start()["attributes"] if as_started else {}
-            name = f"{prefix}.variance_epsilon"
-            if as_started:
-                start[name] = repr(module.variance_epsilon)
-            reload = runner.reload_weights
-
-            def reload_writing_it_right(*args, **kwargs):  # the next load builds the norm right again
-                module.variance_epsilon = right
-                if as_started:
-                    start[name] = repr(right)
-                del runner.reload_weights
-                return reload(*args, **kwargs)
-
-            runner.reload_weights = reload_writing_it_right
-            return
-    raise ValueError("a norm-eps fault needs a model whose layer 1 has an input_layernorm with variance_epsilon")
-
-
-def worker_norm_eps_changed(worker, phase: str) -> None:
-    """On the last tensor-parallel rank, layer 1's input norm's eps becomes 10× after the reload (a module
-    attribute changed by a sync, as a load path that rebuilds a module from a misread config would); no tensor
-    changes and the next load puts it back. The engine's other state sees the attribute changed since the
-    engine's start, and its configuration check sees it unlike the learner's ``rms_norm_eps``."""
-    _norm_eps_changed(worker, phase, as_started=False)
-
-
-def worker_norm_eps_unlike_learner(worker, phase: str) -> None:
-    """The same eps ×10 on the last rank, but as the engine's start holds it (its engine-start record changed
-    alike): an engine configured unlike its learner — a reader of ``config.json`` that took another value than the
-    learner's (verl #7519's class: the two sides reading one checkpoint two ways). Nothing changed since the
-    engine's start; only the comparison with the learner's config sees it."""
-    _norm_eps_changed(worker, phase, as_started=True)
-
-
 _W = "fp8rl_core.checks.faults:"
+_LAST = "fp8rl_core.checks.worker_faults:"  # the faults on the last tensor-parallel rank
 
 FAULTS: list[Fault] = [
     Fault("dropped-bucket", "W1", "transport", "dense",
@@ -432,7 +338,7 @@ FAULTS: list[Fault] = [
           worker=_W + "worker_stale_derived"),
     Fault("expert-copy-negated", "W6", "post-load", "moe",
           "on the last tensor-parallel rank, one expert's fp32 compute copy is negated; its bytes and scales stay right",
-          worker=_W + "worker_expert_copy_negated"),
+          worker=_LAST + "worker_expert_copy_negated"),
     Fault("compute-copy-stale", "W6", "post-load", "dense",
           "the layers keep computing with the previous version's copy while the held bytes are new (processing counted)",
           worker=_W + "worker_stale_copy_counted"),
@@ -442,17 +348,16 @@ FAULTS: list[Fault] = [
     Fault("rotary-cache-nudged", "W6", "post-load", "dense",
           "on the last tensor-parallel rank, one element of the rotary cos/sin cache the layers share moves by one "
           "float32 step; no sync writes it, every synced tensor stays right",
-          worker=_W + "worker_rotary_cache_nudged"),
+          worker=_LAST + "worker_rotary_cache_nudged"),
     Fault("norm-eps-changed", "W6", "post-load", "dense",
           "on the last tensor-parallel rank, a sync changes layer 1's input norm eps (a module attribute) to 10×; no "
-          "tensor changes", worker=_W + "worker_norm_eps_changed"),
+          "tensor changes", worker=_LAST + "worker_norm_eps_changed"),
     Fault("sync-wrote-elsewhere", "W2", "engine", "dense",
           "on the last tensor-parallel rank the sync's tensors land where the engine does not compute from: its "
-          "parameters and compute copies stay the previous version's", worker="fp8rl_core.checks.worker_faults:"
-          "worker_sync_wrote_elsewhere"),
+          "parameters and compute copies stay the previous version's", worker=_LAST + "worker_sync_wrote_elsewhere"),
     Fault("norm-eps-unlike-learner", "W6", "config", "dense",
           "on the last tensor-parallel rank, the engine computes layer 1's input norm with 10× the eps the learner "
-          "read from the same config.json, as it was since its start", worker=_W + "worker_norm_eps_unlike_learner"),
+          "read from the same config.json, as it was since its start", worker=_LAST + "worker_norm_eps_unlike_learner"),
 ]
 
 
