@@ -255,6 +255,13 @@ INTERNALS: tuple[Internal, ...] = (
              "fp8rl_core.sampler.vllm.vocab_mask", ("hidden_states",), paths=_RUNNERS),
     Internal(_VL, "vllm.model_executor.models.qwen3_moe:Qwen3MoeForCausalLM.compute_logits", "method", "patches",
              "fp8rl_core.sampler.vllm.vocab_mask", ("hidden_states",), paths=_RUNNERS),
+    # on vLLM's CPU platform only: the compiled wrappers replaced by the functions they wrap (compat.eager_on_cpu)
+    Internal(_VL, "vllm.v1.sample.ops.logprobs:batched_count_greater_than", "function", "patches",
+             "fp8rl_core.sampler.vllm.compat", paths=(VLLM_CPU,)),
+    Internal(_VL, "vllm.v1.sample.sampler:batched_count_greater_than", "attribute", "patches",
+             "fp8rl_core.sampler.vllm.compat", paths=(VLLM_CPU,)),
+    Internal(_VL, "vllm.model_executor.layers.vocab_parallel_embedding:get_masked_input_and_mask", "function",
+             "patches", "fp8rl_core.sampler.vllm.compat", paths=(VLLM_CPU,)),
     Internal(_VL, "vllm.v1.engine.core:EngineCore.reset_prefix_cache", "method", "patches",
              "fp8rl_core.sampler.vllm.compat", paths=_RUNNERS),
     Internal(_VL, "vllm.v1.engine.core:EngineCore.scheduler", "instance-attribute", "reads",

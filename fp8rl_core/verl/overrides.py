@@ -178,6 +178,9 @@ def _cpu_overrides(run: "RunConfig", ray_address: str | None) -> list[Override]:
         _o(f"{_ACTOR}.fsdp_config.strategy", "fsdp2", "verl.hardware"),
         _o(f"{_AR}.ref.strategy", "fsdp2", "verl.hardware"),
         _o(f"{_ACTOR}.fsdp_config.seed", run.seed, "seed"),
+        # verl's FSDP engine compiles its entropy (logged at every step's old log-probs) with inductor: on a CPU,
+        # 10–15 s of one core in every actor rank of every run where the eager function differs only in rounding
+        _o(f"{_ACTOR}.fsdp_config.use_torch_compile", False, "verl.hardware"),
         _o(f"{_MODEL}.use_remove_padding", False, "verl.hardware"),
         _o(f"{_MODEL}.override_config.attn_implementation", "sdpa", "verl.hardware", append=True),
         _o(f"{_ROLLOUT}.enable_sleep_mode", False, "verl.hardware", append=True),

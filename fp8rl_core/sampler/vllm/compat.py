@@ -2,7 +2,8 @@
 
 Rule: one workaround per entry point, its reason and its *when it can go* in its docstring:
 :func:`watched_call` (a dead engine core hangs the caller), :func:`patch_engine_core` (no engine-core
-utilities for the checks' engine state), :func:`in_process_engine` (an in-process engine changes its host
+utilities for the checks' engine state), :func:`eager_on_cpu` (vLLM compiles two integer functions with
+inductor on the CPU), :func:`in_process_engine` (an in-process engine changes its host
 process), :func:`model_classes_here` (vLLM inspects a model class in a Python process of its own). Nothing
 here imports vLLM at module level; the engine (:mod:`.engine`) and the quantization plugin (:mod:`.plugin`)
 call in. Why in-process engines exist: docs/design.md (Engines).
@@ -19,8 +20,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["EngineCoreDied", "call_utility", "collected_once", "engine_core_alive", "fail_pending_waits",
-           "in_process_engine", "model_classes_here", "patch_engine_core", "watched_call"]
+__all__ = ["EAGER_ON_CPU", "EngineCoreDied", "call_utility", "collected_once", "eager_on_cpu", "engine_core_alive",
+           "fail_pending_waits", "in_process_engine", "model_classes_here", "patch_engine_core", "watched_call"]
 
 #: seconds between liveness polls while a call waits, and how long a resolved call gets to finish
 POLL_S, DRAIN_S = 0.1, 2.0
@@ -97,6 +98,54 @@ def watched_call(llm: Any, what: str, fn: Callable, *args, **kwargs):
             raise EngineCoreDied(what) from box["error"]
         raise box["error"]
     return box["value"]
+
+
+#: vLLM's functions that it wraps in ``torch.compile`` (inductor on its CPU platform, ``simple_compile_backend``)
+#: although their bodies are integer comparisons and index arithmetic: (module, name, the modules that import the
+#: name into their own namespace). ``batched_count_greater_than``: a token's rank among the vocabulary's
+#: log-probs, for every sampled and prompt log-prob (``vllm.v1.sample.sampler``); ``get_masked_input_and_mask``:
+#: a rank's slice of the vocabulary in the embedding at tensor parallel > 1
+EAGER_ON_CPU = (
+    ("vllm.v1.sample.ops.logprobs", "batched_count_greater_than", ("vllm.v1.sample.sampler",)),
+    ("vllm.model_executor.layers.vocab_parallel_embedding", "get_masked_input_and_mask", ()),
+)
+
+
+def eager_on_cpu() -> list[str]:
+    """On vLLM's CPU platform, put back the plain Python functions of :data:`EAGER_ON_CPU` in place of their
+    ``torch.compile`` wrappers (``_torchdynamo_orig_callable``: the function the decorator wrapped, the same
+    body) in their module and in the modules that imported them by name; the names replaced. Idempotent; runs in
+    every vLLM process (from :func:`fp8rl_core.sampler.vllm.plugin.register`).
+
+    Works around: vLLM compiles two integer functions with inductor on the CPU.
+    Even with ``enforce_eager``, the first call of each in a process traces it with dynamo and compiles it with
+    inductor: measured on this project's CI machine (2 cores), an in-process engine's first full-tier check
+    took 20.2 s, 14.7 s of it compiling ``batched_count_greater_than`` at W7's first prompt log-probs, and the
+    next full-tier check 4.3 s — a cost every vLLM process that returns log-probs (every rollout, every engine
+    rank of a verl run) paid at its first step. Both bodies compute the same integers eagerly (a count of
+    comparisons; masks and offsets of token ids), so no number changes; on a GPU nothing is replaced.
+    *When it can go:* when vLLM stops compiling these on its CPU platform (its ``simple_compile_backend``), or
+    caches the compiled code across processes. ``tests/core/sampler/test_vllm_compat.py`` fails when a name
+    is no longer a compiled wrapper in the installed vLLM (then this is moot for it) or moves.
+    """
+    import importlib
+
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return []
+    done = []
+    for module, name, importers in EAGER_ON_CPU:
+        fn = getattr(importlib.import_module(module), name)
+        plain = getattr(fn, "_torchdynamo_orig_callable", None)
+        if plain is None:  # replaced already, or vLLM stopped compiling it
+            continue
+        for where in (module, *importers):
+            mod = importlib.import_module(where)
+            if getattr(mod, name, None) is fn:
+                setattr(mod, name, plain)
+        done.append(name)
+    return done
 
 
 def patch_engine_core() -> None:

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from fp8rl_core.sampler.vllm import quiet
 from fp8rl_core.grids.schemes import BF16, BLOCK_GRID, MX_GRID, SCHEMES, scheme
-from fp8rl_core.sampler.vllm.compat import patch_engine_core
+from fp8rl_core.sampler.vllm.compat import eager_on_cpu, patch_engine_core
 from vllm.model_executor.layers.fused_moe import RoutedExperts
 from vllm.model_executor.layers.fused_moe.config import FusedMoEQuantConfig
 from vllm.model_executor.layers.fused_moe.fused_moe_method_base import FusedMoEMethodBase
@@ -297,4 +297,5 @@ def register() -> None:
     quiet.install()  # this vLLM process's known-harmless lines (fp8rl_core.sampler.vllm.quiet)
     register_quantization_config(QUANT_METHOD)(Fp8rlConfig)
     patch_engine_core()  # the checks' engine-core utilities (a vLLM 0.32 workaround)
+    eager_on_cpu()  # no inductor compile of two integer functions in each CPU engine process (a workaround)
     _REGISTERED = True

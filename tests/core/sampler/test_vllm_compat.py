@@ -109,3 +109,42 @@ def test_model_classes_here_lets_vllm_inspect_the_class_without_a_subprocess(tmp
     assert info == registry._ModelInfo.from_model_cls(Qwen3MoeForCausalLM)
     assert info.architecture == arch and info.supports_pp and not info.supports_multimodal
     assert not list(tmp_path.iterdir())
+
+
+def test_the_functions_vllm_compiles_on_the_cpu_run_as_plain_python_and_give_the_same_integers():
+    """``eager_on_cpu``: each function of ``EAGER_ON_CPU`` is still compiled by the installed vLLM (else the
+    workaround is moot: drop its row) and, once replaced, is the function ``torch.compile`` wrapped — in its
+    module and where it was imported by name — and computes what its rule says: a token's rank among a row's
+    log-probs (how many are ≥ its own), the embedding's in-shard mask and offsets."""
+    import importlib
+
+    import torch
+
+    from fp8rl_core.sampler.vllm.compat import EAGER_ON_CPU, eager_on_cpu
+
+    for module, name, _ in EAGER_ON_CPU:
+        source = inspect.getsource(importlib.import_module(module))
+        head = source[: source.index(f"def {name}(")].rstrip().splitlines()[-1]
+        assert head.startswith("@torch.compile("), (module, name, head)
+    eager_on_cpu()
+    assert eager_on_cpu() == []  # idempotent: nothing left to replace
+    for module, name, importers in EAGER_ON_CPU:
+        fn = getattr(importlib.import_module(module), name)
+        assert not hasattr(fn, "_torchdynamo_orig_callable") and inspect.isfunction(fn), (module, name)
+        assert all(getattr(importlib.import_module(m), name) is fn for m in importers), (name, importers)
+
+    from vllm.model_executor.layers.vocab_parallel_embedding import get_masked_input_and_mask
+    from vllm.v1.sample.ops.logprobs import batched_count_greater_than
+
+    g = torch.Generator().manual_seed(0)
+    logprobs = torch.randn(6, 1000, generator=g).log_softmax(-1)
+    token = torch.randint(0, 1000, (6, 1), generator=g)
+    mine = logprobs.gather(-1, token)
+    ranks = batched_count_greater_than(logprobs, mine)
+    by_sorting = [int((logprobs[i].sort(descending=True).values >= mine[i]).sum()) for i in range(6)]
+    assert ranks.tolist() == by_sorting and all(r >= 1 for r in by_sorting)
+    ids = torch.tensor([0, 5, 511, 512, 700, 1023, 1030, 1040])
+    # the second of two shards: ids 512..1023 at rows 0..511, added ids 1032..1047 after them (rows 520..)
+    masked, mask = get_masked_input_and_mask(ids, 512, 1024, 0, 1032, 1048)
+    assert mask.tolist() == [True, True, True, False, False, False, True, False]  # True: not this shard's
+    assert masked.tolist() == [0, 0, 0, 0, 188, 511, 0, 520]
