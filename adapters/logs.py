@@ -86,9 +86,15 @@ def lines_stay_off_a_temporary_api() -> Iterator[None]:
         yield
 
 
+#: set to ``1`` in a process's environment: it starts no engine (deployments/prefect.yaml sets it for the
+#: ``verl-run`` deployment's flow runs, whose engines are verl's, in the trainer's own processes)
+NO_ENGINES_ENV = "FP8RL_NO_ENGINES"
+
+
 def engines_here() -> bool:
-    """False inside :func:`driving_only`: the importing process starts no engine."""
-    return not getattr(_DRIVING_ONLY, "on", False)
+    """False inside :func:`driving_only` or with :data:`NO_ENGINES_ENV` set: the importing process starts no
+    engine (and does not import vLLM to configure its logging: ~10 s of a core on 2 cores)."""
+    return not getattr(_DRIVING_ONLY, "on", False) and os.environ.get(NO_ENGINES_ENV) != "1"
 
 
 def configure_vllm_logging() -> None:

@@ -24,6 +24,7 @@ from prefect import get_run_logger
 
 from adapters import tracking
 from adapters.cluster import ClusterError
+from adapters.logs import NO_ENGINES_ENV
 from adapters.tracking import RunRow
 
 __all__ = ["POLL_S", "VERL_RUN", "PoolJob", "cancelled", "check_deployment", "deployment_name", "interruption",
@@ -147,7 +148,8 @@ def _collect(flow_run, job: PoolJob) -> RunRow:
 def run_on_pool(pool: str, jobs: Sequence[PoolJob], env: Mapping[str, str],
                 done: Callable[[RunRow], None]) -> list[RunRow]:
     """Each job as a child flow run of :func:`deployment_name` (``pool``), ``env`` set in its process (the
-    process pool's ``env`` job variable); wait for all, ``done(row)`` as each ends; the rows in the order the
+    process pool's ``env`` job variable, which replaces the deployment's: with ``FP8RL_NO_ENGINES=1`` as the
+    deployment's own, since verl's trainer starts the engines in processes of its own); wait for all, ``done(row)`` as each ends; the rows in the order the
     runs ended. Interrupted: the children still queued or running are cancelled (state Cancelling, as Prefect's
     Cancel sets it), their MLflow runs KILLED with :func:`interruption`'s reason, and the interrupt raised."""
     from prefect import get_client
@@ -160,7 +162,7 @@ def run_on_pool(pool: str, jobs: Sequence[PoolJob], env: Mapping[str, str],
     try:
         for job in jobs:
             child = run_deployment(deployment_name(pool), parameters=dict(job.parameters), timeout=0, as_subflow=True,
-                                   flow_run_name=job.name, job_variables={"env": dict(env)})
+                                   flow_run_name=job.name, job_variables={"env": {**env, NO_ENGINES_ENV: "1"}})
             waiting[child.id] = job
             logger.info("run %s: flow run %s queued on work pool %s", job.name, child.name, pool)
         with get_client(sync_client=True) as c:

@@ -140,6 +140,7 @@ def assert_deployments(server: Server, pool: str) -> None:
                                 "default@flows/upstream_drift.py:upstream_drift"}, deployments
     verl_run = deployments[f"{pool}@flows/pipelines.py:verl_run"]
     assert verl_run["work_queue_name"] == "verl" and verl_run["job_variables"]["working_dir"] == str(ROOT)
+    assert verl_run["job_variables"]["env"] == {"FP8RL_NO_ENGINES": "1"}  # adapters.logs.NO_ENGINES_ENV
     assert deployments["verl-smoke@flows/pipelines.py:mxfp8_sweep"]["parameters"]["work_pool"] == pool
     drift = deployments["default@flows/upstream_drift.py:upstream_drift"]
     assert [s["schedule"].get("cron") for s in drift["schedules"]] == ["0 4 * * *"]

@@ -397,7 +397,8 @@ def test_an_engine_start_applies_no_logging_config_after_quiet_process():
 def test_a_driver_on_ray_imports_the_flows_without_vllm():
     """`fp8rl run` without --inline starts no engine: flows.pipelines imported inside adapters.logs.driving_only
     leaves vLLM unimported (~9 s of the command's start); outside the block it is configured as before. Nor
-    does it build a model: transformers stays unimported too (~8 s of CPU on 2 cores)."""
+    does it build a model: transformers stays unimported too (~8 s of CPU on 2 cores). ``FP8RL_NO_ENGINES=1`` (the
+    verl-run deployment's flow runs) takes the same branch."""
     import subprocess
 
     code = ("import sys, adapters.logs\n"
@@ -405,6 +406,9 @@ def test_a_driver_on_ray_imports_the_flows_without_vllm():
             "    assert not adapters.logs.engines_here()\n"
             "    import flows.pipelines\n"
             "assert adapters.logs.engines_here()\n"
+            "import os\n"  # the verl-run deployment's flow runs: the same, from their environment
+            "os.environ[adapters.logs.NO_ENGINES_ENV] = '1'\n"
+            "assert not adapters.logs.engines_here()\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('vllm', 'transformers')))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
