@@ -18,6 +18,7 @@ Rehearsed by tests/bench/test_gpu.py in a venv of the lent machine's packages on
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -39,6 +40,9 @@ TRAVEL_LIMIT = 64 * 2**20
 #: recipe in fp8rl_core/learner/recipe.py without pydantic, fp8rl_core.report's names loaded on first use without
 #: pandas/pandera); `make gpu-wheels` records the closure again and fails when this differs
 CARRIED: tuple[str, ...] = ()
+#: the lent machine's distributions bench/gpu.py imports itself or through fp8rl (their dependencies come with
+#: them): what the rehearsal installs (tests/bench/test_gpu.py); `make gpu-wheels` checks each is imported
+ON_MACHINE = ("matplotlib", "numpy", "torch", "xxhash")
 #: imported when installed, skipped without (the importer and its guard): not carried
 OPTIONAL = {
     "dill": "torch.utils._import_utils.dill_available(): importlib.util.find_spec('dill') before importing it",
@@ -82,6 +86,12 @@ def record(out: Path, python: str = sys.executable) -> dict[str, set[str]]:
     env = dict(os.environ, FP8RL_IMPORT_LOG=str(log), PYTHONPATH=str(ROOT / "tools" / "importlog"))
     subprocess.run([python, str(ROOT / "bench" / "gpu.py"), str(out / "smoke"), "--cpu-smoke"], env=env, check=True,
                    cwd=ROOT, stdout=subprocess.DEVNULL)
+    return distributions(log)
+
+
+def distributions(log: Path) -> dict[str, set[str]]:
+    """The distributions (this interpreter's metadata) of the modules an import log holds, each with its modules;
+    a module no distribution has as ``?module``."""
     found: dict[str, set[str]] = {}
     for imp in read_log(log):  # distribution "": the standard library or fp8rl; None: no distribution has it
         for dist in ("?" + imp.module if imp.distribution is None else imp.distribution).split(","):
@@ -144,13 +154,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dest", type=Path, default=WHEELS, help="folder for the wheels (default bench/wheels)")
     ap.add_argument("--python-version", default="3.12", help="the CPython they are for (the lent machine's: 3.12)")
+    ap.add_argument("--distributions", type=Path, metavar="LOG", help="print the distributions of LOG's modules "
+                    "(an import log's folder) in this interpreter's environment as JSON, and nothing else")
     args = ap.parse_args(argv)
+    if args.distributions:
+        print(json.dumps({d: sorted(m) for d, m in distributions(args.distributions).items()}, sort_keys=True))
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         parts = split(record(Path(tmp)))
     print(f"bench/gpu.py imports from {len(parts['on_machine'])} distributions the lent machine has: "
           + ", ".join(parts["on_machine"]))
     print("optional, not carried: " + (", ".join(parts["optional"]) or "none"))
     print("lacking: " + (", ".join(parts["lacking"]) or "none"))
+    if not set(ON_MACHINE) <= set(parts["on_machine"]):
+        print(f"tools/gpu_wheels.py ON_MACHINE names {sorted(set(ON_MACHINE) - set(parts['on_machine']))}, which "
+              "bench/gpu.py no longer imports", file=sys.stderr)
+        return 1
     if parts["lacking"] != list(CARRIED):
         print(f"tools/gpu_wheels.py CARRIED is {list(CARRIED)}, the closure lacks {parts['lacking']}: set CARRIED to "
               "it (each lacking distribution, or make its import lazy)", file=sys.stderr)
