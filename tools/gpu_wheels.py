@@ -53,9 +53,10 @@ DEPS = "/tmp/fp8rl-gpu-deps"
 COMMAND = (f"D={DEPS}; if ls bench/wheels/*.whl >/dev/null 2>&1; then python3 -m pip install -q --no-index "
            "--no-deps --no-compile --upgrade --target $D bench/wheels/*.whl || exit 1; fi; "
            'PYTHONUNBUFFERED=1 PYTHONPATH=$D:$PWD python3 bench/gpu.py "$OUT/gpu"')
-#: the manylinux tags a CPython 3.12 x86_64 wheel may carry that the lent machine (glibc 2.39) installs
+#: the manylinux tags of an x86_64 wheel the lent machine installs: glibc 2.28 at most, the floor its own torch
+#: 2.11 wheel (manylinux_2_28) shows; its glibc is not in its notes
 PLATFORMS = ["manylinux1_x86_64", "manylinux2010_x86_64", "manylinux2014_x86_64",
-             *[f"manylinux_2_{n}_x86_64" for n in range(5, 40)]]
+             *[f"manylinux_2_{n}_x86_64" for n in range(5, 29)]]
 #: the rehearsal's versions where it cannot use the lent machine's: name → (version, why)
 REHEARSAL_VERSIONS = {
     "torch": ("2.13.0", "the CPU wheel of the CPU set's torch in place of the machine's CUDA torch 2.11.0"),
