@@ -19,7 +19,7 @@ INSTALL := $(call uv_install,$(VENV))
 # Environments); their imports are tested in tests/verl
 VERL_NODEPS := verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 TransferQueue==0.1.11
 
-.PHONY: setup setup-sglang setup-gpu check-gpu-set run test test-fast test-verl check-results bench results results-small clean
+.PHONY: setup setup-sglang setup-gpu check-gpu-set gpu-wheels run test test-fast test-verl check-results bench results results-small clean
 
 setup: $(STAMP)
 
@@ -91,6 +91,13 @@ setup-gpu:
 GPU_SET_RESULT ?= gpu-set.json
 check-gpu-set:
 	$(PY) tools/gpu_set_check.py --python $(GPU_PYTHON) --out $(GPU_SET_RESULT)
+
+# what bench/gpu.py needs on the lent GPU machine that the machine's packages (tools/lent_gpu_packages.txt) lack:
+# its imports recorded (a --cpu-smoke run), each distribution on the machine, optional or lacking; the lacking ones
+# as wheels for CPython 3.12 / manylinux x86_64 in bench/wheels (ignored; none today), their size against the 64 MiB
+# that may travel. The device command that installs them and runs the bench: docs/gpu.md, The prepared benchmark
+gpu-wheels: setup
+	$(PY) tools/gpu_wheels.py --dest bench/wheels
 
 # the main job: the smoke sweep through the mxfp8-sweep flow (embedded Prefect, MLflow in ./mlflow.db)
 run: setup

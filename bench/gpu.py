@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fp8rl_core.grids import quantize  # noqa: E402
-from fp8rl_core.learner.config import Recipe  # noqa: E402
+from fp8rl_core.learner.recipe import Recipe  # noqa: E402
 from fp8rl_core.learner.fp8gemm import block_fp8_linear, supported  # noqa: E402
 from fp8rl_core.learner.mxfp8 import clear_weight_cache, linear as mxfp8_linear  # noqa: E402
 from fp8rl_core.metrics.timing import cost_model  # noqa: E402

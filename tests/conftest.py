@@ -57,7 +57,7 @@ EXCEPT = {"flows/test_cli.py": "flow", "flows/test_terminal_table.py": "flow", "
 #: slow without an engine, measured with ``pytest --durations=0`` on the 2-core machine (seconds there, loaded):
 #: a folder (``path/``), a file (``path``) or a test with all its parameters (``path::name``)
 SLOW = frozenset({
-    "bench/",  # bench/gpu.py --cpu-smoke: the GPU benchmark end to end at tiny sizes (~20-90 s)
+    "bench/",  # bench/gpu.py --cpu-smoke end to end at tiny sizes, here and in the lent GPU's rehearsal venv (~20-50 s)
     "tasks/test_reporting.py",  # a fresh MLflow SQLite store per test (~10 s each), report from MLflow (~30 s)
     "tasks/test_verl_run.py",  # a fresh MLflow SQLite store per test (~10 s), a verl process
     "adapters/test_tracking.py",  # a fresh MLflow SQLite store per test (~10 s each)

@@ -1,7 +1,8 @@
 """The learner layer's configs, in one light module (no torch model code, no transformers): what the
 experiment config (:mod:`fp8rl_core.config.sections`) builds, and the single home of their defaults.
 
-* :class:`Recipe` — TE's MXFP8 recipe the MXFP8 layers run (:mod:`.mxfp8`),
+* :class:`Recipe` — TE's MXFP8 recipe the MXFP8 layers run (:mod:`.mxfp8`; defined in :mod:`.recipe`, which
+  imports no pydantic),
 * :class:`GRPOConfig` — one GRPO update (:mod:`.grpo`),
 * :class:`LearnerConfig` — the learner: precision, layers, recipe, optimizer, GRPO (:mod:`.learner`),
 * :class:`WarmStartConfig` — the supervised warm start (:mod:`.warmstart`).
@@ -18,66 +19,12 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .recipe import FWD_FORMATS, GRAD_FORMATS, RULES, Recipe
 from .task import AdditionTask
 
 __all__ = ["FWD_FORMATS", "GRAD_FORMATS", "RULES", "GRPOConfig", "LearnerConfig", "Recipe", "WarmStartConfig"]
 
-FWD_FORMATS = ("e4m3",)
-GRAD_FORMATS = ("e4m3", "e5m2")
-RULES = ("rceil", "floor")
 _CLIP_EPS = 0.2  # the PPO clip range, both sides by default
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """TE ``MXFP8BlockScaling``: element formats of the operands, the scale rule, weight caching.
-
-    fwd:   elements of the fprop operands (and of W / X in the backward GEMMs): ``"e4m3"`` only —
-           TE rejects pure-E5M2 MXFP8 training.
-    grad:  elements of the gradient operand dY: ``"e4m3"`` (``Format.E4M3``, TE's default for
-           MXFP8) or ``"e5m2"`` (``Format.HYBRID``; see :meth:`hybrid`).
-    rule:  E8M0 scale rule: ``"rceil"`` (TE, cuBLAS, hardware) or ``"floor"`` (OCP MX spec §6.3).
-    cache_weights: reuse a weight's quantized copies while it is unchanged (TE's first-micro-batch
-           weight caching; see :mod:`fp8rl_core.learner.mxfp8`). On by default: a Megatron learner passes
-           ``is_first_microbatch``, so TE quantizes each weight once per step; the results are
-           byte-identical with and without the cache, only the time differs (``bench/learner.py``).
-    """
-
-    fwd: str = "e4m3"
-    grad: str = "e4m3"
-    rule: str = "rceil"
-    cache_weights: bool = True
-
-    def __post_init__(self) -> None:
-        if self.fwd not in FWD_FORMATS:
-            raise ValueError(
-                f"Recipe.fwd={self.fwd!r} is not supported: fprop operands of TE's MXFP8BlockScaling are "
-                f"E4M3 (valid: {', '.join(FWD_FORMATS)}); use grad='e5m2' for E5M2 gradients"
-            )
-        if self.grad not in GRAD_FORMATS:
-            raise ValueError(f"Recipe.grad={self.grad!r} is not valid; valid: {', '.join(GRAD_FORMATS)}")
-        if self.rule not in RULES:
-            raise ValueError(
-                f"Recipe.rule={self.rule!r} is not valid; valid: {', '.join(RULES)} "
-                f"(rceil = Transformer Engine / cuBLAS, floor = OCP MX spec)"
-            )
-        if not isinstance(self.cache_weights, bool):
-            raise ValueError(f"Recipe.cache_weights must be a bool, got {self.cache_weights!r}")
-
-    @classmethod
-    def hybrid(cls, rule: str | None = None, **kwargs) -> "Recipe":
-        """TE's ``Format.HYBRID``: E4M3 forward operands, E5M2 gradients (other fields as given, else the defaults)."""
-        return cls(fwd="e4m3", grad="e5m2", **({} if rule is None else {"rule": rule}), **kwargs)
-
-    @property
-    def fwd_grid(self) -> str:
-        """Grid spec of X and W (all three GEMMs), e.g. ``mxfp8-e4m3-rceil``."""
-        return f"mxfp8-{self.fwd}-{self.rule}"
-
-    @property
-    def grad_grid(self) -> str:
-        """Grid spec of dY (dgrad and wgrad), e.g. ``mxfp8-e5m2-rceil`` under HYBRID."""
-        return f"mxfp8-{self.grad}-{self.rule}"
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from fp8rl_core.grids import QuantizedTensor, quantize
 
-from .config import Recipe
+from .recipe import Recipe
 from .patterns import gemm_layers
 from .timers import timed
 

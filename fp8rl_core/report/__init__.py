@@ -18,48 +18,55 @@ where runs are stored.
 - :mod:`.inputs` — those inputs stored and read back; :func:`check_tables` (in :mod:`.markdown`) renders the
   tables again from them and compares.
 
+Each name below is imported from its module on first use (:func:`__getattr__`), so importing one module of the
+package (``fp8rl_core.report.gpu``, which ``bench/gpu.py`` imports on a lent GPU) imports neither pandas nor
+pandera.
+
 >>> # from fp8rl_core.report import SweepData, write_report
 >>> # write_report(SweepData(sweep="dense-matching", runs=runs, tokens=tokens, ...), "report/")
 """
 
-from .claims import (CLAIM_KINDS, CLAIMS, KL_KINDS, MEASURE_LABELS, PROBE_MEASURE, VERDICTS, Claim, ClaimKind, Verdict,
-                     claim_verdict, claims_table, joint_verdict, measure_label, needed_text)
-from .agreement import Agreement, verl_agreement
-from .compare import PresetComparison, compare_presets, compare_times, cost_models
-from .data import (
-    CANONICAL_PRESETS,
-    PROBE_COLUMNS,
-    PROBE_LABELS,
-    PROBE_METRICS,
-    REPORT_METRICS,
-    SweepData,
-    Units,
-    interval_table,
-    is_probe_metric,
-    preset_order,
-    probe_units,
-    sequence_units,
-    sweep_models,
-    with_run_columns,
-)
-from .inputs import TableCheck, load_inputs, save_inputs
-from .markdown import check_tables, write_report
-from .plots import detection_matrix, kl_by_preset, kl_over_steps, microbatch_time, reward_over_steps, step_breakdown
-from .factors import FactorAcrossModels, factors_across_models
-from .power import PowerRow, power_rows
-from .requant import RequantRow, requant_rows
-from .verdicts import EVALUATORS, AbsentClaim, ClaimRow, absent_claims, direction_verdict, evaluate_claims
+from __future__ import annotations
 
-__all__ = [
-    "Agreement", "CANONICAL_PRESETS", "CLAIMS", "CLAIM_KINDS", "EVALUATORS", "KL_KINDS", "MEASURE_LABELS",
-    "PROBE_COLUMNS", "PROBE_LABELS", "PROBE_MEASURE", "PROBE_METRICS", "REPORT_METRICS", "VERDICTS", "AbsentClaim", "Claim",
-    "ClaimKind", "ClaimRow", "FactorAcrossModels", "PowerRow", "PresetComparison", "RequantRow", "SweepData", "TableCheck",
-    "Units",
-    "Verdict",
-    "absent_claims", "check_tables", "claim_verdict", "claims_table", "joint_verdict", "needed_text", "compare_presets", "compare_times", "cost_models", "detection_matrix",
-    "direction_verdict", "evaluate_claims", "factors_across_models", "interval_table", "is_probe_metric",
-    "kl_by_preset", "kl_over_steps", "load_inputs", "measure_label", "microbatch_time", "power_rows", "preset_order", "probe_units",
-    "requant_rows", "save_inputs",
-    "reward_over_steps", "sequence_units", "step_breakdown", "sweep_models", "verl_agreement", "with_run_columns",
-    "write_report",
-]
+import importlib
+
+#: the package's names, by the module that defines them
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "claims": (
+        "CLAIM_KINDS", "CLAIMS", "KL_KINDS", "MEASURE_LABELS", "PROBE_MEASURE", "VERDICTS", "Claim", "ClaimKind",
+        "Verdict", "claim_verdict", "claims_table", "joint_verdict", "measure_label", "needed_text",
+    ),
+    "agreement": ("Agreement", "verl_agreement"),
+    "compare": ("PresetComparison", "compare_presets", "compare_times", "cost_models"),
+    "data": (
+        "CANONICAL_PRESETS", "PROBE_COLUMNS", "PROBE_LABELS", "PROBE_METRICS", "REPORT_METRICS", "SweepData",
+        "Units", "interval_table", "is_probe_metric", "preset_order", "probe_units", "sequence_units",
+        "sweep_models", "with_run_columns",
+    ),
+    "inputs": ("TableCheck", "load_inputs", "save_inputs"),
+    "markdown": ("check_tables", "write_report"),
+    "plots": (
+        "detection_matrix", "kl_by_preset", "kl_over_steps", "microbatch_time", "reward_over_steps",
+        "step_breakdown",
+    ),
+    "factors": ("FactorAcrossModels", "factors_across_models"),
+    "power": ("PowerRow", "power_rows"),
+    "requant": ("RequantRow", "requant_rows"),
+    "verdicts": ("EVALUATORS", "AbsentClaim", "ClaimRow", "absent_claims", "direction_verdict", "evaluate_claims"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    """A name of :data:`__all__`, imported from its module the first time it is asked for."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
