@@ -1,12 +1,11 @@
 """Prefect's state on a fresh machine: every file Prefect keeps lies under the project's ``.prefect/``
-(prefect.toml), and a first flow on the embedded server — what ``make run`` starts — prints no warning
-and writes nothing into an empty home directory."""
+(prefect.toml), and a first flow on the embedded server — what ``make run`` starts, here through the ``fp8rl``
+command from another folder — prints no warning and writes nothing into an empty home directory."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,31 +33,14 @@ def test_every_file_prefect_keeps_is_under_the_projects_prefect_folder(tmp_path)
                      "db": "sqlite+aiosqlite:///.prefect/prefect.db"}
 
 
-def test_a_first_flow_on_a_fresh_machine_warns_of_nothing_and_leaves_home_empty(tmp_path):
-    """The embedded server registers Prefect's blocks on its first start and memoizes that in the memo
-    store: with the store outside ``.prefect/`` (in a ``~/.prefect`` that does not exist) it warns
-    "Unable to write to memo_store.toml"."""
-    work = tmp_path / "project"
-    work.mkdir()
-    shutil.copy(ROOT / "prefect.toml", work)  # the project's settings, a .prefect/ not made yet
-    home = tmp_path / "home"
-    code = "from prefect import flow\n@flow\ndef fresh():\n    return 41 + 1\nprint('result', fresh())\n"
-    out = subprocess.run([sys.executable, "-c", code], cwd=work, env=fresh_env(home),
-                         capture_output=True, text=True, timeout=300)
-    text = out.stdout + out.stderr
-    assert out.returncode == 0, text[-3000:]
-    assert "result 42" in out.stdout
-    assert "memo_store" not in text and "Unable to" not in text, text[-3000:]
-    assert not [line for line in text.splitlines() if "| WARNING | prefect.server" in line], text[-3000:]
-    assert (work / ".prefect" / "memo_store.toml").is_file() and (work / ".prefect" / "prefect.db").is_file()
-    assert list(home.iterdir()) == []
-
-
 def test_the_fp8rl_command_run_outside_the_checkout_keeps_the_projects_prefect_settings(tmp_path):
     """Prefect reads prefect.toml from the working directory only: the command exports the project's file
     (adapters.prefect_settings), so a flow started from another folder keeps its state in that folder's
     ``.prefect/``, sends no telemetry (its heartbeat can print a "database is locked" traceback) and writes
-    nothing into the home directory; a variable the user set wins."""
+    nothing into the home directory; a variable the user set wins. It is also a first flow on a fresh machine
+    (what ``make run`` starts): the embedded server registers Prefect's blocks on its first start and memoizes
+    that in the memo store — with the store outside ``.prefect/`` (in a ``~/.prefect`` that does not exist) it
+    warns "Unable to write to memo_store.toml" —, and no warning of Prefect's server is printed."""
     work = tmp_path / "elsewhere"
     work.mkdir()
     home = tmp_path / "home"
@@ -72,4 +54,7 @@ def test_the_fp8rl_command_run_outside_the_checkout_keeps_the_projects_prefect_s
     assert "result 42" in out.stdout
     assert "settings .prefect False .prefect/memo_store.toml WARNING" in out.stdout, out.stdout
     assert "Traceback" not in text and "locked" not in text, text[-3000:]
-    assert (work / ".prefect" / "prefect.db").is_file() and list(home.iterdir()) == []
+    assert "memo_store" not in out.stderr and "Unable to" not in text, text[-3000:]
+    assert not [line for line in text.splitlines() if "| WARNING | prefect.server" in line], text[-3000:]
+    assert (work / ".prefect" / "memo_store.toml").is_file() and (work / ".prefect" / "prefect.db").is_file()
+    assert list(home.iterdir()) == []
