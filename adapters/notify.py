@@ -114,9 +114,9 @@ def _webhook_block(url: str | None) -> UUID | None:
 
 def register(url: str | None = None) -> str:
     """Register the automations with the Prefect server (``PREFECT_API_URL``), each by its name: an automation of that
-    name updated in place, any second one deleted — registering again changes nothing. ``url``: the webhook
-    (default ``FP8RL_NOTIFY_WEBHOOK``), saved as the block :data:`BLOCK`; none, and no such block on the server:
-    nothing registered. Returns the one line to print."""
+    name updated in place (a paused one stays paused), any second one deleted — registering again changes nothing.
+    ``url``: the webhook (default ``FP8RL_NOTIFY_WEBHOOK``), saved as the block :data:`BLOCK`; none, and no such
+    block on the server: nothing registered. Returns the one line to print."""
     from prefect import get_client
     from prefect.settings import PREFECT_API_URL
 
@@ -130,8 +130,8 @@ def register(url: str | None = None) -> str:
             first, *extra = client.read_automations_by_name(automation.name) or [None]
             if first is None:
                 client.create_automation(automation)
-            else:
-                client.update_automation(first.id, automation)
+            else:  # a pause (prefect automation pause NAME) outlives a redeploy
+                client.update_automation(first.id, automation.model_copy(update={"enabled": first.enabled}))
             for duplicate in extra:
                 client.delete_automation(duplicate.id)
     return (f"notifications on: a nightly run that fails or crashes, and a night that breaches ({BREACHED}), "
