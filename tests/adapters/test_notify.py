@@ -1,9 +1,10 @@
 """The team told of a bad night (adapters/notify.py): on a real Prefect server (its triggers and actions services
 running, as `prefect server start` runs them) with a real HTTP receiver on loopback as the webhook, the
 automations registered by `fp8rl deploy --notifications-only` — first without a webhook (one line, nothing
-registered), then twice with one (no duplicate) — and a night of a deployment tagged `nightly`, run as a process
-worker runs a flow run (`python -m prefect.engine`), that breaches (the event `announce_night` emits) and fails:
-the receiver gets Slack-compatible JSON for both, naming the deployment, what breached or failed and the MLflow link."""
+registered), then twice with one (no duplicate, a paused one left paused) — and a night of a deployment tagged
+`nightly`, run as a process worker runs a flow run (`python -m prefect.engine`), that breaches (the event
+`announce_night` emits) and fails: the receiver gets Slack-compatible JSON for both, naming the deployment, what
+breached or failed and the MLflow link."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 from prefect import flow
 
@@ -107,6 +109,11 @@ def _deploy(server: Server, **env: str) -> subprocess.CompletedProcess:
                           env=server.env | env, capture_output=True, text=True, timeout=120)
 
 
+def _enable(server: Server, automation: str, enabled: bool) -> None:
+    """What `prefect automation pause` / `resume` does."""
+    httpx.patch(f"{server.api}/automations/{automation}", json={"enabled": enabled}, timeout=30).raise_for_status()
+
+
 def _automations(server: Server) -> list[str]:
     return sorted(a["name"] for a in server.post("/automations/filter", {}))
 
@@ -118,9 +125,12 @@ def test_a_nightly_run_that_breaches_and_fails_reaches_the_webhook_as_slack_json
     assert off.stdout.strip().splitlines()[-1] == notify.OFF and "Traceback" not in off.stderr
     assert _automations(server) == []
 
-    for _ in range(2):  # registering again changes nothing
+    for again in (False, True):  # registering again changes nothing: no second automation, a paused one stays paused
         on = _deploy(server, **{notify.WEBHOOK_ENV: receiver.url})
         assert on.returncode == 0 and on.stdout.strip().startswith("notifications on:"), on.stdout + on.stderr
+        automation = {a["name"]: a for a in server.post("/automations/filter", {})}[notify.BREACHED_NAME]
+        assert automation["enabled"] is not again
+        _enable(server, automation["id"], again)  # paused after the first, resumed after the second
     assert _automations(server) == sorted([notify.FAILED_NAME, notify.BREACHED_NAME])
     blocks = server.post("/block_documents/filter", {"block_documents": {"name": {"any_": [notify.BLOCK]}}})
     assert len(blocks) == 1  # the webhook's URL is the server's, as a secret field
