@@ -4,7 +4,7 @@ automations registered by `fp8rl deploy --notifications-only` — first without 
 registered), then twice with one (no duplicate, a paused one left paused) — and a night of a deployment tagged
 `nightly`, run as a process worker runs a flow run (`python -m prefect.engine`), that breaches (the event
 `announce_night` emits) and fails: the receiver gets Slack-compatible JSON for both, naming the deployment, what
-breached or failed and the MLflow link."""
+breached or failed and the MLflow link — and nothing for the failure of a deployment not tagged `nightly`."""
 
 from __future__ import annotations
 
@@ -31,25 +31,29 @@ WAIT_S = 90  # for both messages once the flow run ended (seconds, on the loaded
 
 
 @flow(name="nightly-correctness")
-def a_bad_night(mlflow_url: str) -> None:
+def a_bad_night(mlflow_url: str, breach: bool = True) -> None:
     """What the nightly flow does on a night that breaches and then fails: its MLflow link on its flow run, the
-    breach event, the error."""
+    breach event (``breach``), the error."""
     assert notify.mark_night(mlflow_url)
-    notify.announce_night("nightly-correctness/default", "breached", BREACHES, mlflow_url)
+    if breach:
+        notify.announce_night("nightly-correctness/default", "breached", BREACHES, mlflow_url)
     raise RuntimeError(FAILURE)
 
 
-# creates the deployment nightly-correctness/default of a_bad_night (tags as deployments/prefect.yaml's) and a flow run
-# of it, as the server's scheduler would; prints the flow run's id
+# creates two deployments of a_bad_night and a flow run of each, as the server's scheduler would, and prints their
+# ids: `nightly-correctness/default` tagged as deployments/prefect.yaml's, and `not-nightly`, whose failure (without
+# a breach) no automation matches
 DEPLOY = """
 import sys
 from prefect import get_client
 from tests.adapters.test_notify import MLFLOW, a_bad_night
 with get_client(sync_client=True) as c:
-    deployment = c.create_deployment(flow_id=c.create_flow(a_bad_night), name="default", path=sys.argv[1],
-                                     entrypoint="tests/adapters/test_notify.py:a_bad_night",
-                                     tags=["fp8rl", "nightly"], parameters={"mlflow_url": MLFLOW})
-    print(c.create_flow_run_from_deployment(deployment).id)
+    flow_id = c.create_flow(a_bad_night)
+    for name, tags in (("not-nightly", ["fp8rl", "sweep"]), ("default", ["fp8rl", "nightly"])):
+        deployment = c.create_deployment(flow_id=flow_id, name=name, path=sys.argv[1], tags=tags,
+                                         entrypoint="tests/adapters/test_notify.py:a_bad_night",
+                                         parameters={"mlflow_url": MLFLOW, "breach": name == "default"})
+        print(c.create_flow_run_from_deployment(deployment).id)
 """
 
 
@@ -118,7 +122,7 @@ def _automations(server: Server) -> list[str]:
     return sorted(a["name"] for a in server.post("/automations/filter", {}))
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(600)
 def test_a_nightly_run_that_breaches_and_fails_reaches_the_webhook_as_slack_json(server, receiver):
     off = _deploy(server)
     assert off.returncode == 0, off.stdout + off.stderr
@@ -139,16 +143,18 @@ def test_a_nightly_run_that_breaches_and_fails_reaches_the_webhook_as_slack_json
     made = subprocess.run([sys.executable, "-c", DEPLOY, str(ROOT)], cwd=ROOT, env=server.env, capture_output=True,
                           text=True, timeout=120)
     assert made.returncode == 0, made.stdout + made.stderr
-    flow_run = made.stdout.strip().splitlines()[-1]
-    ran = subprocess.run([sys.executable, "-m", "prefect.engine"], cwd=ROOT,
-                         env=server.env | {"PREFECT__FLOW_RUN_ID": flow_run}, capture_output=True, text=True,
-                         timeout=180)
-    assert FAILURE in ran.stdout + ran.stderr, ran.stdout + ran.stderr
-    assert server.get(f"/flow_runs/{flow_run}")["state_type"] == "FAILED"
+    other, flow_run = made.stdout.strip().splitlines()[-2:]
+    for run in (other, flow_run):  # the one no automation matches first: its message, were there one, would come first
+        ran = subprocess.run([sys.executable, "-m", "prefect.engine"], cwd=ROOT,
+                             env=server.env | {"PREFECT__FLOW_RUN_ID": run}, capture_output=True, text=True,
+                             timeout=180)
+        assert FAILURE in ran.stdout + ran.stderr, ran.stdout + ran.stderr
+        assert server.get(f"/flow_runs/{run}")["state_type"] == "FAILED"
 
     got = receiver.messages(2, WAIT_S)
     assert len(got) == 2, (f"{len(got)} of 2 messages in {WAIT_S} s; flow run logs:\n{server.flow_run_logs(flow_run)}"
                            f"\nserver log:\n{server.log.read_text()[-4000:]}")
+    assert not receiver.messages(1, 3)  # nothing more: the other deployment's failure is not a nightly's
     texts = []
     for path, content_type, body in got:
         assert path == "/hooks/fp8rl" and content_type == "application/json"
@@ -160,4 +166,4 @@ def test_a_nightly_run_that_breaches_and_fails_reaches_the_webhook_as_slack_json
     assert breached.startswith(":warning: nightly-correctness/default breached: 2 breach(es)")
     assert all(line in breached for line in BREACHES) and f"MLflow: {MLFLOW}" in breached
     assert failed.startswith(":x: nightly-correctness/default Failed (flow run ")
-    assert FAILURE in failed and f"MLflow: {MLFLOW}" in failed
+    assert FAILURE in failed and f"MLflow: {MLFLOW}" in failed and "not-nightly" not in failed
