@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from prefect.events.schemas.automations import AutomationCore
     from prefect.events.schemas.events import Event
 
-__all__ = ["BLOCK", "BREACHED", "FAILED_NAME", "BREACHED_NAME", "NIGHTLY_TAG", "WEBHOOK_ENV", "announce_night",
-           "automations", "mark_night", "register"]
+__all__ = ["BLOCK", "BREACHED", "BREACHED_NAME", "FAILED_NAME", "MLFLOW_LABEL", "NIGHTLY_TAG", "OFF", "WEBHOOK_ENV",
+           "announce_night", "automations", "mark_night", "register"]
 
 #: the event a breaching night emits (:func:`announce_night`), which the automation :data:`BREACHED_NAME` sends on
 BREACHED = "fp8rl.nightly.breached"
@@ -51,13 +51,13 @@ BREACHED_NAME = "fp8rl: a nightly night breached"
 #: flow and its deployment
 FAILED_PAYLOAD = """\
 {%- set where = flow.name ~ "/" ~ deployment.name -%}
-{%- set mlflow = flow_run.labels["fp8rl.mlflow_url"] -%}
+{%- set mlflow = flow_run.labels["MLFLOW_LABEL"] -%}
 {%- set ui = flow_run | ui_url -%}
 {%- set text = ":x: " ~ where ~ " " ~ flow_run.state.name ~ " (flow run " ~ flow_run.name ~ "): "
     ~ flow_run.state.message
     ~ "\\nMLflow: " ~ (mlflow if mlflow else "none recorded before the night ended (fp8rl runs)")
     ~ (("\\nPrefect: " ~ ui) if ui else "") -%}
-{{ {"text": text} | tojson }}"""
+{{ {"text": text} | tojson }}""".replace("MLFLOW_LABEL", MLFLOW_LABEL)
 
 #: the breaching night's message: rendered by the server from the event's payload (:func:`announce_night`)
 BREACHED_PAYLOAD = """\
