@@ -5,7 +5,7 @@ Thin by design — argument parsing and calls into the flows (:mod:`flows.pipeli
 Prefect) happen inside the commands, so ``fp8rl --help`` and ``fp8rl runs`` stay quick.
 
     fp8rl run configs/smoke.yaml [key=value ...]   # the mxfp8-sweep flow: runs on a local Ray (or --ray-address)
-    fp8rl deploy [--pool fp8rl-local]               # prefect deploy --all (deployments/prefect.yaml)
+    fp8rl deploy [--pool fp8rl-local]               # prefect deploy --all (deployments/prefect.yaml) + notifications
     fp8rl ui [--port 5000]                          # mlflow ui on the local store, 127.0.0.1
     fp8rl tracking-server [--host 0.0.0.0]          # PostgreSQL + mlflow server: the store of a cluster
     fp8rl runs [--sweep NAME] [--limit N]           # recent MLflow runs with the headline metrics (+ UI links)
@@ -195,16 +195,31 @@ def deploy(
         envvar="FP8RL_WORK_POOL", help="work pool the deployments target (sets FP8RL_WORK_POOL for prefect deploy)",
     )] = "fp8rl-local",
     prefect_file: Annotated[Path, typer.Option(help="Prefect deployment file")] = Path(PREFECT_FILE),
+    notifications_only: Annotated[bool, typer.Option(
+        "--notifications-only", help="only the notifications' automations (FP8RL_NOTIFY_WEBHOOK), no deployment")] = False,
 ) -> None:
-    """Register the deployments (mxfp8-sweep, nightly-correctness, upstream-drift) with the Prefect server."""
-    path = prefect_file if prefect_file.is_absolute() else ROOT / prefect_file
-    if not path.is_file():
-        raise _fail(f"{path}: no such deployment file")
-    exe = Path(sys.executable).with_name("prefect")
-    cmd = [str(exe) if exe.is_file() else (shutil.which("prefect") or "prefect"),
-           "--no-prompt", "deploy", "--all", "--prefect-file", str(path)]
-    typer.echo(f"FP8RL_WORK_POOL={pool} " + " ".join(cmd))
-    raise typer.Exit(subprocess.call(cmd, cwd=ROOT, env=os.environ | {"FP8RL_WORK_POOL": pool}))
+    """Register the deployments (mxfp8-sweep, nightly-correctness, upstream-drift) with the Prefect server, then the
+    automations that send a failed or breaching night to the webhook FP8RL_NOTIFY_WEBHOOK (adapters/notify.py;
+    none configured: one line says notifications are off)."""
+    if not notifications_only:
+        path = prefect_file if prefect_file.is_absolute() else ROOT / prefect_file
+        if not path.is_file():
+            raise _fail(f"{path}: no such deployment file")
+        exe = Path(sys.executable).with_name("prefect")
+        cmd = [str(exe) if exe.is_file() else (shutil.which("prefect") or "prefect"),
+               "--no-prompt", "deploy", "--all", "--prefect-file", str(path)]
+        typer.echo(f"FP8RL_WORK_POOL={pool} " + " ".join(cmd))
+        code = subprocess.call(cmd, cwd=ROOT, env=os.environ | {"FP8RL_WORK_POOL": pool})
+        if code:
+            raise typer.Exit(code)
+    import httpx
+
+    from adapters import notify
+
+    try:
+        typer.echo(notify.register())
+    except (ValueError, httpx.HTTPError) as e:
+        raise _fail(f"notifications not registered: {e}") from None
 
 
 @app.command()

@@ -25,7 +25,7 @@ from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.runtime import flow_run as runtime_flow_run  # noqa: E402
 
-from adapters import cluster, pool, sweeps, tracking  # noqa: E402
+from adapters import cluster, notify, pool, sweeps, tracking  # noqa: E402
 from adapters.sweep_load import load_sweep  # noqa: E402
 from adapters.sweep_record import ParentRun, open_run, skip_finished  # noqa: E402
 from adapters.tracking import RunRow  # noqa: E402
@@ -276,6 +276,8 @@ def nightly_correctness(config: str | Sweep = "configs/nightly.yaml", overrides:
     runs in this process. ``config``: as in mxfp8-sweep; the sweep is read and expanded once for both stages."""
     which = set(stages_to_run or ("sweep", "correctness"))
     sweep = load_sweep(config, overrides)
+    # the night's MLflow link on its flow run: a failed night's message names it (adapters/notify.py)
+    notify.mark_night(tracking.experiment_url(tracking.experiment_id(tracking.client(), sweep.name)))
     out: dict = {}
     with lines_stay_off_a_temporary_api():
         if "sweep" in which:

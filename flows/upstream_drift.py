@@ -20,7 +20,7 @@ from dataclasses import replace
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run as runtime_flow_run
 
-from adapters import cluster, tracking, upstream
+from adapters import cluster, notify, tracking, upstream
 from tasks.upstream import UpstreamRecord, check_gpu_set, check_upstream, record_gpu_set, record_upstream
 
 __all__ = ["EXPERIMENT", "upstream_drift"]
@@ -38,6 +38,8 @@ def upstream_drift(mode: str = "latest", trees: dict[str, str] | None = None, in
     upstream's main branch) read from there, and record it as one MLflow run in ``experiment``; with
     ``gpu_set``, then ``make check-gpu-set`` (or the result file ``gpu_set_result`` it wrote) as a second run."""
     flow_run = str(runtime_flow_run.id or "none")
+    # the night's MLflow link on its flow run: a failed night's message names it (adapters/notify.py)
+    notify.mark_night(tracking.experiment_url(tracking.experiment_id(tracking.client(), experiment)))
     mlflow_run = tracking.open_check_run(experiment, f"upstream·{mode}", "upstream-drift",
                                          {"mode": mode, "index": index} | {f"tree.{p}": f for p, f in (trees or {}).items()},
                                          flow_run, f"fp8rl's upstream internals against the {mode} versions")

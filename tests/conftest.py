@@ -64,6 +64,7 @@ SLOW = frozenset({
     "adapters/test_cluster.py",  # a fresh MLflow SQLite store per test
     "adapters/test_ray_guard.py",  # a local Ray started in a subprocess (~10-20 s)
     "adapters/test_prefect_server.py",  # Prefect's temporary API server started in a subprocess (~17 s loaded)
+    "adapters/test_notify.py",  # a Prefect server, `fp8rl deploy` three times, a failing deployment run (measured: BUDGET.md)
     "core/learner/test_learner.py",  # warm-start fixture + five GRPO steps per preset (~2 min each)
     "core/learner/test_grpo_vs_verl.py",  # imports verl's core_algos and ActorConfig (~27 s the file, loaded)
     "core/learner/test_mxfp8.py::test_model_with_all_layers_on_grid_trains",  # 4 × ~5 s

@@ -248,27 +248,34 @@ def test_runs_lists_runs_with_status_and_headline_metrics(store, monkeypatch):
 
 
 def test_deploy_runs_prefect_deploy_all(tmp_path, monkeypatch):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
     prefect_file = tmp_path / "prefect.yaml"
     prefect_file.write_text("deployments: []\n")
     calls = []
     monkeypatch.setattr(cli.subprocess, "call", lambda cmd, cwd=None, env=None: calls.append((cmd, cwd, env)) or 0)
     monkeypatch.delenv("FP8RL_WORK_POOL", raising=False)
-    result = _invoke("deploy", "--prefect-file", str(prefect_file))
-    assert result.exit_code == 0, result.output
-    (cmd, cwd, env), = calls
-    assert cmd[1:] == ["--no-prompt", "deploy", "--all", "--prefect-file", str(prefect_file)]
-    assert Path(cmd[0]).name == "prefect" and cwd == cli.ROOT
-    assert env["FP8RL_WORK_POOL"] == "fp8rl-local"  # the pool placeholder in prefect.yaml has no default
-    monkeypatch.setenv("FP8RL_WORK_POOL", "fp8rl-b200")
-    assert _invoke("deploy", "--prefect-file", str(prefect_file)).exit_code == 0
-    assert calls[-1][2]["FP8RL_WORK_POOL"] == "fp8rl-b200"
-    assert _invoke("deploy", "--pool", "other", "--prefect-file", str(prefect_file)).exit_code == 0
-    assert calls[-1][2]["FP8RL_WORK_POOL"] == "other"
+    # no Prefect server: then the notifications say so in one line and register nothing (with one: tests/adapters/test_notify.py)
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        result = _invoke("deploy", "--prefect-file", str(prefect_file))
+        assert result.exit_code == 0, result.output
+        assert result.output.splitlines()[-1] == ("notifications not registered: no Prefect server "
+                                                  "(PREFECT_API_URL is not set)")
+        (cmd, cwd, env), = calls
+        assert cmd[1:] == ["--no-prompt", "deploy", "--all", "--prefect-file", str(prefect_file)]
+        assert Path(cmd[0]).name == "prefect" and cwd == cli.ROOT
+        assert env["FP8RL_WORK_POOL"] == "fp8rl-local"  # the pool placeholder in prefect.yaml has no default
+        monkeypatch.setenv("FP8RL_WORK_POOL", "fp8rl-b200")
+        assert _invoke("deploy", "--prefect-file", str(prefect_file)).exit_code == 0
+        assert calls[-1][2]["FP8RL_WORK_POOL"] == "fp8rl-b200"
+        assert _invoke("deploy", "--pool", "other", "--prefect-file", str(prefect_file)).exit_code == 0
+        assert calls[-1][2]["FP8RL_WORK_POOL"] == "other"
 
-    monkeypatch.setattr(cli.subprocess, "call", lambda cmd, cwd=None, env=None: 3)
-    assert _invoke("deploy", "--prefect-file", str(prefect_file)).exit_code == 3
-    result = _invoke("deploy", "--prefect-file", str(tmp_path / "missing.yaml"))
-    assert result.exit_code == 1 and "no such deployment file" in result.output
+        monkeypatch.setattr(cli.subprocess, "call", lambda cmd, cwd=None, env=None: 3)
+        result = _invoke("deploy", "--prefect-file", str(prefect_file))
+        assert result.exit_code == 3 and "notifications" not in result.output  # a failed deploy registers nothing
+        result = _invoke("deploy", "--prefect-file", str(tmp_path / "missing.yaml"))
+        assert result.exit_code == 1 and "no such deployment file" in result.output
 
 
 def test_ui_starts_mlflow_on_the_local_store(store, monkeypatch):
