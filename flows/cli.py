@@ -46,15 +46,9 @@ use_project_settings()
 ROOT = Path(__file__).resolve().parents[1]
 PREFECT_FILE = "deployments/prefect.yaml"
 
-app = typer.Typer(
-    name="fp8rl",
-    help="End-to-end MXFP8 RL experiments: run sweeps (Prefect flows), track them (MLflow).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-
-app.add_typer(nightly_app, name="nightly")
+app = typer.Typer(name="fp8rl", help="End-to-end MXFP8 RL experiments: run sweeps (Prefect flows), track them (MLflow).",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app.add_typer(nightly_app, name="nightly")  # its body: flows/nightly_view.py
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:

@@ -215,7 +215,7 @@ def _judge_rule(rule: GateRule, tonight: NightRecord, baseline: Sequence[NightRe
                 changed: str) -> tuple[bool | None, list[Breach]]:
     """(judged: True, False without enough baseline, None when tonight's runs do not log it; breaches) of one rule."""
     history = [rule_values(rule, n.steps) for n in baseline]
-    ratios, out, judged = [], {}, False
+    ratios, out, scores, judged = [], {}, {}, False
     values = rule_values(rule, tonight.steps)
     if not values:
         return None, []
@@ -230,12 +230,10 @@ def _judge_rule(rule: GateRule, tonight: NightRecord, baseline: Sequence[NightRe
                 ratios.append(x / m)
             continue
         low, high = _band(rule, m)
-        if not low <= x <= high:
-            worst = out.get(run)
-            width = max(high - m, 1e-300)
-            if worst is None or abs(x - m) / width > abs(worst.value - worst.median) / width:
-                out[run] = Breach(rule.metric, x, low, high, len(past), changed, mode,
-                                  tonight.names.get(run, run), step, m)
+        score = abs(x - m) / max(high - m, 1e-300)  # how many band half-widths out
+        if not low <= x <= high and score > scores.get(run, 0.0):
+            scores[run] = score
+            out[run] = Breach(rule.metric, x, low, high, len(past), changed, mode, tonight.names.get(run, run), step, m)
     if rule.pool == "night" and ratios:
         x = statistics.median(ratios)
         low, high = _band(rule, 1.0)

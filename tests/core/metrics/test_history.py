@@ -135,3 +135,18 @@ def test_a_replay_of_36_nights_catches_each_planted_regression_on_its_first_nigh
     assert sync.value > 2.0 and sync.high == 2.0 and sync.baseline == 20
     drop = [b for b in verdicts[32].breaches if b.metric == "reward/mean"]
     assert len(drop) == len(identities()) and all(math.isclose(b.median - b.value, 0.3, abs_tol=0.05) for b in drop)
+
+
+def test_if_nights_drew_other_sequences_a_runs_clean_k3_would_move_by_more_than_a_doubling():
+    """The limit docs/correctness.md states: under the replay's other extreme (each step's 64 sequences resampled),
+    a run's mean k3 over its 3 steps moves between clean nights by more than the ×2 a regression shows, so the
+    step-pooled KL rules catch a one-preset doubling only if nights repeat (issue 65's item 7a measures which)."""
+    nights = [night(n, resample=True) for n in range(32)]
+    moves = {}
+    for rid, name in identities().items():
+        means = [sum(s[rid][t]["mismatch/k3"] for t in (1, 2, 3)) / 3 for s in nights]
+        median = sorted(means)[len(means) // 2]
+        if median > 1e-5:
+            moves[name] = max(abs(v - median) for v in means) / median
+    assert len(moves) == 9
+    assert sum(m > 1.0 for m in moves.values()) == 4 and 3.5 < max(moves.values()) < 4.5, moves
