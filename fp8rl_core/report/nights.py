@@ -69,7 +69,7 @@ def _figure(rule: GateRule, nights: Sequence[NightRecord], tonight: NightRecord,
     ax.set_xlabel("night (hollow: untrusted; bars at tonight: its band per run)")
     ax.set_title(f"{rule.metric} over the last {len(shown)} nights", fontsize=10)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=6, ncol=2)
+        ax.legend(fontsize=6, ncol=2, loc="upper left")
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
