@@ -22,8 +22,8 @@ from .store import client, tracking_uri
 from .ui import ui_url
 from .versions import machine_class, run_versions
 
-__all__ = ["NIGHTS_READ", "NightRun", "earlier_nights", "last_nights", "night_steps", "open_night", "record_night",
-           "run_url", "set_trust"]
+__all__ = ["NIGHTS_READ", "NightRun", "earlier_nights", "last_nights", "night_steps", "night_verdict", "open_night",
+           "record_night", "run_url", "set_trust"]
 
 #: how many of a deployment's newest nights a baseline is chosen from (trusted or not: the rules' windows are 20)
 NIGHTS_READ = 60
@@ -156,6 +156,12 @@ def _verdict(got: dict | None) -> NightVerdict | None:
         return None
     return NightVerdict(**(got | {"breaches": tuple(Breach(**b) for b in got["breaches"]),
                                   "unjudged": tuple(got.get("unjudged", ()))}))
+
+
+def night_verdict(mlflow_run: str) -> NightVerdict | None:
+    """The verdict a night run recorded (``verdict.json``), None while it has none (still running, or killed)."""
+    c = client()
+    return _verdict(_read_json(c, c.get_run(mlflow_run), "verdict.json"))
 
 
 def last_nights(per_deployment: int = 1) -> list[NightRun]:

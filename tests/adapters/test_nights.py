@@ -84,6 +84,7 @@ def test_16_nights_through_mlflow_catch_each_regression_on_its_first_night_and_a
     assert (folder / "verdict.txt").read_text().splitlines()[0].startswith(f"{DEPLOYMENT}: FAILED")
     saved = json.loads(Path(c.download_artifacts(found[11].info.run_id, "verdict.json", str(store))).read_text())
     assert saved["status"] == "FAILED" and saved["mlflow_url"].endswith(found[11].info.run_id)
+    assert nights.night_verdict(found[11].info.run_id) == verdicts[11]  # what a notifier reads back
 
     # a revoked stretch leaves the baseline: nights 10–15 untrusted, night 16's baseline is nights 0–9
     for r in found[10:]:
