@@ -13,6 +13,7 @@ Prefect) happen inside the commands, so ``fp8rl --help`` and ``fp8rl runs`` stay
     fp8rl verl-config CONFIG [key=value ...]        # a backend: verl run's overrides (as `run` launches verl) + verl's config
     fp8rl gpu-report DIR                            # summary.md of bench/gpu.py's measurements
     fp8rl upstream-check [installed|gpu|latest]     # fp8rl's upstream internals in a version set's own sources
+    fp8rl nightly [trust|untrust RUN]               # the nightly deployments' last nights (flows/nightly_view.py)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import typer
 
 from adapters.logs import quiet_process, sweep_log
 from adapters.prefect_settings import use_project_settings
+from flows.nightly_view import app as nightly_app
 
 __all__ = ["app"]
 
@@ -44,13 +46,9 @@ use_project_settings()
 ROOT = Path(__file__).resolve().parents[1]
 PREFECT_FILE = "deployments/prefect.yaml"
 
-app = typer.Typer(
-    name="fp8rl",
-    help="End-to-end MXFP8 RL experiments: run sweeps (Prefect flows), track them (MLflow).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+app = typer.Typer(name="fp8rl", help="End-to-end MXFP8 RL experiments: run sweeps (Prefect flows), track them (MLflow).",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app.add_typer(nightly_app, name="nightly")  # its body: flows/nightly_view.py
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:

@@ -34,9 +34,9 @@ from flows.native_correctness import native_correctness  # noqa: E402
 from fp8rl_core.config.runs import Run, Sweep  # noqa: E402
 from fp8rl_core.config.sweep import MatchingSection  # noqa: E402
 from fp8rl_core.verl.payload import NO_VERL_HOOKS, VerlHooks  # noqa: E402
-from tasks import reporting, stages  # noqa: E402
+from tasks import gate, reporting, stages  # noqa: E402
 
-__all__ = ["RunsFailed", "experiment", "fixed_weights", "mxfp8_sweep", "nightly_correctness", "verl_run"]
+__all__ = ["NightFailed", "RunsFailed", "experiment", "fixed_weights", "mxfp8_sweep", "nightly_correctness", "verl_run"]
 
 WARMSTART_CACHE = os.environ.get("FP8RL_CACHE", ".cache/warmstart")
 REPORTS = os.environ.get("FP8RL_REPORTS", "reports")
@@ -271,7 +271,10 @@ def nightly_correctness(config: str | Sweep = "configs/nightly.yaml", overrides:
     correctness stage — clean sync series on the dense and MoE models and every fault of the catalogue
     through the real sync path — whose detection matrix (CSV + PNG), verdicts and summary metrics go to
     one MLflow run named ``correctness``. Fails when a fault is not caught at its first sync by the
-    check of its condition, or a clean sync raised an alarm. ``stages_to_run``: ``sweep``, ``correctness``
+    check of its condition, or a clean sync raised an alarm. After the sweep, the history gate
+    (:mod:`tasks.gate`) judges the night against the deployment's earlier trusted nights: a rule in mode ``fail``
+    breached fails it (one line per breach: metric, value, band, what changed), ``warn`` and ``shadow`` are
+    logged; the :class:`~fp8rl_core.metrics.history.NightVerdict` is ``out["verdict"]``. ``stages_to_run``: ``sweep``, ``correctness``
     (default both). ``ray_address``: where the sweep's runs go (as in mxfp8-sweep); the correctness stage
     runs in this process. ``config``: as in mxfp8-sweep; the sweep is read and expanded once for both stages."""
     which = set(stages_to_run or ("sweep", "correctness"))
@@ -280,11 +283,41 @@ def nightly_correctness(config: str | Sweep = "configs/nightly.yaml", overrides:
     notify.mark_night(tracking.experiment_url(tracking.experiment_id(tracking.client(), sweep.name)))
     out: dict = {}
     with lines_stay_off_a_temporary_api():
-        if "sweep" in which:
-            out["sweep"] = _sweep(sweep, resume=False, ray_address=ray_address)
-        if "correctness" in which:
-            out["correctness"] = _correctness(sweep)
+        night = gate.open_night(sweep.name, _deployment(sweep), _flow_run()) if "sweep" in which else None
+        try:
+            if "sweep" in which:
+                out["sweep"] = _sweep(sweep, resume=False, ray_address=ray_address)
+            if "correctness" in which:
+                out["correctness"] = _correctness(sweep)
+        except BaseException as e:  # the night is recorded FAILED, not trusted, and fails as before
+            if night is not None:
+                try:
+                    _judge(sweep, night, out.get("sweep", ()), f"{type(e).__name__}: {e}")
+                except Exception as g:  # noqa: BLE001 — the night's own failure is what is raised
+                    get_run_logger().error("the failed night %s was not judged: %s: %s", night, type(g).__name__, g)
+            raise
+        if night is not None:
+            out["verdict"] = verdict = _judge(sweep, night, out["sweep"])
+            if verdict.status == "FAILED":
+                raise NightFailed("\n".join(verdict.lines()))
     return out
+
+
+class NightFailed(RuntimeError):
+    """A night whose history gate failed: one line per breach, with its value, band and what changed."""
+
+
+def _deployment(sweep: Sweep) -> str:
+    """The nightly's deployment (``nightly-correctness/default``), or the sweep's name when not run by one."""
+    from prefect.runtime import deployment as runtime_deployment
+
+    return f"nightly-correctness/{runtime_deployment.name or 'adhoc ' + sweep.name}"
+
+
+def _judge(sweep: Sweep, night: str, rows, failed: str = ""):
+    runs = [(r.run_id, r.mlflow_run, r.name) for r in rows if not r.failed]
+    return gate.judge_tonight(sweep.name, _deployment(sweep), night, runs,
+                              str(Path(REPORTS) / sweep.name / "nights" / night), failed)
 
 
 def _correctness(sweep: Sweep) -> dict:

@@ -61,6 +61,7 @@ SLOW = frozenset({
     "tasks/test_reporting.py",  # a fresh MLflow SQLite store per test (~10 s each), report from MLflow (~30 s)
     "tasks/test_verl_run.py",  # a fresh MLflow SQLite store per test (~10 s), a verl process
     "adapters/test_tracking.py",  # a fresh MLflow SQLite store per test (~10 s each)
+    "adapters/test_nights.py",  # 17 nights through a fresh MLflow SQLite store, figures each night (~130 s loaded)
     "adapters/test_cluster.py",  # a fresh MLflow SQLite store per test
     "adapters/test_ray_guard.py",  # a local Ray started in a subprocess (~10-20 s)
     "adapters/test_prefect_server.py",  # Prefect's temporary API server started in a subprocess (~17 s loaded)

@@ -95,10 +95,11 @@ def _shape_entry(folder: str) -> str:
 
 
 def cli_commands() -> set[str]:
-    """The commands of the ``fp8rl`` Typer app, by the names a user types."""
+    """The commands of the ``fp8rl`` Typer app, by the names a user types (a group, ``nightly``, by its name)."""
     from flows.cli import app
 
-    return {c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands}
+    return ({c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands}
+            | {g.name for g in app.registered_groups})
 
 
 def test_the_design_pages_command_list_is_the_cli():

