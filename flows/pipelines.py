@@ -298,8 +298,11 @@ def nightly_correctness(config: str | Sweep = "configs/nightly.yaml", overrides:
             raise
         if night is not None:
             out["verdict"] = verdict = _judge(sweep, night, out["sweep"])
-            if verdict.status == "FAILED":
+            if verdict.status == "FAILED":  # the failed-night automation tells the team (adapters/notify.py)
                 raise NightFailed("\n".join(verdict.lines()))
+            if any(b.mode == "warn" for b in verdict.breaches):  # a night that only warns: the breach event
+                notify.announce_night(verdict.deployment, "breached", [b.line() for b in verdict.breaches
+                                                                       if b.mode == "warn"], verdict.mlflow_url)
     return out
 
 
