@@ -28,18 +28,20 @@ def open_night(experiment: str, deployment: str, flow_run_id: str | None) -> str
 
 @task(name="history-gate", cache_policy=NO_CACHE)
 def judge_tonight(experiment: str, deployment: str, night: str, runs: Sequence[tuple[str, str, str]],
-                  report_dir: str, failed: str = "") -> NightVerdict:
+                  report_dir: str, failed: str = "", figures: bool = True) -> NightVerdict:
     """Judge the night ``night`` of ``deployment`` whose sweep ran ``runs`` — (fp8rl run id, MLflow run, name) each —
     against the deployment's earlier trusted nights on this machine class; log its per-step metrics, verdict and
     figures to the night run and ``report_dir``, end the run (FAILED when ``failed`` says why, or a rule failed);
-    returns the verdict. One line per breach goes to the log: error for ``fail``, warning otherwise."""
+    returns the verdict. One line per breach goes to the log: error for ``fail``, warning otherwise. ``figures``:
+    False leaves the figures out (a replay of many nights draws only its last night's)."""
     log = get_run_logger()
     steps, names = nights.night_steps(runs, {m for rule in GATE_RULES for m in rule.inputs})
     me, earlier, url = nights.earlier_nights(experiment, deployment, night)
     tonight = replace(me, steps=steps, names=names)
     verdict, judged = judge_night(tonight, earlier, deployment, url, failed=failed)
     folder = Path(report_dir)
-    for png in night_figures(tonight, earlier, folder):
+    folder.mkdir(parents=True, exist_ok=True)
+    for png in night_figures(tonight, earlier, folder) if figures else ():
         tracking.log_file(night, png, "figures")
     (folder / "verdict.txt").write_text("\n".join(verdict.lines()) + "\n")
     trusted = nights.record_night(night, steps, names, verdict, judged)
