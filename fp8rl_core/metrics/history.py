@@ -70,7 +70,7 @@ _REPLAY = "provisional, from the replay of tests/gate_nights.py (docs/correctnes
 _MISMATCH = (_REPLAY + ": clean nights there repeat a step's mismatch exactly (one machine, fixed seeds); ±50% is "
              "half of the ×2 a regression must show; the floor is far above the BF16 presets' 1e-8–1e-6")
 #: the watched metrics and their bands — the one table of the gate (docs/correctness.md, The history gate).
-#: The bands are provisional until the nights' spread is measured (issue 65, item 7a): every rule starts in shadow.
+#: The bands are provisional until the nights' spread is measured: every rule starts in shadow.
 GATE_RULES: tuple[GateRule, ...] = (
     GateRule("mismatch/k3", "two-sided", rel=0.5, floor=1e-5, source=_MISMATCH),
     GateRule("mismatch/gen_kl_error", "two-sided", rel=0.5, floor=1e-5, source=_MISMATCH),
