@@ -6,8 +6,8 @@ tool records what ``bench/gpu.py --cpu-smoke`` really imports (tools/importlog i
 each module to its distribution (tools/import_closure.py), and splits them: on the lent machine, optional (imported
 only when present, in ``try``/``except``), or lacking. The lacking ones are downloaded as wheels for CPython 3.12 /
 manylinux x86_64 (``pip download --only-binary=:all: --no-deps``) into ``bench/wheels`` (ignored by git), their total
-checked against what may travel; :data:`CARRIED` is the list as last computed (``make gpu-wheels`` fails when it
-changed). :data:`COMMAND` is the line a session passes to the device tool (docs/gpu.md, The prepared benchmark):
+checked against what may travel; :data:`CARRIED` is the list as last computed (``make gpu-wheels`` fails when the
+recorded list differs). :data:`COMMAND` is the line a session passes to the device tool (docs/gpu.md, The prepared benchmark):
 it installs any carried wheels into a /tmp folder, puts it and the checkout on ``PYTHONPATH`` and runs the bench.
 Rehearsed by tests/bench/test_gpu.py in a venv of the lent machine's packages only (:func:`rehearsal_pins`).
 
@@ -36,8 +36,8 @@ LENT = ROOT / "tools" / "lent_gpu_packages.txt"
 WHEELS = ROOT / "bench" / "wheels"
 #: what travels to the device machine: the working tree and the carried paths, together (the device tool's limit)
 TRAVEL_LIMIT = 64 * 2**20
-#: the distributions bench/gpu.py imports that the lent machine lacks (none since its imports were cut: the MXFP8
-#: recipe in fp8rl_core/learner/recipe.py without pydantic, fp8rl_core.report's names loaded on first use without
+#: the distributions bench/gpu.py imports that the lent machine lacks (none: the MXFP8 recipe in
+#: fp8rl_core/learner/recipe.py imports no pydantic, fp8rl_core.report loads its names on first use, so no
 #: pandas/pandera); `make gpu-wheels` records the closure again and fails when this differs
 CARRIED: tuple[str, ...] = ()
 #: the lent machine's distributions bench/gpu.py imports itself or through fp8rl (their dependencies come with
