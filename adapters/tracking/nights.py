@@ -7,30 +7,24 @@ figures of the watched metrics (``figures/``). Tags and files: docs/metrics.md."
 
 from __future__ import annotations
 
-import json
-import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from fp8rl_core.metrics.history import CHANGE_KEYS, Breach, NightRecord, NightVerdict
 
 from .lifecycle import open_check_run, terminate
+from .readback import run_json
 from .record import log_json, set_tag
 from .store import client, tracking_uri
-from .ui import ui_url
+from .ui import run_url
 from .versions import machine_class, run_versions
 
 __all__ = ["NIGHTS_READ", "NightRun", "earlier_nights", "last_nights", "night_steps", "night_verdict", "open_night",
-           "record_night", "run_url", "set_trust"]
+           "record_night", "set_trust"]
 
 #: how many of a deployment's newest nights a baseline is chosen from (trusted or not: the rules' windows are 20)
 NIGHTS_READ = 60
-
-
-def run_url(experiment_id: str, mlflow_run: str) -> str:
-    return f"{ui_url()}/#/experiments/{experiment_id}/runs/{mlflow_run}"
 
 
 def open_night(experiment: str, deployment: str, flow_run_id: str | None) -> str:
@@ -80,22 +74,9 @@ def record_night(night: str, steps: Mapping, names: Mapping[str, str], verdict: 
     return trusted
 
 
-def _read_json(c, run, name: str) -> dict | None:
-    from urllib.parse import unquote, urlparse
-
-    parsed = urlparse(run.info.artifact_uri)
-    if parsed.scheme in ("", "file"):
-        path = Path(unquote(parsed.path) if parsed.scheme else run.info.artifact_uri) / name
-        return json.loads(path.read_text()) if path.is_file() else None
-    if name not in {f.path for f in c.list_artifacts(run.info.run_id)}:
-        return None
-    with tempfile.TemporaryDirectory() as d:
-        return json.loads(Path(c.download_artifacts(run.info.run_id, name, d)).read_text())
-
-
 def _record(c, run) -> NightRecord:
     tags = run.data.tags
-    got = _read_json(c, run, "night.json") or {"steps": {}, "names": {}}
+    got = run_json(run.info.run_id, "night.json", run) or {"steps": {}, "names": {}}
     steps = {r: {int(s): m for s, m in by.items()} for r, by in got["steps"].items()}
     split = lambda key: tuple(x for x in tags.get(key, "").split(",") if x)  # noqa: E731
     return NightRecord(run.info.run_id, run.info.start_time, tags.get("machine.class", "unknown"),
@@ -161,7 +142,7 @@ def _verdict(got: dict | None) -> NightVerdict | None:
 def night_verdict(mlflow_run: str) -> NightVerdict | None:
     """The verdict a night run recorded (``verdict.json``), None while it has none (still running, or killed)."""
     c = client()
-    return _verdict(_read_json(c, c.get_run(mlflow_run), "verdict.json"))
+    return _verdict(run_json(mlflow_run, "verdict.json"))
 
 
 def last_nights(per_deployment: int = 1) -> list[NightRun]:
@@ -173,5 +154,5 @@ def last_nights(per_deployment: int = 1) -> list[NightRun]:
         dep = r.data.tags.get("fp8rl.deployment", "?")
         if len(out.setdefault(dep, [])) < per_deployment:
             out[dep].append(NightRun(dep, r.info.run_id, r.info.run_name, r.info.status, r.info.start_time,
-                                     r.data.tags.get("fp8rl.trusted") == "true", _verdict(_read_json(c, r, "verdict.json"))))
+                                     r.data.tags.get("fp8rl.trusted") == "true", _verdict(run_json(r.info.run_id, "verdict.json", r))))
     return [n for dep in sorted(out) for n in out[dep]]

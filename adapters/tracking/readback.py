@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .store import client, tracking_uri
 
-__all__ = ["RUN_TABLES", "find_finished", "find_sweep_run", "sweep_json", "sweep_tables"]
+__all__ = ["RUN_TABLES", "find_finished", "find_sweep_run", "run_json", "sweep_json", "sweep_tables"]
 
 
 def find_finished(sweep: str, run_id: str) -> str | None:
@@ -112,11 +112,22 @@ def find_sweep_run(sweep: str, sweep_id: str | None = None) -> str | None:
     return runs[0].info.run_id if runs else None
 
 
+def run_json(mlflow_run: str, name: str, run=None) -> dict | None:
+    """The JSON artifact ``name`` (top level) of ``mlflow_run`` — read where it lies when the store is a local
+    folder, else downloaded — or None if the run has none. ``run``: the run already fetched (saves a request)."""
+    c = client()
+    run = run if run is not None else c.get_run(mlflow_run)
+    folder = _local_folder(run.info.artifact_uri)
+    if folder is not None:
+        path = folder / name
+        return json.loads(path.read_text()) if path.is_file() else None
+    if name not in {f.path for f in c.list_artifacts(mlflow_run)}:
+        return None
+    with tempfile.TemporaryDirectory() as d:
+        return json.loads(Path(c.download_artifacts(mlflow_run, name, d)).read_text())
+
+
 def sweep_json(parent: str) -> dict | None:
     """The ``sweep.json`` the sweep's parent run ``parent`` logged — the validated sweep config as a
     mapping, with the ``config`` file and ``overrides`` it was read with — or None if it has none."""
-    c = client()
-    if "sweep.json" not in {f.path for f in c.list_artifacts(parent)}:
-        return None
-    with tempfile.TemporaryDirectory() as d:
-        return json.loads(Path(c.download_artifacts(parent, "sweep.json", d)).read_text())
+    return run_json(parent, "sweep.json")

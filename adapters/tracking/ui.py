@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from .store import client, experiment_id, tracking_uri
 
 __all__ = ["EXPERIMENT_KIND", "GROUP_TAGS", "HEADLINE", "HEADLINE_BASIS", "KL_BASIS", "MIN_KL_SEQUENCES", "NOTE", "PARENT", "SHARED_VIEW", "VIEW_KEY", "compare_url",
-           "describe_experiment", "experiment_url", "headline_metrics", "headline_view", "ui_url"]
+           "describe_experiment", "experiment_url", "headline_metrics", "headline_view", "run_url", "ui_url"]
 
 #: MLflow's own tags: the UI's description of a run or experiment, the parent of a nested run, the kind of
 #: an experiment (``custom_model_development``: "Machine learning" in the UI), a saved view of its runs table
@@ -109,6 +109,11 @@ def ui_url() -> str:
 def experiment_url(experiment: str, base: str | None = None) -> str:
     """The experiment's runs in the UI, with the shared headline view and as model training."""
     return f"{base or ui_url()}/#/experiments/{experiment}/runs?viewStateShareKey={VIEW_KEY}&workflowType=machine_learning"
+
+
+def run_url(experiment: str, mlflow_run: str, base: str | None = None) -> str:
+    """One run's page in the UI."""
+    return f"{base or ui_url()}/#/experiments/{experiment}/runs/{mlflow_run}"
 
 
 def compare_url(experiment: str, runs: Iterable[str], base: str | None = None) -> str:
